@@ -1,0 +1,123 @@
+"""Every metric family the exporter serves: name, type, labels and meaning.
+
+This table is the exporter's public contract (rules/ and dashboards/ depend on it); docs/metrics.md
+is checked against it by the tests. Counter names are given without the `_total` suffix, which the
+exposition adds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GPU = ("gpu", "uuid", "pci_bus_id")
+GPU_SOURCED = (*GPU, "source")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    type: str  # "gauge" | "counter"
+    labels: tuple[str, ...]
+    help: str
+    probe: str  # the probe that fills it ("exporter" for the exporter itself)
+
+    @property
+    def exposed_name(self) -> str:
+        return f"{self.name}_total" if self.type == "counter" else self.name
+
+
+_FAMILIES = [
+    # --- the exporter and its probes (fail-closed signals) ---
+    Family("gpuhealth_exporter_build_info", "gauge", ("version",), "Always 1; the exporter's version.", "exporter"),
+    Family("gpuhealth_probe_success", "gauge", ("probe",),
+           "1 if the probe's last run finished in time with valid data, else 0 (fail closed).", "exporter"),
+    Family("gpuhealth_probe_error", "gauge", ("probe", "reason"),
+           "1 while the probe is failing, with the failure reason "
+           "(timeout, missing_tool, permission_denied, not_found, bad_output, stale, error).", "exporter"),
+    Family("gpuhealth_probe_failures", "counter", ("probe", "reason"), "Probe runs that failed, by reason.",
+           "exporter"),
+    Family("gpuhealth_probe_duration_seconds", "gauge", ("probe",), "Duration of the probe's last run.",
+           "exporter"),
+    Family("gpuhealth_probe_last_success_timestamp_seconds", "gauge", ("probe",),
+           "Unix time of the probe's last successful run (absent until the first).", "exporter"),
+    Family("gpuhealth_probe_interval_seconds", "gauge", ("probe",), "Configured run interval of the probe.",
+           "exporter"),
+    Family("gpuhealth_gpus_visible", "gauge", (),
+           "GPUs the driver can talk to (NVML; dcgm-exporter when NVML is off). Absent when no source works.",
+           "exporter"),
+    Family("gpuhealth_gpus_expected", "gauge", (),
+           "GPUs this node should have (--gpus-expected or the instance type). Absent when unknown.", "exporter"),
+    Family("gpuhealth_efa_devices_expected", "gauge", (),
+           "EFA devices this node should have (--efa-expected or the instance type). Absent when unknown.",
+           "exporter"),
+    # --- kernel log ---
+    Family("gpuhealth_xid_errors", "counter", ("xid", *GPU, "fatal"),
+           "NVIDIA Xid events in the kernel log this boot, per GPU and Xid. fatal is true/false where the line "
+           "says (Xid 144-150), empty otherwise. 'GPU has fallen off the bus' lines count as Xid 79.", "kmsg"),
+    Family("gpuhealth_gpu_recovery_action", "gauge", (*GPU, "action"),
+           "The driver's latest GPU recovery action from Xid 154 (value is the code: 0 none, 1 gpu_reset_required, "
+           "2 node_reboot_required, 3 drain_p2p, 4 drain_and_reset).", "kmsg"),
+    Family("gpuhealth_nvswitch_sxid_errors", "counter", ("sxid", "pci_bus_id", "fatal"),
+           "NVSwitch SXid events in the kernel log this boot.", "kmsg"),
+    Family("gpuhealth_kernel_events", "counter", ("event", "device"),
+           "Host and NIC kernel-log events this boot (pcie_aer_fatal, mce, hung_task, soft_lockup, mlx5_fatal, "
+           "efa_error, ...; see exporter/data/kernel_patterns.yaml).", "kmsg"),
+    Family("gpuhealth_kmsg_records", "counter", ("origin",),
+           "Kernel-log records read; origin=kernel are parsed, origin=userspace are ignored.", "kmsg"),
+    Family("gpuhealth_kmsg_unparsed_xid_records", "counter", (),
+           "Records that mention an NVRM Xid but match no Xid pattern (a new line shape: never silent).", "kmsg"),
+    Family("gpuhealth_kmsg_records_missed", "counter", (),
+           "Records lost before they could be read (ring buffer overwritten, seen as a sequence gap).", "kmsg"),
+    # --- GPU state (NVML and/or DCGM; `source` tells which) ---
+    Family("gpuhealth_gpu_info", "gauge", (*GPU_SOURCED, "model"), "Always 1 per GPU a source sees.", "nvml"),
+    Family("gpuhealth_gpu_ecc_errors", "counter", (*GPU_SOURCED, "type", "scope"),
+           "ECC errors; type double_bit|single_bit, scope volatile (since driver load)|aggregate (lifetime).",
+           "nvml"),
+    Family("gpuhealth_gpu_remapped_rows", "gauge", (*GPU_SOURCED, "cause"),
+           "Rows remapped for uncorrectable|correctable errors (lifetime).", "nvml"),
+    Family("gpuhealth_gpu_row_remap_failure", "gauge", GPU_SOURCED, "1 if row remapping has failed.", "nvml"),
+    Family("gpuhealth_gpu_row_remap_pending", "gauge", GPU_SOURCED,
+           "1 if a row remap is pending (applied at the next GPU reset).", "nvml"),
+    Family("gpuhealth_gpu_retired_pages", "gauge", (*GPU_SOURCED, "cause"),
+           "Pages retired for double_bit|single_bit errors (pre-Ampere GPUs).", "nvml"),
+    Family("gpuhealth_gpu_retired_pages_pending", "gauge", GPU_SOURCED,
+           "1 if a page retirement is pending.", "nvml"),
+    Family("gpuhealth_gpu_temperature_celsius", "gauge", (*GPU_SOURCED, "sensor"),
+           "Temperature of the GPU die (sensor=gpu) or its memory (sensor=memory).", "nvml"),
+    Family("gpuhealth_gpu_clock_event_reasons", "gauge", GPU_SOURCED,
+           "Current clock-event (throttle) reasons as NVML's bitmask.", "nvml"),
+    Family("gpuhealth_gpu_clock_event_active", "gauge", (*GPU_SOURCED, "reason"),
+           "1 while a clock-event reason is active (hw_slowdown 0x8, hw_thermal_slowdown 0x40, "
+           "hw_power_brake_slowdown 0x80, sw_thermal_slowdown 0x20, sw_power_cap 0x4, ...).", "nvml"),
+    Family("gpuhealth_gpu_violation_seconds", "counter", (*GPU_SOURCED, "reason"),
+           "Time the GPU was held below its clocks by a thermal|power limit.", "nvml"),
+    Family("gpuhealth_gpu_pcie_replays", "counter", GPU_SOURCED, "PCIe replays (link-level retries).", "nvml"),
+    Family("gpuhealth_gpu_nvlink_errors", "counter", (*GPU_SOURCED, "type"),
+           "NVLink errors summed over links; type crc_flit|crc_data|replay|recovery.", "nvml"),
+    Family("gpuhealth_gpu_nvlink_link_up", "gauge", (*GPU_SOURCED, "link"),
+           "1 if the NVLink link is active, 0 if down (only links the GPU has).", "nvml"),
+    Family("gpuhealth_gpu_lost", "gauge", GPU_SOURCED,
+           "1 if the driver reports the GPU lost (NVML_ERROR_GPU_IS_LOST).", "nvml"),
+    # --- DCGM ---
+    Family("gpuhealth_dcgm_health_status", "gauge", ("gpu", "system"),
+           "dcgmi health -c: 0 pass, 10 warn, 20 fail (DCGM's codes). gpu and system empty for the overall "
+           "result.", "dcgm"),
+    Family("gpuhealth_dcgm_last_xid", "gauge", GPU_SOURCED,
+           "DCGM_FI_DEV_XID_ERRORS: the LAST Xid DCGM saw (a value, not a count; absent until the first).",
+           "dcgm_exporter"),
+    Family("gpuhealth_dcgm_diag_result", "gauge", ("category", "test", "gpu", "result"),
+           "1 per dcgmi diag test and GPU, with its result pass|fail|warn|skip (skip is normal).", "diag"),
+    Family("gpuhealth_dcgm_diag_failed_tests", "gauge", (), "Test results that failed in the last dcgmi diag.",
+           "diag"),
+    Family("gpuhealth_dcgm_diag_last_run_timestamp_seconds", "gauge", (), "Unix time the last diag finished.",
+           "diag"),
+    # --- EFA ---
+    Family("gpuhealth_efa_devices_visible", "gauge", (),
+           "EFA devices present in sysfs (vendor 0x1d0f, device 0xefa*).", "efa"),
+    Family("gpuhealth_efa_device_info", "gauge", ("device", "pci_device_id"), "Always 1 per EFA device.", "efa"),
+    Family("gpuhealth_efa_hw_counter", "counter", ("device", "port", "counter"),
+           "EFA hw_counters from sysfs (port empty for device-level counters; 'lifespan' is not exported).",
+           "efa"),
+]
+
+FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}

@@ -1,0 +1,266 @@
+"""`gpuhealth-exporter`: the node agent's command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import shutil
+import signal
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.process_collector import ProcessCollector
+
+from exporter import __version__
+from exporter.collector import Expectations, GpuhealthCollector
+from exporter.conditions import evaluate
+from exporter.config import DEFAULT_PROBES, ConfigError, Settings, load_file
+from exporter.instance_types import lookup
+from exporter.kernel_events import KernelEventMatcher, PatternError, load_patterns
+from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
+from exporter.probes.base import Probe
+from exporter.probes.dcgm import DcgmDiagProbe, DcgmExporterProbe, DcgmHealthProbe
+from exporter.probes.efa import EfaProbe
+from exporter.probes.kmsg import KmsgProbe
+from exporter.probes.nvml import NvmlProbe
+from exporter.runner import ProbeRunner
+from exporter.snapshot import Snapshot
+
+log = logging.getLogger("gpuhealth.exporter")
+
+DESCRIPTION = """\
+gpuhealth node agent: turns DCGM, NVML, EFA and kernel-log signals into Prometheus metrics
+(gpuhealth_*) and node conditions (Gpuhealth*Healthy, True = healthy).
+
+Each probe runs on its own interval under a hard deadline; a probe that hangs, fails or returns
+garbage reports gpuhealth_probe_success{probe}=0 with a reason (fail closed). Scrapes only read
+the latest snapshot and never touch hardware.
+
+Settings come from defaults, then --config FILE (YAML, same names with underscores), then flags.
+"""
+
+EPILOG = """\
+examples:
+  what does this node look like?       gpuhealth-exporter --once
+  a dmesg capture from another node    gpuhealth-exporter --once --kmsg-file dmesg.txt --disable nvml,dcgm,diag,efa
+  serve on :9842 as the DaemonSet      gpuhealth-exporter --config /etc/gpuhealth/exporter.yaml
+
+probes: kmsg (kernel log), nvml (nvidia-ml-py), dcgm (dcgmi health), diag (dcgmi diag),
+        dcgm_exporter (a local dcgm-exporter's /metrics; on when --dcgm-exporter-url is given), efa (sysfs)
+metrics: docs/metrics.md
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+def _probe_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DEFAULT_PROBES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown probe {', '.join(unknown)} (known: {', '.join(DEFAULT_PROBES)})")
+    return names
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuhealth-exporter", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--config", metavar="FILE", help="YAML settings file (flags override it)")
+    p.add_argument("--once", action="store_true",
+                   help="run every probe once, print the metrics and exit (read-only: no state, no conditions)")
+    p.add_argument("--listen", metavar="[ADDR]:PORT", help="where to serve /metrics (default :9842)")
+    p.add_argument("--node", metavar="NAME", help="this node's name, for node conditions (default $NODE_NAME)")
+    p.add_argument("--kmsg-file", metavar="PATH",
+                   help="follow a kernel-log file instead of /dev/kmsg (dmesg, dmesg -T, ISO, syslog, raw kmsg)")
+    p.add_argument("--kmsg-device", metavar="PATH", help="kernel log device (default /dev/kmsg)")
+    p.add_argument("--state-file", metavar="PATH",
+                   help="where the kernel-log position is kept across restarts "
+                        "(default /var/lib/gpuhealth/kmsg-state.json)")
+    p.add_argument("--kernel-patterns", metavar="FILE", help="kernel-log pattern file (default: the shipped one)")
+    p.add_argument("--sysfs-root", metavar="DIR", help="root under which sys/class/infiniband is read (default /)")
+    p.add_argument("--dcgmi", metavar="CMD", help="dcgmi command, may include arguments (default dcgmi)")
+    p.add_argument("--diag-level", type=int, choices=(1, 2, 3, 4), help="dcgmi diag -r level (default 1)")
+    p.add_argument("--dcgm-exporter-url", metavar="URL|FILE",
+                   help="a local dcgm-exporter's /metrics URL (or a saved scrape); enables the dcgm_exporter probe")
+    p.add_argument("--instance-type", metavar="TYPE",
+                   help="EC2 instance type: sets the expected GPU and EFA counts (default $INSTANCE_TYPE)")
+    p.add_argument("--gpus-expected", type=_count, metavar="N", help="GPUs this node should have")
+    p.add_argument("--efa-expected", type=_count, metavar="N", help="EFA devices this node should have")
+    p.add_argument("--disable", type=_probe_list, action="append", default=[], metavar="PROBE[,PROBE]",
+                   help="turn probes off")
+    p.add_argument("--enable", type=_probe_list, action="append", default=[], metavar="PROBE[,PROBE]",
+                   help="turn probes on")
+    p.add_argument("--no-conditions", action="store_true", help="do not write node conditions")
+    p.add_argument("--kube-api", metavar="URL", help="API server URL (default: in-cluster)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def _readable(flag: str, path: str) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from exc
+
+
+def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Settings:
+    settings = load_file(args.config) if args.config else Settings()
+    flags: dict[str, Any] = {
+        "listen": args.listen, "node": args.node, "kmsg_file": args.kmsg_file, "kmsg_device": args.kmsg_device,
+        "state_file": args.state_file, "kernel_patterns": args.kernel_patterns, "sysfs_root": args.sysfs_root,
+        "dcgmi": args.dcgmi, "diag_level": args.diag_level, "dcgm_exporter": args.dcgm_exporter_url,
+        "instance_type": args.instance_type, "gpus_expected": args.gpus_expected,
+        "efa_expected": args.efa_expected, "kube_api": args.kube_api, "log_level": args.log_level,
+    }
+    settings = replace(settings, **{k: v for k, v in flags.items() if v is not None})
+    if not settings.node and env.get("NODE_NAME"):
+        settings = replace(settings, node=env["NODE_NAME"])
+    if not settings.instance_type and env.get("INSTANCE_TYPE"):
+        settings = replace(settings, instance_type=env["INSTANCE_TYPE"])
+    if args.no_conditions:
+        settings = replace(settings, conditions=False)
+    probes = dict(settings.probes)
+    if settings.dcgm_exporter and not args.disable:
+        probes["dcgm_exporter"] = replace(probes["dcgm_exporter"], enabled=True)
+    for names, enabled in ((sum(args.enable, []), True), (sum(args.disable, []), False)):
+        for name in names:
+            probes[name] = replace(probes[name], enabled=enabled)
+    return replace(settings, probes=probes)
+
+
+def check_settings(s: Settings) -> None:
+    """Refuse what cannot work, with the setting at fault; a missing tool on PATH is a probe failure instead."""
+    if s.kmsg_file:
+        _readable("--kmsg-file", s.kmsg_file)
+    if s.probes["efa"].enabled and not Path(s.sysfs_root).is_dir():
+        raise UsageError(f"--sysfs-root {s.sysfs_root}: not a directory")
+    if s.dcgm_exporter and not s.dcgm_exporter.startswith(("http://", "https://")):
+        _readable("--dcgm-exporter-url", s.dcgm_exporter)
+    if s.probes["dcgm_exporter"].enabled and not s.dcgm_exporter:
+        raise UsageError("the dcgm_exporter probe needs --dcgm-exporter-url (or dcgm_exporter: in the config)")
+    try:
+        argv = shlex.split(s.dcgmi)
+    except ValueError as exc:
+        raise UsageError(f"--dcgmi {s.dcgmi!r}: {exc}") from exc
+    if not argv:
+        raise UsageError("--dcgmi: empty command")
+    uses_dcgmi = s.probes["dcgm"].enabled or s.probes["diag"].enabled
+    if uses_dcgmi and "/" in argv[0] and not shutil.which(argv[0]):
+        raise UsageError(f"--dcgmi {argv[0]}: not an executable file")
+    host, _, port = s.listen.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen {s.listen!r}: expected [ADDR]:PORT")
+    if s.instance_type and lookup(s.instance_type) is None:
+        log.warning("instance type %s is not in the table: expected counts stay unknown unless given",
+                    s.instance_type)
+
+
+def expectations(s: Settings) -> Expectations:
+    known = lookup(s.instance_type) if s.instance_type else None
+    gpus = s.gpus_expected if s.gpus_expected is not None else (known.gpus if known else None)
+    efa = s.efa_expected if s.efa_expected is not None else (known.efa_devices if known else None)
+    return Expectations(gpus=gpus, efa_devices=efa)
+
+
+def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
+    matcher = KernelEventMatcher(load_patterns(Path(s.kernel_patterns)) if s.kernel_patterns else None)
+    dcgmi = shlex.split(s.dcgmi)
+    makers: dict[str, Any] = {
+        "kmsg": lambda: KmsgProbe.for_path(
+            s.kmsg_file or s.kmsg_device, bool(s.kmsg_file), matcher=matcher,
+            state_file=None if once else s.state_file, boot_id_file=s.boot_id_file),
+        "nvml": NvmlProbe,
+        "dcgm": lambda: DcgmHealthProbe(dcgmi),
+        "diag": lambda: DcgmDiagProbe(dcgmi, level=s.diag_level),
+        "dcgm_exporter": lambda: DcgmExporterProbe(s.dcgm_exporter),
+        "efa": lambda: EfaProbe(s.sysfs_root),
+    }
+    return [(makers[name](), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]
+
+
+def run_once(s: Settings) -> bytes:
+    snapshot = Snapshot()
+    runners = [ProbeRunner(p, snapshot, interval, deadline) for p, interval, deadline in build_probes(s, once=True)]
+    threads = [threading.Thread(target=r.run_once, daemon=True) for r in runners]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuhealthCollector(snapshot, expectations(s)))
+    return generate_latest(registry)
+
+
+def _conditions_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Settings, stop: threading.Event) -> None:
+    expect = expectations(s)
+    while not stop.wait(s.condition_interval):
+        try:
+            writer.sync(evaluate(snapshot.view(), expect, s.fault_window))
+        except KubeError as exc:
+            log.warning("node conditions not written (will retry): %s", exc)
+
+
+def serve(s: Settings) -> None:
+    snapshot = Snapshot()
+    stop = threading.Event()
+    for probe, interval, deadline in build_probes(s, once=False):
+        ProbeRunner(probe, snapshot, interval, deadline).start(stop)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuhealthCollector(snapshot, expectations(s)))
+    registry.register(ProcessCollector(registry=None))
+    host, _, port = s.listen.rpartition(":")
+    start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=registry)
+    log.info("gpuhealth-exporter %s serving on %s", __version__, s.listen)
+    api = s.kube_api or in_cluster_api()
+    if s.conditions and s.node and api:
+        writer = NodeConditionWriter(api, s.node)
+        threading.Thread(target=_conditions_loop, args=(writer, snapshot, s, stop), daemon=True).start()
+    elif s.conditions:
+        log.info("node conditions off: %s", "no node name (--node/NODE_NAME)" if not s.node else "no API server")
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=(args.log_level or "info").upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = settings_from_args(args, dict(os.environ))
+        logging.getLogger().setLevel(settings.log_level.upper())
+        check_settings(settings)
+        if args.once:
+            sys.stdout.buffer.write(run_once(settings))
+            return 0
+        serve(settings)
+        return 0
+    except (ConfigError, PatternError, UsageError) as exc:
+        print(f"gpuhealth-exporter: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

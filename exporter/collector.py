@@ -1,0 +1,125 @@
+"""The prometheus_client Collector: builds fresh metrics from the snapshot on every scrape.
+
+A scrape never touches hardware and never waits on a probe; it only reads the snapshot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from exporter import __version__
+from exporter.catalog import FAMILIES
+from exporter.probes.base import STALE
+from exporter.samples import GpuIdentity, Sample
+from exporter.snapshot import ProbeState, Snapshot
+
+# Which probe's GPU list is gpuhealth_gpus_visible, in order of preference.
+VISIBLE_GPU_SOURCES = ("nvml", "dcgm_exporter")
+
+
+@dataclass(frozen=True)
+class Expectations:
+    gpus: int | None = None
+    efa_devices: int | None = None
+
+
+def trusted(states: dict[str, ProbeState], now: float) -> dict[str, ProbeState]:
+    """Probes whose last run succeeded and is recent enough to believe."""
+    return {n: st for n, st in states.items() if st.success and st.result is not None and not st.is_stale(now)}
+
+
+def gpu_inventory(states: dict[str, ProbeState]) -> dict[str, GpuIdentity]:
+    """What every source knows about each GPU, by PCI bus id (index from NVML/DCGM, UUID from any)."""
+    merged: dict[str, GpuIdentity] = {}
+    for st in states.values():
+        if st.result is None:
+            continue
+        uuids = st.result.facts.get("gpu_uuids")
+        if isinstance(uuids, dict):
+            for pci, uuid in uuids.items():
+                old = merged.get(pci, GpuIdentity(pci))
+                merged[pci] = GpuIdentity(pci, old.index, old.uuid or str(uuid))
+        for gpu in st.result.gpus or []:
+            old = merged.get(gpu.pci_bus_id, GpuIdentity(gpu.pci_bus_id))
+            merged[gpu.pci_bus_id] = GpuIdentity(gpu.pci_bus_id, old.index or gpu.index, old.uuid or gpu.uuid)
+    return merged
+
+
+def visible_gpus(states: dict[str, ProbeState]) -> int | None:
+    for name in VISIBLE_GPU_SOURCES:
+        st = states.get(name)
+        if st is not None and st.result is not None and st.result.gpus is not None:
+            return len(st.result.gpus)
+    return None
+
+
+def _enrich(sample: Sample, inventory: dict[str, GpuIdentity]) -> Sample:
+    """Kernel-log samples know only the PCI bus id: add the GPU index and UUID where a source knows them."""
+    labels = sample.labels
+    if "pci_bus_id" not in labels or "gpu" not in labels or labels["gpu"]:
+        return sample
+    known = inventory.get(labels["pci_bus_id"])
+    if known is None:
+        return sample
+    return Sample(sample.name, {**labels, "gpu": known.index, "uuid": labels.get("uuid") or known.uuid},
+                  sample.value)
+
+
+class GpuhealthCollector(Collector):
+    def __init__(self, snapshot: Snapshot, expect: Expectations) -> None:
+        self.snapshot = snapshot
+        self.expect = expect
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # metrics are dynamic; registering must not call collect() (it could be slow)
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.monotonic()
+        states = self.snapshot.view()
+        good = trusted(states, now)
+        inventory = gpu_inventory(good)
+        samples: list[Sample] = [Sample("gpuhealth_exporter_build_info", {"version": __version__}, 1)]
+        for st in states.values():
+            samples.extend(self._probe_health(st, st.name in good, now))
+        visible = visible_gpus(good)
+        for name, value in (("gpuhealth_gpus_visible", visible), ("gpuhealth_gpus_expected", self.expect.gpus),
+                            ("gpuhealth_efa_devices_expected", self.expect.efa_devices)):
+            if value is not None:
+                samples.append(Sample(name, {}, value))
+        for st in good.values():
+            assert st.result is not None
+            samples.extend(_enrich(s, inventory) for s in st.result.samples)
+        yield from build_families(samples)
+
+    @staticmethod
+    def _probe_health(st: ProbeState, ok: bool, now: float) -> list[Sample]:
+        probe = {"probe": st.name}
+        out = [
+            Sample("gpuhealth_probe_success", probe, 1 if ok else 0),
+            Sample("gpuhealth_probe_duration_seconds", probe, st.duration),
+            Sample("gpuhealth_probe_interval_seconds", probe, st.interval),
+        ]
+        if not ok:
+            reason = st.reason if not st.success else STALE
+            out.append(Sample("gpuhealth_probe_error", {**probe, "reason": reason}, 1))
+        if st.last_success is not None:
+            out.append(Sample("gpuhealth_probe_last_success_timestamp_seconds", probe, st.last_success))
+        out.extend(Sample("gpuhealth_probe_failures", {**probe, "reason": r}, n) for r, n in st.failures.items())
+        return out
+
+
+def build_families(samples: Iterable[Sample]) -> Iterator[Metric]:
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+    for s in samples:
+        fam = families.get(s.name)
+        if fam is None:
+            spec = FAMILIES[s.name]
+            cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
+            fam = families[s.name] = cls(spec.name, spec.help, labels=list(spec.labels))
+        fam.add_metric([s.labels[k] for k in FAMILIES[s.name].labels], s.value)
+    yield from families.values()

@@ -1,0 +1,135 @@
+"""Exporter settings: defaults, a YAML config file, then command-line flags, in rising precedence.
+
+A bad file is refused with the file, line and key at fault; nothing starts on a half-read config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    enabled: bool = True
+    interval: float = 15.0
+    deadline: float = 10.0
+
+
+DEFAULT_PROBES: dict[str, ProbeSettings] = {
+    "kmsg": ProbeSettings(interval=1.0, deadline=5.0),
+    "nvml": ProbeSettings(interval=15.0, deadline=10.0),
+    "dcgm": ProbeSettings(interval=30.0, deadline=20.0),
+    # dcgmi diag -r 1 takes seconds on a healthy node; an hour apart it costs nothing measurable.
+    "diag": ProbeSettings(interval=3600.0, deadline=300.0),
+    "dcgm_exporter": ProbeSettings(enabled=False, interval=15.0, deadline=5.0),
+    "efa": ProbeSettings(interval=15.0, deadline=5.0),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    node: str = ""
+    listen: str = ":9842"
+    kmsg_device: str = "/dev/kmsg"
+    kmsg_file: str = ""  # a log file to follow instead of the device (a dmesg capture works)
+    state_file: str = "/var/lib/gpuhealth/kmsg-state.json"
+    boot_id_file: str = "/proc/sys/kernel/random/boot_id"
+    kernel_patterns: str = ""  # default: the patterns shipped with the exporter
+    sysfs_root: str = "/"
+    dcgmi: str = "dcgmi"
+    diag_level: int = 1
+    dcgm_exporter: str = ""  # URL of a local dcgm-exporter's /metrics, or a file
+    instance_type: str = ""
+    gpus_expected: int | None = None
+    efa_expected: int | None = None
+    conditions: bool = True  # write node conditions when a node name is known
+    condition_interval: float = 10.0
+    fault_window: float = 900.0  # a kernel-log fault keeps its condition False this long after it was seen
+    kube_api: str = ""  # default: the in-cluster API from KUBERNETES_SERVICE_HOST
+    log_level: str = "info"
+    probes: dict[str, ProbeSettings] = field(default_factory=lambda: dict(DEFAULT_PROBES))
+
+
+_SCALARS = {f.name: f for f in fields(Settings) if f.name != "probes"}
+_INT_OR_NONE = {"gpus_expected", "efa_expected"}
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _scalar(path: str, key: str, node: yaml.Node, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(node, yaml.ScalarNode):
+        raise ConfigError(f"{path}:{_line(node)}: {key}: expected a single value")
+    value = yaml.safe_load(yaml.serialize(node))
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise ConfigError(f"{path}:{_line(node)}: {key}: expected a number, got {value!r}")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ConfigError(f"{path}:{_line(node)}: {key}: expected {names}, got {value!r}")
+    return value
+
+
+def _probe(path: str, name: str, node: yaml.Node, base: ProbeSettings) -> ProbeSettings:
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError(f"{path}:{_line(node)}: probes.{name}: expected a mapping")
+    values: dict[str, Any] = {}
+    for knode, vnode in node.value:
+        key = f"probes.{name}.{knode.value}"
+        if knode.value == "enabled":
+            values["enabled"] = _scalar(path, key, vnode, bool)
+        elif knode.value in ("interval", "deadline"):
+            number = float(_scalar(path, key, vnode, (int, float)))
+            if number <= 0:
+                raise ConfigError(f"{path}:{_line(vnode)}: {key}: must be > 0, got {number:g}")
+            values[knode.value] = number
+        else:
+            raise ConfigError(f"{path}:{_line(knode)}: {key}: unknown key (known: enabled, interval, deadline)")
+    return replace(base, **values)
+
+
+def load_file(path: str, base: Settings | None = None) -> Settings:
+    base = base or Settings()
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    if root is None:
+        return base
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"{path}:{_line(root)}: expected a mapping of settings")
+    values: dict[str, Any] = {}
+    probes = dict(base.probes)
+    for knode, vnode in root.value:
+        key = knode.value
+        if key == "probes":
+            if not isinstance(vnode, yaml.MappingNode):
+                raise ConfigError(f"{path}:{_line(vnode)}: probes: expected a mapping")
+            for pk, pv in vnode.value:
+                if pk.value not in DEFAULT_PROBES:
+                    raise ConfigError(f"{path}:{_line(pk)}: probes.{pk.value}: unknown probe "
+                                      f"(known: {', '.join(DEFAULT_PROBES)})")
+                probes[pk.value] = _probe(path, pk.value, pv, probes[pk.value])
+        elif key in _INT_OR_NONE:
+            values[key] = _scalar(path, key, vnode, (int, type(None)))
+        elif key in _SCALARS:
+            default = getattr(Settings(), key)
+            kind: type | tuple[type, ...] = (int, float) if isinstance(default, float) else type(default)
+            values[key] = _scalar(path, key, vnode, kind)
+        else:
+            raise ConfigError(f"{path}:{_line(knode)}: {key}: unknown setting")
+    return replace(base, probes=probes, **values)

@@ -1,0 +1,121 @@
+"""Recognise GPU, NVSwitch, PCIe, CPU and NIC faults in kernel-log text, by the patterns in a YAML file."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KINDS = {"xid", "gpu_map", "sxid", "event", "unparsed_xid", "ignore"}
+
+# Xid 154 recovery actions, by the code the driver prints.
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset_required",
+    2: "node_reboot_required",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+}
+
+
+class PatternError(ValueError):
+    """The pattern file is wrong; the message names the file, the entry and why."""
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    kind: str
+    regex: re.Pattern[str]
+    event: str = ""
+    xid: str = ""
+    extract: dict[str, re.Pattern[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Match:
+    pattern: str
+    kind: str
+    fields: dict[str, str]
+
+
+def default_pattern_file() -> Path:
+    return Path(str(resources.files("exporter") / "data" / "kernel_patterns.yaml"))
+
+
+def _compile(where: str, text: Any) -> re.Pattern[str]:
+    if not isinstance(text, str):
+        raise PatternError(f"{where}: regex must be a string")
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise PatternError(f"{where}: bad regex: {exc}") from exc
+
+
+def _pattern(path: Path, i: int, entry: Any) -> Pattern:
+    where = f"{path}: patterns[{i}]"
+    if not isinstance(entry, dict):
+        raise PatternError(f"{where}: must be a mapping")
+    unknown = set(entry) - {"name", "kind", "regex", "event", "xid", "extract"}
+    if unknown:
+        raise PatternError(f"{where}: unknown key(s) {sorted(unknown)}")
+    name = entry.get("name")
+    where = f"{path}: pattern {name!r}"
+    kind = entry.get("kind")
+    if not isinstance(name, str) or not name:
+        raise PatternError(f"{path}: patterns[{i}]: needs a name")
+    if kind not in KINDS:
+        raise PatternError(f"{where}: kind must be one of {sorted(KINDS)}, not {kind!r}")
+    if kind == "event" and not entry.get("event"):
+        raise PatternError(f"{where}: kind event needs `event:` (the event label)")
+    regex = _compile(where, entry.get("regex"))
+    extract = entry.get("extract") or {}
+    if not isinstance(extract, dict):
+        raise PatternError(f"{where}: extract must be a mapping of field: regex")
+    if kind == "xid" and "xid" not in regex.groupindex and "xid" not in entry:
+        raise PatternError(f"{where}: an xid pattern needs a (?P<xid>...) group or a fixed `xid:`")
+    return Pattern(
+        name=name,
+        kind=kind,
+        regex=regex,
+        event=str(entry.get("event", "")),
+        xid=str(entry.get("xid", "")),
+        extract={k: _compile(f"{where} extract.{k}", v) for k, v in extract.items()},
+    )
+
+
+def load_patterns(path: Path | None = None) -> list[Pattern]:
+    path = path or default_pattern_file()
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise PatternError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):
+        raise PatternError(f"{path}: needs a top-level `patterns:` list")
+    return [_pattern(path, i, entry) for i, entry in enumerate(doc["patterns"])]
+
+
+class KernelEventMatcher:
+    def __init__(self, patterns: list[Pattern] | None = None) -> None:
+        self.patterns = patterns if patterns is not None else load_patterns()
+
+    def match(self, text: str) -> Match | None:
+        for p in self.patterns:
+            m = p.regex.search(text)
+            if not m:
+                continue
+            fields = {k: v for k, v in m.groupdict().items() if v is not None}
+            if p.xid:
+                fields["xid"] = p.xid
+            if p.event:
+                fields["event"] = p.event
+            for key, rx in p.extract.items():
+                em = rx.search(text)
+                if em:
+                    fields.update({f"{key}_{g}" if g != "v" else key: v for g, v in em.groupdict().items() if v})
+            return Match(p.name, p.kind, fields)
+        return None

@@ -1,0 +1,108 @@
+"""Kernel-log records from any of the shapes a node or on-call produces.
+
+Shapes (see tests/fixtures/kmsg/samples.txt): /dev/kmsg records (`prio,seq,usec,flags;text`, with
+continuation lines that start with a space and carry KEY=value metadata), `dmesg` (`[ 1843.308145] ...`),
+`dmesg -T` (`[Sun Feb 23 16:24:18 2025] ...`), `dmesg --decode --time-format iso`
+(`kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...`), syslog/journald (`host kernel: ...`) and raw
+message text. In the text shapes an indented line continues the previous record's message.
+
+Only kernel records count: a /dev/kmsg record whose facility is not 0, an ISO line from another
+facility, or a syslog line from another program is marked `kernel=False`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+KERNEL_FACILITY = 0
+
+_KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)$", re.DOTALL)
+_BRACKET = re.compile(r"^\[(?P<stamp>[^\]]*)\]\s?(?P<text>.*)$")
+_MONOTONIC = re.compile(r"^\s*(?P<sec>\d+)\.(?P<frac>\d+)\s*$")
+_ISO = re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s+\d{4}-\d\d-\d\dT\S+\s(?P<text>.*)$")
+_SYSLOG_DATE = r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+)"
+_SYSLOG_KERNEL = re.compile(
+    rf"^(?:{_SYSLOG_DATE}\s+)?(?:\S+\s+)?kernel:\s(?:\[\s*\d+\.\d+\]\s)?(?P<text>.*)$"
+)
+_SYSLOG_OTHER = re.compile(rf"^{_SYSLOG_DATE}\s+\S+\s+[\w.\-/@]+(?:\[\d+\])?:\s(?P<text>.*)$")
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+_ISO_FACILITIES = {
+    "kern": 0, "user": 1, "mail": 2, "daemon": 3, "auth": 4, "syslog": 5, "lpr": 6, "news": 7,
+    "uucp": 8, "cron": 9, "authpriv": 10, "ftp": 11,
+}
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    text: str
+    kernel: bool = True
+    seq: int | None = None
+    usec: int | None = None
+
+
+def parse_kmsg_record(raw: str) -> KernelRecord | None:
+    """One record as read(2) returns it from /dev/kmsg; None if it is not in that format."""
+    head, _, _meta = raw.partition("\n")
+    m = _KMSG.match(head)
+    if not m:
+        return None
+    prio = int(m.group("prio"))
+    # The kernel escapes newlines and control characters in the text as \xNN.
+    text = _ESCAPE.sub(lambda e: chr(int(e.group(1), 16)), m.group("text"))
+    return KernelRecord(
+        text=" ".join(part.strip() for part in text.splitlines() if part.strip()),
+        kernel=(prio >> 3) == KERNEL_FACILITY,
+        seq=int(m.group("seq")),
+        usec=int(m.group("usec")),
+    )
+
+
+def _parse_text_line(line: str) -> KernelRecord:
+    kmsg = parse_kmsg_record(line)
+    if kmsg is not None:
+        return kmsg
+    m = _BRACKET.match(line)
+    if m:
+        mono = _MONOTONIC.match(m.group("stamp"))
+        usec = int(mono.group("sec")) * 1_000_000 + int(mono.group("frac")[:6].ljust(6, "0")) if mono else None
+        return KernelRecord(text=m.group("text").strip(), usec=usec)
+    m = _ISO.match(line)
+    if m:
+        facility = _ISO_FACILITIES.get(m.group("facility"), -1)
+        return KernelRecord(text=m.group("text").strip(), kernel=facility == KERNEL_FACILITY)
+    m = _SYSLOG_KERNEL.match(line)
+    if m:
+        return KernelRecord(text=m.group("text").strip())
+    m = _SYSLOG_OTHER.match(line)
+    if m:
+        return KernelRecord(text=m.group("text").strip(), kernel=False)
+    return KernelRecord(text=line.strip())
+
+
+def iter_text_records(lines: Iterable[str]) -> Iterator[KernelRecord]:
+    """Records from lines of a log in any text shape; indented lines join the record before them.
+
+    Lines starting with '#' are comments (annotated captures use them) and are passed over without
+    ending the record; blank lines end it.
+    """
+    pending: KernelRecord | None = None
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if line.startswith("#"):
+            continue
+        if line[:1] in (" ", "\t") and pending is not None and line.strip():
+            if pending.seq is not None:
+                continue  # /dev/kmsg metadata (" SUBSYSTEM=pci"), not message text
+            pending = KernelRecord(f"{pending.text} {line.strip()}", pending.kernel, pending.seq, pending.usec)
+            continue
+        if pending is not None:
+            yield pending
+            pending = None
+        if not line.strip():
+            continue
+        pending = _parse_text_line(line)
+    if pending is not None:
+        yield pending

@@ -1,0 +1,1 @@
+"""Probes: each reads one hardware signal source and returns a ProbeResult, or raises ProbeError."""

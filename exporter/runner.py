@@ -1,0 +1,93 @@
+"""Runs each probe on its own interval under a hard deadline. A hung probe never hangs the exporter."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+from exporter.catalog import FAMILIES
+from exporter.probes.base import BAD_OUTPUT, TIMEOUT, Probe, ProbeError, classify
+from exporter.samples import ProbeResult
+from exporter.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+# Extra time the runner allows beyond a probe's deadline, so a probe that enforces its own deadline
+# (and kills its subprocess) reports that itself, before the runner gives up on it.
+GRACE_SECONDS = 1.0
+
+
+def validate(result: Any) -> ProbeResult:
+    """A result that does not fit the catalog is garbage, and garbage is a failure, not data."""
+    if not isinstance(result, ProbeResult):
+        raise ProbeError(BAD_OUTPUT, f"probe returned {type(result).__name__}, not a ProbeResult")
+    for s in result.samples:
+        family = FAMILIES.get(s.name)
+        if family is None:
+            raise ProbeError(BAD_OUTPUT, f"unknown metric {s.name}")
+        if set(s.labels) != set(family.labels):
+            raise ProbeError(BAD_OUTPUT, f"{s.name}: labels {sorted(s.labels)} != {sorted(family.labels)}")
+        if not math.isfinite(s.value):
+            raise ProbeError(BAD_OUTPUT, f"{s.name}{s.labels}: value {s.value}")
+    return result
+
+
+class ProbeRunner:
+    def __init__(self, probe: Probe, snapshot: Snapshot, interval: float, deadline: float) -> None:
+        self.probe = probe
+        self.snapshot = snapshot
+        self.interval = interval
+        self.deadline = deadline
+        self._hung: threading.Thread | None = None
+        self._hung_since = 0.0
+        snapshot.register(probe.name, interval, deadline)
+
+    def run_once(self) -> None:
+        name = self.probe.name
+        if self._hung is not None:
+            if self._hung.is_alive():
+                age = time.monotonic() - self._hung_since
+                self.snapshot.record_failure(name, TIMEOUT, f"previous run still hung after {age:.0f}s", 0.0)
+                return
+            self._hung = None
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["result"] = self.probe.collect(self.deadline)
+            except BaseException as exc:  # everything a probe lets escape is a failure, never a crash
+                box["error"] = exc
+
+        started = time.monotonic()
+        worker = threading.Thread(target=work, name=f"probe-{name}", daemon=True)
+        worker.start()
+        worker.join(self.deadline + GRACE_SECONDS)
+        duration = time.monotonic() - started
+        if worker.is_alive():
+            self._hung, self._hung_since = worker, started
+            self.snapshot.record_failure(name, TIMEOUT, f"no result within {self.deadline:g}s", duration)
+            log.warning("probe %s: no result within %gs (fail closed)", name, self.deadline)
+            return
+        try:
+            if "error" in box:
+                raise classify(box["error"])
+            result = validate(box.get("result"))
+        except ProbeError as err:
+            self.snapshot.record_failure(name, err.reason, err.message, duration)
+            log.warning("probe %s failed (%s): %s", name, err.reason, err.message)
+            return
+        self.snapshot.record_success(name, result, duration)
+
+    def loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            self.run_once()
+            stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        thread = threading.Thread(target=self.loop, args=(stop,), name=f"runner-{self.probe.name}", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,65 @@
+"""The latest outcome of every probe. Probes write it; scrapes and the node-condition writer read it."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from exporter.samples import ProbeResult
+
+
+@dataclass
+class ProbeState:
+    name: str
+    interval: float
+    deadline: float
+    result: ProbeResult | None = None  # last successful result
+    success: bool = False
+    reason: str = "not_run"
+    message: str = "has not run yet"
+    duration: float = 0.0
+    last_success: float | None = None  # unix time
+    last_finish: float | None = None  # monotonic
+    failures: Counter[str] = field(default_factory=Counter)
+
+    def stale_after(self) -> float:
+        """A result older than this (seconds) is not trusted, whatever it said."""
+        return 2 * self.interval + self.deadline
+
+    def is_stale(self, now_monotonic: float) -> bool:
+        return self.last_finish is None or now_monotonic - self.last_finish > self.stale_after()
+
+
+class Snapshot:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, ProbeState] = {}
+
+    def register(self, name: str, interval: float, deadline: float) -> None:
+        with self._lock:
+            self._states[name] = ProbeState(name, interval, deadline)
+
+    def record_success(self, name: str, result: ProbeResult, duration: float) -> None:
+        with self._lock:
+            st = self._states[name]
+            st.result, st.success, st.reason, st.message = result, True, "", ""
+            st.duration, st.last_success, st.last_finish = duration, time.time(), time.monotonic()
+
+    def record_failure(self, name: str, reason: str, message: str, duration: float) -> None:
+        with self._lock:
+            st = self._states[name]
+            st.result, st.success, st.reason, st.message = None, False, reason, message
+            st.duration, st.last_finish = duration, time.monotonic()
+            st.failures[reason] += 1
+
+    def view(self) -> dict[str, ProbeState]:
+        """A consistent copy; results are shared (probes never mutate a result they returned)."""
+        with self._lock:
+            return {
+                name: ProbeState(st.name, st.interval, st.deadline, st.result, st.success, st.reason, st.message,
+                                 st.duration, st.last_success, st.last_finish, copy.copy(st.failures))
+                for name, st in self._states.items()
+            }
