@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shlex
@@ -141,8 +142,8 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
     probes = dict(settings.probes)
     if settings.dcgm_exporter and not args.disable:
         probes["dcgm_exporter"] = replace(probes["dcgm_exporter"], enabled=True)
-    for names, enabled in ((sum(args.enable, []), True), (sum(args.disable, []), False)):
-        for name in names:
+    for groups, enabled in ((args.enable, True), (args.disable, False)):
+        for name in (n for group in groups for n in group):
             probes[name] = replace(probes[name], enabled=enabled)
     return replace(settings, probes=probes)
 
@@ -166,7 +167,7 @@ def check_settings(s: Settings) -> None:
     uses_dcgmi = s.probes["dcgm"].enabled or s.probes["diag"].enabled
     if uses_dcgmi and "/" in argv[0] and not shutil.which(argv[0]):
         raise UsageError(f"--dcgmi {argv[0]}: not an executable file")
-    host, _, port = s.listen.rpartition(":")
+    port = s.listen.rpartition(":")[2]
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--listen {s.listen!r}: expected [ADDR]:PORT")
     if s.instance_type and lookup(s.instance_type) is None:
@@ -237,10 +238,8 @@ def serve(s: Settings) -> None:
     elif s.conditions:
         log.info("node conditions off: %s", "no node name (--node/NODE_NAME)" if not s.node else "no API server")
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
-    except KeyboardInterrupt:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,9 @@ def _table() -> dict[str, InstanceType]:
     text = (resources.files("exporter") / "data" / "instance_types.csv").read_text()
     rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     return {
-        r["instance_type"]: InstanceType(r["instance_type"], int(r["nvidia_gpu"] or 0), int(r["efa_max_interfaces"] or 0))
+        r["instance_type"]: InstanceType(
+            r["instance_type"], gpus=int(r["nvidia_gpu"] or 0), efa_devices=int(r["efa_max_interfaces"] or 0)
+        )
         for r in rows
     }
 

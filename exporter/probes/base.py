@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -72,10 +73,8 @@ def run_command(argv: list[str], deadline: float) -> subprocess.CompletedProcess
     try:
         out, err = proc.communicate(timeout=deadline)
     except subprocess.TimeoutExpired as exc:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.communicate()
         raise ProbeError(TIMEOUT, f"{' '.join(argv)}: no answer within {deadline:g}s, killed") from exc
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -1,0 +1,411 @@
+"""DCGM probes: `dcgmi health -c -j`, `dcgmi diag -r N -j` and a local dcgm-exporter's /metrics.
+
+Each probe turns one reading into samples of exporter.catalog families, or raises ProbeError.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample as PromSample
+
+from exporter.clock_events import clock_event_samples
+from exporter.pci import normalize_bus_id
+from exporter.probes.base import (
+    BAD_OUTPUT,
+    ERROR,
+    NOT_FOUND,
+    PERMISSION_DENIED,
+    TIMEOUT,
+    ProbeError,
+    run_command,
+)
+from exporter.samples import GpuIdentity, ProbeResult, Sample
+
+PROBLEMS = "gpu_problems"  # facts key: list[str] of human-readable failures
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _load_json(proc: subprocess.CompletedProcess[str], tool: str) -> dict[str, Any]:
+    """The JSON object a dcgmi command printed, whatever its exit status."""
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        # dcgmi prints some errors on stdout ("Error: unable to establish a connection ...").
+        detail = _first_line(proc.stderr) or _first_line(proc.stdout) or "no output"
+        raise ProbeError(BAD_OUTPUT, f"{tool}: no JSON (exit {proc.returncode}): {detail}") from exc
+    if not isinstance(doc, dict):
+        raise ProbeError(BAD_OUTPUT, f"{tool}: JSON is a {type(doc).__name__}, not an object")
+    return doc
+
+
+# --- dcgmi health -c -j ---------------------------------------------------------------------------
+
+HEALTH_CODES = {"healthy": 0, "pass": 0, "warning": 10, "warn": 10, "failure": 20, "fail": 20}
+HEALTH_FAILURE = 20
+_ENTITY_KEY = re.compile(r"^\s*(?P<kind>.+?)\s+ID:\s*(?P<id>\S+)\s*$")
+_OVERALL = "overall health"
+
+
+@dataclass(frozen=True)
+class _HealthEntry:
+    gpu: str
+    system: str
+    code: int
+    errors: tuple[str, ...]
+    leaf: bool  # no status-bearing node below it: the most specific report of a fault
+
+
+def _health_code(node: dict[str, Any]) -> int | None:
+    value = node.get("value")
+    return HEALTH_CODES.get(value.strip().lower()) if isinstance(value, str) else None
+
+
+def _child_nodes(node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for key, value in node.items():
+        if key == "children" and isinstance(value, dict):
+            yield from ((k, v) for k, v in value.items() if isinstance(v, dict))
+        elif isinstance(value, dict):
+            yield key, value
+
+
+def _system_name(key: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", key.strip().lower()).strip("_")
+
+
+def _health_labels(key: str, entity: tuple[str, str] | None, is_entity: bool) -> tuple[str, str]:
+    """(gpu, system) for a status node: system is the DCGM health system (memory, pcie, ...)."""
+    if entity is None:
+        return ("", "") if key.strip().lower() == _OVERALL else ("", _system_name(key))
+    kind, ident = entity
+    system = "" if is_entity else _system_name(key)
+    if kind.strip().upper() == "GPU":
+        return ident, system
+    prefix = f"{_system_name(kind)}_{ident}"
+    return "", f"{prefix}:{system}" if system else prefix
+
+
+def _walk_health(key: str, node: dict[str, Any], entity: tuple[str, str] | None,
+                 out: list[_HealthEntry]) -> None:
+    match = _ENTITY_KEY.match(key)
+    if match:
+        entity = (match["kind"], match["id"])
+    start = len(out)
+    errors: list[str] = []
+    for child_key, child in _child_nodes(node):
+        if _health_code(child) is None and isinstance(child.get("value"), str):
+            errors.append(child["value"].strip())
+        _walk_health(child_key, child, entity, out)
+    code = _health_code(node)
+    if code is not None:
+        gpu, system = _health_labels(key, entity, match is not None)
+        out.append(_HealthEntry(gpu, system, code, tuple(errors), leaf=len(out) == start))
+
+
+def _health_problem(entry: _HealthEntry) -> str:
+    where = " ".join(part for part in (f"GPU {entry.gpu}" if entry.gpu else "", entry.system) if part)
+    text = f"dcgmi health: {where or 'node'} failure"
+    return f"{text}: {'; '.join(entry.errors)}" if entry.errors else text
+
+
+def parse_health(doc: dict[str, Any]) -> ProbeResult:
+    body = doc.get("body")
+    overall = body.get("Overall Health") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or not isinstance(overall, dict) or _health_code(overall) is None:
+        raise ProbeError(BAD_OUTPUT, "dcgmi health: no 'Overall Health' status in the report")
+    entries: list[_HealthEntry] = []
+    for key, node in _child_nodes(body):
+        _walk_health(key, node, None, entries)
+    worst: dict[tuple[str, str], int] = {}
+    for entry in entries:
+        labels = (entry.gpu, entry.system)
+        worst[labels] = max(worst.get(labels, 0), entry.code)
+    result = ProbeResult()
+    for (gpu, system), code in worst.items():
+        result.add("gpuhealth_dcgm_health_status", code, gpu=gpu, system=system)
+    failing = [e for e in entries if e.code >= HEALTH_FAILURE and e.leaf and (e.gpu or e.system)]
+    problems = [_health_problem(e) for e in failing]
+    if not problems and worst[("", "")] >= HEALTH_FAILURE:
+        problems.append("dcgmi health: overall health is failure (no details in the report)")
+    result.facts[PROBLEMS] = problems
+    return result
+
+
+class DcgmHealthProbe:
+    """`dcgmi health -c -j`: DCGM's background health watches (needs watches set, e.g. `-s a`)."""
+
+    name = "dcgm"
+
+    def __init__(self, command: list[str]) -> None:
+        self._command = list(command)
+
+    def collect(self, deadline: float) -> ProbeResult:
+        proc = run_command([*self._command, "health", "-c", "-j"], deadline)
+        doc = _load_json(proc, "dcgmi health")
+        try:
+            return parse_health(doc)
+        except _MALFORMED as exc:
+            raise ProbeError(BAD_OUTPUT, f"dcgmi health: unexpected report: {exc!r}") from exc
+
+
+# --- dcgmi diag -r N -j ---------------------------------------------------------------------------
+
+_DIAG_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",
+                "not run": "skip"}
+
+
+@dataclass(frozen=True)
+class _DiagResult:
+    category: str
+    test: str
+    gpu: str
+    result: str
+    detail: str
+
+
+def _diag_status(raw: object, test: str) -> str:
+    status = _DIAG_STATUS.get(str(raw).strip().lower())
+    if status is None:  # fail closed: a status we do not know must not read as a pass
+        raise ProbeError(BAD_OUTPUT, f"dcgmi diag: unknown status {raw!r} for test {test!r}")
+    return status
+
+
+def _warning_text(warnings: object) -> str:
+    """3.x and 4.x give a list of {"warning": ...}; older releases a plain string."""
+    if isinstance(warnings, str):
+        return warnings.strip()
+    if not isinstance(warnings, list):
+        return ""
+    texts = [str(w.get("warning", "")) if isinstance(w, dict) else str(w) for w in warnings]
+    return "; ".join(t.strip() for t in texts if t.strip())
+
+
+def _result_gpus(result: dict[str, Any]) -> list[str]:
+    if "entity_group" in result:  # 4.x: one entity per result
+        return [str(result["entity_id"])] if str(result["entity_group"]).upper() == "GPU" else [""]
+    ids = str(result.get("gpu_ids", "")).strip()  # 3.x: GPUs with the same outcome share a result
+    return [g.strip() for g in ids.split(",") if g.strip()] or [""]
+
+
+def _test_results(category: str, test: dict[str, Any]) -> Iterator[_DiagResult]:
+    name = str(test["name"])
+    results = test.get("results") or []
+    if not results and isinstance(test.get("test_summary"), dict):
+        results = [test["test_summary"]]
+    for result in results:
+        status = _diag_status(result["status"], name)
+        detail = _warning_text(result.get("warnings"))
+        for gpu in _result_gpus(result):
+            yield _DiagResult(category, name, gpu, status, detail)
+
+
+def _diag_root(doc: dict[str, Any]) -> dict[str, Any]:
+    root = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))  # 4.x, 3.x
+    if not isinstance(root, dict):
+        raise ProbeError(BAD_OUTPUT, "dcgmi diag: no 'DCGM Diagnostic' or 'DCGM GPU Diagnostic' object")
+    if root.get("runtime_error"):
+        raise ProbeError(ERROR, f"dcgmi diag: runtime error: {root['runtime_error']}")
+    if not isinstance(root.get("test_categories"), list):
+        raise ProbeError(BAD_OUTPUT, "dcgmi diag: no test_categories in output")
+    return root
+
+
+def _diag_problem(r: _DiagResult) -> str:
+    text = f"dcgmi diag: {r.test} failed" + (f" on GPU {r.gpu}" if r.gpu else "")
+    return f"{text}: {r.detail}" if r.detail else text
+
+
+def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
+    results: dict[tuple[str, str, str, str], _DiagResult] = {}
+    for category in _diag_root(doc)["test_categories"]:
+        for test in category["tests"]:
+            for r in _test_results(str(category["category"]), test):
+                results.setdefault((r.category, r.test, r.gpu, r.result), r)
+    out = ProbeResult()
+    for r in results.values():
+        out.add("gpuhealth_dcgm_diag_result", 1, category=r.category, test=r.test, gpu=r.gpu, result=r.result)
+    failed = [r for r in results.values() if r.result == "fail"]
+    out.add("gpuhealth_dcgm_diag_failed_tests", len(failed))
+    out.add("gpuhealth_dcgm_diag_last_run_timestamp_seconds", now)
+    out.facts[PROBLEMS] = [_diag_problem(r) for r in failed]
+    return out
+
+
+class DcgmDiagProbe:
+    """`dcgmi diag -r <level> -j`, DCGM 3.x or 4.x. Skipped tests are normal, not problems."""
+
+    name = "diag"
+
+    def __init__(self, command: list[str], level: int = 1) -> None:
+        self._command = list(command)
+        self._level = level
+
+    def collect(self, deadline: float) -> ProbeResult:
+        proc = run_command([*self._command, "diag", "-r", str(self._level), "-j"], deadline)
+        doc = _load_json(proc, "dcgmi diag")  # it exits non-zero when a test fails: still parse
+        try:
+            return parse_diag(doc, time.time())
+        except _MALFORMED as exc:
+            raise ProbeError(BAD_OUTPUT, f"dcgmi diag: unexpected document: {exc!r}") from exc
+
+
+# --- dcgm-exporter /metrics -----------------------------------------------------------------------
+
+# DCGM field (sample name) -> (gpuhealth family, extra labels, scale)
+_ECC = "gpuhealth_gpu_ecc_errors"
+_FIELDS: dict[str, tuple[str, dict[str, str], float]] = {
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": (_ECC, {"type": "double_bit", "scope": "volatile"}, 1),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": (_ECC, {"type": "double_bit", "scope": "aggregate"}, 1),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": (_ECC, {"type": "single_bit", "scope": "volatile"}, 1),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": (_ECC, {"type": "single_bit", "scope": "aggregate"}, 1),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gpuhealth_gpu_row_remap_failure", {}, 1),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("gpuhealth_gpu_row_remap_pending", {}, 1),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("gpuhealth_gpu_remapped_rows", {"cause": "uncorrectable"}, 1),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("gpuhealth_gpu_remapped_rows", {"cause": "correctable"}, 1),
+    "DCGM_FI_DEV_RETIRED_DBE": ("gpuhealth_gpu_retired_pages", {"cause": "double_bit"}, 1),
+    "DCGM_FI_DEV_RETIRED_SBE": ("gpuhealth_gpu_retired_pages", {"cause": "single_bit"}, 1),
+    "DCGM_FI_DEV_RETIRED_PENDING": ("gpuhealth_gpu_retired_pages_pending", {}, 1),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "crc_flit"}, 1),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "crc_data"}, 1),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "replay"}, 1),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "recovery"}, 1),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("gpuhealth_gpu_pcie_replays", {}, 1),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": ("gpuhealth_gpu_violation_seconds", {"reason": "thermal"}, 1e-9),
+    "DCGM_FI_DEV_POWER_VIOLATION": ("gpuhealth_gpu_violation_seconds", {"reason": "power"}, 1e-9),
+    "DCGM_FI_DEV_GPU_TEMP": ("gpuhealth_gpu_temperature_celsius", {"sensor": "gpu"}, 1),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("gpuhealth_gpu_temperature_celsius", {"sensor": "memory"}, 1),
+    "DCGM_FI_DEV_XID_ERRORS": ("gpuhealth_dcgm_last_xid", {}, 1),
+}
+_CLOCK_EVENT_FIELDS = {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}
+# The catalog defines these as 0/1 flags; DCGM_FI_DEV_RETIRED_PENDING is a page count.
+_FLAG_FAMILIES = {"gpuhealth_gpu_row_remap_failure", "gpuhealth_gpu_row_remap_pending",
+                  "gpuhealth_gpu_retired_pages_pending"}
+
+
+def _fetch(url: str, deadline: float) -> bytes:
+    # urllib's timeout bounds each socket operation, which is what a local exporter can stall on.
+    try:
+        with urllib.request.urlopen(url, timeout=deadline) as resp:
+            body: bytes = resp.read()
+            return body
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise ProbeError(NOT_FOUND if exc.code == 404 else ERROR, f"{url}: HTTP {exc.code}") from exc
+    except urllib.error.URLError as exc:
+        reason = TIMEOUT if isinstance(exc.reason, TimeoutError) else ERROR
+        raise ProbeError(reason, f"{url}: {exc.reason}") from exc
+    except TimeoutError as exc:
+        raise ProbeError(TIMEOUT, f"{url}: no answer within {deadline:g}s") from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise ProbeError(ERROR, f"{url}: {type(exc).__name__}: {exc}") from exc
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError as exc:
+        raise ProbeError(NOT_FOUND, f"{path}: not found") from exc
+    except PermissionError as exc:
+        raise ProbeError(PERMISSION_DENIED, f"{path}: permission denied") from exc
+
+
+def _dcgm_series(text: str, source: str) -> list[PromSample]:
+    if not text.strip():
+        raise ProbeError(BAD_OUTPUT, f"{source}: empty body")
+    try:
+        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except _MALFORMED as exc:
+        raise ProbeError(BAD_OUTPUT, f"{source}: not Prometheus text: {exc}") from exc
+    dcgm = [_field_sample(s) for s in samples if s.name.startswith("DCGM_")]
+    if not dcgm:
+        raise ProbeError(BAD_OUTPUT, f"{source}: no DCGM_ series in {len(samples)} samples")
+    return dcgm
+
+
+def _field_sample(s: PromSample) -> PromSample:
+    """The sample named by its DCGM field.
+
+    The parser names counter families without `_total` and their samples with it, whether or not the
+    exposition had it; DCGM field names are upper case, so a lower-case `_total` is never part of one.
+    """
+    return s._replace(name=s.name.removesuffix("_total"))
+
+
+def _gpu_labels(labels: dict[str, str]) -> dict[str, str]:
+    return {"gpu": labels["gpu"], "uuid": labels.get("UUID", ""),
+            "pci_bus_id": normalize_bus_id(labels.get("pci_bus_id", "")), "source": "dcgm"}
+
+
+def _field_samples(name: str, value: float, gpu: dict[str, str]) -> list[Sample]:
+    if name in _CLOCK_EVENT_FIELDS:
+        return clock_event_samples(int(value), gpu)
+    family, extra, scale = _FIELDS[name]
+    if family in _FLAG_FAMILIES:
+        value = 1.0 if value > 0 else 0.0
+    return [Sample(family, {**gpu, **extra}, value * scale)]
+
+
+def _exporter_problems(name: str, value: float, gpu: dict[str, str]) -> list[str]:
+    who = f"dcgm-exporter: GPU {gpu['gpu']} ({gpu['uuid'] or gpu['pci_bus_id']})"
+    if name == "DCGM_FI_DEV_ROW_REMAP_FAILURE" and value > 0:
+        return [f"{who}: row remapping failed"]
+    if name == "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" and value > 0:
+        return [f"{who}: {value:g} volatile double-bit ECC errors"]
+    return []
+
+
+def parse_dcgm_exporter(text: str, source: str = "dcgm-exporter") -> ProbeResult:
+    """Map a dcgm-exporter scrape onto gpuhealth families (source="dcgm"); the host label is dropped."""
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], Sample] = {}
+    gpus: dict[str, tuple[GpuIdentity, dict[str, str], str]] = {}
+    problems: list[str] = []
+    for s in _dcgm_series(text, source):
+        if "gpu" not in s.labels or math.isnan(s.value):
+            continue  # non-GPU entities (switches, CPUs) have no place in the GPU families
+        gpu = _gpu_labels(s.labels)
+        identity = GpuIdentity(gpu["pci_bus_id"], index=gpu["gpu"], uuid=gpu["uuid"])
+        gpus.setdefault(gpu["gpu"], (identity, gpu, s.labels.get("modelName", "")))
+        if s.name in _FIELDS or s.name in _CLOCK_EVENT_FIELDS:
+            for sample in _field_samples(s.name, s.value, gpu):
+                # MIG instances repeat device fields: one series per label set.
+                samples[(sample.name, frozenset(sample.labels.items()))] = sample
+            problems.extend(_exporter_problems(s.name, s.value, gpu))
+    result = ProbeResult(samples=list(samples.values()), gpus=[g[0] for g in gpus.values()])
+    for _, labels, model in gpus.values():
+        result.add("gpuhealth_gpu_info", 1, **labels, model=model)
+    result.facts[PROBLEMS] = sorted(set(problems))
+    return result
+
+
+class DcgmExporterProbe:
+    """A local dcgm-exporter's /metrics (http:// or https:// URL) or a file holding one scrape."""
+
+    name = "dcgm_exporter"
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+
+    def collect(self, deadline: float) -> ProbeResult:
+        is_url = self._source.startswith(("http://", "https://"))
+        body = _fetch(self._source, deadline) if is_url else _read_file(self._source)
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProbeError(BAD_OUTPUT, f"{self._source}: not UTF-8 text") from exc
+        return parse_dcgm_exporter(text, self._source)

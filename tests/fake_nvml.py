@@ -1,0 +1,207 @@
+"""A stand-in for the `pynvml` module with GPUs that cannot exist on a machine without one.
+
+Only the hardware is fake: every NVML_* constant, every NVMLError_* class and the ctypes structures
+returned (nvmlPciInfo_t, c_nvmlViolationTime_t) are pynvml's own, so the probe's error handling
+runs against the real exception types.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+H100 = "NVIDIA H100 80GB HBM3"
+H100_NVLINKS = 18
+# p5.48xlarge GPU bus ids, in NVML's form.
+P5_BUS_IDS = [f"00000000:{bus}:00.0" for bus in ("53", "64", "75", "86", "97", "A8", "B9", "CA")]
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    bus_id: str
+    name: str = H100
+    # (NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC|NVML_AGGREGATE_ECC) -> count
+    ecc: dict[tuple[int, int], int] = field(default_factory=dict)
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # corr, unc, pending, failure
+    temperature: int = 34
+    clock_events: int = 0
+    nvlink_up: list[int] = field(default_factory=lambda: [1] * H100_NVLINKS)
+    # (link, NVML_NVLINK_ERROR_DL_*) -> count
+    nvlink_errors: dict[tuple[int, int], int] = field(default_factory=dict)
+    pcie_replays: int = 0
+    violation_ns: dict[int, int] = field(default_factory=dict)  # NVML_PERF_POLICY_* -> ns
+    # NVML_PAGE_RETIREMENT_CAUSE_* -> page addresses; None: NotSupported, as on Ampere and later.
+    retired_pages: dict[int, list[int]] | None = None
+    lost: bool = False
+    lost_after: str = ""  # function name from which on the GPU answers GpuIsLost ("" = from the handle)
+    # function name -> NVMLError subclass that call raises on this GPU
+    errors: dict[str, type[pynvml.NVMLError]] = field(default_factory=dict)
+    blocker: threading.Event | None = None  # the next nvmlDeviceGetTemperature waits for it
+    blocked: threading.Event = field(default_factory=threading.Event)  # set once a call is waiting
+    old_bindings: bool = False  # nvidia-ml-py before 12.535 handed out bytes, not str
+
+
+class FakeNvml(types.ModuleType):
+    def __init__(self, gpus: list[FakeGpu], *, init_error: type[pynvml.NVMLError] | None = None) -> None:
+        super().__init__("fake_pynvml")
+        for name in dir(pynvml):
+            if name.startswith(("NVML_", "NVMLError")):
+                setattr(self, name, getattr(pynvml, name))
+        self.gpus = gpus
+        self.init_error = init_error
+        self.initialised = False
+        self.init_calls = 0
+        self.shutdown_calls = 0
+        self.calls: list[tuple[int, str]] = []
+        self.lost_seen: set[int] = set()
+        self.count_error: type[pynvml.NVMLError] | None = None
+
+    # --- library ---
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+        if self.init_error is not None:
+            raise self.init_error()
+        self.initialised = True
+
+    def nvmlShutdown(self) -> None:
+        self._check_init()
+        self.shutdown_calls += 1
+        self.initialised = False
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check_init()
+        if self.count_error is not None:
+            raise self.count_error()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        self._check_init()
+        gpu = self.gpus[index]
+        if gpu.lost and not gpu.lost_after:
+            raise pynvml.NVMLError_GpuIsLost()
+        return index
+
+    # --- per device ---
+    def nvmlDeviceGetUUID(self, handle: int) -> str | bytes:
+        gpu = self._gpu(handle, "nvmlDeviceGetUUID")
+        return gpu.uuid.encode() if gpu.old_bindings else gpu.uuid
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
+        gpu = self._gpu(handle, "nvmlDeviceGetPciInfo")
+        if gpu.old_bindings:
+            return types.SimpleNamespace(busId=gpu.bus_id.encode())
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = gpu.bus_id.encode()
+        return info
+
+    def nvmlDeviceGetName(self, handle: int) -> str | bytes:
+        gpu = self._gpu(handle, "nvmlDeviceGetName")
+        return gpu.name.encode() if gpu.old_bindings else gpu.name
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter_type: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetTotalEccErrors").ecc.get((error_type, counter_type), 0)
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
+        return self._gpu(handle, "nvmlDeviceGetRemappedRows").remapped_rows
+
+    def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
+        gpu = self._gpu(handle, "nvmlDeviceGetRetiredPages")
+        if gpu.retired_pages is None:
+            raise pynvml.NVMLError_NotSupported()
+        return gpu.retired_pages.get(cause, [])
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetRetiredPagesPendingStatus")
+        if gpu.retired_pages is None:
+            raise pynvml.NVMLError_NotSupported()
+        return 0  # NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetTemperature")
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        blocker, gpu.blocker = gpu.blocker, None  # blocks one call only
+        if blocker is not None:
+            gpu.blocked.set()
+            blocker.wait(timeout=30)
+        return gpu.temperature
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons").clock_events
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetCurrentClocksThrottleReasons").clock_events
+
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkState")
+        if not gpu.nvlink_up:
+            raise pynvml.NVMLError_NotSupported()
+        if link >= len(gpu.nvlink_up):
+            raise pynvml.NVMLError_InvalidArgument()
+        return gpu.nvlink_up[link]
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkErrorCounter")
+        if link >= len(gpu.nvlink_up):
+            raise pynvml.NVMLError_InvalidArgument()
+        return gpu.nvlink_errors.get((link, counter), 0)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetPcieReplayCounter").pcie_replays
+
+    def nvmlDeviceGetViolationStatus(self, handle: int, policy: int) -> Any:
+        gpu = self._gpu(handle, "nvmlDeviceGetViolationStatus")
+        return pynvml.c_nvmlViolationTime_t(
+            referenceTime=10**12, violationTime=gpu.violation_ns.get(policy, 0)
+        )
+
+    def _check_init(self) -> None:
+        if not self.initialised:
+            raise pynvml.NVMLError_Uninitialized()
+
+    def _gpu(self, handle: int, fn: str) -> FakeGpu:
+        self._check_init()
+        self.calls.append((handle, fn))
+        gpu = self.gpus[handle]
+        if gpu.lost and fn == gpu.lost_after:
+            self.lost_seen.add(handle)
+        if handle in self.lost_seen:
+            raise pynvml.NVMLError_GpuIsLost()
+        if fn in gpu.errors:
+            raise gpu.errors[fn]()
+        return gpu
+
+
+def uuid_of(index: int) -> str:
+    return f"GPU-8c1f2a3b-0000-4000-8000-00000000000{index}"
+
+
+def p5_fleet() -> list[FakeGpu]:
+    """Eight H100s as on a p5.48xlarge: gpu 2 has a failed row remap (and double-bit ECC errors),
+    gpu 5 is lost, gpu 6 has NVLink link 17 down, gpu 3 is thermally throttled."""
+    gpus = [FakeGpu(uuid_of(i), P5_BUS_IDS[i]) for i in range(8)]
+    for gpu in gpus:
+        gpu.ecc[(pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_AGGREGATE_ECC)] = 4
+        gpu.violation_ns = {pynvml.NVML_PERF_POLICY_POWER: 1_500_000_000}
+    gpus[2].ecc.update({
+        (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC): 2,
+        (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC): 9,
+    })
+    gpus[2].remapped_rows = (1, 7, 0, 1)
+    gpus[3].clock_events = 0x48  # hw_slowdown | hw_thermal_slowdown
+    gpus[3].temperature = 91
+    gpus[3].violation_ns[pynvml.NVML_PERF_POLICY_THERMAL] = 250_000_000_000
+    gpus[5].lost = True
+    gpus[6].nvlink_up[17] = 0
+    gpus[6].nvlink_errors = {
+        (17, pynvml.NVML_NVLINK_ERROR_DL_REPLAY): 40,
+        (16, pynvml.NVML_NVLINK_ERROR_DL_REPLAY): 2,
+        (17, pynvml.NVML_NVLINK_ERROR_DL_RECOVERY): 3,
+        (0, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT): 5,
+    }
+    gpus[7].pcie_replays = 12
+    return gpus

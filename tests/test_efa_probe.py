@@ -1,0 +1,213 @@
+"""EfaProbe on sysfs trees laid out as the efa driver lays them out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from sysfs_tree import (
+    DEVICE_COUNTERS,
+    MELLANOX,
+    P4D_EFA,
+    PORT_COUNTERS,
+    build_efa_sysfs,
+    build_p4d,
+)
+
+from exporter.catalog import FAMILIES
+from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
+from exporter.probes.efa import EfaProbe
+from exporter.samples import ProbeResult, Sample
+
+P4D_TREE = Path(__file__).parent / "fixtures" / "sysfs" / "p4d"
+SHARED_COUNTERS = Path(__file__).parents[2] / "shared" / "fixtures" / "efa" / "efa_hw_counters.txt"
+
+
+def collect(root: Path) -> ProbeResult:
+    return EfaProbe(sysfs_root=str(root)).collect(deadline=10)
+
+
+def counters(result: ProbeResult, device: str) -> dict[tuple[str, str], float]:
+    return {(s.labels["port"], s.labels["counter"]): s.value
+            for s in result.samples if s.name == "gpuhealth_efa_hw_counter" and s.labels["device"] == device}
+
+
+def counter_file(root: Path, device: str, counter: str) -> Path:
+    return root / "sys" / "class" / "infiniband" / device / "ports" / "1" / "hw_counters" / counter
+
+
+@pytest.fixture
+def p4d() -> ProbeResult:
+    return collect(P4D_TREE)
+
+
+@pytest.fixture
+def one_efa(tmp_path: Path) -> Path:
+    build_efa_sysfs(tmp_path, [("rdmap0s31", "0xefa2", {})])
+    return tmp_path
+
+
+# --- what is counted ---
+
+def test_counts_efa_devices_and_ignores_other_rdma_devices(p4d: ProbeResult) -> None:
+    (visible,) = [s for s in p4d.samples if s.name == "gpuhealth_efa_devices_visible"]
+    assert visible == Sample("gpuhealth_efa_devices_visible", {}, 3)
+    assert p4d.facts == {"efa_devices": ["rdmap144s27", "rdmap16s27", "rdmap32s27"]}
+    assert p4d.gpus is None
+
+
+def test_device_info_per_efa_device(p4d: ProbeResult) -> None:
+    info = [s for s in p4d.samples if s.name == "gpuhealth_efa_device_info"]
+    assert info == [
+        Sample("gpuhealth_efa_device_info", {"device": name, "pci_device_id": "0xefa1"}, 1)
+        for name in ("rdmap144s27", "rdmap16s27", "rdmap32s27")
+    ]
+
+
+def test_every_port_and_device_counter_is_exported_but_not_lifespan(p4d: ProbeResult) -> None:
+    assert set(counters(p4d, "rdmap16s27")) == (
+        {("1", name) for name in PORT_COUNTERS} | {("", name) for name in DEVICE_COUNTERS}
+    )
+
+
+def test_counter_values_come_from_their_files(p4d: ProbeResult) -> None:
+    faulty = counters(p4d, "rdmap32s27")
+    assert faulty[("1", "rdma_read_wr_err")] == 3
+    assert faulty[("1", "retrans_timeout_events")] == 2
+    assert faulty[("1", "tx_pkts")] == 1744120
+    assert faulty[("", "keep_alive_rcvd")] == 5321
+    assert counters(p4d, "rdmap16s27")[("1", "rdma_read_wr_err")] == 0
+
+
+def test_node_without_infiniband_class_has_zero_devices(tmp_path: Path) -> None:
+    result = collect(tmp_path)
+    assert result.samples == [Sample("gpuhealth_efa_devices_visible", {}, 0)]
+    assert result.facts == {"efa_devices": []}
+
+
+def test_node_with_only_mellanox_devices_has_zero_efa_devices(tmp_path: Path) -> None:
+    build_efa_sysfs(tmp_path, [("mlx5_0", "0x101b", {}), ("mlx5_1", "0x101b", {})], vendor=MELLANOX)
+    assert collect(tmp_path).samples == [Sample("gpuhealth_efa_devices_visible", {}, 0)]
+
+
+def test_legacy_efa_names_and_every_efa_device_id_are_recognised(tmp_path: Path) -> None:
+    build_efa_sysfs(tmp_path, [("efa_0", "0xefa0", {}), ("efa_1", "0xEFA3", {})])
+    assert collect(tmp_path).facts == {"efa_devices": ["efa_0", "efa_1"]}
+
+
+def test_amazon_device_that_is_not_efa_is_ignored(tmp_path: Path) -> None:
+    build_efa_sysfs(tmp_path, [("ena_rdma0", "0xec20", {})])
+    assert collect(tmp_path).facts == {"efa_devices": []}
+
+
+def test_rdma_device_without_pci_parent_is_ignored(one_efa: Path) -> None:
+    soft = one_efa / "sys" / "class" / "infiniband" / "rxe0"
+    (soft / "ports" / "1").mkdir(parents=True)
+    assert collect(one_efa).facts == {"efa_devices": ["rdmap0s31"]}
+
+
+def test_port_state_is_not_a_signal(one_efa: Path) -> None:
+    before = collect(one_efa)
+    port = one_efa / "sys" / "class" / "infiniband" / "rdmap0s31" / "ports" / "1"
+    (port / "state").write_text("1: DOWN\n")
+    (port / "phys_state").write_text("garbage\n")
+    assert collect(one_efa).samples == before.samples
+
+
+def test_counters_an_older_driver_lacks_are_simply_absent(one_efa: Path) -> None:
+    counter_file(one_efa, "rdmap0s31", "retrans_timeout_events").unlink()
+    exported = counters(collect(one_efa), "rdmap0s31")
+    assert ("1", "retrans_timeout_events") not in exported
+    assert ("1", "rdma_read_wr_err") in exported
+
+
+def test_every_sample_is_a_catalog_family_with_its_labels(p4d: ProbeResult) -> None:
+    names = set()
+    for sample in p4d.samples:
+        assert sample.name in FAMILIES, sample.name
+        assert set(sample.labels) == set(FAMILIES[sample.name].labels), sample
+        names.add(sample.name)
+    assert names == {name for name, family in FAMILIES.items() if family.probe == "efa"}
+
+
+# --- failing closed ---
+
+@pytest.mark.parametrize("garbage", ["abc", "-1", "12 34", "", "0x10"])
+def test_counter_file_with_garbage_is_bad_output_naming_the_file(one_efa: Path, garbage: str) -> None:
+    path = counter_file(one_efa, "rdmap0s31", "rdma_write_wr_err")
+    path.write_text(garbage + "\n")
+    with pytest.raises(ProbeError) as err:
+        collect(one_efa)
+    assert err.value.reason == BAD_OUTPUT
+    assert str(path) in err.value.message
+
+
+def test_counter_that_is_a_broken_symlink_is_not_found(one_efa: Path) -> None:
+    path = counter_file(one_efa, "rdmap0s31", "tx_bytes")
+    path.unlink()
+    path.symlink_to("gone")
+    with pytest.raises(ProbeError) as err:
+        collect(one_efa)
+    assert err.value.reason == NOT_FOUND
+    assert str(path) in err.value.message
+
+
+def test_counter_that_is_a_directory_is_bad_output(one_efa: Path) -> None:
+    path = counter_file(one_efa, "rdmap0s31", "rx_drops")
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(ProbeError) as err:
+        collect(one_efa)
+    assert err.value.reason == BAD_OUTPUT
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file anyway; needs an unprivileged user")
+def test_unreadable_counter_is_permission_denied(one_efa: Path) -> None:
+    path = counter_file(one_efa, "rdmap0s31", "rx_bytes")
+    path.chmod(0)
+    with pytest.raises(ProbeError) as err:
+        collect(one_efa)
+    assert err.value.reason == PERMISSION_DENIED
+    assert str(path) in err.value.message
+
+
+def test_run_past_its_deadline_stops_before_reading_counters(one_efa: Path) -> None:
+    with pytest.raises(ProbeError) as err:
+        EfaProbe(sysfs_root=str(one_efa)).collect(deadline=-1)
+    assert err.value.reason == TIMEOUT
+
+
+# --- the fixtures themselves ---
+
+def test_committed_p4d_tree_is_what_the_builder_writes(tmp_path: Path) -> None:
+    build_p4d(tmp_path)
+    assert _snapshot(P4D_TREE) == _snapshot(tmp_path)
+    assert len(P4D_EFA) == 3
+
+
+@pytest.mark.skipif(not SHARED_COUNTERS.exists(), reason="../shared/fixtures not checked out")
+def test_builder_counter_names_match_the_driver_list() -> None:
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in SHARED_COUNTERS.read_text().splitlines():
+        if line.startswith("["):
+            current = line.strip("[]")
+        elif line and not line.startswith("#"):
+            sections.setdefault(current, []).append(line)
+    assert tuple(sections["port"]) == PORT_COUNTERS
+    kverbs_only = {"alloc_mr_err", "get_dma_mr_err"}
+    assert tuple(n for n in sections["device"] if n not in kverbs_only) == DEVICE_COUNTERS
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    snap = {}
+    for dirpath, dirnames, filenames in os.walk(root / "sys"):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            key = str(path.relative_to(root))
+            if path.is_symlink():
+                snap[key] = "-> " + os.readlink(path)
+            elif path.is_file():
+                snap[key] = path.read_text()
+    return snap

@@ -1,0 +1,120 @@
+"""Which fault each real (and format-string-built) kernel-log line is, by the shipped pattern file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.kernel_events import KernelEventMatcher, PatternError, load_patterns
+from exporter.kernel_log import iter_text_records
+
+# One row per record of tests/fixtures/kmsg/samples.txt, in order: (kind, the fields that matter).
+EXPECTED_SAMPLES: list[tuple[str | None, dict[str, str]]] = [
+    ("xid", {"xid": "79", "pci": "0000:05:00"}),
+    ("xid", {"xid": "79", "pci": "0000:01:00"}),
+    ("xid", {"xid": "79", "pci": "0000:29:00.0"}),
+    ("xid", {"xid": "79", "pci": "0000:b3:00.0"}),  # the three-line variant, without an Xid
+    ("gpu_map", {"pci": "0000:9b:00", "uuid": "GPU-509665ad-b600-ac93-3616-d754b23d636d"}),
+    (None, {}),  # board serial number
+    ("xid", {"xid": "119", "pci": "0000:9b:00"}),
+    (None, {}),  # GSP RPC buffer detail
+    ("xid", {"xid": "13", "pci": "0000:38:00"}),
+    ("xid", {"xid": "13", "pci": "0000:38:00"}),
+    ("xid", {"xid": "13", "pci": "0000:38:00"}),
+    ("xid", {"xid": "32", "pci": "0000:66:00"}),
+    ("xid", {"xid": "13", "pci": "0000:b5:00"}),
+    ("xid", {"xid": "48", "pci": "0008:06:00"}),
+    ("xid", {"xid": "74", "pci": "0003:00:00"}),
+    ("xid", {"xid": "149", "pci": "0018:01:00", "fatal": "Fatal"}),
+    ("xid", {"xid": "149", "pci": "0009:01:00", "fatal": "Fatal"}),
+    ("xid", {"xid": "154", "pci": "0009:01:00", "action_code": "0x4", "action": "Drain and Reset"}),
+    ("xid", {"xid": "154", "pci": "0019:01:00", "action_code": "0x1", "action": "GPU Reset Required"}),
+    ("xid", {"xid": "145", "pci": "0018:01:00", "fatal": "Nonfatal"}),
+    ("xid", {"xid": "145", "pci": "0008:01:00", "fatal": "Nonfatal"}),
+    ("xid", {"xid": "149", "pci": "0008:01:00", "fatal": "Fatal"}),
+    ("xid", {"xid": "154", "pci": "0008:01:00", "action_code": "0x1", "action": "GPU Reset Required"}),
+    ("event", {"event": "nvlink_error"}),
+    ("event", {"event": "nvlink_error"}),
+    ("sxid", {"sxid": "24007", "fatal": "Fatal", "pci": "0000:c3:00.0"}),
+    ("sxid", {"sxid": "20009", "fatal": "Non-fatal", "pci": "0000:06:00.0"}),
+    ("sxid", {"sxid": "20034", "fatal": "Fatal", "pci": "0000:00:00.0"}),
+    ("event", {"event": "mlx5_fatal", "device": "0000:03:00.0"}),
+    ("event", {"event": "mlx5_fatal", "device": "0000:d2:00.0"}),
+    ("event", {"event": "mlx5_fatal"}),
+    ("event", {"event": "netdev_tx_timeout", "device": "eth0"}),
+    ("event", {"event": "mlx5_error", "device": "0000:5c:00.0"}),
+    ("event", {"event": "mlx5_error", "device": "0000:5c:00.0"}),
+    ("ignore", {}),  # ACCESS_REG noise from counter reads
+    ("event", {"event": "mlx5_link_down", "device": "0000:41:00.1"}),
+    (None, {}),  # efa: enabling device (healthy probe)
+    (None, {}),
+    (None, {}),  # efa_0: IB device registered
+    ("event", {"event": "hung_task"}),
+    (None, {}),  # hung-task detail line
+    ("event", {"event": "soft_lockup"}),
+    ("event", {"event": "nccl_segfault"}),
+    ("event", {"event": "peermem_error"}),
+    (None, {}),  # nvswitch open (informational)
+]
+
+EXPECTED_CONSTRUCTED: list[tuple[str | None, dict[str, str]]] = [
+    (None, {}),  # "error message received" summary: the per-device line below is the one counted
+    ("event", {"event": "pcie_aer_fatal", "device": "0000:17:00.0"}),
+    ("event", {"event": "pcie_aer_nonfatal", "device": "0000:18:00.0"}),
+    ("event", {"event": "pcie_aer_corrected", "device": "0000:00:03.0"}),
+    ("event", {"event": "mce"}),
+    ("event", {"event": "mce_corrected"}),
+    ("event", {"event": "hard_lockup"}),
+    ("event", {"event": "efa_error", "device": "0000:00:1b.0"}),
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), [("samples.txt", EXPECTED_SAMPLES),
+                                                 ("constructed.txt", EXPECTED_CONSTRUCTED)])
+def test_each_fixture_record_is_classified_as_expected(
+    fixtures: Path, name: str, expected: list[tuple[str | None, dict[str, str]]]
+) -> None:
+    matcher = KernelEventMatcher()
+    records = list(iter_text_records((fixtures / "kmsg" / name).read_text().splitlines()))
+    assert len(records) == len(expected)
+    for record, (kind, fields) in zip(records, expected, strict=True):
+        match = matcher.match(record.text)
+        got_kind = match.kind if match else None
+        assert got_kind == kind, record.text
+        if match:
+            assert {k: match.fields.get(k) for k in fields} == fields, record.text
+
+
+def test_an_xid_line_of_a_new_shape_is_counted_as_unparsed_not_ignored() -> None:
+    match = KernelEventMatcher().match("NVRM: Xid (GPU 3 on bus 9b): 222 something new")
+    assert match is not None and match.kind == "unparsed_xid"
+
+
+def test_unknown_xid_numbers_are_still_xids() -> None:
+    match = KernelEventMatcher().match("NVRM: Xid (PCI:0000:9b:00): 999, a future Xid")
+    assert match is not None and (match.kind, match.fields["xid"]) == ("xid", "999")
+
+
+def test_a_new_pattern_is_one_entry_in_the_data_file(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("patterns:\n  - {name: oom, kind: event, event: oom_kill, regex: 'Out of memory: Killed process'}\n")
+    match = KernelEventMatcher(load_patterns(f)).match("Out of memory: Killed process 4242 (python)")
+    assert match is not None and match.fields == {"event": "oom_kill"}
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("patterns:\n  - {name: x, kind: event, event: e, regex: '(unclosed'}\n", "pattern 'x': bad regex"),
+    ("patterns:\n  - {name: x, kind: bogus, regex: 'a'}\n", "kind must be one of"),
+    ("patterns:\n  - {name: x, kind: event, regex: 'a'}\n", "needs `event:`"),
+    ("patterns:\n  - {name: x, kind: xid, regex: 'a'}\n", "needs a (?P<xid>...) group"),
+    ("patterns:\n  - {name: x, kind: event, event: e, regex: a, colour: red}\n", "unknown key(s) ['colour']"),
+    ("patterns: [\n", "not valid YAML"),
+    ("rules: []\n", "needs a top-level `patterns:` list"),
+])
+def test_a_bad_pattern_file_is_refused_with_file_entry_and_reason(tmp_path: Path, body: str, why: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(body)
+    with pytest.raises(PatternError) as err:
+        load_patterns(f)
+    assert str(f) in str(err.value) and why in str(err.value)

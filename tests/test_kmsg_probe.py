@@ -1,0 +1,162 @@
+"""The kmsg probe: counts per GPU and Xid, follows the log, survives restarts without double counting."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from exporter.probes.base import NOT_FOUND, ProbeError
+from exporter.probes.kmsg import KmsgProbe
+from exporter.samples import ProbeResult
+
+
+def values(result: ProbeResult, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(s.labels.items())): s.value for s in result.samples if s.name == name}
+
+
+def xids(result: ProbeResult) -> dict[tuple[str, str, str], float]:
+    return {(s.labels["pci_bus_id"], s.labels["xid"], s.labels["fatal"]): s.value
+            for s in result.samples if s.name == "gpuhealth_xid_errors"}
+
+
+def file_probe(path: Path, state: Path | None = None, boot: Path | None = None) -> KmsgProbe:
+    kwargs: dict[str, str] = {"boot_id_file": str(boot)} if boot else {}
+    return KmsgProbe.for_path(str(path), True, state_file=str(state) if state else None, **kwargs)
+
+
+def test_samples_give_one_xid_counter_per_gpu_and_xid(fixtures: Path) -> None:
+    result = file_probe(fixtures / "kmsg" / "samples.txt").collect(5)
+    assert xids(result) == {
+        ("00000000:05:00.0", "79", ""): 1, ("00000000:01:00.0", "79", ""): 1,
+        ("00000000:29:00.0", "79", ""): 1, ("00000000:B3:00.0", "79", ""): 1,
+        ("00000000:9B:00.0", "119", ""): 1, ("00000000:38:00.0", "13", ""): 3,
+        ("00000000:66:00.0", "32", ""): 1, ("00000000:B5:00.0", "13", ""): 1,
+        ("00000008:06:00.0", "48", ""): 1, ("00000003:00:00.0", "74", ""): 1,
+        ("00000018:01:00.0", "149", "true"): 1, ("00000009:01:00.0", "149", "true"): 1,
+        ("00000009:01:00.0", "154", ""): 1, ("00000019:01:00.0", "154", ""): 1,
+        ("00000018:01:00.0", "145", "false"): 1, ("00000008:01:00.0", "145", "false"): 1,
+        ("00000008:01:00.0", "149", "true"): 1, ("00000008:01:00.0", "154", ""): 1,
+    }
+
+
+def test_gpu_map_lines_label_xids_with_the_uuid(fixtures: Path) -> None:
+    result = file_probe(fixtures / "kmsg" / "samples.txt").collect(5)
+    (xid119,) = [s for s in result.samples if s.name == "gpuhealth_xid_errors" and s.labels["xid"] == "119"]
+    assert xid119.labels["uuid"] == "GPU-509665ad-b600-ac93-3616-d754b23d636d"
+
+
+def test_xid_154_sets_the_latest_recovery_action_per_gpu(fixtures: Path) -> None:
+    result = file_probe(fixtures / "kmsg" / "samples.txt").collect(5)
+    actions = {(s.labels["pci_bus_id"], s.labels["action"]): s.value
+               for s in result.samples if s.name == "gpuhealth_gpu_recovery_action"}
+    assert actions == {("00000009:01:00.0", "drain_and_reset"): 4, ("00000019:01:00.0", "gpu_reset_required"): 1,
+                       ("00000008:01:00.0", "gpu_reset_required"): 1}
+
+
+def test_host_and_nic_events_are_counted_by_event_and_device(fixtures: Path, tmp_path: Path) -> None:
+    log = tmp_path / "all.log"
+    kmsg = fixtures / "kmsg"
+    log.write_text((kmsg / "samples.txt").read_text() + (kmsg / "constructed.txt").read_text())
+    events = {(s.labels["event"], s.labels["device"]): s.value
+              for s in file_probe(log).collect(5).samples if s.name == "gpuhealth_kernel_events"}
+    assert events == {
+        ("nvlink_error", ""): 2, ("mlx5_fatal", "0000:03:00.0"): 1, ("mlx5_fatal", "0000:d2:00.0"): 1,
+        ("mlx5_fatal", ""): 1, ("netdev_tx_timeout", "eth0"): 1, ("mlx5_error", "0000:5c:00.0"): 2,
+        ("mlx5_link_down", "0000:41:00.1"): 1, ("hung_task", ""): 1, ("soft_lockup", ""): 1,
+        ("nccl_segfault", ""): 1, ("peermem_error", ""): 1, ("pcie_aer_fatal", "0000:17:00.0"): 1,
+        ("pcie_aer_nonfatal", "0000:18:00.0"): 1, ("pcie_aer_corrected", "0000:00:03.0"): 1, ("mce", ""): 1,
+        ("mce_corrected", ""): 1, ("hard_lockup", ""): 1, ("efa_error", "0000:00:1b.0"): 1,
+    }
+    sxids = values(file_probe(log).collect(5), "gpuhealth_nvswitch_sxid_errors")
+    assert sxids[(("fatal", "true"), ("pci_bus_id", "00000000:C3:00.0"), ("sxid", "24007"))] == 1
+    assert len(sxids) == 3
+
+
+def test_following_a_file_counts_only_what_was_appended(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, pid=1, name=a, x\n")
+    probe = file_probe(log)
+    assert xids(probe.collect(5)) == {("00000000:05:00.0", "13", ""): 1}
+    with log.open("a") as f:
+        f.write("[ 2.0] NVRM: Xid (PCI:0000:05:00): 13, pid=2, name=b, x\n[ 3.0] NVRM: Xid (PCI:0000:05:")
+    assert xids(probe.collect(5)) == {("00000000:05:00.0", "13", ""): 2}  # the half-written line waits
+    with log.open("a") as f:
+        f.write("00): 79, GPU has fallen off the bus.\n")
+    assert xids(probe.collect(5)) == {("00000000:05:00.0", "13", ""): 2, ("00000000:05:00.0", "79", ""): 1}
+
+
+def test_restart_neither_recounts_old_records_nor_loses_new_ones(tmp_path: Path) -> None:
+    log, state, boot = tmp_path / "kern.log", tmp_path / "state.json", tmp_path / "boot_id"
+    boot.write_text("boot-1\n")
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.\n")
+    assert xids(file_probe(log, state, boot).collect(5)) == {("00000000:05:00.0", "79", ""): 1}
+    with log.open("a") as f:  # arrives while the exporter is down
+        f.write("[ 2.0] NVRM: Xid (PCI:0000:9b:00): 48\n")
+    restarted = file_probe(log, state, boot)
+    assert xids(restarted.collect(5)) == {("00000000:05:00.0", "79", ""): 1, ("00000000:9B:00.0", "48", ""): 1}
+    assert xids(file_probe(log, state, boot).collect(5)) == xids(restarted.collect(5))
+
+
+def test_a_replaced_log_file_is_read_from_its_start(tmp_path: Path) -> None:
+    log, state = tmp_path / "kern.log", tmp_path / "state.json"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, x\n" * 3)
+    file_probe(log, state).collect(5)
+    log.unlink()
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, x\n")
+    assert xids(file_probe(log, state).collect(5)) == {("00000000:05:00.0", "13", ""): 4}
+
+
+def test_a_corrupt_state_file_means_starting_over_not_crashing(tmp_path: Path) -> None:
+    log, state = tmp_path / "kern.log", tmp_path / "state.json"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, x\n")
+    state.write_text("{not json")
+    assert xids(file_probe(log, state).collect(5)) == {("00000000:05:00.0", "13", ""): 1}
+
+
+def test_user_space_records_in_a_kmsg_capture_never_count(tmp_path: Path) -> None:
+    log = tmp_path / "kmsg.txt"
+    log.write_text("14,10,100,-;NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.\n"
+                   "4,11,200,-;NVRM: Xid (PCI:0000:05:00): 13, pid=1, name=a, x\n")
+    result = file_probe(log).collect(5)
+    assert xids(result) == {("00000000:05:00.0", "13", ""): 1}
+    assert values(result, "gpuhealth_kmsg_records") == {(("origin", "kernel"),): 1, (("origin", "userspace"),): 1}
+
+
+def test_a_missing_log_file_is_a_probe_failure(tmp_path: Path) -> None:
+    with pytest.raises(ProbeError) as err:
+        file_probe(tmp_path / "nope.log").collect(5)
+    assert err.value.reason == NOT_FOUND
+
+
+# --- the real /dev/kmsg of this machine ---
+
+def _can_write_kmsg() -> bool:
+    return os.path.exists("/dev/kmsg") and os.access("/dev/kmsg", os.R_OK | os.W_OK)
+
+
+@pytest.mark.skipif(not _can_write_kmsg(), reason="needs read/write access to /dev/kmsg (root)")
+def test_real_dev_kmsg_forged_xid_from_user_space_is_ignored_and_restart_is_exact(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    marker = uuid.uuid4().hex
+
+    def device_probe() -> KmsgProbe:
+        return KmsgProbe.for_path("/dev/kmsg", False, state_file=str(state))
+
+    def write(text: str) -> None:
+        with open("/dev/kmsg", "w") as f:  # user space: the kernel stamps facility LOG_USER on it
+            f.write(f"<3>{text}\n")
+
+    first = device_probe()
+    before = values(first.collect(5), "gpuhealth_kmsg_records")[(("origin", "userspace"),)]
+    write(f"NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus. {marker}")
+    after = first.collect(5)
+    assert values(after, "gpuhealth_kmsg_records")[(("origin", "userspace"),)] == before + 1
+    assert not [s for s in after.samples if s.name == "gpuhealth_xid_errors" and s.labels["pci_bus_id"] ==
+                "00000000:05:00.0"]
+    first.source.close()
+    write(f"gpuhealth test record written while the exporter is down {marker}")  # must not be lost
+    restarted = device_probe().collect(5)
+    assert values(restarted, "gpuhealth_kmsg_records")[(("origin", "userspace"),)] == before + 2

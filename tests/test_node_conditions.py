@@ -1,0 +1,148 @@
+"""Node conditions: gpuhealth's own types, True = healthy, written on change, cleared when the fault clears."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_kube_api import FakeKubeAPI
+from fake_probe import FakeProbe
+
+from exporter.collector import Expectations
+from exporter.conditions import evaluate
+from exporter.node_status import KubeError, NodeConditionWriter
+from exporter.probes.kmsg import KmsgProbe
+from exporter.runner import ProbeRunner
+from exporter.samples import GpuIdentity, ProbeResult, Sample
+from exporter.snapshot import Snapshot
+
+TYPES = ["GpuhealthGPUHealthy", "GpuhealthNVLinkHealthy", "GpuhealthEFAHealthy", "GpuhealthKernelHealthy",
+         "GpuhealthProbesHealthy"]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI(token="sa-token") as server:
+        server.add_node("gpu-node-1", [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                        "message": "kubelet is posting ready status"}])
+        yield server
+
+
+@pytest.fixture
+def sa_dir(tmp_path: Path) -> str:
+    (tmp_path / "token").write_text("sa-token\n")
+    return str(tmp_path)
+
+
+def snapshot_with(log: Path, nvml_gpus: int = 8, efa: int | None = None) -> Snapshot:
+    snapshot = Snapshot()
+    probes: list[object] = [KmsgProbe.for_path(str(log), True),
+                            FakeProbe("nvml", ProbeResult(gpus=[GpuIdentity(f"0000000{i}:00:00.0", str(i))
+                                                                for i in range(nvml_gpus)]))]
+    if efa is not None:
+        probes.append(FakeProbe("efa", ProbeResult([Sample("gpuhealth_efa_devices_visible", {}, efa)])))
+    for probe in probes:
+        ProbeRunner(probe, snapshot, interval=10, deadline=2).run_once()  # type: ignore[arg-type]
+    return snapshot
+
+
+def by_type(snapshot: Snapshot, expect: Expectations, now: float | None = None) -> dict[str, tuple[str, str, str]]:
+    return {c.type: (c.status, c.reason, c.message) for c in evaluate(snapshot.view(), expect, 900, now)}
+
+
+def test_a_healthy_node_has_every_condition_true(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, pid=1, name=a, app fault\n")
+    got = by_type(snapshot_with(log, efa=4), Expectations(gpus=8, efa_devices=4))
+    assert list(got) == TYPES
+    assert all(status == "True" for status, _, _ in got.values())
+
+
+def test_fatal_xid_missing_gpu_and_host_faults_turn_conditions_false(tmp_path: Path, fixtures: Path) -> None:
+    log = tmp_path / "kern.log"
+    kmsg = fixtures / "kmsg"
+    log.write_text((kmsg / "samples.txt").read_text() + (kmsg / "constructed.txt").read_text())
+    got = by_type(snapshot_with(log, nvml_gpus=7, efa=3), Expectations(gpus=8, efa_devices=4))
+    assert got["GpuhealthGPUHealthy"][:2] == ("False", "GPUsMissing")
+    assert "7 of 8 GPUs visible" in got["GpuhealthGPUHealthy"][2]
+    assert "Xid 79 on GPU 00000000:05:00.0" in got["GpuhealthGPUHealthy"][2]
+    assert "Xid 13" not in got["GpuhealthGPUHealthy"][2]  # application Xid: not the node's fault
+    assert got["GpuhealthNVLinkHealthy"][:2] == ("False", "FatalSXid")
+    assert got["GpuhealthEFAHealthy"][:2] == ("False", "EFADevicesMissing")
+    assert got["GpuhealthKernelHealthy"][:2] == ("False", "KernelFault")
+    for event in ("hung_task", "soft_lockup", "pcie_aer_fatal 0000:17:00.0", "mce", "mlx5_fatal 0000:03:00.0"):
+        assert event in got["GpuhealthKernelHealthy"][2]
+
+
+def test_a_kernel_log_fault_clears_once_the_window_passes(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.\n")
+    snapshot = snapshot_with(log)
+    assert by_type(snapshot, Expectations(gpus=8))["GpuhealthGPUHealthy"][0] == "False"
+    later = time.time() + 901
+    assert by_type(snapshot, Expectations(gpus=8), now=later)["GpuhealthGPUHealthy"][0] == "True"
+
+
+def test_a_failing_probe_makes_the_node_unhealthy_not_healthy(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    snapshot = snapshot_with(log)
+    ProbeRunner(FakeProbe("dcgm", RuntimeError("hostengine gone")), snapshot, 10, 2).run_once()
+    status, reason, message = by_type(snapshot, Expectations())["GpuhealthProbesHealthy"]
+    assert (status, reason) == ("False", "ProbeFailed")
+    assert message == "dcgm: error (RuntimeError: hostengine gone)"
+
+
+def test_conditions_are_patched_only_when_they_change(api: FakeKubeAPI, sa_dir: str, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    writer = NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir)
+    healthy = evaluate(snapshot_with(log).view(), Expectations(gpus=8), 900)
+    assert writer.sync(healthy) is True
+    assert writer.sync(healthy) is False
+    assert len(api.patches()) == 1
+    stored = api.conditions("gpu-node-1")
+    assert stored["Ready"]["reason"] == "KubeletReady"  # other owners' conditions untouched
+    assert {t: stored[t]["status"] for t in TYPES} == dict.fromkeys(TYPES, "True")
+
+    with log.open("a") as f:
+        f.write("[ 2.0] NVRM: Xid (PCI:0000:05:00): 48\n")
+    sick = evaluate(snapshot_with(log).view(), Expectations(gpus=8), 900)
+    assert writer.sync(sick) is True
+    stored = api.conditions("gpu-node-1")
+    assert stored["GpuhealthGPUHealthy"]["status"] == "False"
+    assert stored["GpuhealthGPUHealthy"]["message"] == "Xid 48 on GPU 00000000:05:00.0"
+    # unchanged conditions keep their transition time
+    first_patch = api.patches()[0]
+    assert first_patch is not None
+    kernel_first = next(c for c in first_patch["status"]["conditions"] if c["type"] == "GpuhealthKernelHealthy")
+    assert stored["GpuhealthKernelHealthy"]["lastTransitionTime"] == kernel_first["lastTransitionTime"]
+
+
+def test_a_restarted_agent_does_not_rewrite_what_the_node_already_says(
+    api: FakeKubeAPI, sa_dir: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    conditions = evaluate(snapshot_with(log).view(), Expectations(), 900)
+    NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir).sync(conditions)
+    assert NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir).sync(conditions) is False
+    assert len(api.patches()) == 1
+
+
+def test_api_errors_are_reported_and_retried(api: FakeKubeAPI, sa_dir: str, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    conditions = evaluate(snapshot_with(log).view(), Expectations(), 900)
+    writer = NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir)
+    api.fail_next = 1
+    with pytest.raises(KubeError, match="HTTP 500"):
+        writer.sync(conditions)
+    assert writer.sync(conditions) is True
+    assert NodeConditionWriter(api.url, "no-such-node", sa_dir=sa_dir) is not None
+    with pytest.raises(KubeError, match="HTTP 404"):
+        NodeConditionWriter(api.url, "no-such-node", sa_dir=sa_dir).sync(conditions)
+    with pytest.raises(KubeError, match="HTTP 401"):
+        NodeConditionWriter(api.url, "gpu-node-1", sa_dir=str(tmp_path / "nowhere")).sync(conditions)
