@@ -4,19 +4,24 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := python3 python3-venv python3-pip
+# python3-venv for the .venv; prometheus for promtool (rule checks and tests).
+APT_PACKAGES := python3-venv prometheus
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo test lint typecheck unit deps apt clean
+.PHONY: demo test lint typecheck unit rules-test deps apt clean
 
-# Debian packages (only what is missing; needs root or sudo).
-.stamp-apt:
+# Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
+# service on install where an init system runs; nothing here depends on it.
+.stamp-apt: Makefile
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ] && ! $(PYTHON) -m venv --help >/dev/null 2>&1; then \
+	if [ -n "$$missing" ]; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q $$missing; \
+	  echo "installing Debian packages:$$missing"; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	@touch $@
+
+apt: .stamp-apt
 
 $(BIN)/python: | .stamp-apt
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +32,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $@
 
-deps: $(VENV)/.installed
+deps: $(VENV)/.installed .stamp-apt
 
 lint: deps
 	$(BIN)/ruff check .

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 GPU = ("gpu", "uuid", "pci_bus_id")
 GPU_SOURCED = (*GPU, "source")
+BOTH_GPU_SOURCES = "nvml, dcgm_exporter"
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,10 @@ class Family:
     labels: tuple[str, ...]
     help: str
     probe: str  # the probe that fills it ("exporter" for the exporter itself)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(self.probe.split(", "))
 
     @property
     def exposed_name(self) -> str:
@@ -69,39 +74,40 @@ _FAMILIES = [
     Family("gpuhealth_kmsg_records_missed", "counter", (),
            "Records lost before they could be read (ring buffer overwritten, seen as a sequence gap).", "kmsg"),
     # --- GPU state (NVML and/or DCGM; `source` tells which) ---
-    Family("gpuhealth_gpu_info", "gauge", (*GPU_SOURCED, "model"), "Always 1 per GPU a source sees.", "nvml"),
+    Family("gpuhealth_gpu_info", "gauge", (*GPU_SOURCED, "model"), "Always 1 per GPU a source sees.", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_ecc_errors", "counter", (*GPU_SOURCED, "type", "scope"),
            "ECC errors; type double_bit|single_bit, scope volatile (since driver load)|aggregate (lifetime).",
-           "nvml"),
+           BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_remapped_rows", "gauge", (*GPU_SOURCED, "cause"),
-           "Rows remapped for uncorrectable|correctable errors (lifetime).", "nvml"),
-    Family("gpuhealth_gpu_row_remap_failure", "gauge", GPU_SOURCED, "1 if row remapping has failed.", "nvml"),
+           "Rows remapped for uncorrectable|correctable errors (lifetime).", BOTH_GPU_SOURCES),
+    Family("gpuhealth_gpu_row_remap_failure", "gauge", GPU_SOURCED, "1 if row remapping has failed.", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_row_remap_pending", "gauge", GPU_SOURCED,
-           "1 if a row remap is pending (applied at the next GPU reset).", "nvml"),
+           "1 if a row remap is pending (applied at the next GPU reset).", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_retired_pages", "gauge", (*GPU_SOURCED, "cause"),
-           "Pages retired for double_bit|single_bit errors (pre-Ampere GPUs).", "nvml"),
+           "Pages retired for double_bit|single_bit errors (pre-Ampere GPUs).", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_retired_pages_pending", "gauge", GPU_SOURCED,
-           "1 if a page retirement is pending.", "nvml"),
+           "1 if a page retirement is pending.", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_temperature_celsius", "gauge", (*GPU_SOURCED, "sensor"),
-           "Temperature of the GPU die (sensor=gpu) or its memory (sensor=memory).", "nvml"),
+           "Temperature of the GPU die (sensor=gpu) or its memory (sensor=memory).", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_clock_event_reasons", "gauge", GPU_SOURCED,
-           "Current clock-event (throttle) reasons as NVML's bitmask.", "nvml"),
+           "Current clock-event (throttle) reasons as NVML's bitmask.", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_clock_event_active", "gauge", (*GPU_SOURCED, "reason"),
            "1 while a clock-event reason is active (hw_slowdown 0x8, hw_thermal_slowdown 0x40, "
-           "hw_power_brake_slowdown 0x80, sw_thermal_slowdown 0x20, sw_power_cap 0x4, ...).", "nvml"),
+           "hw_power_brake_slowdown 0x80, sw_thermal_slowdown 0x20, sw_power_cap 0x4, ...).", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_violation_seconds", "counter", (*GPU_SOURCED, "reason"),
-           "Time the GPU was held below its clocks by a thermal|power limit.", "nvml"),
-    Family("gpuhealth_gpu_pcie_replays", "counter", GPU_SOURCED, "PCIe replays (link-level retries).", "nvml"),
+           "Time the GPU was held below its clocks by a thermal|power limit.", BOTH_GPU_SOURCES),
+    Family("gpuhealth_gpu_pcie_replays", "counter", GPU_SOURCED, "PCIe replays (link-level retries).",
+           BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_nvlink_errors", "counter", (*GPU_SOURCED, "type"),
-           "NVLink errors summed over links; type crc_flit|crc_data|replay|recovery.", "nvml"),
+           "NVLink errors summed over links; type crc_flit|crc_data|replay|recovery.", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_nvlink_link_up", "gauge", (*GPU_SOURCED, "link"),
            "1 if the NVLink link is active, 0 if down (only links the GPU has).", "nvml"),
     Family("gpuhealth_gpu_lost", "gauge", GPU_SOURCED,
            "1 if the driver reports the GPU lost (NVML_ERROR_GPU_IS_LOST).", "nvml"),
     # --- DCGM ---
     Family("gpuhealth_dcgm_health_status", "gauge", ("gpu", "system"),
-           "dcgmi health -c: 0 pass, 10 warn, 20 fail (DCGM's codes). gpu and system empty for the overall "
-           "result.", "dcgm"),
+           "dcgmi health -c: 0 pass, 10 warn, 20 fail (DCGM's codes). system is the health subsystem "
+           "(memory, pcie, nvlink, thermal, power, ...); gpu and system are empty for the overall result.", "dcgm"),
     Family("gpuhealth_dcgm_last_xid", "gauge", GPU_SOURCED,
            "DCGM_FI_DEV_XID_ERRORS: the LAST Xid DCGM saw (a value, not a count; absent until the first).",
            "dcgm_exporter"),

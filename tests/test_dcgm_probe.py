@@ -81,7 +81,11 @@ def cat_dcgmi(tmp_path: Path, fixture: Path | str, args: str | None, exit_code: 
     if isinstance(fixture, str):
         source.write_text(fixture)
     check = f'[ "$*" = "{args}" ] || {{ echo "unexpected args: $*" >&2; exit 64; }}\n' if args else ""
-    return [str(write_script(tmp_path, f"{check}cat '{source}'\nexit {exit_code}\n"))]
+    return [str(write_script(tmp_path, f"{ARM_WATCHES}{check}cat '{source}'\nexit {exit_code}\n"))]
+
+
+# What the real dcgmi answers to `health -s a` (set all health watches).
+ARM_WATCHES = '[ "$*" = "health -s a" ] && { echo "Health monitor systems set successfully."; exit 0; }\n'
 
 
 def error_of(probe: Any, deadline: float = 5.0) -> ProbeError:
@@ -162,8 +166,8 @@ def test_garbage_output_is_bad_output(make: Any, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("make", COMMAND_PROBES)
 def test_failing_dcgmi_without_json_reports_first_stderr_line(make: Any, tmp_path: Path) -> None:
-    script = write_script(tmp_path, "echo 'Error: unable to establish a connection to the specified host: "
-                                    "localhost' >&2\necho 'second line' >&2\nexit 1\n")
+    script = write_script(tmp_path, ARM_WATCHES + "echo 'Error: unable to establish a connection to the specified "
+                                    "host: localhost' >&2\necho 'second line' >&2\nexit 1\n")
     err = error_of(make([str(script)]))
     assert err.reason == BAD_OUTPUT
     assert "exit 1" in err.message
@@ -454,7 +458,9 @@ def test_exporter_http_scrape_maps_faults_of_two_gpus() -> None:
         key("gpuhealth_gpu_remapped_rows", **GPU1, cause="uncorrectable"): 1,
         key("gpuhealth_gpu_remapped_rows", **GPU1, cause="correctable"): 0,
         key("gpuhealth_gpu_row_remap_failure", **GPU1): 1,
+        key("gpuhealth_gpu_row_remap_pending", **GPU1): 0,
     }
+    assert samples[key("gpuhealth_gpu_row_remap_pending", **GPU0)] == 1
     # GPU 0 never had an Xid: the series is absent, not zero, and that is not a failure.
     assert key("gpuhealth_dcgm_last_xid", **GPU0) not in samples
     assert samples[key("gpuhealth_gpu_clock_event_active", **GPU0, reason="gpu_idle")] == 1
@@ -584,4 +590,28 @@ def test_every_sample_from_fixtures_is_a_catalog_family_with_its_exact_labels() 
             assert set(s.labels) == set(FAMILIES[s.name].labels), (s.name, sorted(s.labels))
             assert all(isinstance(v, str) for v in s.labels.values())
             names.add(s.name)
-    assert {f for f, fam in FAMILIES.items() if fam.probe in {"dcgm", "diag", "dcgm_exporter"}} <= names
+    assert {f for f, fam in FAMILIES.items() if set(fam.sources) & {"dcgm", "diag", "dcgm_exporter"}} <= names
+
+
+def test_health_watches_are_set_before_the_first_check_and_again_after_a_failure(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    healthy = FIXTURES / "virtualclient_DCGMIHealthCheckResults.json"
+    script = write_script(tmp_path, f"echo \"$*\" >> '{calls}'\n{ARM_WATCHES}"
+                                    f"[ -e '{tmp_path}/down' ] && exit 1\ncat '{healthy}'\n")
+    probe = DcgmHealthProbe([str(script)])
+    probe.collect(5)
+    probe.collect(5)
+    (tmp_path / "down").write_text("")  # nv-hostengine restarts and forgets the watches
+    error_of(probe)
+    (tmp_path / "down").unlink()
+    probe.collect(5)
+    assert calls.read_text().splitlines() == [
+        "health -s a", "health -c -j", "health -c -j", "health -c -j", "health -s a", "health -c -j",
+    ]
+
+
+def test_failing_to_set_health_watches_is_a_probe_failure(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "echo 'Error: unable to establish a connection to the specified host: "
+                                    "localhost' >&2\nexit 1\n")
+    err = error_of(DcgmHealthProbe([str(script)]))
+    assert err.reason == "error" and "cannot set health watches" in err.message and "unable to establish" in err.message

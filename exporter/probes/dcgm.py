@@ -147,20 +147,39 @@ def parse_health(doc: dict[str, Any]) -> ProbeResult:
 
 
 class DcgmHealthProbe:
-    """`dcgmi health -c -j`: DCGM's background health watches (needs watches set, e.g. `-s a`)."""
+    """`dcgmi health -c -j`: DCGM's background health watches.
+
+    A check reports nothing until watches are set, and nv-hostengine forgets them when it restarts,
+    so the probe sets all watches (`dcgmi health -s a`) before its first check and after any failure.
+    """
 
     name = "dcgm"
 
     def __init__(self, command: list[str]) -> None:
         self._command = list(command)
+        self._watching = False
+
+    def _watch(self, deadline: float) -> None:
+        proc = run_command([*self._command, "health", "-s", "a"], deadline)
+        if proc.returncode != 0:
+            detail = _first_line(proc.stderr) or _first_line(proc.stdout) or "no output"
+            raise ProbeError(ERROR, f"dcgmi health -s a: cannot set health watches (exit {proc.returncode}): {detail}")
+        self._watching = True
 
     def collect(self, deadline: float) -> ProbeResult:
-        proc = run_command([*self._command, "health", "-c", "-j"], deadline)
-        doc = _load_json(proc, "dcgmi health")
+        until = time.monotonic() + deadline
         try:
-            return parse_health(doc)
-        except _MALFORMED as exc:
-            raise ProbeError(BAD_OUTPUT, f"dcgmi health: unexpected report: {exc!r}") from exc
+            if not self._watching:
+                self._watch(deadline)
+            proc = run_command([*self._command, "health", "-c", "-j"], max(0.1, until - time.monotonic()))
+            doc = _load_json(proc, "dcgmi health")
+            try:
+                return parse_health(doc)
+            except _MALFORMED as exc:
+                raise ProbeError(BAD_OUTPUT, f"dcgmi health: unexpected report: {exc!r}") from exc
+        except ProbeError:
+            self._watching = False
+            raise
 
 
 # --- dcgmi diag -r N -j ---------------------------------------------------------------------------
