@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.process_collector import ProcessCollector
@@ -62,6 +62,12 @@ class UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, not the whole usage block: the mistake is what on-call needs to see."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _probe_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in DEFAULT_PROBES]
@@ -81,12 +87,14 @@ def _count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpuhealth-exporter", description=DESCRIPTION, epilog=EPILOG,
+    p = _Parser(prog="gpuhealth-exporter", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--config", metavar="FILE", help="YAML settings file (flags override it)")
     p.add_argument("--once", action="store_true",
                    help="run every probe once, print the metrics and exit (read-only: no state, no conditions)")
+    p.add_argument("--show-conditions", action="store_true",
+                   help="with --once: also print the node conditions the agent would write, on stderr")
     p.add_argument("--listen", metavar="[ADDR]:PORT", help="where to serve /metrics (default :9842)")
     p.add_argument("--node", metavar="NAME", help="this node's name, for node conditions (default $NODE_NAME)")
     p.add_argument("--kmsg-file", metavar="PATH",
@@ -198,7 +206,7 @@ def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
     return [(makers[name](), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]
 
 
-def run_once(s: Settings) -> bytes:
+def run_once(s: Settings, show_conditions: bool = False) -> bytes:
     snapshot = Snapshot()
     runners = [ProbeRunner(p, snapshot, interval, deadline) for p, interval, deadline in build_probes(s, once=True)]
     threads = [threading.Thread(target=r.run_once, daemon=True) for r in runners]
@@ -208,6 +216,9 @@ def run_once(s: Settings) -> bytes:
         t.join()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuhealthCollector(snapshot, expectations(s)))
+    if show_conditions:
+        for c in evaluate(snapshot.view(), expectations(s), s.fault_window):
+            print(f"condition {c.type}={c.status} {c.reason}: {c.message}", file=sys.stderr)
     return generate_latest(registry)
 
 
@@ -252,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger().setLevel(settings.log_level.upper())
         check_settings(settings)
         if args.once:
-            sys.stdout.buffer.write(run_once(settings))
+            sys.stdout.buffer.write(run_once(settings, args.show_conditions))
             return 0
         serve(settings)
         return 0

@@ -1,0 +1,160 @@
+"""What gpuhealth keeps on a Node: the ladder state annotation, the hold annotation and our taint.
+
+The remediator holds no state of its own. Everything it knows about a node's episode (the alerts
+seen, the rung reached, when it started) is JSON in one annotation on the Node, so a restarted or
+newly elected replica carries on where the last one stopped, and budgets can be counted from the
+cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+PREFIX = "gpuhealth.io"
+STATE_ANNOTATION = f"{PREFIX}/state"
+HOLD_ANNOTATION = f"{PREFIX}/hold"
+LAST_EPISODE_ANNOTATION = f"{PREFIX}/last-episode"
+TAINT_KEY = f"{PREFIX}/unhealthy"
+TAINT_EFFECT = "NoSchedule"
+
+RUNGS: tuple[str, ...] = ("cordon", "drain", "reset_gpu", "reboot", "replace")
+REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
+DISRUPTIVE: frozenset[str] = frozenset(RUNGS[1:])
+
+_FRACTION = re.compile(r"\.(\d+)")
+ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+
+
+def parse_time(value: str) -> datetime:
+    """RFC 3339 as Alertmanager and Kubernetes write it (Z suffix, up to nanoseconds)."""
+    text = _FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), value.strip(), count=1)
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp without a time zone: {value!r}")
+    return parsed.astimezone(UTC)
+
+
+def fmt_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rung_index(rung: str | None) -> int:
+    """-1 for no rung, 0 for cordon ... 4 for replace."""
+    return RUNGS.index(rung) if rung in RUNGS else -1
+
+
+@dataclass(frozen=True)
+class AlertRecord:
+    """One alert (by Alertmanager fingerprint) as last seen for this node."""
+
+    name: str
+    remediation: str
+    status: str  # firing | resolved
+    starts_at: str
+    last_seen: str
+    ends_at: str | None = None
+    gpu: str | None = None
+    severity: str = ""
+    component: str = ""
+
+    def order_key(self) -> tuple[datetime, int]:
+        """Newer wins: a later start (a re-fire), or the same start resolved."""
+        return parse_time(self.starts_at), 1 if self.status == "resolved" else 0
+
+
+@dataclass(frozen=True)
+class NodeState:
+    alerts: dict[str, AlertRecord] = field(default_factory=dict)
+    episode: str | None = None  # when the current episode started
+    rung: str | None = None  # highest rung started in this episode
+    rung_status: str | None = None  # running | done | failed
+    rung_started: str | None = None
+    rung_done: str | None = None
+    cordoned: bool = False  # we set spec.unschedulable (so we may unset it)
+    gpu: str | None = None  # GPU the reset job targets
+    job: str | None = None  # reset/reboot Job name
+    boot_id: str | None = None  # bootID before the reboot
+    healthy_since: str | None = None
+    quiet: bool = False  # the episode went quiet: escalation stopped
+    actions: tuple[str, ...] = ()  # start times of actions in the last hour (rate cap)
+
+    # --- reading ---------------------------------------------------------------------------
+    def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
+        return {fp: a for fp, a in self.alerts.items()
+                if a.status == "firing" and now - parse_time(a.last_seen) < quiet_after}
+
+    def stale(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
+        return {fp: a for fp, a in self.alerts.items()
+                if a.status == "firing" and now - parse_time(a.last_seen) >= quiet_after}
+
+    def actions_since(self, since: datetime) -> int:
+        return sum(1 for t in self.actions if parse_time(t) >= since)
+
+    @property
+    def active(self) -> bool:
+        return self.episode is not None
+
+    # --- writing ---------------------------------------------------------------------------
+    def with_action(self, now: datetime, **changes: Any) -> NodeState:
+        recent = tuple(t for t in self.actions if now - parse_time(t) < timedelta(hours=1))
+        return replace(self, actions=(*recent, fmt_time(now)), **changes)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["actions"] = list(self.actions)
+        return json.dumps({"v": 1, **data}, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> NodeState:
+        """Tolerant of a missing or damaged annotation: that reads as no state (and is logged upstream)."""
+        if not text:
+            return cls()
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("state annotation is not a JSON object")
+        data.pop("v", None)
+        alerts = {fp: AlertRecord(**a) for fp, a in (data.pop("alerts", None) or {}).items()}
+        known = {f for f in cls.__dataclass_fields__}
+        rest = {k: v for k, v in data.items() if k in known}
+        rest["actions"] = tuple(rest.get("actions") or ())
+        return cls(alerts=alerts, **rest)
+
+
+def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: datetime) -> NodeState:
+    """Merge alerts from a webhook into the state: idempotent, order-independent per alert.
+
+    Duplicates change nothing but `last_seen`; an older copy arriving late (out of order) never
+    overwrites a newer one; a resolved alert that fires again (a later startsAt) reopens.
+    """
+    merged = dict(state.alerts)
+    for fp, incoming in alerts:
+        seen = replace(incoming, last_seen=fmt_time(now))
+        current = merged.get(fp)
+        if current is None or incoming.order_key() >= current.order_key():
+            merged[fp] = seen
+    firing_any = any(a.status == "firing" and a.remediation != "none" for a in merged.values())
+    episode = state.episode
+    healthy_since = state.healthy_since
+    quiet = state.quiet
+    if firing_any:
+        episode = episode or fmt_time(now)
+        healthy_since = None
+        quiet = False
+    elif episode is not None and healthy_since is None:
+        healthy_since = fmt_time(now)
+    return replace(state, alerts=merged, episode=episode, healthy_since=healthy_since, quiet=quiet)
+
+
+def hold_of(annotations: dict[str, str]) -> dict[str, Any] | None:
+    raw = annotations.get(HOLD_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"reason": raw}
+    return value if isinstance(value, dict) else {"reason": str(value)}

@@ -1,0 +1,156 @@
+"""`gpuhealth-exporter` as on-call runs it: the real console script, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPORTER = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent)) or "gpuhealth-exporter"
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXPORTER, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "NODE_NAME": ""})
+
+
+def families(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def test_once_on_the_kernel_log_samples_prints_an_xid_counter_per_gpu_and_xid(fixtures: Path) -> None:
+    proc = run("--once", "--kmsg-file", str(fixtures / "kmsg" / "samples.txt"))
+    assert proc.returncode == 0, proc.stderr
+    xids = {(dict(k)["pci_bus_id"], dict(k)["xid"]): v
+            for k, v in families(proc.stdout)["gpuhealth_xid_errors_total"].items()}
+    assert xids[("00000000:38:00.0", "13")] == 3
+    assert xids[("00000000:05:00.0", "79")] == 1
+    assert xids[("00000000:B3:00.0", "79")] == 1  # the multi-line "fallen off the bus" record
+    assert len(xids) == 18
+
+
+def test_once_on_the_fixture_node_reports_every_probe(fixtures: Path, tmp_path: Path) -> None:
+    dcgmi = tmp_path / "dcgmi"
+    dcgmi.write_text(f"""#!/bin/sh
+case "$*" in
+  "health -s a") echo "Health monitor systems set successfully." ;;
+  "health -c -j") cat '{fixtures}/dcgm/virtualclient_DCGMIHealthCheckResults.json' ;;
+  "diag -r 1 -j") cat '{fixtures}/dcgm/virtualclient_DCGMIDiag_r1_results.json' ;;
+  *) exit 64 ;;
+esac
+""")
+    dcgmi.chmod(0o755)
+    proc = run("--once", "--kmsg-file", str(fixtures / "kmsg" / "samples.txt"),
+               "--sysfs-root", str(fixtures / "sysfs" / "p4d"), "--instance-type", "p4d.24xlarge",
+               "--dcgmi", str(dcgmi), "--dcgm-exporter-url", str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"))
+    assert proc.returncode == 0, proc.stderr
+    m = families(proc.stdout)
+    success = {dict(k)["probe"]: v for k, v in m["gpuhealth_probe_success"].items()}
+    # No driver here: NVML fails closed; everything fed from recordings works.
+    assert success == {"kmsg": 1, "nvml": 0, "dcgm": 1, "diag": 1, "dcgm_exporter": 1, "efa": 1}
+    assert m["gpuhealth_probe_error"] == {(("probe", "nvml"), ("reason", "missing_tool")): 1}
+    assert m["gpuhealth_efa_devices_visible"] == {(): 3}
+    assert m["gpuhealth_efa_devices_expected"] == {(): 4}
+    assert m["gpuhealth_gpus_expected"] == {(): 8}
+    assert m["gpuhealth_gpus_visible"] == {(): 1}  # dcgm-exporter's one L4 stands in for NVML
+    assert m["gpuhealth_dcgm_health_status"] == {(("gpu", ""), ("system", "")): 0}
+
+
+def test_help_explains_the_probes_and_the_flags() -> None:
+    proc = run("--help")
+    assert proc.returncode == 0
+    for words in ("fail closed", "--once", "--kmsg-file", "--sysfs-root", "--dcgmi", "--dcgm-exporter-url",
+                  "--config", "probes: kmsg"):
+        assert words in proc.stdout
+
+
+def test_bad_arguments_give_one_clear_line_and_exit_2(tmp_path: Path) -> None:
+    cases = [
+        (["--once", "--kmsg-file", str(tmp_path / "missing.log")], "--kmsg-file", "No such file or directory"),
+        (["--once", "--sysfs-root", str(tmp_path / "nowhere")], "--sysfs-root", "not a directory"),
+        (["--once", "--dcgmi", str(tmp_path / "no-dcgmi")], "--dcgmi", "not an executable file"),
+        (["--once", "--disable", "gpu"], "--disable", "unknown probe gpu"),
+        (["--once", "--gpus-expected", "eight"], "--gpus-expected", "expected a whole number"),
+        (["--once", "--listen", "localhost"], "--listen", "expected [ADDR]:PORT"),
+        (["--once", "--config", str(tmp_path / "none.yaml")], "none.yaml", "cannot read"),
+    ]
+    for args, flag, why in cases:
+        proc = run(*args)
+        assert proc.returncode == 2, args
+        assert proc.stdout == ""
+        lines = [line for line in proc.stderr.splitlines() if "error" in line]
+        assert len(lines) == 1 and flag in lines[0] and why in lines[0], proc.stderr
+
+
+def test_an_unreadable_kmsg_file_is_refused_at_start(tmp_path: Path) -> None:
+    directory = tmp_path / "a-directory"
+    directory.mkdir()
+    proc = run("--once", "--kmsg-file", str(directory))
+    assert proc.returncode == 2 and "--kmsg-file" in proc.stderr and "Is a directory" in proc.stderr
+
+
+def test_a_config_file_holds_the_same_settings_and_flags_override_it(fixtures: Path, tmp_path: Path) -> None:
+    config = tmp_path / "exporter.yaml"
+    config.write_text(f"""
+kmsg_file: {fixtures / "kmsg" / "samples.txt"}
+gpus_expected: 4
+probes:
+  nvml: {{enabled: false}}
+  dcgm: {{enabled: false}}
+  diag: {{enabled: false}}
+  efa: {{enabled: false}}
+""")
+    proc = run("--once", "--config", str(config), "--gpus-expected", "8")
+    assert proc.returncode == 0, proc.stderr
+    m = families(proc.stdout)
+    assert set(dict(k)["probe"] for k in m["gpuhealth_probe_success"]) == {"kmsg"}
+    assert m["gpuhealth_gpus_expected"] == {(): 8}
+
+
+def test_a_served_exporter_answers_scrapes_and_stops_on_sigterm(fixtures: Path, tmp_path: Path) -> None:
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    proc = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log),
+                             "--state-file", str(tmp_path / "state.json"), "--disable", "nvml,dcgm,diag,efa"],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "NODE_NAME": ""})
+    try:
+        body = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                if 'gpuhealth_probe_success{probe="kmsg"} 1.0' in body:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        assert 'gpuhealth_probe_success{probe="kmsg"} 1.0' in body
+        with log.open("a") as f:
+            f.write("[ 9.0] NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")
+        while time.monotonic() < deadline and 'xid="79"' not in body:
+            time.sleep(0.2)
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        assert 'pci_bus_id="00000000:9B:00.0"' in body and "process_resident_memory_bytes" in body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
