@@ -51,7 +51,8 @@ esac
     dcgmi.chmod(0o755)
     proc = run("--once", "--kmsg-file", str(fixtures / "kmsg" / "samples.txt"),
                "--sysfs-root", str(fixtures / "sysfs" / "p4d"), "--instance-type", "p4d.24xlarge",
-               "--dcgmi", str(dcgmi), "--dcgm-exporter-url", str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"))
+               "--dcgmi", str(dcgmi),
+               "--dcgm-exporter-url", str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"))
     assert proc.returncode == 0, proc.stderr
     m = families(proc.stdout)
     success = {dict(k)["probe"]: v for k, v in m["gpuhealth_probe_success"].items()}

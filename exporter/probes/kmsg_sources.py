@@ -99,7 +99,8 @@ class FileSource:
         if end == 0:
             return [], 0
         position.offset += end
-        lines = data[:end].decode("utf-8", errors="replace").splitlines()
+        # Split on newlines only: str.splitlines() would also split on \r, \x0b, \x1c... inside a message.
+        lines = data[: end - 1].decode("utf-8", errors="replace").split("\n")
         return list(iter_text_records(lines)), 0
 
     def close(self) -> None:

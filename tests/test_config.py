@@ -1,0 +1,55 @@
+"""The exporter's YAML config: what it accepts, and the file:line it names when it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.config import DEFAULT_PROBES, ConfigError, Settings, load_file
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "exporter.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_an_empty_file_means_the_defaults(tmp_path: Path) -> None:
+    assert load_file(write(tmp_path, "")) == Settings()
+
+
+def test_settings_and_probe_overrides_are_applied(tmp_path: Path) -> None:
+    s = load_file(write(tmp_path, """
+node: gpu-node-17
+instance_type: p5.48xlarge
+gpus_expected: 8
+fault_window: 600
+probes:
+  diag: {enabled: false}
+  kmsg: {interval: 2}
+"""))
+    assert (s.node, s.instance_type, s.gpus_expected, s.fault_window) == ("gpu-node-17", "p5.48xlarge", 8, 600)
+    assert s.probes["diag"].enabled is False
+    assert (s.probes["kmsg"].interval, s.probes["kmsg"].deadline) == (2, DEFAULT_PROBES["kmsg"].deadline)
+    assert s.probes["nvml"] == DEFAULT_PROBES["nvml"]
+
+
+@pytest.mark.parametrize(("text", "where", "why"), [
+    ("node: a\nlisten_port: 9\n", ":2:", "listen_port: unknown setting"),
+    ("probes:\n  kmsg:\n    intervall: 3\n", ":3:", "probes.kmsg.intervall: unknown key"),
+    ("probes:\n  gpu: {}\n", ":2:", "probes.gpu: unknown probe"),
+    ("probes:\n  nvml: {deadline: 0}\n", ":2:", "probes.nvml.deadline: must be > 0"),
+    ("probes:\n  nvml: {enabled: maybe}\n", ":2:", "probes.nvml.enabled: expected bool"),
+    ("gpus_expected: eight\n", ":1:", "gpus_expected: expected int or NoneType"),
+    ("fault_window: true\n", ":1:", "fault_window: expected a number"),
+    ("node: [a, b]\n", ":1:", "node: expected a single value"),
+    ("node: a\n  bad: indent\n", ":2", "not valid YAML"),
+    ("- a list\n", ":1:", "expected a mapping of settings"),
+])
+def test_a_bad_file_is_refused_with_file_line_and_reason(tmp_path: Path, text: str, where: str, why: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_file(path)
+    assert str(err.value).startswith(path + where), str(err.value)
+    assert why in str(err.value)

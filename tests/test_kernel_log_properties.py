@@ -1,0 +1,59 @@
+"""Properties of the kernel-log path over arbitrary input (hypothesis)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.kernel_events import KernelEventMatcher
+from exporter.kernel_log import iter_text_records, parse_kmsg_record
+from exporter.probes.kmsg import KmsgProbe
+
+MATCHER = KernelEventMatcher()
+REAL_LINES = [line for line in (Path(__file__).parent / "fixtures" / "kmsg" / "samples.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+FAULT_TEXTS = [
+    "NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.",
+    "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.",
+    "nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout error (First)",
+    "INFO: task kcompactd1:1177 blocked for more than 120 seconds.",
+    "mce: [Hardware Error]: CPU 12: Machine Check Exception: 5 Bank 17: fe00000000800400",
+]
+
+lines = st.one_of(st.text(max_size=300), st.sampled_from(REAL_LINES),
+                  st.builds(lambda a, b: a + b, st.sampled_from(REAL_LINES), st.text(max_size=40)))
+
+
+@given(st.lists(lines, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_parsing_and_matching_never_raise(raw: list[str]) -> None:
+    for record in iter_text_records(raw):
+        MATCHER.match(record.text)
+    for line in raw:
+        parse_kmsg_record(line)
+
+
+@st.composite
+def user_space_records(draw: st.DrawFn) -> str:
+    facility = draw(st.integers(min_value=1, max_value=23))
+    level = draw(st.integers(min_value=0, max_value=7))
+    seq = draw(st.integers(min_value=0, max_value=2**40))
+    usec = draw(st.integers(min_value=0, max_value=2**50))
+    text = draw(st.one_of(st.sampled_from(FAULT_TEXTS), st.text(max_size=100).filter(lambda t: "\n" not in t)))
+    return f"{facility * 8 + level},{seq},{usec},-;{text}"
+
+
+@given(st.lists(user_space_records(), min_size=1, max_size=20))
+@settings(max_examples=150, deadline=None)
+def test_records_not_from_the_kernel_facility_never_count(records: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "kmsg.txt"
+        log.write_text("\n".join(records) + "\n")
+        result = KmsgProbe.for_path(str(log), True).collect(5)
+    counted = {s.name for s in result.samples if s.value and s.name != "gpuhealth_kmsg_records"}
+    assert counted == set()
+    by_origin = {s.labels["origin"]: s.value for s in result.samples if s.name == "gpuhealth_kmsg_records"}
+    assert by_origin == {"kernel": 0, "userspace": len(records)}
