@@ -41,6 +41,7 @@ class Match:
     pattern: str
     kind: str
     fields: dict[str, str]
+    implied: bool = False  # the Xid comes from the pattern (a "fallen off the bus" line), not the text
 
 
 def default_pattern_file() -> Path:
@@ -117,5 +118,5 @@ class KernelEventMatcher:
                 em = rx.search(text)
                 if em:
                     fields.update({f"{key}_{g}" if g != "v" else key: v for g, v in em.groupdict().items() if v})
-            return Match(p.name, p.kind, fields)
+            return Match(p.name, p.kind, fields, implied=bool(p.xid))
         return None

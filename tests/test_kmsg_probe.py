@@ -160,3 +160,15 @@ def test_real_dev_kmsg_forged_xid_from_user_space_is_ignored_and_restart_is_exac
     write(f"gpuhealth test record written while the exporter is down {marker}")  # must not be lost
     restarted = device_probe().collect(5)
     assert values(restarted, "gpuhealth_kmsg_records")[(("origin", "userspace"),)] == before + 2
+
+
+def test_one_gpu_falling_off_the_bus_reported_in_two_shapes_counts_once(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("[ 100.000001] NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.\n"
+                   "[ 100.000950] NVRM: Xid (PCI:0000:29:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+                   "the bus.\n"
+                   "[ 900.000000] NVRM: Xid (PCI:0000:29:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+                   "the bus.\n"
+                   "[ 900.000100] NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+                   "the bus.\n")
+    assert xids(file_probe(log).collect(5)) == {("00000000:29:00.0", "79", ""): 2, ("00000000:05:00.0", "79", ""): 1}

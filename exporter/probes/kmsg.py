@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 RECENT_EVENTS = 1000  # recent faults kept for node conditions
+# The driver reports one GPU falling off the bus both as "Xid 79" and as "GPU has fallen off the bus";
+# the two lines for one GPU within this many seconds are one event.
+SAME_EVENT_SECONDS = 10.0
 
 
 class Source(Protocol):
@@ -68,6 +71,7 @@ class KmsgProbe:
         self.recovery: dict[str, tuple[int, str]] = {}
         self.recent: deque[dict[str, str | float]] = deque(maxlen=RECENT_EVENTS)
         self._state_warned = False
+        self._last_79: dict[str, tuple[float, bool]] = {}
         self._load_state()
 
     @classmethod
@@ -135,11 +139,23 @@ class KmsgProbe:
         match = self.matcher.match(record.text)
         if match is None or match.kind == "ignore":
             return
-        handler = getattr(self, f"_on_{match.kind}")
-        handler(match)
+        if match.kind == "xid":
+            self._on_xid(match, record)
+        else:
+            getattr(self, f"_on_{match.kind}")(match)
 
-    def _on_xid(self, m: Match) -> None:
+    def _same_fall_off_the_bus(self, m: Match, pci: str, record: KernelRecord) -> bool:
+        if m.fields["xid"] != "79" or not pci:
+            return False
+        now = record.usec / 1e6 if record.usec is not None else time.monotonic()
+        last = self._last_79.get(pci)
+        self._last_79[pci] = (now, m.implied)
+        return last is not None and last[1] != m.implied and abs(now - last[0]) <= SAME_EVENT_SECONDS
+
+    def _on_xid(self, m: Match, record: KernelRecord) -> None:
         pci = normalize_bus_id(m.fields["pci"]) if m.fields.get("pci") else ""
+        if self._same_fall_off_the_bus(m, pci, record):
+            return
         fatal = m.fields.get("fatal", "").lower()  # only Xid 144-150 lines say Fatal/Nonfatal
         labels = {"xid": m.fields["xid"], "pci_bus_id": pci, "fatal": fatal and str(fatal == "fatal").lower()}
         self._count("gpuhealth_xid_errors", labels)
