@@ -124,11 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _readable(flag: str, path: str) -> None:
+    """Checked without opening: opening a FIFO with no writer would hang start-up."""
     try:
-        with open(path, "rb"):
-            pass
+        if Path(path).is_dir():
+            raise UsageError(f"{flag} {path}: Is a directory")
+        os.stat(path)
     except OSError as exc:
         raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from exc
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {path}: Permission denied")
 
 
 def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Settings:

@@ -172,3 +172,21 @@ def test_one_gpu_falling_off_the_bus_reported_in_two_shapes_counts_once(tmp_path
                    "[ 900.000100] NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
                    "the bus.\n")
     assert xids(file_probe(log).collect(5)) == {("00000000:29:00.0", "79", ""): 2, ("00000000:05:00.0", "79", ""): 1}
+
+
+def test_a_log_that_blocks_forever_is_a_timeout_not_a_hung_exporter(tmp_path: Path) -> None:
+    import time
+
+    from exporter.runner import ProbeRunner
+    from exporter.snapshot import Snapshot
+
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)  # opening it for reading blocks until a writer comes: none will
+    snapshot = Snapshot()
+    started = time.monotonic()
+    ProbeRunner(file_probe(fifo), snapshot, interval=1, deadline=0.2).run_once()
+    assert time.monotonic() - started < 3
+    state = snapshot.view()["kmsg"]
+    assert (state.success, state.reason) == (False, "timeout")
+    with open(fifo, "w"):  # let the abandoned reader go
+        pass
