@@ -63,12 +63,12 @@ def test_host_and_nic_events_are_counted_by_event_and_device(fixtures: Path, tmp
     events = {(s.labels["event"], s.labels["device"]): s.value
               for s in file_probe(log).collect(5).samples if s.name == "gpuhealth_kernel_events"}
     assert events == {
-        ("nvlink_error", ""): 2, ("mlx5_fatal", "0000:03:00.0"): 1, ("mlx5_fatal", "0000:d2:00.0"): 1,
-        ("mlx5_fatal", ""): 1, ("netdev_tx_timeout", "eth0"): 1, ("mlx5_error", "0000:5c:00.0"): 2,
-        ("mlx5_link_down", "0000:41:00.1"): 1, ("hung_task", ""): 1, ("soft_lockup", ""): 1,
-        ("nccl_segfault", ""): 1, ("peermem_error", ""): 1, ("pcie_aer_fatal", "0000:17:00.0"): 1,
-        ("pcie_aer_nonfatal", "0000:18:00.0"): 1, ("pcie_aer_corrected", "0000:00:03.0"): 1, ("mce", ""): 1,
-        ("mce_corrected", ""): 1, ("hard_lockup", ""): 1, ("efa_error", "0000:00:1b.0"): 1,
+        ("nvlink_error", ""): 2, ("mlx5_fatal", "00000000:03:00.0"): 1, ("mlx5_fatal", "00000000:D2:00.0"): 1,
+        ("mlx5_fatal", ""): 1, ("netdev_tx_timeout", "eth0"): 1, ("mlx5_error", "00000000:5C:00.0"): 2,
+        ("mlx5_link_down", "00000000:41:00.1"): 1, ("hung_task", ""): 1, ("soft_lockup", ""): 1,
+        ("nccl_segfault", ""): 1, ("peermem_error", ""): 1, ("pcie_aer_fatal", "00000000:17:00.0"): 1,
+        ("pcie_aer_nonfatal", "00000000:18:00.0"): 1, ("pcie_aer_corrected", "00000000:00:03.0"): 1, ("mce", ""): 1,
+        ("mce_corrected", ""): 1, ("hard_lockup", ""): 1, ("efa_error", "00000000:00:1B.0"): 1,
     }
     sxids = values(file_probe(log).collect(5), "gpuhealth_nvswitch_sxid_errors")
     assert sxids[(("fatal", "true"), ("pci_bus_id", "00000000:C3:00.0"), ("sxid", "24007"))] == 1

@@ -72,7 +72,7 @@ def test_fatal_xid_missing_gpu_and_host_faults_turn_conditions_false(tmp_path: P
     assert got["GpuhealthNVLinkHealthy"][:2] == ("False", "FatalSXid")
     assert got["GpuhealthEFAHealthy"][:2] == ("False", "EFADevicesMissing")
     assert got["GpuhealthKernelHealthy"][:2] == ("False", "KernelFault")
-    for event in ("hung_task", "soft_lockup", "pcie_aer_fatal 0000:17:00.0", "mce", "mlx5_fatal 0000:03:00.0"):
+    for event in ("hung_task", "soft_lockup", "pcie_aer_fatal 00000000:17:00.0", "mce", "mlx5_fatal 00000000:03:00.0"):
         assert event in got["GpuhealthKernelHealthy"][2]
 
 

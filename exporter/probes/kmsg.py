@@ -13,6 +13,7 @@ import os
 import tempfile
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ RECENT_EVENTS = 1000  # recent faults kept for node conditions
 # The driver reports one GPU falling off the bus both as "Xid 79" and as "GPU has fallen off the bus";
 # the two lines for one GPU within this many seconds are one event.
 SAME_EVENT_SECONDS = 10.0
+SAME_EVENT_RECORDS = 8
 
 
 class Source(Protocol):
@@ -47,8 +49,22 @@ def read_boot_id(path: str) -> str:
         return ""
 
 
-def _key(family: str, labels: dict[str, str]) -> str:
-    return json.dumps([family, labels], sort_keys=True)
+def read_boot_time(proc_stat: str = "/proc/stat") -> float:
+    """Unix time the machine booted (`btime`), so /dev/kmsg timestamps become wall-clock times."""
+    try:
+        for line in Path(proc_stat).read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return time.time() - time.monotonic()
+
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _key(family: str, labels: dict[str, str]) -> Key:
+    return family, tuple(sorted(labels.items()))
 
 
 class KmsgProbe:
@@ -60,18 +76,21 @@ class KmsgProbe:
         state_file: str | None = None,
         boot_id_file: str = "/proc/sys/kernel/random/boot_id",
         matcher: KernelEventMatcher | None = None,
+        proc_stat: str = "/proc/stat",
     ) -> None:
         self.source = source
         self.state_file = state_file
         self.matcher = matcher or KernelEventMatcher()
         self.boot_id = read_boot_id(boot_id_file)
+        self.boot_time = read_boot_time(proc_stat)
         self.position = Position()
-        self.counts: dict[str, float] = {}
+        self.counts: dict[Key, float] = {}
         self.gpu_uuids: dict[str, str] = {}
         self.recovery: dict[str, tuple[int, str]] = {}
         self.recent: deque[dict[str, str | float]] = deque(maxlen=RECENT_EVENTS)
         self._state_warned = False
-        self._last_79: dict[str, tuple[float, bool]] = {}
+        self._records_seen = 0
+        self._last_79: dict[str, tuple[float | None, int, bool]] = {}  # pci -> (time, record number, implied)
         self._load_state()
 
     @classmethod
@@ -90,14 +109,23 @@ class KmsgProbe:
             log.warning("kmsg state %s unreadable (%s): starting from the whole log", self.state_file, exc)
             return
         same_source = doc.get("source") == self.source.path and doc.get("kind") == self.source.kind
-        same_boot = self.source.kind == "file" or doc.get("boot_id") == self.boot_id
+        # Without a boot id a reboot cannot be told from a restart: trusting the old position then
+        # would skip the new boot's records, so the state is dropped instead.
+        same_boot = self.source.kind == "file" or (bool(self.boot_id) and doc.get("boot_id") == self.boot_id)
         if doc.get("version") != STATE_VERSION or not same_source or not same_boot:
             log.info("kmsg state %s is from another boot or source: starting afresh", self.state_file)
             return
-        self.position = Position(doc.get("last_seq"), doc.get("inode"), int(doc.get("offset", 0)))
-        self.counts = {str(k): float(v) for k, v in doc.get("counts", {}).items()}
-        self.gpu_uuids = dict(doc.get("gpu_uuids", {}))
-        self.recovery = {k: (int(v[0]), str(v[1])) for k, v in doc.get("recovery", {}).items()}
+        try:
+            position = Position(doc.get("last_seq"), doc.get("inode"), int(doc.get("offset", 0)))
+            counts = {_key(str(f), dict(labels)): float(v) for f, labels, v in doc.get("counts", [])}
+            recovery = {str(k): (int(v[0]), str(v[1])) for k, v in doc.get("recovery", {}).items()}
+            recent = [dict(e) for e in doc.get("recent", [])]
+        except (TypeError, ValueError, IndexError) as exc:
+            log.warning("kmsg state %s malformed (%s): starting from the whole log", self.state_file, exc)
+            return
+        self.position, self.counts, self.recovery = position, counts, recovery
+        self.gpu_uuids = {str(k): str(v) for k, v in doc.get("gpu_uuids", {}).items()}
+        self.recent.extend(recent)
 
     def _save_state(self) -> None:
         if not self.state_file:
@@ -110,9 +138,10 @@ class KmsgProbe:
             "last_seq": self.position.last_seq,
             "inode": self.position.inode,
             "offset": self.position.offset,
-            "counts": self.counts,
+            "counts": [[family, dict(labels), value] for (family, labels), value in self.counts.items()],
             "gpu_uuids": self.gpu_uuids,
             "recovery": self.recovery,
+            "recent": list(self.recent),
         }
         try:
             directory = os.path.dirname(os.path.abspath(self.state_file))
@@ -132,25 +161,55 @@ class KmsgProbe:
         key = _key(family, labels)
         self.counts[key] = self.counts.get(key, 0) + by
 
+    def _event_time(self, record: KernelRecord) -> float:
+        """When it happened: from the record on /dev/kmsg (so a restart agrees); when read, for a file."""
+        if self.source.kind == "device" and record.usec is not None:
+            return self.boot_time + record.usec / 1e6
+        return time.time()
+
+    def _remember(self, record: KernelRecord, kind: str, labels: dict[str, str]) -> None:
+        self.recent.append({"time": self._event_time(record), "kind": kind, **labels})
+
     def _handle(self, record: KernelRecord) -> None:
         self._count("gpuhealth_kmsg_records", {"origin": "kernel" if record.kernel else "userspace"})
         if not record.kernel:
             return  # user space can write anything to /dev/kmsg; only the kernel is believed
+        self._records_seen += 1
         match = self.matcher.match(record.text)
         if match is None or match.kind == "ignore":
             return
         if match.kind == "xid":
             self._on_xid(match, record)
-        else:
-            getattr(self, f"_on_{match.kind}")(match)
+        elif match.kind == "gpu_map":
+            self.gpu_uuids[normalize_bus_id(match.fields["pci"])] = match.fields["uuid"]
+        elif match.kind == "sxid":
+            labels = {"sxid": match.fields["sxid"], "pci_bus_id": normalize_bus_id(match.fields["pci"]),
+                      "fatal": str(match.fields["fatal"] == "Fatal").lower()}
+            self._count("gpuhealth_nvswitch_sxid_errors", labels)
+            self._remember(record, "sxid", labels)
+        elif match.kind == "event":
+            labels = {"event": match.fields["event"], "device": normalize_bus_id(match.fields.get("device", ""))}
+            self._count("gpuhealth_kernel_events", labels)
+            self._remember(record, "event", labels)
+        elif match.kind == "unparsed_xid":
+            self._count("gpuhealth_kmsg_unparsed_xid_records", {})
 
     def _same_fall_off_the_bus(self, m: Match, pci: str, record: KernelRecord) -> bool:
+        """The driver reports one GPU falling off the bus as "Xid 79" and as a plain line: count it once.
+
+        The two are one event when they name the same GPU and are close: within SAME_EVENT_SECONDS by
+        their kernel timestamps, or, in captures without them, within a few records of each other.
+        """
         if m.fields["xid"] != "79" or not pci:
             return False
-        now = record.usec / 1e6 if record.usec is not None else time.monotonic()
+        when = record.usec / 1e6 if record.usec is not None else None
         last = self._last_79.get(pci)
-        self._last_79[pci] = (now, m.implied)
-        return last is not None and last[1] != m.implied and abs(now - last[0]) <= SAME_EVENT_SECONDS
+        self._last_79[pci] = (when, self._records_seen, m.implied)
+        if last is None or last[2] == m.implied:
+            return False
+        if when is not None and last[0] is not None:
+            return abs(when - last[0]) <= SAME_EVENT_SECONDS
+        return self._records_seen - last[1] <= SAME_EVENT_RECORDS
 
     def _on_xid(self, m: Match, record: KernelRecord) -> None:
         pci = normalize_bus_id(m.fields["pci"]) if m.fields.get("pci") else ""
@@ -162,31 +221,23 @@ class KmsgProbe:
         if "action_code" in m.fields:
             code = int(m.fields["action_code"], 16)
             self.recovery[pci] = (code, RECOVERY_ACTIONS.get(code, f"unknown_{code}"))
-        self.recent.append({"time": time.time(), "kind": "xid", **labels})
-
-    def _on_gpu_map(self, m: Match) -> None:
-        self.gpu_uuids[normalize_bus_id(m.fields["pci"])] = m.fields["uuid"]
-
-    def _on_sxid(self, m: Match) -> None:
-        labels = {"sxid": m.fields["sxid"], "pci_bus_id": normalize_bus_id(m.fields["pci"]),
-                  "fatal": str(m.fields["fatal"] == "Fatal").lower()}
-        self._count("gpuhealth_nvswitch_sxid_errors", labels)
-        self.recent.append({"time": time.time(), "kind": "sxid", **labels})
-
-    def _on_event(self, m: Match) -> None:
-        labels = {"event": m.fields["event"], "device": m.fields.get("device", "")}
-        self._count("gpuhealth_kernel_events", labels)
-        self.recent.append({"time": time.time(), "kind": "event", **labels})
-
-    def _on_unparsed_xid(self, m: Match) -> None:
-        self._count("gpuhealth_kmsg_unparsed_xid_records", {})
+        self._remember(record, "xid", labels)
 
     # --- the probe ---
     def collect(self, deadline: float) -> ProbeResult:
+        """Read what is new and count it; all or nothing, so a failure part-way loses no record."""
         until = time.monotonic() + deadline * 0.8
-        records, missed = self.source.read(self.position, until)
-        for record in records:
-            self._handle(record)
+        position = replace(self.position)
+        records, missed = self.source.read(position, until)
+        saved = (dict(self.counts), dict(self.gpu_uuids), dict(self.recovery), deque(self.recent, RECENT_EVENTS))
+        try:
+            for record in records:
+                self._handle(record)
+        except Exception:
+            self.counts, self.gpu_uuids, self.recovery, self.recent = saved
+            self.source.close()  # the device is re-read from the committed position
+            raise
+        self.position = position
         if missed:
             self._count("gpuhealth_kmsg_records_missed", {}, missed)
         if records or missed:
@@ -195,19 +246,19 @@ class KmsgProbe:
 
     def _result(self) -> ProbeResult:
         # Series that exist from the start, so that increase() sees the first event.
-        totals = {_key("gpuhealth_kmsg_records_missed", {}): 0.0,
-                  _key("gpuhealth_kmsg_unparsed_xid_records", {}): 0.0,
-                  _key("gpuhealth_kmsg_records", {"origin": "kernel"}): 0.0,
-                  _key("gpuhealth_kmsg_records", {"origin": "userspace"}): 0.0}
-        for key, value in self.counts.items():
-            family, labels = json.loads(key)
-            if family == "gpuhealth_xid_errors":
-                labels = {**labels, "gpu": "", "uuid": self.gpu_uuids.get(labels["pci_bus_id"], "")}
-            totals[_key(family, labels)] = value
+        totals: dict[Key, float] = {
+            _key("gpuhealth_kmsg_records_missed", {}): 0.0,
+            _key("gpuhealth_kmsg_unparsed_xid_records", {}): 0.0,
+            _key("gpuhealth_kmsg_records", {"origin": "kernel"}): 0.0,
+            _key("gpuhealth_kmsg_records", {"origin": "userspace"}): 0.0,
+        }
+        totals.update(self.counts)
         result = ProbeResult()
-        for key, value in totals.items():
-            family, labels = json.loads(key)
-            result.add(family, value, **labels)
+        for (family, labels), value in totals.items():
+            sample_labels = dict(labels)
+            if family == "gpuhealth_xid_errors":
+                sample_labels.update(gpu="", uuid=self.gpu_uuids.get(sample_labels["pci_bus_id"], ""))
+            result.add(family, value, **sample_labels)
         for pci, (code, action) in self.recovery.items():
             result.add("gpuhealth_gpu_recovery_action", code, gpu="", uuid=self.gpu_uuids.get(pci, ""),
                        pci_bus_id=pci, action=action)

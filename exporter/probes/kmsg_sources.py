@@ -13,6 +13,10 @@ from exporter.probes.base import NOT_FOUND, ProbeError
 _READ_SIZE = 16384  # larger than any /dev/kmsg record (the kernel caps one at ~8 KiB with its metadata)
 
 
+_CHUNK = 1 << 20
+_MAX_CHUNKS_PER_RUN = 16
+
+
 @dataclass
 class Position:
     """Where reading stopped, persisted so that a restart neither repeats nor skips records."""
@@ -40,7 +44,18 @@ class DeviceSource:
         return self._fd
 
     def read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]:
-        """New records (sequence > position.last_seq) and how many were lost to ring-buffer overwrites."""
+        """New records (sequence > position.last_seq) and how many were lost to ring-buffer overwrites.
+
+        On an error the device is closed, so the next read starts again from the oldest record and
+        skips by sequence number what was already handled: nothing read before the error is lost.
+        """
+        try:
+            return self._read(position, until)
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]:
         fd = self._open()
         records: list[KernelRecord] = []
         missed = 0
@@ -86,15 +101,22 @@ class FileSource:
         self.path = path
 
     def read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]:
+        chunks: list[bytes] = []
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 if position.inode != st.st_ino or st.st_size < position.offset:
                     position.inode, position.offset = st.st_ino, 0
                 f.seek(position.offset)
-                data = f.read()
+                # Bounded per run, so a multi-gigabyte log is worked through over several runs.
+                while len(chunks) < _MAX_CHUNKS_PER_RUN and time.monotonic() < until:
+                    chunk = f.read(_CHUNK)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
         except FileNotFoundError as exc:
             raise ProbeError(NOT_FOUND, f"{self.path}: no such file") from exc
+        data = b"".join(chunks)
         end = data.rfind(b"\n") + 1
         if end == 0:
             return [], 0
