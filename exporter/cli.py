@@ -152,7 +152,7 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
     if args.no_conditions:
         settings = replace(settings, conditions=False)
     probes = dict(settings.probes)
-    if settings.dcgm_exporter and not args.disable:
+    if settings.dcgm_exporter:  # a URL turns the probe on; --disable dcgm_exporter still wins
         probes["dcgm_exporter"] = replace(probes["dcgm_exporter"], enabled=True)
     for groups, enabled in ((args.enable, True), (args.disable, False)):
         for name in (n for group in groups for n in group):

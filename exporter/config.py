@@ -60,6 +60,20 @@ class Settings:
 
 _SCALARS = {f.name: f for f in fields(Settings) if f.name != "probes"}
 _INT_OR_NONE = {"gpus_expected", "efa_expected"}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _check_value(key: str, value: Any) -> str | None:
+    """Why a well-typed value is still wrong, or None."""
+    if key in ("condition_interval", "fault_window") and value <= 0:
+        return f"must be > 0, got {value:g}"
+    if key == "diag_level" and value not in (1, 2, 3, 4):
+        return f"must be 1, 2, 3 or 4 (dcgmi diag -r), got {value}"
+    if key == "log_level" and value not in LOG_LEVELS:
+        return f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
+    if key in _INT_OR_NONE and value is not None and value < 0:
+        return f"must be >= 0, got {value}"
+    return None
 
 
 def _line(node: yaml.Node) -> int:
@@ -124,12 +138,13 @@ def load_file(path: str, base: Settings | None = None) -> Settings:
                     raise ConfigError(f"{path}:{_line(pk)}: probes.{pk.value}: unknown probe "
                                       f"(known: {', '.join(DEFAULT_PROBES)})")
                 probes[pk.value] = _probe(path, pk.value, pv, probes[pk.value])
-        elif key in _INT_OR_NONE:
-            values[key] = _scalar(path, key, vnode, (int, type(None)))
         elif key in _SCALARS:
             default = getattr(Settings(), key)
             kind: type | tuple[type, ...] = (int, float) if isinstance(default, float) else type(default)
-            values[key] = _scalar(path, key, vnode, kind)
+            values[key] = _scalar(path, key, vnode, (int, type(None)) if key in _INT_OR_NONE else kind)
+            why = _check_value(key, values[key])
+            if why:
+                raise ConfigError(f"{path}:{_line(vnode)}: {key}: {why}")
         else:
             raise ConfigError(f"{path}:{_line(knode)}: {key}: unknown setting")
     return replace(base, probes=probes, **values)

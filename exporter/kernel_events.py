@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 KINDS = {"xid", "gpu_map", "sxid", "event", "unparsed_xid", "ignore"}
+REQUIRED_GROUPS = {"gpu_map": {"pci", "uuid"}, "sxid": {"pci", "sxid", "fatal"}}
 
 # Xid 154 recovery actions, by the code the driver prints.
 RECOVERY_ACTIONS = {
@@ -79,6 +80,9 @@ def _pattern(path: Path, i: int, entry: Any) -> Pattern:
         raise PatternError(f"{where}: extract must be a mapping of field: regex")
     if kind == "xid" and "xid" not in regex.groupindex and "xid" not in entry:
         raise PatternError(f"{where}: an xid pattern needs a (?P<xid>...) group or a fixed `xid:`")
+    missing = sorted(REQUIRED_GROUPS.get(kind, set()) - set(regex.groupindex))
+    if missing:
+        raise PatternError(f"{where}: a {kind} pattern needs the group(s) {', '.join(missing)}")
     return Pattern(
         name=name,
         kind=kind,
@@ -93,6 +97,8 @@ def load_patterns(path: Path | None = None) -> list[Pattern]:
     path = path or default_pattern_file()
     try:
         doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise PatternError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise PatternError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):

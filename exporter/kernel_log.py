@@ -21,8 +21,13 @@ KERNEL_FACILITY = 0
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)$", re.DOTALL)
 _BRACKET = re.compile(r"^\[(?P<stamp>[^\]]*)\]\s?(?P<text>.*)$")
 _MONOTONIC = re.compile(r"^\s*(?P<sec>\d+)\.(?P<frac>\d+)\s*$")
-_ISO = re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s+\d{4}-\d\d-\d\dT\S+\s(?P<text>.*)$")
-_SYSLOG_DATE = r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+)"
+# `dmesg -x` decodes facility and level before whatever time format follows (ISO, [monotonic], -T).
+_DECODED = re.compile(
+    r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s+(?:\d{4}-\d\d-\d\dT\S+\s|\[[^\]]*\]\s?)?(?P<text>.*)$"
+)
+# `dmesg -r` and RFC 5424/3164 syslog keep the raw <priority>: facility = priority >> 3.
+_PRIORITY = re.compile(r"^<(?P<prio>\d{1,3})>(?:\[[^\]]*\]\s?)?(?P<text>.*)$")
+_SYSLOG_DATE = r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+)"
 _SYSLOG_KERNEL = re.compile(
     rf"^(?:{_SYSLOG_DATE}\s+)?(?:\S+\s+)?kernel:\s(?:\[\s*\d+\.\d+\]\s)?(?P<text>.*)$"
 )
@@ -69,10 +74,13 @@ def _parse_text_line(line: str) -> KernelRecord:
         mono = _MONOTONIC.match(m.group("stamp"))
         usec = int(mono.group("sec")) * 1_000_000 + int(mono.group("frac")[:6].ljust(6, "0")) if mono else None
         return KernelRecord(text=m.group("text").strip(), usec=usec)
-    m = _ISO.match(line)
-    if m:
+    m = _DECODED.match(line)
+    if m and (m.group("facility") in _ISO_FACILITIES or m.group("facility").startswith("local")):
         facility = _ISO_FACILITIES.get(m.group("facility"), -1)
         return KernelRecord(text=m.group("text").strip(), kernel=facility == KERNEL_FACILITY)
+    m = _PRIORITY.match(line)
+    if m:
+        return KernelRecord(text=m.group("text").strip(), kernel=int(m.group("prio")) >> 3 == KERNEL_FACILITY)
     m = _SYSLOG_KERNEL.match(line)
     if m:
         return KernelRecord(text=m.group("text").strip())

@@ -92,6 +92,14 @@ def test_bad_arguments_give_one_clear_line_and_exit_2(tmp_path: Path) -> None:
         assert len(lines) == 1 and flag in lines[0] and why in lines[0], proc.stderr
 
 
+def test_a_dcgm_exporter_url_turns_its_probe_on_whatever_else_is_disabled(fixtures: Path) -> None:
+    scrape = str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom")
+    proc = run("--once", "--dcgm-exporter-url", scrape, "--disable", "kmsg,nvml,dcgm,diag,efa")
+    assert families(proc.stdout)["gpuhealth_probe_success"] == {(("probe", "dcgm_exporter"),): 1}
+    proc = run("--once", "--dcgm-exporter-url", scrape, "--disable", "kmsg,nvml,dcgm,diag,efa,dcgm_exporter")
+    assert "gpuhealth_probe_success" not in families(proc.stdout)
+
+
 def test_an_unreadable_kmsg_file_is_refused_at_start(tmp_path: Path) -> None:
     directory = tmp_path / "a-directory"
     directory.mkdir()

@@ -46,6 +46,11 @@ probes:
     ("node: [a, b]\n", ":1:", "node: expected a single value"),
     ("node: a\n  bad: indent\n", ":2", "not valid YAML"),
     ("- a list\n", ":1:", "expected a mapping of settings"),
+    ("log_level: loud\n", ":1:", "log_level: must be one of debug, info, warning, error"),
+    ("diag_level: 9\n", ":1:", "diag_level: must be 1, 2, 3 or 4"),
+    ("condition_interval: 0\n", ":1:", "condition_interval: must be > 0"),
+    ("fault_window: -5\n", ":1:", "fault_window: must be > 0"),
+    ("efa_expected: -1\n", ":1:", "efa_expected: must be >= 0"),
 ])
 def test_a_bad_file_is_refused_with_file_line_and_reason(tmp_path: Path, text: str, where: str, why: str) -> None:
     path = write(tmp_path, text)

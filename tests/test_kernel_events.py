@@ -111,6 +111,8 @@ def test_a_new_pattern_is_one_entry_in_the_data_file(tmp_path: Path) -> None:
     ("patterns:\n  - {name: x, kind: event, event: e, regex: a, colour: red}\n", "unknown key(s) ['colour']"),
     ("patterns: [\n", "not valid YAML"),
     ("rules: []\n", "needs a top-level `patterns:` list"),
+    ("patterns:\n  - {name: x, kind: gpu_map, regex: 'GPU at (?P<pci>\\S+)'}\n", "needs the group(s) uuid"),
+    ("patterns:\n  - {name: x, kind: sxid, regex: 'SXid (?P<sxid>\\d+)'}\n", "needs the group(s) fatal, pci"),
 ])
 def test_a_bad_pattern_file_is_refused_with_file_entry_and_reason(tmp_path: Path, body: str, why: str) -> None:
     f = tmp_path / "bad.yaml"
@@ -118,3 +120,9 @@ def test_a_bad_pattern_file_is_refused_with_file_entry_and_reason(tmp_path: Path
     with pytest.raises(PatternError) as err:
         load_patterns(f)
     assert str(f) in str(err.value) and why in str(err.value)
+
+
+def test_a_missing_or_unreadable_pattern_file_is_a_clear_error(tmp_path: Path) -> None:
+    for path, why in ((tmp_path / "none.yaml", "No such file"), (tmp_path, "Is a directory")):
+        with pytest.raises(PatternError, match=why):
+            load_patterns(path)

@@ -75,3 +75,18 @@ def test_every_sample_line_becomes_one_record(fixtures: Path) -> None:
     body = [line for line in text if line.strip() and not line.startswith("#")]
     continuation = [line for line in body if line.startswith(" ")]
     assert len(list(iter_text_records(text))) == len(body) - len(continuation) == 45
+
+
+def test_user_space_lines_in_every_decoded_shape_are_not_kernel() -> None:
+    xid = "NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus."
+    lines = [
+        f"user  :warn  : [   12.345678] {xid}",  # dmesg -x
+        f"user  :warn  : [Sun Feb 23 16:24:18 2025] {xid}",  # dmesg -x -T
+        f"local3:info  : 2025-01-21T04:41:44,283302+00:00 {xid}",
+        f"<14>[   12.345678] {xid}",  # dmesg -r
+        f"<14>1 2025-02-23T16:24:18.123Z gpu-node-7 job 4242 - - {xid}",  # RFC 5424
+        f"Feb 23 16:24:18.123456 gpu-node-7 python3[123]: {xid}",  # journalctl -o short-precise
+    ]
+    assert [r.kernel for r in iter_text_records(lines)] == [False] * len(lines)
+    kernel = [f"kern  :err   : [   12.345678] {xid}", f"<3>[   12.345678] {xid}", f"<3>{xid}"]
+    assert [(r.kernel, r.text) for r in iter_text_records(kernel)] == [(True, xid)] * 3

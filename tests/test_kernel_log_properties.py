@@ -46,7 +46,26 @@ def user_space_records(draw: st.DrawFn) -> str:
     return f"{facility * 8 + level},{seq},{usec},-;{text}"
 
 
-@given(st.lists(user_space_records(), min_size=1, max_size=20))
+_FACILITY_NAMES = ["user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp",
+                   "local0", "local7"]
+
+
+@st.composite
+def user_space_text_lines(draw: st.DrawFn) -> str:
+    """The same records as `dmesg -x`, `dmesg -r` or syslog print them: never from the kernel facility."""
+    text = draw(st.sampled_from(FAULT_TEXTS))
+    stamp = draw(st.sampled_from(["[   12.345678] ", "[Sun Feb 23 16:24:18 2025] ", "2025-01-21T04:41:44,283302+00:00 ",
+                                  ""]))
+    shape = draw(st.integers(0, 2))
+    if shape == 0:
+        return f"{draw(st.sampled_from(_FACILITY_NAMES)):<6}:warn  : {stamp}{text}"
+    if shape == 1:
+        return f"<{draw(st.integers(8, 191))}>{stamp if stamp.startswith('[') else ''}{text}"
+    return f"Feb 23 16:24:18{draw(st.sampled_from(['', '.123456']))} node-7 {draw(st.sampled_from(['job', 'a.b']))}" \
+           f"[{draw(st.integers(1, 99999))}]: {text}"
+
+
+@given(st.lists(st.one_of(user_space_records(), user_space_text_lines()), min_size=1, max_size=20))
 @settings(max_examples=150, deadline=None)
 def test_records_not_from_the_kernel_facility_never_count(records: list[str]) -> None:
     with tempfile.TemporaryDirectory() as d:
