@@ -233,6 +233,8 @@ def _conditions_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Setting
             writer.sync(evaluate(snapshot.view(), expect, s.fault_window))
         except KubeError as exc:
             log.warning("node conditions not written (will retry): %s", exc)
+        except Exception:  # the loop must outlive any bug: conditions are how the node reports itself
+            log.exception("node conditions not written (will retry)")
 
 
 def serve(s: Settings) -> None:

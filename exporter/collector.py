@@ -5,6 +5,7 @@ A scrape never touches hardware and never waits on a probe; it only reads the sn
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ class GpuhealthCollector(Collector):
     def __init__(self, snapshot: Snapshot, expect: Expectations) -> None:
         self.snapshot = snapshot
         self.expect = expect
+        # GPU identities once learned are kept while the process lives, so a kernel-log counter keeps
+        # its gpu/uuid labels (and its series) when NVML fails, as it often does on a failing GPU.
+        self._known: dict[str, GpuIdentity] = {}
+        self._lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
         return []  # metrics are dynamic; registering must not call collect() (it could be slow)
@@ -82,7 +87,11 @@ class GpuhealthCollector(Collector):
         now = time.monotonic()
         states = self.snapshot.view()
         good = trusted(states, now)
-        inventory = gpu_inventory(good)
+        with self._lock:
+            for pci, gpu in gpu_inventory(good).items():
+                old = self._known.get(pci, gpu)
+                self._known[pci] = GpuIdentity(pci, gpu.index or old.index, gpu.uuid or old.uuid)
+            inventory = dict(self._known)
         samples: list[Sample] = [Sample("gpuhealth_exporter_build_info", {"version": __version__}, 1)]
         for st in states.values():
             samples.extend(self._probe_health(st, st.name in good, now))

@@ -3,7 +3,10 @@
 These are detection signals for people and schedulers. The health policy (thresholds, `for`
 durations, what to do) lives in rules/; the remediator alone writes the Karpenter-watched types.
 A condition clears when its fault clears: current-state faults clear on the next probe run, and
-kernel-log faults once `fault_window` seconds pass without the fault being seen again.
+kernel-log faults once `fault_window` seconds pass without the fault being seen again. A fault a
+probe reported is kept while that probe is failing (its last result stands), and a condition whose
+sources are failing and show no fault is Unknown, never True: a probe that dies cannot make a node
+look healthy.
 """
 
 from __future__ import annotations
@@ -23,16 +26,21 @@ EFA_FAULT_EVENTS = frozenset({"efa_error"})
 MAX_MESSAGE = 1024
 
 
+# The probes each condition is built from (those that are enabled).
+SOURCES = {
+    "GpuhealthGPUHealthy": ("kmsg", "nvml", "dcgm", "diag", "dcgm_exporter"),
+    "GpuhealthNVLinkHealthy": ("kmsg", "nvml"),
+    "GpuhealthEFAHealthy": ("kmsg", "efa"),
+    "GpuhealthKernelHealthy": ("kmsg",),
+}
+
+
 @dataclass(frozen=True)
 class Condition:
     type: str
-    healthy: bool
+    status: str  # "True" (healthy), "False", or "Unknown" (its probes are failing and show no fault)
     reason: str
     message: str
-
-    @property
-    def status(self) -> str:
-        return "True" if self.healthy else "False"
 
 
 def _recent(states: dict[str, ProbeState], window: float, now: float) -> list[dict[str, str]]:
@@ -54,13 +62,17 @@ def _facts(states: dict[str, ProbeState], key: str) -> list[str]:
     return out
 
 
-def _condition(ctype: str, problems: list[tuple[str, str]], healthy_reason: str, healthy_message: str) -> Condition:
-    if not problems:
-        return Condition(ctype, True, healthy_reason, healthy_message)
-    message = "; ".join(text for _, text in problems)
-    if len(message) > MAX_MESSAGE:
-        message = message[: MAX_MESSAGE - 3] + "..."
-    return Condition(ctype, False, problems[0][0], message)
+def _condition(
+    ctype: str, problems: list[tuple[str, str]], failing: list[str], healthy_reason: str, healthy_message: str
+) -> Condition:
+    if problems:
+        message = "; ".join(text for _, text in problems)
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 3] + "..."
+        return Condition(ctype, "False", problems[0][0], message)
+    if failing:
+        return Condition(ctype, "Unknown", "ProbeFailed", f"cannot tell: probe {', '.join(failing)} failing")
+    return Condition(ctype, "True", healthy_reason, healthy_message)
 
 
 def _is_node_fault(e: dict[str, str]) -> bool:
@@ -73,29 +85,32 @@ def evaluate(
 ) -> list[Condition]:
     now_wall = time.time() if now is None else now
     good = trusted(states, time.monotonic())
-    recent = _recent(good, fault_window, now_wall)
+    failing = sorted(n for n in states if n not in good)
+    # Faults come from every probe's latest good result, even if the probe has failed since.
+    known = {n: st for n, st in states.items() if st.result is not None}
+    recent = _recent(known, fault_window, now_wall)
     xids = [e for e in recent if e["kind"] == "xid"]
     events = [e for e in recent if e["kind"] == "event"]
 
     gpu: list[tuple[str, str]] = []
-    visible = visible_gpus(good)
+    visible = visible_gpus(known)
     if expect.gpus is not None and visible is not None and visible < expect.gpus:
         gpu.append(("GPUsMissing", f"{visible} of {expect.gpus} GPUs visible"))
     gpu += [("FatalXid", f"Xid {e['xid']} on GPU {e['pci_bus_id'] or 'unknown'}") for e in xids if _is_node_fault(e)]
-    for st in good.values():
+    for st in known.values():
         assert st.result is not None
         gpu += [("GPURecoveryAction", f"driver asks {s.labels['action']} for GPU {s.labels['pci_bus_id']}")
                 for s in st.result.samples if s.name == "gpuhealth_gpu_recovery_action" and s.value != 0]
-    gpu += [("GPUFault", p) for p in _facts(good, "gpu_problems")]
+    gpu += [("GPUFault", p) for p in _facts(known, "gpu_problems")]
 
-    nvlink = [("NVLinkFault", p) for p in _facts(good, "nvlink_problems")]
+    nvlink = [("NVLinkFault", p) for p in _facts(known, "nvlink_problems")]
     nvlink += [("FatalSXid", f"SXid {e['sxid']} on NVSwitch {e['pci_bus_id']}")
                for e in recent if e["kind"] == "sxid" and e["fatal"] == "true"]
     nvlink += [("NVLinkError", "NVLink training/discovery failure in kernel log")
                for e in events if e["event"] in NVLINK_FAULT_EVENTS][:1]
 
     efa: list[tuple[str, str]] = []
-    efa_st = good.get("efa")
+    efa_st = known.get("efa")
     if efa_st is not None and efa_st.result is not None and expect.efa_devices is not None:
         seen = next((s.value for s in efa_st.result.samples if s.name == "gpuhealth_efa_devices_visible"), None)
         if seen is not None and seen < expect.efa_devices:
@@ -109,12 +124,16 @@ def evaluate(
     probes = [("ProbeFailed", f"{name}: {st.reason or 'stale'} ({st.message or 'no fresh result'})")
               for name, st in sorted(states.items()) if name not in good]
 
+    def build(ctype: str, problems: list[tuple[str, str]], reason: str, message: str) -> Condition:
+        sources_failing = [n for n in failing if n in SOURCES.get(ctype, ())]
+        return _condition(ctype, _dedupe(problems), sources_failing, reason, message)
+
     return [
-        _condition("GpuhealthGPUHealthy", _dedupe(gpu), "GPUsHealthy", "no GPU fault seen"),
-        _condition("GpuhealthNVLinkHealthy", _dedupe(nvlink), "NVLinkHealthy", "no NVLink/NVSwitch fault seen"),
-        _condition("GpuhealthEFAHealthy", _dedupe(efa), "EFAHealthy", "EFA devices present, no driver error"),
-        _condition("GpuhealthKernelHealthy", _dedupe(kernel), "KernelHealthy", "no host kernel fault seen"),
-        _condition("GpuhealthProbesHealthy", probes, "ProbesHealthy", "every probe reports in time"),
+        build("GpuhealthGPUHealthy", gpu, "GPUsHealthy", "no GPU fault seen"),
+        build("GpuhealthNVLinkHealthy", nvlink, "NVLinkHealthy", "no NVLink/NVSwitch fault seen"),
+        build("GpuhealthEFAHealthy", efa, "EFAHealthy", "EFA devices present, no driver error"),
+        build("GpuhealthKernelHealthy", kernel, "KernelHealthy", "no host kernel fault seen"),
+        _condition("GpuhealthProbesHealthy", probes, [], "ProbesHealthy", "every probe reports in time"),
     ]
 
 

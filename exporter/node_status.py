@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import ssl
+import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONDITION_PREFIX = "Gpuhealth"
+RELOAD_SECONDS = 600.0
 
 
 class KubeError(RuntimeError):
@@ -43,6 +45,7 @@ class NodeConditionWriter:
         self.sa_dir = sa_dir
         self.timeout = timeout
         self._written: dict[str, dict[str, str]] | None = None  # our conditions as the API has them
+        self._loaded_at = 0.0
         self._ssl: ssl.SSLContext | None = None
         if self.api.startswith("https://"):
             ca = os.path.join(sa_dir, "ca.crt")
@@ -75,8 +78,9 @@ class NodeConditionWriter:
 
     def sync(self, conditions: list[Condition]) -> bool:
         """Patch the node if any of our conditions changed; True if a write was made."""
-        if self._written is None:
-            self._written = self._load()
+        if self._written is None or time.monotonic() - self._loaded_at > RELOAD_SECONDS:
+            self._written = self._load()  # re-read now and then: someone may have changed or recreated the Node
+            self._loaded_at = time.monotonic()
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         changed = False
         patch: list[dict[str, str]] = []
@@ -91,12 +95,19 @@ class NodeConditionWriter:
                 "reason": c.reason,
                 "message": c.message,
                 "lastHeartbeatTime": now,
-                "lastTransitionTime": old["lastTransitionTime"] if same_status and old else now,
+                "lastTransitionTime": old.get("lastTransitionTime", now) if same_status and old else now,
             })
         if not changed:
             return False
-        self._request("PATCH", f"/api/v1/nodes/{self.node}/status", {"status": {"conditions": patch}})
-        self._written = {p["type"]: p for p in patch}
+        try:
+            self._request("PATCH", f"/api/v1/nodes/{self.node}/status", {"status": {"conditions": patch}})
+        except KubeError:
+            self._written = None  # unsure what the API server holds now: read it again next time
+            raise
+        before, self._written = self._written, {p["type"]: p for p in patch}
         for c in conditions:
-            log.info("node %s condition %s=%s (%s): %s", self.node, c.type, c.status, c.reason, c.message)
+            old = before.get(c.type)
+            if old is None or (old.get("status"), old.get("reason"), old.get("message")) != (c.status, c.reason,
+                                                                                           c.message):
+                log.info("node %s condition %s=%s (%s): %s", self.node, c.type, c.status, c.reason, c.message)
         return True

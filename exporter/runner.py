@@ -18,13 +18,21 @@ log = logging.getLogger(__name__)
 # Extra time the runner allows beyond a probe's deadline, so a probe that enforces its own deadline
 # (and kills its subprocess) reports that itself, before the runner gives up on it.
 GRACE_SECONDS = 1.0
+# A failed probe is tried again this soon (or at its interval, if shorter): an hourly diagnostic that
+# failed once should not hold the node's probe condition False for an hour.
+RETRY_AFTER_FAILURE_SECONDS = 60.0
 
 
 def validate(result: Any) -> ProbeResult:
     """A result that does not fit the catalog is garbage, and garbage is a failure, not data."""
     if not isinstance(result, ProbeResult):
         raise ProbeError(BAD_OUTPUT, f"probe returned {type(result).__name__}, not a ProbeResult")
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for s in result.samples:
+        key = (s.name, tuple(sorted(s.labels.items())))
+        if key in seen:  # one duplicate makes Prometheus reject the whole scrape
+            raise ProbeError(BAD_OUTPUT, f"duplicate sample {s.name}{s.labels}")
+        seen.add(key)
         family = FAMILIES.get(s.name)
         if family is None:
             raise ProbeError(BAD_OUTPUT, f"unknown metric {s.name}")
@@ -42,15 +50,19 @@ class ProbeRunner:
         self.interval = interval
         self.deadline = deadline
         self._hung: threading.Thread | None = None
-        self._hung_since = 0.0
         snapshot.register(probe.name, interval, deadline)
 
-    def run_once(self) -> None:
+    def run_once(self) -> bool:
+        """One run under the deadline; True if it succeeded."""
+        self._run()
+        return self.snapshot.view()[self.probe.name].success
+
+    def _run(self) -> None:
         name = self.probe.name
         if self._hung is not None:
             if self._hung.is_alive():
-                age = time.monotonic() - self._hung_since
-                self.snapshot.record_failure(name, TIMEOUT, f"previous run still hung after {age:.0f}s", 0.0)
+                # No age in the message: it becomes a node condition, written only when it changes.
+                self.snapshot.record_failure(name, TIMEOUT, "a previous run is still hung", 0.0)
                 return
             self._hung = None
         box: dict[str, Any] = {}
@@ -67,7 +79,7 @@ class ProbeRunner:
         worker.join(self.deadline + GRACE_SECONDS)
         duration = time.monotonic() - started
         if worker.is_alive():
-            self._hung, self._hung_since = worker, started
+            self._hung = worker
             self.snapshot.record_failure(name, TIMEOUT, f"no result within {self.deadline:g}s", duration)
             log.warning("probe %s: no result within %gs (fail closed)", name, self.deadline)
             return
@@ -84,8 +96,9 @@ class ProbeRunner:
     def loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
-            self.run_once()
-            stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+            ok = self.run_once()
+            wait = self.interval if ok else min(self.interval, RETRY_AFTER_FAILURE_SECONDS)
+            stop.wait(max(0.0, wait - (time.monotonic() - started)))
 
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(target=self.loop, args=(stop,), name=f"runner-{self.probe.name}", daemon=True)

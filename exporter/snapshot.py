@@ -16,7 +16,7 @@ class ProbeState:
     name: str
     interval: float
     deadline: float
-    result: ProbeResult | None = None  # last successful result
+    result: ProbeResult | None = None  # last successful result, kept when later runs fail
     success: bool = False
     reason: str = "not_run"
     message: str = "has not run yet"
@@ -51,7 +51,7 @@ class Snapshot:
     def record_failure(self, name: str, reason: str, message: str, duration: float) -> None:
         with self._lock:
             st = self._states[name]
-            st.result, st.success, st.reason, st.message = None, False, reason, message
+            st.success, st.reason, st.message = False, reason, message
             st.duration, st.last_finish = duration, time.monotonic()
             st.failures[reason] += 1
 

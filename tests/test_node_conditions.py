@@ -141,8 +141,35 @@ def test_api_errors_are_reported_and_retried(api: FakeKubeAPI, sa_dir: str, tmp_
     with pytest.raises(KubeError, match="HTTP 500"):
         writer.sync(conditions)
     assert writer.sync(conditions) is True
-    assert NodeConditionWriter(api.url, "no-such-node", sa_dir=sa_dir) is not None
     with pytest.raises(KubeError, match="HTTP 404"):
         NodeConditionWriter(api.url, "no-such-node", sa_dir=sa_dir).sync(conditions)
     with pytest.raises(KubeError, match="HTTP 401"):
         NodeConditionWriter(api.url, "gpu-node-1", sa_dir=str(tmp_path / "nowhere")).sync(conditions)
+
+
+def test_a_fault_stays_reported_when_the_probe_that_saw_it_fails(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.\n")
+    snapshot = Snapshot()
+    probe = KmsgProbe.for_path(str(log), True)
+    runner = ProbeRunner(probe, snapshot, interval=10, deadline=2)
+    runner.run_once()
+    log.unlink()  # the log becomes unreadable: the probe fails from now on
+    runner.run_once()
+    got = by_type(snapshot, Expectations())
+    assert got["GpuhealthGPUHealthy"][:2] == ("False", "FatalXid")
+    assert got["GpuhealthProbesHealthy"][:2] == ("False", "ProbeFailed")
+
+
+def test_a_condition_whose_probes_fail_without_a_fault_is_unknown_not_true(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    snapshot = snapshot_with(log)
+    ProbeRunner(FakeProbe("nvml", RuntimeError("NVML call hung")), snapshot, 10, 2).run_once()
+    ProbeRunner(FakeProbe("efa", ProbeResult([Sample("gpuhealth_efa_devices_visible", {}, 4)])), snapshot, 10,
+                2).run_once()
+    got = by_type(snapshot, Expectations(gpus=8, efa_devices=4))
+    assert got["GpuhealthGPUHealthy"] == ("Unknown", "ProbeFailed", "cannot tell: probe nvml failing")
+    assert got["GpuhealthNVLinkHealthy"][0] == "Unknown"
+    assert got["GpuhealthEFAHealthy"][0] == "True"
+    assert got["GpuhealthKernelHealthy"][0] == "True"

@@ -137,3 +137,24 @@ def test_kernel_log_xids_gain_the_gpu_index_nvml_knows() -> None:
     }
     assert metrics["gpuhealth_gpus_visible"] == {(): 2}
     assert metrics["gpuhealth_gpus_expected"] == {(): 8}
+
+
+def test_xid_counters_keep_their_gpu_labels_when_nvml_fails_later() -> None:
+    from exporter.samples import GpuIdentity
+
+    snapshot = Snapshot()
+    kmsg = ProbeResult([Sample("gpuhealth_xid_errors", {"xid": "79", "gpu": "", "uuid": "",
+                                                        "pci_bus_id": "00000000:9B:00.0", "fatal": ""}, 1)])
+    nvml = FakeProbe("nvml", ProbeResult(gpus=[GpuIdentity("00000000:9B:00.0", "4", "GPU-abc")]))
+    ProbeRunner(FakeProbe("kmsg", kmsg), snapshot, interval=1, deadline=1).run_once()
+    nvml_runner = ProbeRunner(nvml, snapshot, interval=1, deadline=1)
+    nvml_runner.run_once()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuhealthCollector(snapshot, Expectations()))
+    before = generate_latest(registry).decode()
+    nvml.behaviour = RuntimeError("GPU is lost")
+    nvml_runner.run_once()
+    after = generate_latest(registry).decode()
+    line = [x for x in before.splitlines() if x.startswith("gpuhealth_xid_errors_total{")]
+    assert line == [x for x in after.splitlines() if x.startswith("gpuhealth_xid_errors_total{")]
+    assert 'gpu="4"' in line[0] and 'uuid="GPU-abc"' in line[0]
