@@ -45,6 +45,11 @@ unit: deps
 
 test: lint typecheck unit
 
+# The health policy alone, for a fast loop while editing rules/ (make test runs these too, via pytest).
+rules-test: deps
+	promtool check rules rules/alerts/*.yaml rules/recording/*.yaml
+	promtool test rules rules/tests/*.yaml
+
 demo: deps
 	@bash demo/run-fixture-node.sh
 
