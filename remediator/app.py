@@ -1,0 +1,153 @@
+"""The Flask receiver: POST /alerts (Alertmanager v4 webhook), /healthz, /readyz, /metrics.
+
+A request is authenticated, size-limited and validated, queued, and answered at once; the loop
+acts on it asynchronously. Anything wrong with a request is a 4xx with a reason and changes
+nothing. In production: gunicorn 'remediator.app:create_app()' (configured from the environment,
+see docs/remediation.md); tests build the app around their own Remediator.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from remediator.policy import Policy, load_policy
+from remediator.reconciler import Remediator, audit
+from remediator.webhook import WebhookError, parse_webhook
+
+log = logging.getLogger("gpuhealth.remediator")
+
+DEFAULT_MAX_BODY = 1 << 20
+
+
+@dataclass
+class ServeConfig:
+    policy: Policy
+    token: str | None  # None: no authentication (only with allow_no_auth)
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    dry_run: bool = False
+    interval: float = 30.0
+    kubeconfig: str | None = None
+    identity: str = ""
+    allow_no_auth: bool = False
+
+
+def read_token(token_file: str | None, env: dict[str, str]) -> str | None:
+    if token_file:
+        with open(token_file) as f:
+            token = f.read().strip()
+        if not token:
+            raise ValueError(f"token file {token_file} is empty")
+        return token
+    return env.get("GPUHEALTH_TOKEN") or None
+
+
+def config_from_env(env: dict[str, str] | None = None) -> ServeConfig:
+    """For gunicorn: GPUHEALTH_POLICY, GPUHEALTH_TOKEN_FILE or GPUHEALTH_TOKEN, GPUHEALTH_DRY_RUN,
+    GPUHEALTH_INTERVAL, GPUHEALTH_MAX_BODY_BYTES, GPUHEALTH_KUBECONFIG, GPUHEALTH_ALLOW_NO_AUTH."""
+    env = dict(os.environ if env is None else env)
+    truthy = ("1", "true", "yes")
+    return ServeConfig(
+        policy=load_policy(env.get("GPUHEALTH_POLICY") or None),
+        token=read_token(env.get("GPUHEALTH_TOKEN_FILE"), env),
+        max_body_bytes=int(env.get("GPUHEALTH_MAX_BODY_BYTES", DEFAULT_MAX_BODY)),
+        dry_run=env.get("GPUHEALTH_DRY_RUN", "").lower() in truthy,
+        interval=float(env.get("GPUHEALTH_INTERVAL", "30")),
+        kubeconfig=env.get("GPUHEALTH_KUBECONFIG") or None,
+        identity=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+        allow_no_auth=env.get("GPUHEALTH_ALLOW_NO_AUTH", "").lower() in truthy)
+
+
+def build_remediator(config: ServeConfig) -> Remediator:
+    from remediator.actions import Kube, api_client_from
+
+    api_client = api_client_from(config.kubeconfig)
+    kube = Kube(api_client, config.policy.event_namespace)
+    return Remediator(kube, config.policy, config.identity, dry_run=config.dry_run)
+
+
+def create_app(config: ServeConfig | None = None, remediator: Remediator | None = None,
+               start_loop: bool | None = None) -> Flask:
+    """The WSGI app. With no arguments (gunicorn), configuration comes from the environment and the
+    reconcile loop starts in a background thread."""
+    if config is None:
+        config = config_from_env()
+    if config.token is None and not config.allow_no_auth:
+        raise SystemExit("no webhook token: set GPUHEALTH_TOKEN_FILE or GPUHEALTH_TOKEN "
+                         "(or GPUHEALTH_ALLOW_NO_AUTH=1 for local experiments)")
+    if remediator is None:
+        remediator = build_remediator(config)
+        start_loop = True if start_loop is None else start_loop
+    rem = remediator
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    app.extensions["remediator"] = rem
+    expected = f"Bearer {config.token}".encode() if config.token else None
+
+    def reject(code: int, reason: str, label: str) -> tuple[Response, int]:
+        rem.metrics.webhook_errors.labels(label).inc()
+        rem.metrics.webhooks.labels(str(code)).inc()
+        audit("webhook_rejected", status=code, reason=reason, remote=request.remote_addr)
+        return jsonify({"error": reason}), code
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(_: Any) -> tuple[Response, int]:
+        return reject(413, f"body larger than {config.max_body_bytes} bytes", "too_large")
+
+    @app.post("/alerts")
+    def alerts() -> tuple[Response, int]:
+        if expected is not None:
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                resp, code = reject(401, "missing or wrong bearer token", "unauthorized")
+                resp.headers["WWW-Authenticate"] = 'Bearer realm="gpuhealth-remediator"'
+                return resp, code
+        length = request.content_length
+        if length is not None and length > config.max_body_bytes:
+            return reject(413, f"body larger than {config.max_body_bytes} bytes", "too_large")
+        raw = request.get_data(cache=False)
+        if len(raw) > config.max_body_bytes:
+            return reject(413, f"body larger than {config.max_body_bytes} bytes", "too_large")
+        try:
+            batch = parse_webhook(raw, rem.policy)
+        except WebhookError as exc:
+            return reject(400 if "not JSON" in str(exc) else 422, str(exc), "invalid")
+        for fp, why in batch.ignored:
+            rem.metrics.alerts_ignored.labels(why.split(" ")[0] if why.startswith("no ") else "unusable").inc()
+            audit("alert_ignored", fingerprint=fp, reason=why)
+        batch.received_at = rem.clock()
+        if batch.alerts and not rem.submit(batch):
+            return reject(503, "inbox full: retry", "busy")
+        rem.metrics.webhooks.labels("202").inc()
+        return jsonify({"accepted": len(batch.alerts), "ignored": [{"fingerprint": f, "reason": r}
+                                                                  for f, r in batch.ignored]}), 202
+
+    @app.get("/healthz")
+    def healthz() -> tuple[Response, int]:
+        return jsonify({"ok": True}), 200
+
+    @app.get("/readyz")
+    def readyz() -> tuple[Response, int]:
+        ok = rem.api_ok
+        return jsonify({"ready": ok, "kubernetes_api": "ok" if ok else "failing"}), 200 if ok else 503
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(rem.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+
+    if start_loop:
+        stop = threading.Event()
+        app.extensions["remediator_stop"] = stop
+        thread = threading.Thread(target=rem.run_forever, args=(stop, config.interval), name="remediator",
+                                  daemon=True)
+        thread.start()
+    return app

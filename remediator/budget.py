@@ -1,0 +1,107 @@
+"""The disruption budget, counted from the cluster (our taints and state annotations) on every pass.
+
+Nothing here remembers anything between passes: a restart or a new leader counts the same. Within
+one pass, starting an action takes from the ledger so that one pass cannot overspend either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from remediator.cluster import NodeView
+from remediator.nodestate import DISRUPTIVE, fmt_time, parse_time
+from remediator.policy import Policy
+
+
+@dataclass
+class PoolUsage:
+    size: int = 0
+    disrupted: set[str] = field(default_factory=set)  # nodes in drain or higher
+    cordoned: set[str] = field(default_factory=set)  # nodes carrying our taint
+    firing: set[str] = field(default_factory=set)  # nodes with firing actionable alerts
+
+
+def _disrupted(view: NodeView) -> bool:
+    return view.state.active and view.state.rung in DISRUPTIVE
+
+
+@dataclass
+class Ledger:
+    policy: Policy
+    now: datetime
+    pools: dict[str, PoolUsage]
+    actions_last_hour: int
+    breaker_trips: dict[str, str]  # pool -> when the breaker last tripped (kept on the Lease)
+    newly_tripped: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_views(cls, views: list[NodeView], policy: Policy, now: datetime,
+                   breaker_trips: dict[str, str] | None = None) -> Ledger:
+        pools: dict[str, PoolUsage] = {}
+        hour_ago = now - timedelta(hours=1)
+        actions = 0
+        for v in views:
+            usage = pools.setdefault(v.pool, PoolUsage())
+            usage.size += 1
+            if _disrupted(v):
+                usage.disrupted.add(v.name)
+            if v.our_taint or v.state.cordoned:
+                usage.cordoned.add(v.name)
+            if any(a.remediation != "none" for a in v.state.firing(now, policy.quiet_timeout).values()):
+                usage.firing.add(v.name)
+            actions += v.state.actions_since(hour_ago)
+        ledger = cls(policy, now, pools, actions, dict(breaker_trips or {}))
+        for pool in pools:
+            ledger._check_breaker(pool)
+        return ledger
+
+    # --- limits ----------------------------------------------------------------------------
+    def disrupted_limit(self, pool: str) -> int:
+        return self.policy.max_disrupted.limit(self.pools[pool].size)
+
+    def cordoned_limit(self, pool: str) -> int:
+        return self.policy.max_cordoned.limit(self.pools[pool].size)
+
+    def _check_breaker(self, pool: str) -> None:
+        usage = self.pools[pool]
+        share = 100.0 * len(usage.firing) / max(1, usage.size)
+        if share > self.policy.breaker_threshold and len(usage.firing) >= self.policy.breaker_min_nodes:
+            self.breaker_trips[pool] = fmt_time(self.now)
+            self.newly_tripped[pool] = f"{len(usage.firing)}/{usage.size} nodes firing ({share:.0f}%)"
+
+    def breaker_open(self, pool: str) -> bool:
+        tripped = self.breaker_trips.get(pool)
+        return tripped is not None and self.now - parse_time(tripped) < self.policy.breaker_cooldown
+
+    # --- gates: None when allowed, else the reason -----------------------------------------
+    def gate(self, view: NodeView, action: str) -> str | None:
+        usage = self.pools[view.pool]
+        if self.actions_last_hour >= self.policy.max_actions_per_hour:
+            return f"action rate cap reached ({self.actions_last_hour}/{self.policy.max_actions_per_hour} per hour)"
+        if action == "cordon" and view.name not in usage.cordoned:
+            limit = self.cordoned_limit(view.pool)
+            if len(usage.cordoned) >= limit:
+                return f"cordon budget of pool {view.pool} in use ({len(usage.cordoned)}/{limit})"
+        if action in DISRUPTIVE:
+            if self.breaker_open(view.pool):
+                return (f"circuit breaker open for pool {view.pool} since {self.breaker_trips[view.pool]} "
+                        f"(too many nodes firing at once)")
+            if view.name not in usage.disrupted:
+                limit = self.disrupted_limit(view.pool)
+                if len(usage.disrupted) >= limit:
+                    return f"disruption budget of pool {view.pool} in use ({len(usage.disrupted)}/{limit})"
+        return None
+
+    def take(self, view: NodeView, action: str) -> None:
+        usage = self.pools[view.pool]
+        self.actions_last_hour += 1
+        if action == "cordon":
+            usage.cordoned.add(view.name)
+        if action in DISRUPTIVE:
+            usage.disrupted.add(view.name)
+
+    def release(self, view: NodeView) -> None:
+        usage = self.pools[view.pool]
+        usage.cordoned.discard(view.name)
+        usage.disrupted.discard(view.name)

@@ -1,0 +1,178 @@
+"""gpuhealth-remediator: serve | plan | hold | release."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import os
+import socket
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from remediator.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
+from remediator.policy import PolicyError, load_policy
+from remediator.reconciler import plan_from_json, utcnow
+from remediator.webhook import WebhookError, parse_webhook
+
+
+def _items(path: str) -> list[dict[str, Any]]:
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and "items" in data:
+        items: list[dict[str, Any]] = data["items"]
+        return items
+    if isinstance(data, dict) and data.get("kind") in ("Node", "Pod"):
+        return [data]
+    if isinstance(data, list):
+        return data
+    raise ValueError(f"{path}: expected `kubectl get ... -o json` output (a List with items)")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    policy = load_policy(args.policy)
+    now = parse_time(args.now) if args.now else utcnow()
+    batches = []
+    for path in args.alerts:
+        try:
+            batches.append(parse_webhook(Path(path).read_bytes(), policy))
+        except WebhookError as exc:
+            print(f"{path}: {exc}", file=sys.stderr)
+            return 2
+    silences = None
+    if args.alertmanager:
+        from remediator.silences import SilenceChecker
+        silences = SilenceChecker(args.alertmanager, policy.label_node, policy.alertmanager_timeout)
+    for batch in batches:
+        for fp, why in batch.ignored:
+            print(json.dumps({"fingerprint": fp, "ignored": why}), file=sys.stderr)
+    decisions = plan_from_json(_items(args.nodes), _items(args.pods) if args.pods else [], batches, policy, now,
+                               silences)
+    for d in decisions:
+        print(json.dumps(d.line()))
+    return 0
+
+
+def _kube(args: argparse.Namespace) -> Any:
+    from remediator.actions import Kube, api_client_from
+
+    api = api_client_from(args.kubeconfig)
+    policy = load_policy(args.policy)
+    return Kube(api, policy.event_namespace), policy
+
+
+def cmd_hold(args: argparse.Namespace) -> int:
+    kube, _ = _kube(args)
+    now = utcnow()
+    kube.set_hold(args.node, args.reason, args.by, now)
+    kube.event(args.node, "HoldSet", f"held by {args.by}: {args.reason}; gpuhealth will not act on this node", now)
+    print(f"{args.node}: held ({args.reason})")
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    kube, policy = _kube(args)
+    now = utcnow()
+    node = kube.get_node(args.node)
+    raw = (node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
+    state = NodeState.from_json(raw)
+    # alerts that went quiet (never resolved) are dropped: releasing says "the person is done"
+    stale = state.stale(now, policy.quiet_timeout)
+    if stale:
+        alerts = {fp: a for fp, a in state.alerts.items() if fp not in stale}
+        firing = any(a.status == "firing" and a.remediation != "none" for a in alerts.values())
+        state = replace(state, alerts=alerts, quiet=False,
+                        healthy_since=None if firing else (state.healthy_since or fmt_time(now)))
+    kube.clear_hold(args.node, state if raw else None, node["metadata"].get("resourceVersion"))
+    kube.event(args.node, "HoldReleased", f"released by {args.by}; gpuhealth resumes", now)
+    print(f"{args.node}: released")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from remediator.app import ServeConfig, create_app, read_token
+
+    policy = load_policy(args.policy)
+    token = read_token(args.token_file, dict(os.environ))
+    config = ServeConfig(policy=policy, token=token, max_body_bytes=args.max_body_bytes, dry_run=args.dry_run,
+                         interval=args.interval, kubeconfig=args.kubeconfig,
+                         identity=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+                         allow_no_auth=args.allow_no_auth)
+    from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
+
+    class _App(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            self.cfg.set("bind", args.listen)
+            self.cfg.set("workers", 1)  # one process: one reconcile loop per replica
+            self.cfg.set("threads", 4)
+            self.cfg.set("accesslog", "-")
+
+        def load(self) -> Any:
+            return create_app(config)
+
+    _App().run()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuhealth-remediator", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--policy", help="policy YAML (default: built-in defaults)")
+
+    s = sub.add_parser("serve", help="run the webhook receiver and the remediation loop (under gunicorn)")
+    common(s)
+    s.add_argument("--listen", default="0.0.0.0:9095")
+    s.add_argument("--token-file", help="file holding the webhook bearer token (else $GPUHEALTH_TOKEN)")
+    s.add_argument("--allow-no-auth", action="store_true", help="accept unauthenticated webhooks (local tests only)")
+    s.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    s.add_argument("--interval", type=float, default=30.0, help="seconds between reconcile passes")
+    s.add_argument("--dry-run", action="store_true", help="decide, log and report; change nothing")
+    s.add_argument("--kubeconfig")
+    s.set_defaults(func=cmd_serve)
+
+    pl = sub.add_parser("plan", help="print the decisions serve would make now, as JSON lines (no cluster)")
+    common(pl)
+    pl.add_argument("--nodes", required=True, help="kubectl get nodes -o json")
+    pl.add_argument("--pods", help="kubectl get pods -A -o json")
+    pl.add_argument("--alerts", required=True, nargs="+", help="Alertmanager webhook bodies, oldest first")
+    pl.add_argument("--now", help="evaluate at this RFC 3339 time (default: now)")
+    pl.add_argument("--alertmanager", help="Alertmanager URL to check silences (default: not checked)")
+    pl.set_defaults(func=cmd_plan)
+
+    who = os.environ.get("USER") or getpass.getuser()
+    h = sub.add_parser("hold", help="stop gpuhealth acting on a node (a person takes over)")
+    common(h)
+    h.add_argument("node")
+    h.add_argument("--reason", required=True)
+    h.add_argument("--by", default=who)
+    h.add_argument("--kubeconfig")
+    h.set_defaults(func=cmd_hold)
+
+    r = sub.add_parser("release", help="hand a held (or quiet) node back to gpuhealth")
+    common(r)
+    r.add_argument("node")
+    r.add_argument("--by", default=who)
+    r.add_argument("--kubeconfig")
+    r.set_defaults(func=cmd_release)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except PolicyError as exc:
+        print(f"policy error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

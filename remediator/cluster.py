@@ -1,0 +1,125 @@
+"""A read-only view of the cluster as the ladder needs it, built from plain API JSON.
+
+The same JSON comes from the live API (serve) and from `kubectl get nodes -o json` (plan), so
+both paths build the same views and take the same decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediator.nodestate import (
+    STATE_ANNOTATION,
+    TAINT_KEY,
+    NodeState,
+    hold_of,
+)
+from remediator.policy import Policy
+
+log = logging.getLogger("gpuhealth.remediator")
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uses_gpu: bool
+
+
+@dataclass
+class NodeView:
+    name: str
+    pool: str
+    labels: dict[str, str]
+    unschedulable: bool
+    our_taint: bool
+    state: NodeState
+    hold: dict[str, Any] | None
+    excluded: bool
+    ready: bool
+    boot_id: str | None
+    resource_version: str | None
+    evictable: list[PodRef] = field(default_factory=list)
+    job_status: str | None = None  # succeeded | failed | running | missing (None: not looked up)
+
+    @property
+    def human_cordoned(self) -> bool:
+        """Unschedulable, and not by us: a person took this node; we leave it alone."""
+        return self.unschedulable and not self.state.cordoned and not self.our_taint
+
+    @property
+    def gpu_pods(self) -> int:
+        return sum(1 for p in self.evictable if p.uses_gpu)
+
+
+def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = None) -> NodeView:
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    name = meta.get("name", "")
+    if state is None:
+        try:
+            state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
+        except (ValueError, TypeError) as exc:
+            log.error("node %s: unreadable %s annotation (%s); treating as no state", name, STATE_ANNOTATION, exc)
+            state = NodeState()
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return NodeView(
+        name=name, pool=labels.get(policy.pool_label, policy.default_pool), labels=labels,
+        unschedulable=bool(spec.get("unschedulable")),
+        our_taint=any(t.get("key") == TAINT_KEY for t in spec.get("taints") or []),
+        state=state, hold=hold_of(annotations), excluded=any(_matches(labels, s) for s in policy.exclude),
+        ready=ready, boot_id=(status.get("nodeInfo") or {}).get("bootID"),
+        resource_version=meta.get("resourceVersion"))
+
+
+def is_evictable(pod: dict[str, Any]) -> bool:
+    """What a drain must move: not DaemonSet pods, not mirror (static) pods, not finished pods."""
+    meta = pod.get("metadata") or {}
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return False
+    return not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+
+
+def pod_ref(pod: dict[str, Any]) -> PodRef:
+    meta = pod.get("metadata") or {}
+    uses_gpu = False
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        for section in ("limits", "requests"):
+            if str((res.get(section) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
+                uses_gpu = True
+    return PodRef(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uses_gpu=uses_gpu)
+
+
+def evictable_pods(pods: Iterable[dict[str, Any]]) -> list[PodRef]:
+    return [pod_ref(p) for p in pods if is_evictable(p)]
+
+
+def build_views(nodes: Iterable[dict[str, Any]], policy: Policy, pods_on: Callable[[str], list[dict[str, Any]]],
+                job_status: Callable[[str], str] | None = None,
+                states: dict[str, NodeState] | None = None) -> list[NodeView]:
+    """Views of all nodes; pods and Job status are looked up only for nodes in an episode."""
+    views = []
+    for node in nodes:
+        name = (node.get("metadata") or {}).get("name", "")
+        view = node_view(node, policy, (states or {}).get(name))
+        if view.state.active or view.our_taint:
+            view.evictable = evictable_pods(pods_on(view.name))
+            if job_status is not None and view.state.job and view.state.rung_status == "running":
+                view.job_status = job_status(view.state.job)
+        views.append(view)
+    return views

@@ -1,0 +1,28 @@
+"""The remediator's own Prometheus metrics, in a registry per instance (tests run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.actions = Counter("gpuhealth_remediator_actions", "Ladder decisions, by action and result "
+                               "(executed, failed, deferred, skipped, dry_run)", ["action", "result"], registry=r)
+        self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",
+                                ["result"], registry=r)
+        self.webhook_errors = Counter("gpuhealth_remediator_webhook_errors",
+                                      "Rejected webhook requests by reason", ["reason"], registry=r)
+        self.alerts_ignored = Counter("gpuhealth_remediator_alerts_ignored",
+                                      "Alerts in valid webhooks that could not be acted on", ["reason"], registry=r)
+        self.budget_in_use = Gauge("gpuhealth_remediator_budget_in_use", "Nodes counted against a budget",
+                                   ["pool", "budget"], registry=r)
+        self.budget_limit = Gauge("gpuhealth_remediator_budget_limit", "Budget limits", ["pool", "budget"], registry=r)
+        self.breaker_open = Gauge("gpuhealth_remediator_breaker_open", "1 while a pool's circuit breaker is open",
+                                  ["pool"], registry=r)
+        self.leader = Gauge("gpuhealth_remediator_leader", "1 while this replica holds the Lease", registry=r)
+        self.api_errors = Counter("gpuhealth_remediator_api_errors", "Kubernetes API errors by operation",
+                                  ["operation"], registry=r)
+        self.passes = Counter("gpuhealth_remediator_reconcile_passes", "Reconcile passes run as leader", registry=r)

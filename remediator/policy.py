@@ -1,0 +1,328 @@
+"""The remediation policy: a YAML file, validated at start, with errors naming file, key and line.
+
+Every key has a default (see docs/remediation.md and policy.example.yaml); a policy file only
+needs the keys it changes. Unknown keys are errors: a typo must not silently fall back to a
+default that disrupts more than intended.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from remediator.nodestate import RUNGS
+
+
+class PolicyError(ValueError):
+    def __init__(self, source: str, key: str, line: int | None, reason: str) -> None:
+        where = f"{source}: {key}" + (f" (line {line})" if line else "")
+        super().__init__(f"{where}: {reason}")
+        self.source, self.key, self.line, self.reason = source, key, line, reason
+
+
+@dataclass(frozen=True)
+class Quota:
+    """An absolute count or a percentage of a pool; a percentage never rounds a pool to zero."""
+
+    count: int | None = None
+    percent: float | None = None
+
+    def limit(self, pool_size: int) -> int:
+        if self.count is not None:
+            return self.count
+        return max(1, math.ceil((self.percent or 0.0) * pool_size / 100 - 1e-9))
+
+    def __str__(self) -> str:
+        return str(self.count) if self.count is not None else f"{self.percent:g}%"
+
+
+@dataclass(frozen=True)
+class RungPolicy:
+    timeout: timedelta | None  # how long the rung's own work may take before it counts as failed
+    escalate_after: timedelta | None  # how long the fault may persist after the rung before climbing
+
+
+@dataclass(frozen=True)
+class Policy:
+    pool_label: str = "karpenter.sh/nodepool"
+    default_pool: str = "default"
+    exclude: tuple[dict[str, str], ...] = ()
+    max_disrupted: Quota = Quota(percent=10)
+    max_cordoned: Quota = Quota(percent=20)
+    max_actions_per_hour: int = 20
+    breaker_threshold: float = 30.0
+    breaker_min_nodes: int = 3
+    breaker_cooldown: timedelta = timedelta(minutes=30)
+    max_rung: str = "replace"
+    rungs: dict[str, RungPolicy] = field(default_factory=lambda: dict(DEFAULT_RUNGS))
+    drain_on_timeout: str = "wait"
+    eviction_backoff: tuple[float, ...] = (1.0, 2.0, 4.0)
+    healthy_delay: timedelta = timedelta(minutes=15)
+    quiet_timeout: timedelta = timedelta(hours=6)
+    label_node: str = "node"
+    label_remediation: str = "remediation"
+    label_gpu: str = "gpu"
+    alertmanager_url: str | None = None
+    alertmanager_timeout: float = 5.0
+    silence_on_error: str = "defer"
+    jobs_namespace: str = "gpuhealth"
+    jobs_image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    jobs_service_account: str = "gpuhealth-node-action"
+    jobs_ttl_seconds: int = 3600
+    replace_method: str = "nodeclaim"
+    replace_hook_url: str | None = None
+    replace_condition_type: str = "AcceleratedHardwareReady"
+    event_namespace: str = "default"
+    lease_namespace: str = "gpuhealth"
+    lease_name: str = "gpuhealth-remediator"
+    lease_duration: timedelta = timedelta(seconds=15)
+
+    def rung(self, name: str) -> RungPolicy:
+        return self.rungs[name]
+
+
+DEFAULT_RUNGS: dict[str, RungPolicy] = {
+    "cordon": RungPolicy(timeout=None, escalate_after=None),
+    "drain": RungPolicy(timeout=timedelta(hours=1), escalate_after=None),
+    "reset_gpu": RungPolicy(timeout=timedelta(minutes=10), escalate_after=timedelta(minutes=15)),
+    "reboot": RungPolicy(timeout=timedelta(minutes=30), escalate_after=timedelta(minutes=30)),
+    "replace": RungPolicy(timeout=None, escalate_after=None),
+}
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+# key path -> (parser, attribute); the schema of the file in one table
+_Parser = Any
+
+
+class _Reader:
+    def __init__(self, source: str, text: str) -> None:
+        self.source = source
+        self.lines: dict[str, int] = {}
+        try:
+            root = yaml.compose(text)
+            self.data: Any = yaml.safe_load(text) if root is not None else {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise PolicyError(source, "<file>", mark.line + 1 if mark else None, f"not valid YAML: {exc}") from exc
+        if root is not None:
+            self._index(root, "")
+        if self.data is None:
+            self.data = {}
+
+    def _index(self, node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                path = f"{prefix}.{key.value}" if prefix else str(key.value)
+                self.lines[path] = key.start_mark.line + 1
+                self._index(value, path)
+
+    def fail(self, key: str, reason: str) -> PolicyError:
+        return PolicyError(self.source, key, self.lines.get(key), reason)
+
+    def section(self, key: str, allowed: set[str], value: Any = None) -> dict[str, Any]:
+        data = self.data if not key else value
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise self.fail(key or "<file>", "expected a mapping")
+        for k in data:
+            if k not in allowed:
+                full = f"{key}.{k}" if key else str(k)
+                raise self.fail(full, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        return data
+
+    def duration(self, key: str, value: Any, optional: bool = False) -> timedelta | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool):
+            raise self.fail(key, "expected a duration like 30s, 10m, 1h")
+        if isinstance(value, int | float) and value >= 0:
+            return timedelta(seconds=value)
+        match = _DURATION.match(str(value).strip())
+        if not match:
+            null = " or null" if optional else ""
+            raise self.fail(key, f"expected a duration like 30s, 10m, 1h{null}, got {value!r}")
+        return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+    def quota(self, key: str, value: Any) -> Quota:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return Quota(count=value)
+        text = str(value).strip()
+        if text.endswith("%"):
+            try:
+                pct = float(text[:-1])
+            except ValueError:
+                pct = -1
+            if 0 < pct <= 100:
+                return Quota(percent=pct)
+        raise self.fail(key, f"expected a node count (0 or more) or a percentage like \"10%\", got {value!r}")
+
+    def integer(self, key: str, value: Any, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def string(self, key: str, value: Any, choices: tuple[str, ...] = (), optional: bool = False) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        if choices and value not in choices:
+            raise self.fail(key, f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def percent(self, key: str, value: Any) -> float:
+        text = str(value).strip()
+        try:
+            pct = float(text[:-1]) if text.endswith("%") else -1.0
+        except ValueError:
+            pct = -1.0
+        if not 0 < pct <= 100:
+            raise self.fail(key, f"expected a percentage like \"30%\", got {value!r}")
+        return pct
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    r = _Reader(source, text)
+    top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
+                         "alert_labels", "alertmanager", "jobs", "replace", "events", "leader"})
+    d = Policy()
+    kw: dict[str, Any] = {}
+
+    pools = r.section("pools", {"label", "default"}, top.get("pools"))
+    if "label" in pools:
+        kw["pool_label"] = r.string("pools.label", pools["label"])
+    if "default" in pools:
+        kw["default_pool"] = r.string("pools.default", pools["default"])
+
+    exclude = top.get("exclude")
+    if exclude is not None:
+        if not isinstance(exclude, list):
+            raise r.fail("exclude", "expected a list of label selectors (mappings of label: value)")
+        selectors = []
+        for item in exclude:
+            if not isinstance(item, dict) or not item or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in item.items()):
+                raise r.fail("exclude", f"each selector must be a non-empty mapping of label: \"value\", got {item!r}")
+            selectors.append(dict(item))
+        kw["exclude"] = tuple(selectors)
+
+    budget = r.section("budget", {"max_disrupted", "max_cordoned", "max_actions_per_hour"}, top.get("budget"))
+    if "max_disrupted" in budget:
+        kw["max_disrupted"] = r.quota("budget.max_disrupted", budget["max_disrupted"])
+    if "max_cordoned" in budget:
+        kw["max_cordoned"] = r.quota("budget.max_cordoned", budget["max_cordoned"])
+    if "max_actions_per_hour" in budget:
+        kw["max_actions_per_hour"] = r.integer("budget.max_actions_per_hour", budget["max_actions_per_hour"])
+
+    breaker = r.section("breaker", {"threshold", "min_nodes", "cooldown"}, top.get("breaker"))
+    if "threshold" in breaker:
+        kw["breaker_threshold"] = r.percent("breaker.threshold", breaker["threshold"])
+    if "min_nodes" in breaker:
+        kw["breaker_min_nodes"] = r.integer("breaker.min_nodes", breaker["min_nodes"], minimum=1)
+    if "cooldown" in breaker:
+        kw["breaker_cooldown"] = r.duration("breaker.cooldown", breaker["cooldown"])
+
+    ladder = r.section("ladder", {"max_rung", *RUNGS}, top.get("ladder"))
+    if "max_rung" in ladder:
+        kw["max_rung"] = r.string("ladder.max_rung", ladder["max_rung"], RUNGS)
+    rungs = dict(DEFAULT_RUNGS)
+    for name in RUNGS:
+        if name in ladder:
+            spec = r.section(f"ladder.{name}", {"timeout", "escalate_after"}, ladder[name])
+            base = rungs[name]
+            rungs[name] = RungPolicy(
+                timeout=r.duration(f"ladder.{name}.timeout", spec["timeout"], optional=True)
+                if "timeout" in spec else base.timeout,
+                escalate_after=r.duration(f"ladder.{name}.escalate_after", spec["escalate_after"], optional=True)
+                if "escalate_after" in spec else base.escalate_after)
+    kw["rungs"] = rungs
+
+    drain = r.section("drain", {"on_timeout", "eviction_backoff"}, top.get("drain"))
+    if "on_timeout" in drain:
+        kw["drain_on_timeout"] = r.string("drain.on_timeout", drain["on_timeout"], ("wait", "force", "escalate"))
+    if "eviction_backoff" in drain:
+        steps = drain["eviction_backoff"]
+        if not isinstance(steps, list):
+            raise r.fail("drain.eviction_backoff", "expected a list of durations")
+        kw["eviction_backoff"] = tuple(
+            (r.duration("drain.eviction_backoff", s) or timedelta()).total_seconds() for s in steps)
+
+    rts = r.section("return_to_service", {"healthy_delay"}, top.get("return_to_service"))
+    if "healthy_delay" in rts:
+        kw["healthy_delay"] = r.duration("return_to_service.healthy_delay", rts["healthy_delay"])
+
+    episode = r.section("episode", {"quiet_timeout"}, top.get("episode"))
+    if "quiet_timeout" in episode:
+        kw["quiet_timeout"] = r.duration("episode.quiet_timeout", episode["quiet_timeout"])
+
+    labels = r.section("alert_labels", {"node", "remediation", "gpu"}, top.get("alert_labels"))
+    for key in ("node", "remediation", "gpu"):
+        if key in labels:
+            kw[f"label_{key}"] = r.string(f"alert_labels.{key}", labels[key])
+
+    am = r.section("alertmanager", {"url", "timeout", "on_error"}, top.get("alertmanager"))
+    if "url" in am:
+        url = r.string("alertmanager.url", am["url"], optional=True)
+        if url is not None and not re.match(r"^https?://", url):
+            raise r.fail("alertmanager.url", f"expected an http(s) URL, got {url!r}")
+        kw["alertmanager_url"] = url.rstrip("/") if url else None
+    if "timeout" in am:
+        kw["alertmanager_timeout"] = (r.duration("alertmanager.timeout", am["timeout"]) or timedelta()).total_seconds()
+    if "on_error" in am:
+        kw["silence_on_error"] = r.string("alertmanager.on_error", am["on_error"], ("defer", "proceed"))
+
+    jobs = r.section("jobs", {"namespace", "image", "service_account", "ttl_seconds_after_finished"}, top.get("jobs"))
+    if "namespace" in jobs:
+        kw["jobs_namespace"] = r.string("jobs.namespace", jobs["namespace"])
+    if "image" in jobs:
+        kw["jobs_image"] = r.string("jobs.image", jobs["image"])
+    if "service_account" in jobs:
+        kw["jobs_service_account"] = r.string("jobs.service_account", jobs["service_account"])
+    if "ttl_seconds_after_finished" in jobs:
+        kw["jobs_ttl_seconds"] = r.integer("jobs.ttl_seconds_after_finished", jobs["ttl_seconds_after_finished"])
+
+    rep = r.section("replace", {"method", "hook_url", "condition_type"}, top.get("replace"))
+    if "method" in rep:
+        kw["replace_method"] = r.string("replace.method", rep["method"], ("nodeclaim", "condition", "hook"))
+    if "hook_url" in rep:
+        kw["replace_hook_url"] = r.string("replace.hook_url", rep["hook_url"], optional=True)
+    if "condition_type" in rep:
+        kw["replace_condition_type"] = r.string("replace.condition_type", rep["condition_type"])
+    if kw.get("replace_method") == "hook" and not kw.get("replace_hook_url"):
+        raise r.fail("replace.hook_url", "required when replace.method is hook")
+
+    events = r.section("events", {"namespace"}, top.get("events"))
+    if "namespace" in events:
+        kw["event_namespace"] = r.string("events.namespace", events["namespace"])
+
+    leader = r.section("leader", {"namespace", "name", "lease_duration"}, top.get("leader"))
+    if "namespace" in leader:
+        kw["lease_namespace"] = r.string("leader.namespace", leader["namespace"])
+    if "name" in leader:
+        kw["lease_name"] = r.string("leader.name", leader["name"])
+    if "lease_duration" in leader:
+        kw["lease_duration"] = r.duration("leader.lease_duration", leader["lease_duration"])
+
+    merged = {**{f: getattr(d, f) for f in d.__dataclass_fields__}, **kw}
+    return Policy(**merged)
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """The policy at `path`, or the defaults when no path is given."""
+    if path is None:
+        return Policy()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise PolicyError(str(p), "<file>", None, f"cannot read: {exc.strerror}") from exc
+    return parse_policy(text, str(p))

@@ -1,0 +1,75 @@
+"""The last rung, pluggable: how a node is handed over for replacement.
+
+- nodeclaim: delete the Karpenter NodeClaim whose status.nodeName is the node (Karpenter drains
+  and replaces it);
+- condition: set the Karpenter-watched condition (AcceleratedHardwareReady=False by default), so
+  Karpenter's node repair replaces the node after its toleration (10 min for that type);
+- hook: POST a JSON description to a configured URL (a ticketing or provider system).
+`register` adds a method under a new name (and policy.replace.method may then name it).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from remediator.actions import Kube
+from remediator.policy import Policy
+
+Replacer = Callable[[Kube, str, Policy, datetime, str], str]
+_REGISTRY: dict[str, Replacer] = {}
+
+
+def register(name: str) -> Callable[[Replacer], Replacer]:
+    def wrap(fn: Replacer) -> Replacer:
+        _REGISTRY[name] = fn
+        return fn
+    return wrap
+
+
+def replace_node(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
+    """Hand the node over; returns what was done. Raises on failure (the rung then counts as failed)."""
+    try:
+        method = _REGISTRY[policy.replace_method]
+    except KeyError:
+        raise ValueError(f"unknown replace method {policy.replace_method!r}") from None
+    return method(kube, node, policy, now, reason)
+
+
+@register("nodeclaim")
+def _delete_nodeclaim(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
+    claims: Any = kube.custom.list_cluster_custom_object(
+        "karpenter.sh", "v1", "nodeclaims", _request_timeout=kube.timeout)
+    names = [c["metadata"]["name"] for c in claims.get("items", []) if (c.get("status") or {}).get("nodeName") == node]
+    if not names:
+        raise LookupError(f"no Karpenter NodeClaim has status.nodeName={node}")
+    for name in names:
+        try:
+            kube.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", name,
+                                                     _request_timeout=kube.timeout)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return f"deleted NodeClaim {', '.join(names)}"
+
+
+@register("condition")
+def _set_condition(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
+    kube.set_condition(node, policy.replace_condition_type, "False", "GpuhealthReplace", reason, now)
+    return f"set condition {policy.replace_condition_type}=False for Karpenter node repair"
+
+
+@register("hook")
+def _call_hook(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
+    if not policy.replace_hook_url:
+        raise ValueError("replace.hook_url is not set")
+    data = json.dumps({"node": node, "reason": reason, "at": now.isoformat()}).encode()
+    request = urllib.request.Request(policy.replace_hook_url, data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=kube.timeout) as response:
+        return f"replace hook answered HTTP {response.status}"

@@ -1,0 +1,45 @@
+"""Acknowledgement through Alertmanager: is any of this node's alerts silenced right now?
+
+Asked before each disruptive step (GET /api/v2/alerts, filtered by the node label). An alert whose
+status is suppressed by a silence means a person took over. When Alertmanager cannot be asked, the
+answer carries the error and the policy (alertmanager.on_error) decides; by default we wait.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from remediator.ladder import SilenceAnswer
+
+
+class SilenceChecker:
+    def __init__(self, base_url: str, node_label: str = "node", timeout: float = 5.0) -> None:
+        self.base_url, self.node_label, self.timeout = base_url.rstrip("/"), node_label, timeout
+
+    def __call__(self, node: str, fingerprints: list[str]) -> SilenceAnswer:
+        query = urllib.parse.urlencode({"filter": f'{self.node_label}="{node}"', "silenced": "true",
+                                        "inhibited": "true", "active": "true"})
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/api/v2/alerts?{query}",
+                                        timeout=self.timeout) as response:
+                alerts: Any = json.loads(response.read())
+        except (OSError, ValueError) as exc:
+            return SilenceAnswer(error=f"{type(exc).__name__}: {exc}")
+        if not isinstance(alerts, list):
+            return SilenceAnswer(error="unexpected answer from /api/v2/alerts")
+        wanted = set(fingerprints)
+        silenced: set[str] = set()
+        for alert in alerts:
+            if not isinstance(alert, dict):
+                continue
+            status = alert.get("status") or {}
+            labels = alert.get("labels") or {}
+            if labels.get(self.node_label) != node:
+                continue
+            if wanted and alert.get("fingerprint") not in wanted:
+                continue
+            silenced.update(status.get("silencedBy") or [])
+        return SilenceAnswer(silenced_by=tuple(sorted(silenced)))

@@ -1,0 +1,125 @@
+"""Alertmanager v4 webhook bodies: validated strictly, turned into per-node alert records.
+
+A body that is not Alertmanager's v4 shape is rejected whole (WebhookError -> 4xx, nothing
+changes). A well-formed body may still hold alerts we cannot act on (no node label, an unknown
+remediation): those are reported as ignored, with a reason, and do not block the others.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from remediator.nodestate import REMEDIATIONS, AlertRecord, parse_time
+from remediator.policy import Policy
+
+_GPU_INDEX = re.compile(r"^\d{1,3}$")
+_PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class WebhookError(ValueError):
+    """The body is not a valid Alertmanager v4 webhook; the message says why."""
+
+
+@dataclass(frozen=True)
+class NodeAlert:
+    node: str
+    fingerprint: str
+    record: AlertRecord
+
+
+@dataclass
+class Batch:
+    alerts: list[NodeAlert] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (fingerprint, reason)
+    received_at: datetime | None = None  # when the receiver accepted it (recorded as last_seen)
+
+    def by_node(self) -> dict[str, list[tuple[str, AlertRecord]]]:
+        out: dict[str, list[tuple[str, AlertRecord]]] = {}
+        for a in self.alerts:
+            out.setdefault(a.node, []).append((a.fingerprint, a.record))
+        return out
+
+
+def valid_gpu(value: str | None) -> str | None:
+    """A GPU index or a PCI bus id (what nvidia-smi -i accepts); anything else is dropped."""
+    if value is None:
+        return None
+    value = value.strip()
+    return value if _GPU_INDEX.match(value) or _PCI_BUS_ID.match(value) else None
+
+
+def _require(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in obj:
+        raise WebhookError(f"{where}: missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind):
+        name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise WebhookError(f"{where}.{key}: expected {name}")
+    return value
+
+
+def _string_map(obj: dict[str, Any], key: str, where: str) -> dict[str, str]:
+    value = _require(obj, key, dict, where)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise WebhookError(f"{where}.{key}: expected a mapping of strings")
+    return dict(value)
+
+
+def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WebhookError(f"body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise WebhookError("body: expected a JSON object")
+    version = _require(body, "version", str, "body")
+    if version != "4":
+        raise WebhookError(f"body.version: expected \"4\", got {version!r}")
+    _require(body, "status", str, "body")
+    alerts = _require(body, "alerts", list, "body")
+    batch = Batch()
+    for i, alert in enumerate(alerts):
+        where = f"alerts[{i}]"
+        if not isinstance(alert, dict):
+            raise WebhookError(f"{where}: expected an object")
+        status = _require(alert, "status", str, where)
+        if status not in ("firing", "resolved"):
+            raise WebhookError(f"{where}.status: expected firing or resolved, got {status!r}")
+        labels = _string_map(alert, "labels", where)
+        fingerprint = _require(alert, "fingerprint", str, where)
+        if not fingerprint:
+            raise WebhookError(f"{where}.fingerprint: empty")
+        starts = _require(alert, "startsAt", str, where)
+        ends = alert.get("endsAt")
+        try:
+            parse_time(starts)
+            if isinstance(ends, str):
+                parse_time(ends)
+        except ValueError as exc:
+            raise WebhookError(f"{where}: bad timestamp: {exc}") from exc
+        node = labels.get(policy.label_node)
+        if not node:
+            batch.ignored.append((fingerprint, f"no {policy.label_node!r} label"))
+            continue
+        if not _NODE_NAME.match(node):
+            batch.ignored.append((fingerprint, f"label {policy.label_node}={node!r} is not a node name"))
+            continue
+        remediation = labels.get(policy.label_remediation)
+        if remediation is None:
+            batch.ignored.append((fingerprint, f"no {policy.label_remediation!r} label"))
+            continue
+        if remediation not in REMEDIATIONS:
+            batch.ignored.append((fingerprint, f"unknown remediation {remediation!r}"))
+            continue
+        record = AlertRecord(
+            name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=starts,
+            last_seen=starts, ends_at=ends if status == "resolved" and isinstance(ends, str) else None,
+            gpu=valid_gpu(labels.get(policy.label_gpu)), severity=labels.get("severity", ""),
+            component=labels.get("component", ""))
+        batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))
+    return batch

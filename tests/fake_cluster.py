@@ -1,0 +1,394 @@
+"""A stateful fake Kubernetes API server over real HTTP (127.0.0.1, JSON), for the remediator's tests.
+
+The official `kubernetes` client talks to it exactly as to a real API server. It keeps real state
+and behaves like the API server where the remediator depends on it:
+- nodes: list (label/field selectors), get, merge and strategic-merge PATCH with a resourceVersion
+  precondition (409 Conflict on a stale one), PATCH nodes/status (conditions merged by type);
+- pods: list with field selector spec.nodeName, delete, and the Eviction subresource, which answers
+  429 TooManyRequests when a PodDisruptionBudget allows no more disruptions;
+- events (create, list by involvedObject.name), coordination.k8s.io/v1 Leases (create, get,
+  replace with a resourceVersion precondition), batch/v1 Jobs (create, get; 409 AlreadyExists),
+  karpenter.sh/v1 NodeClaims (list, delete);
+- fault injection: answer a matching request with an error status, or delay it (client timeouts).
+The kubernetes client sends POST bodies without Content-Type; as the API server does, we read JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Obj = dict[str, Any]
+
+
+def _status(code: int, reason: str, message: str = "") -> Obj:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
+            "message": message or reason}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def strategic_merge_patch(target: Any, patch: Any, path: str = "") -> Any:
+    """Merge patch, except lists with a patch merge key (conditions by type) merge item by item."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        here = f"{path}.{key}"
+        if value is None:
+            out.pop(key, None)
+        elif here.endswith(".conditions") and isinstance(value, list):
+            by_type = {c["type"]: c for c in out.get(key) or []}
+            for c in value:
+                by_type[c["type"]] = merge_patch(by_type.get(c["type"], {}), c)
+            out[key] = list(by_type.values())
+        else:
+            out[key] = strategic_merge_patch(out.get(key), value, here)
+    return out
+
+
+def _field(obj: Obj, path: str) -> Any:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return cur
+
+
+def _selected(obj: Obj, field_selector: str | None, label_selector: str | None) -> bool:
+    for term in filter(None, (field_selector or "").split(",")):
+        key, _, want = term.partition("=")
+        if str(_field(obj, key.rstrip("!")) or "") != want.lstrip("="):
+            return False
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (label_selector or "").split(",")):
+        key, _, want = term.partition("=")
+        if labels.get(key) != want:
+            return False
+    return True
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.rv = 0
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.pdbs: list[Obj] = []  # {"namespace", "matchLabels", "disruptionsAllowed"}
+        self.events: list[Obj] = []
+        self.leases: dict[tuple[str, str], Obj] = {}
+        self.jobs: dict[tuple[str, str], Obj] = {}
+        self.nodeclaims: dict[str, Obj] = {}
+        self.requests: list[tuple[str, str]] = []
+        self._faults: list[dict[str, Any]] = []
+        cluster = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, code: int, body: Obj) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _handle(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                url = urlsplit(self.path)
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                with cluster.lock:
+                    cluster.requests.append((method, url.path))
+                    fault = cluster._take_fault(method, url.path)
+                if fault and fault.get("delay"):
+                    time.sleep(fault["delay"])
+                if fault and fault.get("status"):
+                    return self._send(fault["status"], _status(fault["status"], fault.get("reason", "Injected")))
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    return self._send(400, _status(400, "BadRequest", "body is not JSON"))
+                with cluster.lock:
+                    code, out = cluster._route(method, url.path, query, body, self.headers.get("Content-Type") or "")
+                self._send(code, out)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def do_PUT(self) -> None:
+                self._handle("PUT")
+
+            def do_PATCH(self) -> None:
+                self._handle("PATCH")
+
+            def do_DELETE(self) -> None:
+                self._handle("DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> FakeCluster:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # --- test helpers ----------------------------------------------------------------------
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def add_node(self, name: str, pool: str = "gpu", labels: dict[str, str] | None = None,
+                 unschedulable: bool = False, boot_id: str = "boot-1",
+                 annotations: dict[str, str] | None = None) -> Obj:
+        with self.lock:
+            node = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": self._next_rv(),
+                                 "labels": {"karpenter.sh/nodepool": pool, **(labels or {})},
+                                 "annotations": dict(annotations or {})},
+                    "spec": {"unschedulable": unschedulable} if unschedulable else {},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                               "nodeInfo": {"bootID": boot_id}}}
+            self.nodes[name] = node
+            return node
+
+    def add_pod(self, node: str, name: str, namespace: str = "default", labels: dict[str, str] | None = None,
+                owner_kind: str | None = "ReplicaSet", gpus: int = 0, mirror: bool = False) -> Obj:
+        with self.lock:
+            meta: Obj = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
+                         "labels": dict(labels or {}), "resourceVersion": self._next_rv()}
+            if owner_kind:
+                meta["ownerReferences"] = [{"kind": owner_kind, "name": f"{name}-owner", "apiVersion": "apps/v1"}]
+            if mirror:
+                meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
+            resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                   "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x", "resources": resources}]},
+                   "status": {"phase": "Running"}}
+            self.pods[(namespace, name)] = pod
+            return pod
+
+    def add_pdb(self, namespace: str, match_labels: dict[str, str], disruptions_allowed: int) -> Obj:
+        pdb = {"namespace": namespace, "matchLabels": match_labels, "disruptionsAllowed": disruptions_allowed}
+        with self.lock:
+            self.pdbs.append(pdb)
+        return pdb
+
+    def fail(self, method: str, path: str, status: int, times: int = 1, reason: str = "Injected") -> None:
+        """Answer the next `times` requests matching (method, path regex) with `status`."""
+        with self.lock:
+            self._faults.append({"method": method, "path": re.compile(path), "status": status, "times": times,
+                                 "reason": reason})
+
+    def delay(self, method: str, path: str, seconds: float, times: int = 1) -> None:
+        with self.lock:
+            self._faults.append({"method": method, "path": re.compile(path), "delay": seconds, "times": times})
+
+    def _take_fault(self, method: str, path: str) -> dict[str, Any] | None:
+        for f in self._faults:
+            if f["times"] > 0 and f["method"] == method and f["path"].search(path):
+                f["times"] -= 1
+                return f
+        return None
+
+    def node(self, name: str) -> Obj:
+        with self.lock:
+            return copy.deepcopy(self.nodes[name])
+
+    def annotations(self, name: str) -> dict[str, str]:
+        return dict(self.node(name)["metadata"].get("annotations") or {})
+
+    def taints(self, name: str) -> list[Obj]:
+        return list(self.node(name)["spec"].get("taints") or [])
+
+    def pods_on(self, node: str) -> list[Obj]:
+        with self.lock:
+            return [copy.deepcopy(p) for p in self.pods.values() if p["spec"]["nodeName"] == node]
+
+    def events_for(self, name: str) -> list[Obj]:
+        with self.lock:
+            return [e for e in self.events if e["involvedObject"].get("name") == name]
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events_for(name)]
+
+    def writes(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return [r for r in self.requests if r[0] != "GET"]
+
+    # --- the API ---------------------------------------------------------------------------
+    def _route(self, method: str, path: str, query: dict[str, str], body: Any,
+               content_type: str) -> tuple[int, Obj]:
+        fs, ls = query.get("fieldSelector"), query.get("labelSelector")
+        parts = path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "nodes"]:
+            return self._nodes(method, parts[3:], body, content_type, fs, ls)
+        if parts[:3] == ["api", "v1", "pods"] and method == "GET":
+            return 200, self._list("PodList", self.pods.values(), fs, ls)
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 5:
+            ns, kind, rest = parts[3], parts[4], parts[5:]
+            if kind == "pods":
+                return self._pods(method, ns, rest, body, fs, ls)
+            if kind == "events":
+                return self._events(method, ns, body, fs)
+        if parts[:4] == ["apis", "coordination.k8s.io", "v1", "namespaces"] and parts[5:6] == ["leases"]:
+            return self._leases(method, parts[4], parts[6:], body)
+        if parts[:4] == ["apis", "batch", "v1", "namespaces"] and parts[5:6] == ["jobs"]:
+            return self._jobs(method, parts[4], parts[6:], body)
+        if parts[:4] == ["apis", "karpenter.sh", "v1", "nodeclaims"]:
+            if method == "GET" and len(parts) == 4:
+                return 200, {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaimList", "metadata": {},
+                             "items": list(self.nodeclaims.values())}
+            if method == "DELETE" and len(parts) == 5:
+                if self.nodeclaims.pop(parts[4], None) is None:
+                    return 404, _status(404, "NotFound")
+                return 200, _status(200, "Deleted") | {"status": "Success"}
+        return 404, _status(404, "NotFound", f"no route for {method} {path}")
+
+    def _list(self, kind: str, items: Any, fs: str | None, ls: str | None) -> Obj:
+        return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(self.rv)},
+                "items": [copy.deepcopy(o) for o in items if _selected(o, fs, ls)]}
+
+    def _nodes(self, method: str, rest: list[str], body: Any, content_type: str, fs: str | None,
+               ls: str | None) -> tuple[int, Obj]:
+        if not rest:
+            if method == "GET":
+                return 200, self._list("NodeList", self.nodes.values(), fs, ls)
+            return 405, _status(405, "MethodNotAllowed")
+        node = self.nodes.get(rest[0])
+        if node is None:
+            return 404, _status(404, "NotFound", f'nodes "{rest[0]}" not found')
+        if method == "GET" and len(rest) == 1:
+            return 200, copy.deepcopy(node)
+        if method == "PATCH" and len(rest) in (1, 2) and rest[1:] in ([], ["status"]):
+            if not isinstance(body, dict):
+                return 400, _status(400, "BadRequest", "patch must be an object")
+            want_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if want_rv is not None and want_rv != node["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", "the object has been modified; please apply your changes "
+                                    "to the latest version and try again")
+            if content_type.startswith("application/merge-patch+json"):
+                merged = merge_patch(node, body)
+            elif content_type.startswith("application/strategic-merge-patch+json"):
+                merged = strategic_merge_patch(node, body)
+            else:
+                return 415, _status(415, "UnsupportedMediaType", content_type)
+            if rest[1:] == ["status"]:  # the status subresource changes only status
+                merged = {**node, "status": merged.get("status", node.get("status"))}
+            else:
+                merged["status"] = node.get("status")
+            merged["metadata"]["resourceVersion"] = self._next_rv()
+            self.nodes[rest[0]] = merged
+            return 200, copy.deepcopy(merged)
+        return 405, _status(405, "MethodNotAllowed")
+
+    def _pods(self, method: str, ns: str, rest: list[str], body: Any, fs: str | None,
+              ls: str | None) -> tuple[int, Obj]:
+        if not rest and method == "GET":
+            return 200, self._list("PodList", (p for (n, _), p in self.pods.items() if n == ns), fs, ls)
+        if not rest:
+            return 405, _status(405, "MethodNotAllowed")
+        pod = self.pods.get((ns, rest[0]))
+        if pod is None:
+            return 404, _status(404, "NotFound", f'pods "{rest[0]}" not found')
+        if method == "DELETE" and len(rest) == 1:
+            del self.pods[(ns, rest[0])]
+            return 200, pod
+        if method == "POST" and rest[1:] == ["eviction"]:
+            if not isinstance(body, dict) or body.get("kind") != "Eviction":
+                return 400, _status(400, "BadRequest", "expected an Eviction")
+            labels = pod["metadata"].get("labels") or {}
+            for pdb in self.pdbs:
+                if pdb["namespace"] == ns and all(labels.get(k) == v for k, v in pdb["matchLabels"].items()):
+                    if pdb["disruptionsAllowed"] <= 0:
+                        return 429, _status(429, "TooManyRequests",
+                                            "Cannot evict pod as it would violate the pod's disruption budget.")
+                    pdb["disruptionsAllowed"] -= 1
+            del self.pods[(ns, rest[0])]
+            return 201, _status(201, "Created") | {"status": "Success"}
+        return 405, _status(405, "MethodNotAllowed")
+
+    def _events(self, method: str, ns: str, body: Any, fs: str | None) -> tuple[int, Obj]:
+        if method == "POST":
+            if not isinstance(body, dict) or "involvedObject" not in body:
+                return 400, _status(400, "BadRequest", "event needs involvedObject")
+            event = copy.deepcopy(body)
+            event.setdefault("metadata", {})["namespace"] = ns
+            event["metadata"]["resourceVersion"] = self._next_rv()
+            self.events.append(event)
+            return 201, event
+        if method == "GET":
+            return 200, self._list("EventList", (e for e in self.events if e["metadata"]["namespace"] == ns), fs, None)
+        return 405, _status(405, "MethodNotAllowed")
+
+    def _leases(self, method: str, ns: str, rest: list[str], body: Any) -> tuple[int, Obj]:
+        if method == "POST" and not rest:
+            name = body["metadata"]["name"]
+            if (ns, name) in self.leases:
+                return 409, _status(409, "AlreadyExists", f'leases "{name}" already exists')
+            lease = copy.deepcopy(body)
+            lease["metadata"].update(namespace=ns, resourceVersion=self._next_rv())
+            self.leases[(ns, name)] = lease
+            return 201, copy.deepcopy(lease)
+        if not rest:
+            return 405, _status(405, "MethodNotAllowed")
+        current = self.leases.get((ns, rest[0]))
+        if current is None:
+            return 404, _status(404, "NotFound", f'leases "{rest[0]}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(current)
+        if method == "PUT":
+            if (body.get("metadata") or {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", "the object has been modified")
+            lease = copy.deepcopy(body)
+            lease["metadata"].update(namespace=ns, resourceVersion=self._next_rv())
+            self.leases[(ns, rest[0])] = lease
+            return 200, copy.deepcopy(lease)
+        return 405, _status(405, "MethodNotAllowed")
+
+    def _jobs(self, method: str, ns: str, rest: list[str], body: Any) -> tuple[int, Obj]:
+        if method == "POST" and not rest:
+            name = body["metadata"]["name"]
+            if (ns, name) in self.jobs:
+                return 409, _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+            job = copy.deepcopy(body)
+            job["metadata"].update(namespace=ns, resourceVersion=self._next_rv(), uid=f"uid-job-{name}")
+            job["status"] = {"active": 1}
+            self.jobs[(ns, name)] = job
+            return 201, copy.deepcopy(job)
+        if method == "GET" and len(rest) == 1:
+            job = self.jobs.get((ns, rest[0]))
+            if job is None:
+                return 404, _status(404, "NotFound", f'jobs.batch "{rest[0]}" not found')
+            return 200, copy.deepcopy(job)
+        return 405, _status(405, "MethodNotAllowed")

@@ -1,0 +1,140 @@
+"""Shared set-up for the remediator tests: the official kubernetes client pointed at FakeCluster,
+a Remediator with an injected clock and sleep, the Flask test client, and webhook bodies built
+from the real Alertmanager 0.25 capture."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from fake_cluster import FakeCluster
+from kubernetes import client
+
+from remediator.actions import Kube
+from remediator.app import ServeConfig, create_app
+from remediator.ladder import Decision, NodePlan, SilenceCheck
+from remediator.nodestate import STATE_ANNOTATION, NodeState
+from remediator.policy import Policy, parse_policy
+from remediator.reconciler import Remediator
+
+FIXTURES = Path(__file__).parent / "fixtures" / "alertmanager"
+TOKEN = "s3cret-token"
+T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+def firing_fixture() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / "webhook_firing_v4.json").read_text())
+    return data
+
+
+def webhook(node: str, remediation: str = "cordon", status: str = "firing", fingerprint: str | None = None,
+            gpu: str | None = "0", starts: datetime = T0, alertname: str = "GPUFault",
+            extra_alerts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An Alertmanager v4 body shaped exactly like the real capture, for one alert."""
+    body = firing_fixture()
+    alert = copy.deepcopy(body["alerts"][0])
+    labels = {"alertname": alertname, "node": node, "remediation": remediation, "severity": "critical",
+              "component": "gpu", "instance": "10.0.0.1:9400", "job": "gpuhealth-exporter"}
+    if gpu is not None:
+        labels["gpu"] = gpu
+    alert.update(status=status, labels=labels, startsAt=starts.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+                 fingerprint=fingerprint or f"fp-{node}-{alertname}")
+    alert["endsAt"] = "0001-01-01T00:00:00Z" if status == "firing" else \
+        (starts + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body.update(status=status, alerts=[alert, *(extra_alerts or [])], commonLabels=labels,
+                groupLabels={"alertname": alertname, "node": node})
+    return body
+
+
+class Harness:
+    def __init__(self, cluster: FakeCluster, policy: Policy | str | None = None, identity: str = "replica-a",
+                 dry_run: bool = False, silences: SilenceCheck | None = None, timeout: float = 2.0,
+                 start: datetime = T0) -> None:
+        if isinstance(policy, str):
+            policy = parse_policy(policy)
+        self.policy = policy or Policy()
+        self.cluster = cluster
+        self.now = start
+        self.slept: list[float] = []
+        config = client.Configuration(host=cluster.url)
+        self.kube = Kube(client.ApiClient(config), self.policy.event_namespace, request_timeout=timeout)
+        self.rem = Remediator(self.kube, self.policy, identity, dry_run=dry_run, clock=lambda: self.now,
+                              sleep=self.slept.append, silences=silences)
+        self.app = create_app(ServeConfig(self.policy, TOKEN), remediator=self.rem, start_loop=False)
+        self.http = self.app.test_client()
+
+    def post(self, body: dict[str, Any] | bytes | str, token: str | None = TOKEN) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        data = body if isinstance(body, bytes | str) else json.dumps(body)
+        return self.http.post("/alerts", data=data, headers=headers, content_type="application/json")
+
+    def fire(self, node: str, remediation: str = "cordon", **kw: Any) -> None:
+        response = self.post(webhook(node, remediation, **kw))
+        assert response.status_code == 202, response.get_json()
+
+    def resolve(self, node: str, remediation: str = "cordon", **kw: Any) -> None:
+        response = self.post(webhook(node, remediation, status="resolved", **kw))
+        assert response.status_code == 202, response.get_json()
+
+    def advance(self, **kw: float) -> None:
+        self.now += timedelta(**kw)
+
+    def step(self) -> list[NodePlan] | None:
+        return self.rem.run_once()
+
+    def state(self, node: str) -> NodeState:
+        return NodeState.from_json(self.cluster.annotations(node).get(STATE_ANNOTATION))
+
+    def decisions(self, plans: list[NodePlan] | None) -> list[tuple[str, str, str]]:
+        return [(d.node, d.action, d.decision) for p in plans or [] for d in p.decisions]
+
+    def decided(self, plans: list[NodePlan] | None) -> list[Decision]:
+        return [d for p in plans or [] for d in p.decisions]
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.rem.metrics.registry.get_sample_value(name, labels)
+        return value or 0.0
+
+
+class FakeAlertmanager:
+    """GET /api/v2/alerts, answering with whatever alerts the test sets (or an error status)."""
+
+    def __init__(self) -> None:
+        self.alerts: list[dict[str, Any]] = []
+        self.status = 200
+        self.queries: list[str] = []
+        am = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                am.queries.append(self.path)
+                data = json.dumps(am.alerts if am.status == 200 else {"error": "x"}).encode()
+                self.send_response(am.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def silence(self, node: str, fingerprint: str, silence_id: str = "a1b2c3") -> None:
+        self.alerts.append({"labels": {"node": node}, "fingerprint": fingerprint,
+                            "status": {"state": "suppressed", "silencedBy": [silence_id], "inhibitedBy": []}})
+
+    def __enter__(self) -> FakeAlertmanager:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,80 @@
+"""`gpuhealth-remediator plan`: the decisions serve would make, from kubectl JSON and webhook bodies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_cluster import FakeCluster
+from remediator_harness import FIXTURES, T0, Harness, webhook
+
+from remediator.cli import main
+
+
+def _write(tmp_path: Path, name: str, data: object) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, str]]:
+    assert main(["plan", *args, "--now", "2026-12-02T10:00:30Z"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_plan_prints_every_action_serve_would_start_now(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeCluster() as cluster:
+        for i in range(10):  # budgets: 2 cordoned, 1 disrupted
+            cluster.add_node(f"gpu-{i}")
+        cluster.add_pod("gpu-1", "train-0", gpus=8)
+        nodes = _write(tmp_path, "nodes.json", {"kind": "List", "items": list(cluster.nodes.values())})
+        pods = _write(tmp_path, "pods.json", {"kind": "List", "items": list(cluster.pods.values())})
+        bodies = [_write(tmp_path, "a.json", webhook("gpu-1", "reboot")),
+                  _write(tmp_path, "b.json", webhook("gpu-2", "reset_gpu", gpu="00000000:9B:00.0")),
+                  _write(tmp_path, "c.json", webhook("gpu-99", "cordon"))]
+        lines = _run(capsys, "--nodes", nodes, "--pods", pods, "--alerts", *bodies)
+        assert [(x["node"], x["action"], x["decision"]) for x in lines] == [
+            ("gpu-1", "cordon", "execute"), ("gpu-1", "drain", "execute"),
+            ("gpu-2", "cordon", "execute"), ("gpu-2", "drain", "deferred"),
+            ("gpu-99", "none", "skipped")]
+        assert set(lines[0]) == {"node", "action", "decision", "reason"}
+        assert "disruption budget of pool gpu in use (1/1)" in lines[3]["reason"]
+
+        # serve, on the same cluster and webhooks, takes the same decisions (dry run: nothing changes)
+        h = Harness(cluster, dry_run=True)
+        h.now = T0.replace(second=30)
+        for body in bodies:
+            h.post(Path(body).read_text())
+        served = [(d.node, d.action, d.decision) for d in h.decided(h.step())]
+        assert served == [(x["node"], x["action"], x["decision"]) for x in lines if x["node"] != "gpu-99"]
+
+
+def test_plan_reads_the_real_capture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = _write(tmp_path, "nodes.json", {"kind": "List", "items": [
+        {"kind": "Node", "metadata": {"name": "gpu-node-1", "labels": {}}, "spec": {}, "status": {}}]})
+    policy = tmp_path / "p.yaml"
+    policy.write_text("alert_labels: {remediation: action}\n")
+    lines = _run(capsys, "--nodes", nodes, "--alerts", str(FIXTURES / "webhook_firing_v4.json"),
+                 "--policy", str(policy))
+    assert lines == [{"node": "gpu-node-1", "action": "cordon", "decision": "execute",
+                      "reason": "alert asks for cordon"}]
+    lines = _run(capsys, "--nodes", nodes, "--alerts", str(FIXTURES / "webhook_firing_v4.json"),
+                 str(FIXTURES / "webhook_resolved_v4.json"), "--policy", str(policy))
+    assert lines == [{"node": "gpu-node-1", "action": "none", "decision": "skipped",
+                      "reason": "alerts resolved before any action"}]
+
+
+def test_plan_rejects_a_bad_policy_with_file_key_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("budget:\n  max_cordoned: many\n")
+    code = main(["plan", "--nodes", "x", "--alerts", "y", "--policy", str(policy)])
+    assert code == 2
+    assert f"{policy}: budget.max_cordoned (line 2)" in capsys.readouterr().err
+
+
+def test_plan_rejects_a_malformed_webhook(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = _write(tmp_path, "nodes.json", {"items": []})
+    bad = _write(tmp_path, "bad.json", {"version": "4", "status": "firing"})
+    assert main(["plan", "--nodes", nodes, "--alerts", bad]) == 2
+    assert "missing 'alerts'" in capsys.readouterr().err

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from remediator.policy import Policy, PolicyError, Quota, load_policy, parse_policy
+
+EXAMPLE = Path(__file__).parent.parent / "remediator" / "policy.example.yaml"
+
+
+def test_example_policy_is_valid_and_states_every_default() -> None:
+    assert load_policy(EXAMPLE) == Policy()
+
+
+def test_no_policy_file_means_the_defaults() -> None:
+    assert load_policy(None) == Policy()
+
+
+@pytest.mark.parametrize(("size", "pct", "limit"), [(1, 10, 1), (5, 10, 1), (10, 10, 1), (11, 10, 2),
+                                                     (100, 10, 10), (3, 20, 1), (16, 20, 4)])
+def test_percent_budgets_never_round_a_small_pool_to_zero(size: int, pct: int, limit: int) -> None:
+    assert Quota(percent=pct).limit(size) == limit
+
+
+def test_an_absolute_zero_budget_is_respected() -> None:
+    assert parse_policy("budget: {max_disrupted: 0}").max_disrupted.limit(50) == 0
+
+
+def test_keys_override_only_what_they_name() -> None:
+    p = parse_policy("ladder:\n  reset_gpu: {escalate_after: 5m}\ndrain: {on_timeout: escalate}\n")
+    assert p.rung("reset_gpu").escalate_after == timedelta(minutes=5)
+    assert p.rung("reset_gpu").timeout == timedelta(minutes=10)
+    assert p.drain_on_timeout == "escalate"
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    ("budget:\n  max_disruptd: 2\n", "budget.max_disruptd", 2),
+    ("budget:\n  max_disrupted: lots\n", "budget.max_disrupted", 2),
+    ("pools: {}\nbreaker:\n  threshold: 130%\n", "breaker.threshold", 3),
+    ("ladder:\n  reboot:\n    timeout: soon\n", "ladder.reboot.timeout", 3),
+    ("drain: {on_timeout: panic}\n", "drain.on_timeout", 1),
+    ("replace: {method: hook}\n", "replace.hook_url", None),
+    ("alertmanager: {url: alertmanager:9093}\n", "alertmanager.url", 1),
+    ("exclude: {a: b}\n", "exclude", 1),
+    ("surprise: 1\n", "surprise", 1),
+])
+def test_errors_name_file_key_and_line(tmp_path: Path, text: str, key: str, line: int | None) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert err.value.key == key and err.value.line == line
+    assert str(err.value).startswith(f"{path}: {key}")
+
+
+def test_broken_yaml_is_a_policy_error_with_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("budget:\n  max_disrupted: [1\n")
+    with pytest.raises(PolicyError, match="not valid YAML"):
+        load_policy(path)

@@ -1,0 +1,141 @@
+"""The webhook receiver: real Alertmanager 0.25 bodies in, 4xx with a reason (and no change) for bad ones."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fake_cluster import FakeCluster
+from remediator_harness import FIXTURES, TOKEN, Harness, firing_fixture, webhook
+
+from remediator.policy import parse_policy
+from remediator.webhook import parse_webhook
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster() as c:
+        c.add_node("gpu-node-1")
+        c.add_node("gpu-1")
+        yield c
+
+
+def test_real_capture_is_parsed_with_its_labels() -> None:
+    policy = parse_policy("alert_labels: {remediation: action}")
+    batch = parse_webhook((FIXTURES / "webhook_firing_v4.json").read_bytes(), policy)
+    [alert] = batch.alerts
+    assert (alert.node, alert.fingerprint, alert.record.remediation, alert.record.gpu) == (
+        "gpu-node-1", "63def2fa76d97716", "cordon", "0")
+    resolved = parse_webhook((FIXTURES / "webhook_resolved_v4.json").read_bytes(), policy)
+    assert resolved.alerts[0].record.status == "resolved"
+    assert resolved.alerts[0].record.ends_at == "2026-12-02T09:37:37.851Z"
+
+
+def test_real_capture_without_a_remediation_label_is_ignored_with_a_reason() -> None:
+    batch = parse_webhook((FIXTURES / "webhook_firing_v4.json").read_bytes(), parse_policy(""))
+    assert batch.alerts == [] and batch.ignored == [("63def2fa76d97716", "no 'remediation' label")]
+
+
+def test_real_capture_cordons_then_resolves_through_the_app(cluster: FakeCluster) -> None:
+    h = Harness(cluster, "alert_labels: {remediation: action}\nreturn_to_service: {healthy_delay: 0s}")
+    response = h.post((FIXTURES / "webhook_firing_v4.json").read_bytes())
+    assert response.status_code == 202 and response.get_json()["accepted"] == 1
+    assert h.decisions(h.step()) == [("gpu-node-1", "cordon", "execute")]
+    assert h.post((FIXTURES / "webhook_resolved_v4.json").read_bytes()).status_code == 202
+    assert h.decisions(h.step()) == [("gpu-node-1", "uncordon", "execute")]
+
+
+@pytest.mark.parametrize("token", [None, "wrong", "", TOKEN + "x"])
+def test_bad_or_missing_token_is_401_and_changes_nothing(cluster: FakeCluster, token: str | None) -> None:
+    h = Harness(cluster)
+    response = h.post(webhook("gpu-1", "reboot"), token=token)
+    assert response.status_code == 401 and "token" in response.get_json()["error"]
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    h.step()
+    assert not cluster.taints("gpu-1") and h.rem.inbox.empty()
+    assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="unauthorized") == 1
+
+
+def _mutate(path: str, value: object) -> dict[str, object]:
+    body = firing_fixture()
+    target: dict[str, object] = body
+    *parents, last = path.split(".")
+    for p in parents:
+        target = target[int(p)] if p.isdigit() else target[p]  # type: ignore[index,assignment]
+    if value is KeyError:
+        del target[last]
+    else:
+        target[last] = value
+    return body
+
+
+@pytest.mark.parametrize(("body", "code", "reason"), [
+    (b"{not json", 400, "not JSON"),
+    (b"[]", 422, "expected a JSON object"),
+    (_mutate("version", "3"), 422, "version"),
+    (_mutate("alerts", {"a": 1}), 422, "alerts"),
+    (_mutate("alerts.0.status", "pending"), 422, "status"),
+    (_mutate("alerts.0.labels", {"node": 7}), 422, "labels"),
+    (_mutate("alerts.0.fingerprint", KeyError), 422, "fingerprint"),
+    (_mutate("alerts.0.startsAt", "yesterday"), 422, "timestamp"),
+])
+def test_malformed_bodies_get_4xx_with_a_reason_and_change_nothing(cluster: FakeCluster, body: object, code: int,
+                                                                   reason: str) -> None:
+    h = Harness(cluster)
+    response = h.post(body if isinstance(body, bytes) else json.dumps(body))
+    assert response.status_code == code
+    assert reason in response.get_json()["error"]
+    assert h.rem.inbox.empty()
+    h.step()
+    assert [w for w in cluster.writes() if "leases" not in w[1]] == []
+
+
+def test_body_over_the_size_limit_is_413(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    response = h.post(b'{"pad": "' + b"x" * (2 << 20) + b'"}')
+    assert response.status_code == 413 and h.rem.inbox.empty()
+
+
+def test_unusable_alerts_are_ignored_without_blocking_the_rest(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    body = webhook("gpu-1", "cordon")
+    odd = dict(body["alerts"][0], fingerprint="odd", labels={**body["alerts"][0]["labels"], "remediation": "nuke"})
+    body["alerts"].append(odd)
+    response = h.post(body)
+    assert response.status_code == 202
+    assert response.get_json() == {"accepted": 1, "ignored": [{"fingerprint": "odd",
+                                                                "reason": "unknown remediation 'nuke'"}]}
+
+
+def test_gpu_label_that_is_neither_an_index_nor_a_pci_bus_id_is_dropped() -> None:
+    body = webhook("gpu-1", "reset_gpu", gpu="0; reboot")
+    assert parse_webhook(json.dumps(body), parse_policy("")).alerts[0].record.gpu is None
+
+
+def test_health_ready_and_metrics_endpoints(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    assert h.http.get("/healthz").status_code == 200
+    assert h.http.get("/readyz").status_code == 200
+    h.fire("gpu-1", "cordon")
+    h.step()
+    text = h.http.get("/metrics").get_data(as_text=True)
+    for name in ("gpuhealth_remediator_actions_total", "gpuhealth_remediator_budget_in_use",
+                 "gpuhealth_remediator_breaker_open", "gpuhealth_remediator_webhook_requests_total",
+                 "gpuhealth_remediator_leader"):
+        assert name in text
+
+
+def test_readyz_fails_while_the_kubernetes_api_is_unreachable(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    cluster.fail("GET", "/api/v1/nodes$", 500, times=5)
+    h.step()
+    assert h.http.get("/readyz").status_code == 503
+
+
+def test_app_refuses_to_start_without_a_token() -> None:
+    from remediator.app import ServeConfig, create_app
+    from remediator.policy import Policy
+
+    with pytest.raises(SystemExit, match="token"):
+        create_app(ServeConfig(Policy(), None), remediator=object())  # type: ignore[arg-type]

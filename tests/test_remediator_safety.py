@@ -1,0 +1,197 @@
+"""Safety under failure: API errors mid-drain, restarts, leadership changes, holds and silences."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fake_cluster import FakeCluster
+from remediator_harness import FakeAlertmanager, Harness
+
+from remediator.cli import main
+from remediator.nodestate import HOLD_ANNOTATION
+from remediator.silences import SilenceChecker
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster() as c:
+        for i in range(10):
+            c.add_node(f"gpu-{i}")
+        yield c
+
+
+def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    cluster.add_pod("gpu-1", "train-0", labels={"app": "train"})
+    cluster.add_pod("gpu-1", "web-0")
+    pdb = cluster.add_pdb("default", {"app": "train"}, 0)
+    h.fire("gpu-1", "drain")
+    h.step()
+    assert [p["metadata"]["name"] for p in cluster.pods_on("gpu-1")] == ["train-0"]
+    assert h.slept == [1.0, 2.0, 4.0]
+    pdb["disruptionsAllowed"] = 1
+    h.advance(seconds=30)
+    h.step()
+    h.advance(seconds=30)
+    h.step()
+    assert cluster.pods_on("gpu-1") == [] and h.state("gpu-1").rung_status == "done"
+    assert "DrainFinished" in cluster.reasons("gpu-1")
+
+
+@pytest.mark.parametrize("fault", ["500", "409", "timeout"])
+def test_api_errors_mid_drain_are_retried_on_the_next_pass(cluster: FakeCluster, fault: str) -> None:
+    h = Harness(cluster, timeout=0.3)
+    for i in range(3):
+        cluster.add_pod("gpu-1", f"p{i}")
+    h.fire("gpu-1", "drain")
+    if fault == "500":
+        cluster.fail("POST", "/pods/p1/eviction$", 500)
+    elif fault == "409":
+        cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 409, times=2, reason="Conflict")
+    else:
+        cluster.delay("POST", "/pods/p1/eviction$", 1.0)
+    h.step()
+    for _ in range(3):
+        h.advance(seconds=30)
+        h.step()
+    assert cluster.pods_on("gpu-1") == []
+    assert h.state("gpu-1").rung == "drain" and h.state("gpu-1").rung_status == "done"
+    assert cluster.reasons("gpu-1").count("Cordoned") == 1
+
+
+def test_stale_resource_version_never_overwrites_a_concurrent_change(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    h.fire("gpu-1", "cordon")
+    h.rem.record_pending()
+    h.rem.elector.try_acquire()
+    # someone else writes the node between our list and our patch: our patch must get 409
+    cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 409, reason="Conflict")
+    h.rem.reconcile()
+    assert not cluster.taints("gpu-1")
+    h.step()
+    assert cluster.taints("gpu-1")
+
+
+def test_restart_in_the_middle_of_a_ladder_carries_on_from_the_node(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    h.fire("gpu-2", "reset_gpu", gpu="2")
+    cluster.add_pod("gpu-2", "train-0", labels={"app": "t"})
+    pdb = cluster.add_pdb("default", {"app": "t"}, 0)
+    h.step()
+    assert h.state("gpu-2").rung == "drain"
+    # a new process: nothing in memory, same identity (the restarted pod keeps its name)
+    h2 = Harness(cluster)
+    h2.now = h.now
+    pdb["disruptionsAllowed"] = 1
+    h2.advance(seconds=30)
+    h2.step()
+    h2.advance(seconds=30)
+    assert h2.decisions(h2.step()) == [("gpu-2", "reset_gpu", "execute")]
+    assert cluster.reasons("gpu-2").count("Cordoned") == 1 and len(cluster.jobs) == 1
+
+
+def test_only_the_leader_acts_and_a_follower_takes_over_when_the_lease_expires(cluster: FakeCluster) -> None:
+    a = Harness(cluster, identity="replica-a")
+    b = Harness(cluster, identity="replica-b")
+    b.fire("gpu-3", "cordon")  # the webhook lands on the follower
+    assert a.step() is not None  # a takes the lease first
+    assert b.step() is None  # b records what it got, but does not act
+    assert not cluster.taints("gpu-3")
+    a.step()
+    assert cluster.taints("gpu-3")
+    b.fire("gpu-4", "cordon")
+    b.advance(seconds=10)
+    assert b.step() is None  # lease still live
+    b.advance(seconds=20)  # a died: no renewal for longer than the lease duration
+    assert b.step() is not None
+    assert cluster.taints("gpu-4")
+    lease = next(iter(cluster.leases.values()))
+    assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1
+
+
+def _kubeconfig(tmp_path: Path, url: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: "{url}"}}}}]
+users: [{{name: me, user: {{token: t}}}}]
+contexts: [{{name: fake, context: {{cluster: fake, user: me}}}}]
+current-context: fake
+""")
+    return str(path)
+
+
+def test_hold_stops_escalation_and_release_resumes_it(cluster: FakeCluster, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    h = Harness(cluster)
+    kubeconfig = _kubeconfig(tmp_path, cluster.url)
+    h.fire("gpu-5", "cordon")
+    h.step()
+    assert main(["hold", "gpu-5", "--reason", "debugging Xid 79", "--by", "alice", "--kubeconfig", kubeconfig]) == 0
+    assert "alice" in cluster.annotations("gpu-5")[HOLD_ANNOTATION]
+    h.fire("gpu-5", "reboot")
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-5", "none", "skipped")]
+    assert "debugging Xid 79" in h.decided(plans)[0].reason
+    assert main(["release", "gpu-5", "--kubeconfig", kubeconfig]) == 0
+    assert HOLD_ANNOTATION not in cluster.annotations("gpu-5")
+    assert h.decisions(h.step())[-1] == ("gpu-5", "reboot", "execute")
+    assert {"HoldSet", "HoldReleased"} <= set(cluster.reasons("gpu-5"))
+
+
+def test_release_after_a_quiet_episode_returns_the_node(cluster: FakeCluster, tmp_path: Path) -> None:
+    h = Harness(cluster, "return_to_service: {healthy_delay: 0s}", start=datetime.now(UTC) - timedelta(hours=8))
+    h.fire("gpu-5", "cordon", starts=h.now)
+    h.step()
+    h.advance(hours=7)
+    h.step()
+    assert cluster.taints("gpu-5")
+    # release uses the real clock: an hour later than the harness clock
+    assert main(["release", "gpu-5", "--kubeconfig", _kubeconfig(tmp_path, cluster.url)]) == 0
+    h.advance(hours=1, minutes=1)
+    assert h.decisions(h.step()) == [("gpu-5", "uncordon", "execute")]
+
+
+def test_silenced_alert_stops_disruptive_steps(cluster: FakeCluster) -> None:
+    with FakeAlertmanager() as am:
+        h = Harness(cluster, silences=SilenceChecker(am.url))
+        am.silence("gpu-6", "fp-gpu-6-GPUFault", "4f2c")
+        h.fire("gpu-6", "reboot")
+        plans = h.step()
+        assert h.decisions(plans) == [("gpu-6", "cordon", "execute"), ("gpu-6", "drain", "skipped")]
+        assert "4f2c" in h.decided(plans)[1].reason
+        assert 'filter=node%3D%22gpu-6%22' in am.queries[0]
+        am.alerts.clear()
+        assert h.decisions(h.step())[-1] == ("gpu-6", "reboot", "execute")
+
+
+def test_unreachable_alertmanager_defers_disruptive_steps(cluster: FakeCluster) -> None:
+    with FakeAlertmanager() as am:
+        am.status = 503
+        h = Harness(cluster, silences=SilenceChecker(am.url))
+        h.fire("gpu-6", "drain")
+        plans = h.step()
+        assert h.decisions(plans) == [("gpu-6", "cordon", "execute"), ("gpu-6", "drain", "deferred")]
+        assert "cannot check Alertmanager" in h.decided(plans)[1].reason
+
+
+def test_excluded_nodes_are_never_touched(cluster: FakeCluster) -> None:
+    cluster.nodes["gpu-7"]["metadata"]["labels"]["gpuhealth.io/exclude"] = "true"
+    h = Harness(cluster, 'exclude: [{gpuhealth.io/exclude: "true"}]')
+    h.fire("gpu-7", "reboot")
+    assert h.decisions(h.step()) == [("gpu-7", "none", "skipped")]
+    assert not cluster.taints("gpu-7")
+
+
+def test_drain_timeout_policy_escalates_or_forces(cluster: FakeCluster) -> None:
+    h = Harness(cluster, "drain: {on_timeout: force}\nladder: {drain: {timeout: 10m}}")
+    cluster.add_pod("gpu-8", "stuck", labels={"app": "s"})
+    cluster.add_pdb("default", {"app": "s"}, 0)
+    h.fire("gpu-8", "drain")
+    h.step()
+    h.advance(minutes=11)
+    h.step()
+    assert cluster.pods_on("gpu-8") == []
