@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,14 +163,37 @@ def test_counter_that_is_a_directory_is_bad_output(one_efa: Path) -> None:
     assert err.value.reason == BAD_OUTPUT
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file anyway; needs an unprivileged user")
-def test_unreadable_counter_is_permission_denied(one_efa: Path) -> None:
-    path = counter_file(one_efa, "rdmap0s31", "rx_bytes")
-    path.chmod(0)
-    with pytest.raises(ProbeError) as err:
-        collect(one_efa)
-    assert err.value.reason == PERMISSION_DENIED
-    assert str(path) in err.value.message
+def test_unreadable_counter_is_permission_denied(tmp_path: Path) -> None:
+    # Root reads a mode-000 file anyway, so as root the probe runs as `nobody` (setpriv) on a tree
+    # nobody can reach, with the system Python: a real EACCES, nothing mocked.
+    import shutil
+    import subprocess
+    import tempfile
+
+    as_root = os.geteuid() == 0
+    if as_root and not (shutil.which("setpriv") and os.path.exists("/usr/bin/python3")):
+        pytest.fail("needs setpriv and /usr/bin/python3 to drop root (util-linux, python3)")
+    base = Path(tempfile.mkdtemp(prefix="efa-perm-")) if as_root else tmp_path
+    try:
+        base.chmod(0o755)
+        build_efa_sysfs(base, [("rdmap0s31", "0xefa1", {})])
+        code = Path(__file__).resolve().parents[1]
+        shutil.copytree(code / "exporter", base / "code" / "exporter")
+        path = counter_file(base, "rdmap0s31", "rx_bytes")
+        path.chmod(0)
+        script = ("import sys; sys.path.insert(0, sys.argv[2]); from exporter.probes.efa import EfaProbe\n"
+                  "from exporter.probes.base import ProbeError\n"
+                  "try:\n    EfaProbe(sys.argv[1]).collect(5)\nexcept ProbeError as e:\n"
+                  "    print(e.reason); print(e.message)\n")
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_root else []
+        out = subprocess.run([*prefix, "/usr/bin/python3" if as_root else sys.executable, "-c", script,
+                              str(base), str(base / "code")], capture_output=True, text=True, timeout=60)
+        reason, message = ([*out.stdout.splitlines(), "", ""])[:2]
+        assert reason == PERMISSION_DENIED, out.stderr
+        assert str(path) in message
+    finally:
+        if as_root:
+            shutil.rmtree(base)
 
 
 def test_run_past_its_deadline_stops_before_reading_counters(one_efa: Path) -> None:

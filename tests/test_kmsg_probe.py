@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,3 +191,120 @@ def test_a_log_that_blocks_forever_is_a_timeout_not_a_hung_exporter(tmp_path: Pa
     assert (state.success, state.reason) == (False, "timeout")
     with open(fifo, "w"):  # let the abandoned reader go
         pass
+
+
+# --- /dev/kmsg semantics at the syscall boundary: one record per read(2), EAGAIN at the end,
+# EPIPE when the ring buffer overwrote unread records ---
+
+class FakeKmsgDevice:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import exporter.probes.kmsg_sources as sources
+
+        self.records: list[str] = []
+        self.first = 0  # index of the oldest record still in the ring
+        self.fail_at: dict[int, OSError] = {}
+        self._cursor: dict[int, int] = {}
+        self._next_fd = 1000
+        real_open, real_read, real_close = os.open, os.read, os.close
+
+        def fake_open(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
+            if path != "/dev/kmsg":
+                return real_open(path, flags, *args, **kwargs)
+            self._next_fd += 1
+            self._cursor[self._next_fd] = self.first
+            return self._next_fd
+
+        def fake_read(fd: int, size: int) -> bytes:
+            if fd not in self._cursor:
+                return real_read(fd, size)
+            i = self._cursor[fd]
+            if i < self.first:
+                self._cursor[fd] = self.first
+                raise BrokenPipeError(32, "Broken pipe")
+            if i in self.fail_at:
+                raise self.fail_at.pop(i)
+            if i >= len(self.records):
+                raise BlockingIOError(11, "Resource temporarily unavailable")
+            self._cursor[fd] = i + 1
+            return self.records[i].encode()
+
+        def fake_close(fd: int) -> None:
+            if self._cursor.pop(fd, None) is None:
+                real_close(fd)
+
+        monkeypatch.setattr(sources.os, "open", fake_open)
+        monkeypatch.setattr(sources.os, "read", fake_read)
+        monkeypatch.setattr(sources.os, "close", fake_close)
+
+    def add(self, text: str, prio: int = 4) -> None:
+        seq = len(self.records)
+        self.records.append(f"{prio},{seq},{seq * 1000},-;{text}\n")
+
+
+def device_probe(tmp_path: Path, boot: str = "boot-1") -> KmsgProbe:
+    (tmp_path / "boot_id").write_text(boot)
+    return KmsgProbe.for_path("/dev/kmsg", False, state_file=str(tmp_path / "state.json"),
+                              boot_id_file=str(tmp_path / "boot_id"))
+
+
+def test_device_overwritten_records_are_counted_as_missed_and_reading_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dev = FakeKmsgDevice(monkeypatch)
+    dev.add("NVRM: Xid (PCI:0000:05:00): 13, x")
+    probe = device_probe(tmp_path)
+    probe.collect(5)
+    for _ in range(5):
+        dev.add("NVRM: Xid (PCI:0000:05:00): 13, x")
+    dev.first = 4  # records 1-3 were overwritten before they were read
+    result = probe.collect(5)
+    assert values(result, "gpuhealth_kmsg_records_missed") == {(): 3}
+    assert xids(result) == {("00000000:05:00.0", "13", ""): 3}
+
+
+def test_device_error_mid_batch_loses_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import errno
+
+    dev = FakeKmsgDevice(monkeypatch)
+    dev.add("NVRM: Xid (PCI:0000:05:00): 48")
+    dev.add("NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.")
+    dev.fail_at[1] = OSError(errno.EIO, "Input/output error")
+    probe = device_probe(tmp_path)
+    with pytest.raises(OSError):
+        probe.collect(5)
+    assert xids(probe.collect(5)) == {("00000000:05:00.0", "48", ""): 1, ("00000000:05:00.0", "79", ""): 1}
+
+
+def test_device_state_of_another_boot_is_not_trusted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    dev = FakeKmsgDevice(monkeypatch)
+    for _ in range(3):
+        dev.add("NVRM: Xid (PCI:0000:05:00): 48")
+    assert xids(device_probe(tmp_path).collect(5)) == {("00000000:05:00.0", "48", ""): 3}
+    assert xids(device_probe(tmp_path).collect(5)) == {("00000000:05:00.0", "48", ""): 3}  # same boot: no recount
+    dev.records.clear()  # reboot: sequence numbers start again
+    dev.add("NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.")
+    assert xids(device_probe(tmp_path, boot="boot-2").collect(5)) == {("00000000:05:00.0", "79", ""): 1}
+    (tmp_path / "boot_id").write_text("")  # unreadable boot id: cannot tell a reboot, so no old position
+    assert xids(device_probe(tmp_path, boot="").collect(5)) == {("00000000:05:00.0", "79", ""): 1}
+
+
+def test_device_events_are_timed_by_the_kernel_so_a_restart_keeps_a_fault_in_its_window(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dev = FakeKmsgDevice(monkeypatch)
+    dev.add("NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.")
+    first = device_probe(tmp_path).collect(5).facts["recent_events"]
+    again = device_probe(tmp_path).collect(5).facts["recent_events"]
+    assert first == again and len(first) == 1  # restored from the state file, same time
+
+
+def test_same_gpu_falling_off_the_bus_hours_apart_in_a_capture_without_timestamps_counts_twice(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "kern.log"
+    xid79 = "NVRM: Xid (PCI:0000:29:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    plain = "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus."
+    filler = "\n".join(f"[Sun Feb 23 17:{m:02d}:00 2025] usb 1-1: new device" for m in range(20))
+    log.write_text(f"[Sun Feb 23 16:24:18 2025] {plain}\n[Sun Feb 23 16:24:18 2025] {xid79}\n{filler}\n"
+                   f"[Sun Feb 23 19:00:00 2025] {xid79}\n")
+    assert xids(file_probe(log).collect(5)) == {("00000000:29:00.0", "79", ""): 2}

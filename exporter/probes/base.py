@@ -42,10 +42,16 @@ def classify(exc: BaseException) -> ProbeError:
     """Map any exception a probe let escape to a ProbeError with a stable reason."""
     if isinstance(exc, ProbeError):
         return exc
-    if isinstance(exc, PermissionError):
-        return ProbeError(PERMISSION_DENIED, str(exc))
-    if isinstance(exc, FileNotFoundError):
-        return ProbeError(NOT_FOUND, str(exc))
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        message = f"{where}{exc.strerror or exc}"
+        if isinstance(exc, PermissionError):
+            return ProbeError(PERMISSION_DENIED, message)
+        if isinstance(exc, FileNotFoundError):
+            return ProbeError(NOT_FOUND, message)
+        if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
+            return ProbeError(BAD_OUTPUT, message)
+        return ProbeError(ERROR, message)
     if isinstance(exc, (ValueError, KeyError, TypeError, IndexError, json.JSONDecodeError)):
         return ProbeError(BAD_OUTPUT, f"{type(exc).__name__}: {exc}")
     return ProbeError(ERROR, f"{type(exc).__name__}: {exc}")

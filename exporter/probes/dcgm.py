@@ -26,9 +26,9 @@ from exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
     NOT_FOUND,
-    PERMISSION_DENIED,
     TIMEOUT,
     ProbeError,
+    classify,
     run_command,
 )
 from exporter.samples import GpuIdentity, ProbeResult, Sample
@@ -338,10 +338,8 @@ def _read_file(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
             return f.read()
-    except FileNotFoundError as exc:
-        raise ProbeError(NOT_FOUND, f"{path}: not found") from exc
-    except PermissionError as exc:
-        raise ProbeError(PERMISSION_DENIED, f"{path}: permission denied") from exc
+    except OSError as exc:
+        raise classify(exc) from exc
 
 
 def _dcgm_series(text: str, source: str) -> list[PromSample]:

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from exporter.probes.base import BAD_OUTPUT, ERROR, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
+from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, TIMEOUT, ProbeError, classify
 from exporter.samples import ProbeResult
 
 AMAZON_VENDOR = "0x1d0f"
@@ -88,7 +88,7 @@ def _listdir(path: Path) -> list[str]:
     try:
         return os.listdir(path)
     except OSError as exc:
-        raise _read_error(path, exc) from exc
+        raise classify(exc) from exc
 
 
 def _read_optional(path: Path) -> str | None:
@@ -107,14 +107,4 @@ def _read(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise ProbeError(BAD_OUTPUT, f"{path}: not text") from exc
     except OSError as exc:
-        raise _read_error(path, exc) from exc
-
-
-def _read_error(path: Path, exc: OSError) -> ProbeError:
-    if isinstance(exc, PermissionError):
-        return ProbeError(PERMISSION_DENIED, f"{path}: permission denied")
-    if isinstance(exc, FileNotFoundError):
-        return ProbeError(NOT_FOUND, f"{path}: not found")
-    if isinstance(exc, IsADirectoryError):
-        return ProbeError(BAD_OUTPUT, f"{path}: a directory, not a counter file")
-    return ProbeError(ERROR, f"{path}: {exc.strerror or exc}")
+        raise classify(exc) from exc

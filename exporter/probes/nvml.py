@@ -53,13 +53,16 @@ class NvmlProbe:
     def __init__(self, nvml: types.ModuleType | None = None) -> None:
         self._nvml = nvml
         self._initialised = False
+        # (uuid, link) of every NVLink seen up since start. Only such a link going down is a node
+        # condition problem: a PCIe GPU without a bridge reports its unused links as down from the start.
+        self._links_seen_up: set[tuple[str, int]] = set()
 
     def collect(self, deadline: float) -> ProbeResult:
         give_up_at = time.monotonic() + deadline
         nv = self._module()
         self._ensure_init(nv)
         try:
-            return _collect(nv, give_up_at)
+            return _collect(nv, give_up_at, self._links_seen_up)
         except ProbeError:
             self._forget_init(nv)
             raise
@@ -105,7 +108,7 @@ def _probe_error(nv: Any, call: str, exc: BaseException) -> ProbeError:
     return ProbeError(ERROR, f"{call}: {type(exc).__name__}: {exc}")
 
 
-def _collect(nv: Any, give_up_at: float) -> ProbeResult:
+def _collect(nv: Any, give_up_at: float, links_seen_up: set[tuple[str, int]]) -> ProbeResult:
     result = ProbeResult()
     gpus: list[GpuIdentity] = []
     gpu_problems: list[str] = []
@@ -115,7 +118,7 @@ def _collect(nv: Any, give_up_at: float) -> ProbeResult:
         # NVML calls cannot be interrupted; between GPUs is the only place a slow run can stop.
         if time.monotonic() > give_up_at:
             raise ProbeError(TIMEOUT, f"NVML: past the deadline before GPU {index} of {count}")
-        report = _read_gpu(nv, index)
+        report = _read_gpu(nv, index, links_seen_up)
         result.samples.extend(report.samples)
         gpu_problems.extend(report.gpu_problems)
         nvlink_problems.extend(report.nvlink_problems)
@@ -135,8 +138,8 @@ class _GpuReport:
     nvlink_problems: list[str] = field(default_factory=list)
 
 
-def _read_gpu(nv: Any, index: int) -> _GpuReport:
-    reader = _GpuReader(nv, index)
+def _read_gpu(nv: Any, index: int, links_seen_up: set[tuple[str, int]]) -> _GpuReport:
+    reader = _GpuReader(nv, index, links_seen_up)
     try:
         reader.read_identity()
         reader.read_health()
@@ -159,9 +162,10 @@ def _text(value: object) -> str:
 class _GpuReader:
     """Reads one GPU; every call goes through `call`, which decides what an NVMLError means."""
 
-    def __init__(self, nv: Any, index: int) -> None:
+    def __init__(self, nv: Any, index: int, links_seen_up: set[tuple[str, int]]) -> None:
         self.nv = nv
         self.index = index
+        self.links_seen_up = links_seen_up
         self.handle: Any = None
         self.labels = {"gpu": str(index), "uuid": "", "pci_bus_id": "", "source": SOURCE}
         self.samples: list[Sample] = []
@@ -271,7 +275,10 @@ class _GpuReader:
                 continue
             up = state == self.const("NVML_FEATURE_ENABLED")
             self.add("gpuhealth_gpu_nvlink_link_up", 1 if up else 0, link=str(link))
-            if not up:
+            key = (self.labels["uuid"], link)
+            if up:
+                self.links_seen_up.add(key)
+            elif key in self.links_seen_up:
                 self.nvlink_problems.append(f"{self.who()}: NVLink link {link} down")
             for type_label, counter_const in _NVLINK_ERRORS:
                 count = self.dev("nvmlDeviceGetNvLinkErrorCounter", link, self.const(counter_const),
