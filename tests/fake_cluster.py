@@ -85,7 +85,8 @@ def _selected(obj: Obj, field_selector: str | None, label_selector: str | None) 
 
 
 class FakeCluster:
-    def __init__(self) -> None:
+    def __init__(self, token: str = "") -> None:
+        self.token = token  # when set, requests without `Authorization: Bearer <token>` get 401
         self.lock = threading.RLock()
         self.rv = 0
         self.nodes: dict[str, Obj] = {}
@@ -122,6 +123,8 @@ class FakeCluster:
                 with cluster.lock:
                     cluster.requests.append((method, url.path))
                     fault = cluster._take_fault(method, url.path)
+                if cluster.token and self.headers.get("Authorization") != f"Bearer {cluster.token}":
+                    return self._send(401, _status(401, "Unauthorized"))
                 if fault and fault.get("delay"):
                     time.sleep(fault["delay"])
                 if fault and fault.get("status"):

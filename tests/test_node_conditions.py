@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_kube_api import FakeKubeAPI
+from fake_cluster import FakeCluster
 from fake_probe import FakeProbe
 
 from exporter.collector import Expectations
@@ -22,12 +22,22 @@ TYPES = ["GpuhealthGPUHealthy", "GpuhealthNVLinkHealthy", "GpuhealthEFAHealthy",
          "GpuhealthProbesHealthy"]
 
 
+STATUS = "/api/v1/nodes/gpu-node-1/status"
+
+
 @pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI(token="sa-token") as server:
-        server.add_node("gpu-node-1", [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                        "message": "kubelet is posting ready status"}])
+def api() -> Iterator[FakeCluster]:
+    with FakeCluster(token="sa-token") as server:
+        server.add_node("gpu-node-1")
         yield server
+
+
+def stored(api: FakeCluster) -> dict[str, dict[str, str]]:
+    return {c["type"]: c for c in api.node("gpu-node-1")["status"]["conditions"]}
+
+
+def patches(api: FakeCluster) -> int:
+    return api.writes().count(("PATCH", STATUS))
 
 
 @pytest.fixture
@@ -95,49 +105,51 @@ def test_a_failing_probe_makes_the_node_unhealthy_not_healthy(tmp_path: Path) ->
     assert message == "dcgm: error (RuntimeError: hostengine gone)"
 
 
-def test_conditions_are_patched_only_when_they_change(api: FakeKubeAPI, sa_dir: str, tmp_path: Path) -> None:
+def test_conditions_are_patched_only_when_they_change(api: FakeCluster, sa_dir: str, tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     log.write_text("")
     writer = NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir)
     healthy = evaluate(snapshot_with(log).view(), Expectations(gpus=8), 900)
     assert writer.sync(healthy) is True
     assert writer.sync(healthy) is False
-    assert len(api.patches()) == 1
-    stored = api.conditions("gpu-node-1")
-    assert stored["Ready"]["reason"] == "KubeletReady"  # other owners' conditions untouched
-    assert {t: stored[t]["status"] for t in TYPES} == dict.fromkeys(TYPES, "True")
+    assert patches(api) == 1
+    first = stored(api)
+    assert first["Ready"]["status"] == "True"  # other owners' conditions untouched
+    assert {t: first[t]["status"] for t in TYPES} == dict.fromkeys(TYPES, "True")
 
+    with api.lock:  # as if the node had been healthy since long ago
+        for c in api.nodes["gpu-node-1"]["status"]["conditions"]:
+            c["lastTransitionTime"] = "2020-01-01T00:00:00Z"
     with log.open("a") as f:
         f.write("[ 2.0] NVRM: Xid (PCI:0000:05:00): 48\n")
     sick = evaluate(snapshot_with(log).view(), Expectations(gpus=8), 900)
+    writer = NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir)
     assert writer.sync(sick) is True
-    stored = api.conditions("gpu-node-1")
-    assert stored["GpuhealthGPUHealthy"]["status"] == "False"
-    assert stored["GpuhealthGPUHealthy"]["message"] == "Xid 48 on GPU 00000000:05:00.0"
+    now = stored(api)
+    assert now["GpuhealthGPUHealthy"]["status"] == "False"
+    assert now["GpuhealthGPUHealthy"]["message"] == "Xid 48 on GPU 00000000:05:00.0"
     # unchanged conditions keep their transition time
-    first_patch = api.patches()[0]
-    assert first_patch is not None
-    kernel_first = next(c for c in first_patch["status"]["conditions"] if c["type"] == "GpuhealthKernelHealthy")
-    assert stored["GpuhealthKernelHealthy"]["lastTransitionTime"] == kernel_first["lastTransitionTime"]
+    assert now["GpuhealthKernelHealthy"]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+    assert now["GpuhealthGPUHealthy"]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
 
 
 def test_a_restarted_agent_does_not_rewrite_what_the_node_already_says(
-    api: FakeKubeAPI, sa_dir: str, tmp_path: Path
+    api: FakeCluster, sa_dir: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "kern.log"
     log.write_text("")
     conditions = evaluate(snapshot_with(log).view(), Expectations(), 900)
     NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir).sync(conditions)
     assert NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir).sync(conditions) is False
-    assert len(api.patches()) == 1
+    assert patches(api) == 1
 
 
-def test_api_errors_are_reported_and_retried(api: FakeKubeAPI, sa_dir: str, tmp_path: Path) -> None:
+def test_api_errors_are_reported_and_retried(api: FakeCluster, sa_dir: str, tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     log.write_text("")
     conditions = evaluate(snapshot_with(log).view(), Expectations(), 900)
     writer = NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir)
-    api.fail_next = 1
+    api.fail("PATCH", STATUS, 500)
     with pytest.raises(KubeError, match="HTTP 500"):
         writer.sync(conditions)
     assert writer.sync(conditions) is True
