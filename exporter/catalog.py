@@ -62,6 +62,13 @@ _FAMILIES = [
     Family("gpuhealth_gpu_recovery_action", "gauge", (*GPU, "action"),
            "The driver's latest GPU recovery action from Xid 154 (value is the code: 0 none, 1 gpu_reset_required, "
            "2 node_reboot_required, 3 drain_p2p, 4 drain_and_reset).", "kmsg"),
+    Family("gpuhealth_gpu_recovery_action_timestamp_seconds", "gauge", (*GPU, "action"),
+           "Unix time of the driver's latest Xid 154 recovery-action announcement for the GPU (by the kernel's "
+           "timestamp on /dev/kmsg), so rules can tell a fresh request from one a reset has since answered.",
+           "kmsg"),
+    Family("gpuhealth_node_boot_time_seconds", "gauge", (),
+           "Unix time the node booted (/proc/stat btime): a change is a reboot, and kernel-log counters restart.",
+           "kmsg"),
     Family("gpuhealth_nvswitch_sxid_errors", "counter", ("sxid", "pci_bus_id", "fatal"),
            "NVSwitch SXid events in the kernel log this boot.", "kmsg"),
     Family("gpuhealth_kernel_events", "counter", ("event", "device"),
@@ -127,3 +134,16 @@ _FAMILIES = [
 ]
 
 FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
+
+
+def markdown_table() -> str:
+    """The metrics table of docs/metrics.md (`python -m exporter.catalog` prints it)."""
+    rows = ["| metric | type | labels | filled by | meaning |", "|---|---|---|---|---|"]
+    for f in FAMILIES.values():
+        labels = ", ".join(f"`{name}`" for name in f.labels) or "—"
+        rows.append(f"| `{f.exposed_name}` | {f.type} | {labels} | {f.probe} | {f.help.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

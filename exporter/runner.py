@@ -98,6 +98,9 @@ class ProbeRunner:
             started = time.monotonic()
             ok = self.run_once()
             wait = self.interval if ok else min(self.interval, RETRY_AFTER_FAILURE_SECONDS)
+            result = self.snapshot.view()[self.probe.name].result
+            if ok and result is not None and result.run_again_after is not None:
+                wait = min(wait, max(1.0, result.run_again_after))
             stop.wait(max(0.0, wait - (time.monotonic() - started)))
 
     def start(self, stop: threading.Event) -> threading.Thread:

@@ -30,6 +30,9 @@ class ProbeResult:
     gpus: list[GpuIdentity] | None = None
     # Facts the node-condition evaluator reads (e.g. recent fatal Xids); free-form per probe.
     facts: dict[str, object] = field(default_factory=dict)
+    # A probe may ask to run again sooner than its interval (a failed diagnostic is re-checked soon,
+    # so a fix is seen quickly); None keeps the interval.
+    run_again_after: float | None = None
 
     def add(self, name: str, value: float, **labels: str) -> None:
         self.samples.append(Sample(name, labels, float(value)))

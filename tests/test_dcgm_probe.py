@@ -253,6 +253,7 @@ def test_diag_3x_level1_passes_deployment_tests_without_gpu(tmp_path: Path) -> N
     assert scalar(result, "gpuhealth_dcgm_diag_failed_tests") == 0
     assert before <= scalar(result, "gpuhealth_dcgm_diag_last_run_timestamp_seconds") <= time.time()
     assert result.facts == {"gpu_problems": []}
+    assert result.run_again_after is None
 
 
 def test_diag_3x_level3_skip_is_normal_and_gpu_tests_carry_the_gpu(tmp_path: Path) -> None:
@@ -284,6 +285,7 @@ def test_diag_3x_failing_test_is_reported_per_gpu_despite_non_zero_exit(tmp_path
         ("Stress", "Memory Bandwidth", "0", "fail"), ("Stress", "Memory Bandwidth", "1", "pass"),
     }
     assert scalar(result, "gpuhealth_dcgm_diag_failed_tests") == 1
+    assert result.run_again_after == 300  # re-checked soon, so a GPU reset that fixed it shows quickly
     assert result.facts["gpu_problems"] == [
         "dcgmi diag: Memory Bandwidth failed on GPU 0: "
         "GPU 0 only achieved a memory bandwidth of 210.32 GB/s, failing to meet 250.00 GB/s for test 0"]

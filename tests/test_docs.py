@@ -23,6 +23,12 @@ def test_metrics_page_lists_every_family_with_its_type_and_labels() -> None:
     assert documented == expected
 
 
+def test_metrics_page_table_is_the_catalog_verbatim() -> None:
+    from exporter.catalog import markdown_table
+
+    assert markdown_table() in (ROOT / "docs" / "metrics.md").read_text()
+
+
 def test_metrics_page_names_every_kernel_event() -> None:
     page = (ROOT / "docs" / "metrics.md").read_text()
     events = {p.event for p in load_patterns() if p.kind == "event"}

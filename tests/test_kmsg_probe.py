@@ -308,3 +308,19 @@ def test_same_gpu_falling_off_the_bus_hours_apart_in_a_capture_without_timestamp
     log.write_text(f"[Sun Feb 23 16:24:18 2025] {plain}\n[Sun Feb 23 16:24:18 2025] {xid79}\n{filler}\n"
                    f"[Sun Feb 23 19:00:00 2025] {xid79}\n")
     assert xids(file_probe(log).collect(5)) == {("00000000:29:00.0", "79", ""): 2}
+
+
+def test_recovery_actions_carry_when_the_kernel_announced_them_and_the_boot_time_is_exported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n")
+    dev = FakeKmsgDevice(monkeypatch)
+    dev.add("filler")
+    dev.add("NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")
+    (tmp_path / "boot_id").write_text("boot-1")
+    probe = KmsgProbe.for_path("/dev/kmsg", False, boot_id_file=str(tmp_path / "boot_id"),
+                               proc_stat=str(tmp_path / "stat"))
+    result = probe.collect(5)
+    assert values(result, "gpuhealth_node_boot_time_seconds") == {(): 1700000000}
+    (when,) = values(result, "gpuhealth_gpu_recovery_action_timestamp_seconds").values()
+    assert when == 1700000000 + 1000 / 1e6  # boot time + the record's microseconds since boot

@@ -158,3 +158,17 @@ def test_xid_counters_keep_their_gpu_labels_when_nvml_fails_later() -> None:
     line = [x for x in before.splitlines() if x.startswith("gpuhealth_xid_errors_total{")]
     assert line == [x for x in after.splitlines() if x.startswith("gpuhealth_xid_errors_total{")]
     assert 'gpu="4"' in line[0] and 'uuid="GPU-abc"' in line[0]
+
+
+def test_a_probe_can_ask_to_run_again_sooner_than_its_interval() -> None:
+    result = ProbeResult([Sample("gpuhealth_dcgm_diag_failed_tests", {}, 1)], run_again_after=0.05)
+    probe = FakeProbe("diag", result)
+    runner = ProbeRunner(probe, Snapshot(), interval=3600, deadline=1)
+    stop = threading.Event()
+    thread = runner.start(stop)
+    deadline = time.monotonic() + 5
+    while probe.calls < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(5)
+    assert probe.calls >= 3  # an hourly probe, re-run within seconds because it asked to

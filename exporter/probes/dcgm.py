@@ -262,7 +262,13 @@ def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
     out.add("gpuhealth_dcgm_diag_failed_tests", len(failed))
     out.add("gpuhealth_dcgm_diag_last_run_timestamp_seconds", now)
     out.facts[PROBLEMS] = [_diag_problem(r) for r in failed]
+    if failed:
+        # Re-check soon: after a GPU reset the hourly result would otherwise say "failed" for an hour.
+        out.run_again_after = DIAG_RECHECK_AFTER_FAILURE_SECONDS
     return out
+
+
+DIAG_RECHECK_AFTER_FAILURE_SECONDS = 300.0
 
 
 class DcgmDiagProbe:

@@ -25,7 +25,7 @@ from exporter.samples import ProbeResult
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 RECENT_EVENTS = 1000  # recent faults kept for node conditions
 # The driver reports one GPU falling off the bus both as "Xid 79" and as "GPU has fallen off the bus";
 # the two lines for one GPU within this many seconds are one event.
@@ -86,7 +86,7 @@ class KmsgProbe:
         self.position = Position()
         self.counts: dict[Key, float] = {}
         self.gpu_uuids: dict[str, str] = {}
-        self.recovery: dict[str, tuple[int, str]] = {}
+        self.recovery: dict[str, tuple[int, str, float]] = {}  # pci -> (code, action, announced at)
         self.recent: deque[dict[str, str | float]] = deque(maxlen=RECENT_EVENTS)
         self._state_warned = False
         self._records_seen = 0
@@ -118,7 +118,7 @@ class KmsgProbe:
         try:
             position = Position(doc.get("last_seq"), doc.get("inode"), int(doc.get("offset", 0)))
             counts = {_key(str(f), dict(labels)): float(v) for f, labels, v in doc.get("counts", [])}
-            recovery = {str(k): (int(v[0]), str(v[1])) for k, v in doc.get("recovery", {}).items()}
+            recovery = {str(k): (int(v[0]), str(v[1]), float(v[2])) for k, v in doc.get("recovery", {}).items()}
             recent = [dict(e) for e in doc.get("recent", [])]
         except (TypeError, ValueError, IndexError) as exc:
             log.warning("kmsg state %s malformed (%s): starting from the whole log", self.state_file, exc)
@@ -220,7 +220,7 @@ class KmsgProbe:
         self._count("gpuhealth_xid_errors", labels)
         if "action_code" in m.fields:
             code = int(m.fields["action_code"], 16)
-            self.recovery[pci] = (code, RECOVERY_ACTIONS.get(code, f"unknown_{code}"))
+            self.recovery[pci] = (code, RECOVERY_ACTIONS.get(code, f"unknown_{code}"), self._event_time(record))
         self._remember(record, "xid", labels)
 
     # --- the probe ---
@@ -259,9 +259,11 @@ class KmsgProbe:
             if family == "gpuhealth_xid_errors":
                 sample_labels.update(gpu="", uuid=self.gpu_uuids.get(sample_labels["pci_bus_id"], ""))
             result.add(family, value, **sample_labels)
-        for pci, (code, action) in self.recovery.items():
-            result.add("gpuhealth_gpu_recovery_action", code, gpu="", uuid=self.gpu_uuids.get(pci, ""),
-                       pci_bus_id=pci, action=action)
+        for pci, (code, action, when) in self.recovery.items():
+            gpu = {"gpu": "", "uuid": self.gpu_uuids.get(pci, ""), "pci_bus_id": pci, "action": action}
+            result.add("gpuhealth_gpu_recovery_action", code, **gpu)
+            result.add("gpuhealth_gpu_recovery_action_timestamp_seconds", when, **gpu)
+        result.add("gpuhealth_node_boot_time_seconds", self.boot_time)
         result.facts["gpu_uuids"] = dict(self.gpu_uuids)
         result.facts["recent_events"] = list(self.recent)
         return result
