@@ -1,0 +1,1 @@
+"""gpuhealth's Grafana dashboards as code (`python -m dashboards.generate`)."""

@@ -1,0 +1,562 @@
+"""The Helm chart (helm/gpuhealth): lints and renders through the Helm 4 SDK in-process
+(helm-python-sdk, no helm binary, no cluster), with default and non-default values.
+
+- Built-in kinds are validated with kubernetes-validate (strict: unknown fields fail) for every
+  supported Kubernetes version. The Prometheus Operator kinds (PrometheusRule, PodMonitor,
+  ServiceMonitor, AlertmanagerConfig) have no schema in kubernetes-validate: they are validated here
+  against structural JSON schemas of the fields the chart uses (unknown fields fail), and the
+  PrometheusRule's groups go through `promtool check rules` and must equal rules/.
+- RBAC: no wildcard, and no verb beyond those docs/remediation.md and docs/metrics.md need.
+- The rendered exporter config and remediator policy load with the programs' own parsers, and the
+  flags the chart passes exist in their CLIs (read at test time: flags may change).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from exporter import cli as exporter_cli
+from exporter.config import load_file
+from remediator import cli as remediator_cli
+from remediator.policy import load_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "gpuhealth"
+RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])
+DASHBOARDS = sorted((ROOT / "dashboards" / "json").glob("*.json"))
+KUBE_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0"]
+RELEASE, NAMESPACE = "gpuhealth", "gpuhealth"
+
+# Every monitoring object on, a token from an existing Secret, policy overrides that move the Jobs,
+# other scheduling and exporter privileges, a dry run.
+CUSTOM: dict[str, Any] = {
+    "image": {"repository": "registry.example/gpuhealth", "tag": "0.1.0-rc1"},
+    "exporter": {
+        "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+        "affinity": {},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "runtimeClassName": "nvidia",
+        "priorityClassName": "system-node-critical",
+        "extraEnv": [{"name": "INSTANCE_TYPE", "value": "p5.48xlarge"}],
+        "config": {"instance_type": "p5.48xlarge", "fault_window": 600,
+                   "probes": {"kmsg": {"interval": 2}, "dcgm": {"enabled": True}, "diag": {"enabled": False}}},
+        "securityContext": {"privileged": False, "runAsUser": 0, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}},
+    },
+    "remediator": {
+        "replicas": 3, "dryRun": True, "interval": 10,
+        "alertmanagerURL": "http://kps-alertmanager.monitoring.svc:9093",
+        "webhookToken": {"existingSecret": "gpuhealth-webhook"},
+        "rbac": {"karpenter": False},
+        "policy": {"jobs": {"namespace": "gpuhealth-jobs"}, "budget": {"max_disrupted": 2},
+                   "pools": {"label": "eks.amazonaws.com/nodegroup", "default": "unpooled"}},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}]}}},
+    },
+    "monitoring": {
+        "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "alertmanagerConfig": {"enabled": True, "labels": {"alertmanagerConfig": "gpuhealth"}},
+    },
+    "dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "GPU fleet"}},
+}
+VALUES = {"default": None, "custom": CUSTOM}
+
+# RBAC the programs need (docs/remediation.md, docs/metrics.md): (apiGroup, resource) -> verbs.
+REMEDIATOR_CLUSTER = {
+    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("", "nodes/status"): {"patch"},
+    ("", "pods"): {"list", "delete"},
+    ("", "pods/eviction"): {"create"},
+    ("karpenter.sh", "nodeclaims"): {"list", "delete"},
+}
+REMEDIATOR_NAMESPACED = {
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+    ("batch", "jobs"): {"create", "get"},
+    ("", "events"): {"create"},
+}
+EXPORTER_CLUSTER = {("", "nodes"): {"get"}, ("", "nodes/status"): {"patch"}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _quiet_helm() -> Iterator[None]:
+    helm.disable_logging()  # the loader logs each symlink it follows (files/rules, files/dashboards)
+    yield
+
+
+def render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    docs = []
+    for name, text in sorted(out.items()):
+        if not name.endswith(".yaml"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc["__template"] = name
+                docs.append(doc)
+    return docs
+
+
+RENDERED = {key: render(values) for key, values in VALUES.items()}
+
+
+def _clean(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "__template"}
+
+
+def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in kinds(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+# --- lint and render ---
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_chart_lints_strictly(key: str) -> None:
+    for kube in ("v1.29.0", "v1.32.0"):
+        report = helm.lint(CHART, VALUES[key], strict=True, namespace=NAMESPACE, kube_version=kube)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not report["errors"] and not problems, report
+
+
+def test_default_render_has_every_part_and_no_operator_objects() -> None:
+    docs = RENDERED["default"]
+    found = {d["kind"] for d in docs}
+    assert {"DaemonSet", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "Secret", "ServiceAccount",
+            "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} <= found
+    # gated on values: helm-python-sdk (like `helm template`) cannot answer .Capabilities.APIVersions
+    assert not found & {"PrometheusRule", "PodMonitor", "ServiceMonitor", "AlertmanagerConfig"}
+
+
+def test_custom_render_has_the_operator_objects() -> None:
+    found = {d["kind"] for d in RENDERED["custom"]}
+    assert {"PrometheusRule", "PodMonitor", "ServiceMonitor", "AlertmanagerConfig"} <= found
+
+
+def test_no_duplicate_keys_in_rendered_yaml() -> None:
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: Strict, node: yaml.MappingNode) -> dict[Any, Any]:
+        keys = [loader.construct_object(k) for k, _ in node.value]
+        assert len(keys) == len(set(keys)), f"duplicate keys at line {node.start_mark.line + 1}: {keys}"
+        return loader.construct_mapping(node)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    for values in VALUES.values():
+        with helm.Chart.load(CHART) as chart:
+            for name, text in chart.render(values, name=RELEASE, namespace=NAMESPACE).items():
+                if name.endswith(".yaml"):
+                    list(yaml.load_all(text, Loader=Strict))
+
+
+def test_values_schema_rejects_unknown_and_wrong_values() -> None:
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(CUSTOM)
+        for bad in ({"exporter": {"tolerance": []}}, {"remediator": {"replicas": "two"}},
+                    {"monitoring": {"podMonitor": {"enabled": "yes"}}}, {"dashboards": {"labels": {"a": 1}}}):
+            with pytest.raises(helm.HelmValuesError, match="schema"):
+                chart.render(bad, name=RELEASE, namespace=NAMESPACE)
+
+
+# --- Kubernetes schemas ---
+
+BUILTIN = ("v1", "apps/v1", "policy/v1", "rbac.authorization.k8s.io/v1")
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_builtin_manifests_validate(key: str, version: str) -> None:
+    checked = 0
+    for doc in RENDERED[key]:
+        if doc["apiVersion"] in BUILTIN:
+            kubernetes_validate.validate(_clean(doc), version, strict=True)
+            checked += 1
+        else:
+            assert doc["apiVersion"].startswith("monitoring.coreos.com/"), doc["apiVersion"]
+    assert checked >= 15
+
+
+# Structural schemas of the Prometheus Operator fields the chart uses (monitoring.coreos.com v1 and
+# v1alpha1 CRDs); additionalProperties: false, so a misspelt field fails.
+_STR = {"type": "string"}
+_STRMAP = {"type": "object", "additionalProperties": _STR}
+_META = {"type": "object", "required": ["name", "namespace"], "properties": {
+    "name": _STR, "namespace": _STR, "labels": _STRMAP, "annotations": _STRMAP}, "additionalProperties": False}
+_DURATION = {"type": "string", "pattern": r"^(([0-9]+)(ms|s|m|h|d|w|y))+$"}
+_RELABEL = {"type": "object", "additionalProperties": False, "properties": {
+    "action": {"enum": ["replace", "Replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep", "hashmod"]},
+    "sourceLabels": {"type": "array", "items": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"}},
+    "separator": _STR, "targetLabel": _STR, "regex": _STR, "modulus": {"type": "integer"}, "replacement": _STR}}
+_SELECTOR = {"type": "object", "additionalProperties": False, "properties": {"matchLabels": _STRMAP}}
+_NSSELECTOR = {"type": "object", "additionalProperties": False, "properties": {
+    "matchNames": {"type": "array", "items": _STR}, "any": {"type": "boolean"}}}
+
+
+def _crd(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
+            "properties": {"apiVersion": _STR, "kind": _STR, "metadata": _META, "spec": spec}}
+
+
+_ENDPOINT = {"type": "object", "additionalProperties": False, "required": ["port"], "properties": {
+    "port": _STR, "path": _STR, "interval": _DURATION, "scrapeTimeout": _DURATION,
+    "relabelings": {"type": "array", "items": _RELABEL}}}
+_RULE = {"type": "object", "additionalProperties": False, "required": ["expr"], "properties": {
+    "record": _STR, "alert": _STR, "expr": {"type": ["string", "integer"]}, "for": _DURATION,
+    "keep_firing_for": _DURATION, "labels": _STRMAP, "annotations": _STRMAP},
+    "oneOf": [{"required": ["record"]}, {"required": ["alert"]}]}
+_MATCHER = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+    "name": _STR, "value": _STR, "matchType": {"enum": ["=", "!=", "=~", "!~"]}}}
+_CREDENTIALS = {"type": "object", "additionalProperties": False, "required": ["name", "key"],
+                "properties": {"name": _STR, "key": _STR}}
+_AUTHORIZATION = {"type": "object", "additionalProperties": False, "required": ["credentials"],
+                  "properties": {"type": {"const": "Bearer"}, "credentials": _CREDENTIALS}}
+_WEBHOOK = {"type": "object", "additionalProperties": False, "properties": {
+    "url": {"type": "string", "pattern": "^https?://"}, "sendResolved": {"type": "boolean"},
+    "maxAlerts": {"type": "integer", "minimum": 0},
+    "httpConfig": {"type": "object", "additionalProperties": False, "properties": {"authorization": _AUTHORIZATION}}}}
+_RECEIVER = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+    "name": _STR, "webhookConfigs": {"type": "array", "items": _WEBHOOK}}}
+_ROUTE = {"type": "object", "additionalProperties": False, "required": ["receiver"], "properties": {
+    "receiver": _STR, "groupBy": {"type": "array", "items": _STR}, "groupWait": _DURATION,
+    "groupInterval": _DURATION, "repeatInterval": _DURATION, "continue": {"type": "boolean"},
+    "matchers": {"type": "array", "items": _MATCHER}}}
+_AMC_SPEC = {"type": "object", "additionalProperties": False, "properties": {
+    "route": _ROUTE, "receivers": {"type": "array", "items": _RECEIVER}}}
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "monitoring.coreos.com/v1/PodMonitor": _crd({"type": "object", "additionalProperties": False, "properties": {
+        "selector": _SELECTOR, "namespaceSelector": _NSSELECTOR, "jobLabel": _STR,
+        "attachMetadata": {"type": "object", "additionalProperties": False,
+                           "properties": {"node": {"type": "boolean"}}},
+        "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}},
+        "required": ["selector", "podMetricsEndpoints"]}),
+    "monitoring.coreos.com/v1/ServiceMonitor": _crd({"type": "object", "additionalProperties": False, "properties": {
+        "selector": _SELECTOR, "namespaceSelector": _NSSELECTOR,
+        "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}}, "required": ["selector", "endpoints"]}),
+    "monitoring.coreos.com/v1/PrometheusRule": _crd({"type": "object", "additionalProperties": False, "properties": {
+        "groups": {"type": "array", "minItems": 1, "items": {"type": "object", "additionalProperties": False,
+                                                            "required": ["name", "rules"], "properties": {
+            "name": _STR, "interval": _DURATION, "limit": {"type": "integer"}, "query_offset": _DURATION,
+            "labels": _STRMAP, "rules": {"type": "array", "items": _RULE}}}}}}),
+    "monitoring.coreos.com/v1alpha1/AlertmanagerConfig": _crd(_AMC_SPEC),
+}
+
+
+def test_operator_objects_validate_structurally() -> None:
+    docs = [d for d in RENDERED["custom"] if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert {f"{d['apiVersion']}/{d['kind']}" for d in docs} == set(CRD_SCHEMAS)
+    for doc in docs:
+        jsonschema.validate(_clean(doc), CRD_SCHEMAS[f"{doc['apiVersion']}/{doc['kind']}"])
+
+
+def test_structural_schema_catches_a_misspelt_field() -> None:
+    doc = _clean(one(RENDERED["custom"], "PodMonitor"))
+    doc["spec"]["podMetricsEndpoints"][0]["relabelling"] = []
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, CRD_SCHEMAS["monitoring.coreos.com/v1/PodMonitor"])
+
+
+# --- the PrometheusRule is rules/ ---
+
+def test_prometheusrule_groups_equal_rules_files() -> None:
+    rule = one(RENDERED["custom"], "PrometheusRule")
+    expected = [g for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]]
+    by_name = {g["name"]: g for g in rule["spec"]["groups"]}
+    assert len(by_name) == len(rule["spec"]["groups"]) == len(expected)
+    for group in expected:
+        assert by_name[group["name"]] == group, f"group {group['name']} differs from rules/"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_prometheusrule_passes_promtool(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not on PATH: install Debian's prometheus package (make test does)")
+    rule = one(RENDERED["custom"], "PrometheusRule")
+    path = tmp_path / "rendered-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- RBAC ---
+
+def _rules_by_role(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    return {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
+            for d in docs if d["kind"] in ("ClusterRole", "Role")}
+
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_rbac_has_no_wildcard_and_no_verb_beyond_the_list(key: str) -> None:
+    docs = RENDERED[key]
+    allowed = {**REMEDIATOR_CLUSTER, **REMEDIATOR_NAMESPACED}
+    for (kind, _, name), rules in _rules_by_role(docs).items():
+        for rule in rules:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in json.dumps(rule.get(field, [])), f"{kind} {name}: wildcard in {field}"
+            assert "nonResourceURLs" not in rule
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    extra = set(rule["verbs"]) - allowed.get((group, resource), set())
+                    assert not extra, f"{kind} {name}: {extra} on {group or 'core'}/{resource} is not needed"
+                    if kind == "ClusterRole":
+                        assert (group, resource) not in REMEDIATOR_NAMESPACED, (
+                            f"{name}: {resource} must be granted by a Role in its namespace")
+
+
+def _grants(docs: list[dict[str, Any]], account: str) -> dict[tuple[str, str, str], set[str]]:
+    """(namespace or '*', apiGroup, resource) -> verbs the service account holds."""
+    roles = _rules_by_role(docs)
+    grants: dict[tuple[str, str, str], set[str]] = {}
+    for b in docs:
+        if b["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"]):
+            continue
+        ns = b["metadata"].get("namespace", "")
+        role_ns = ns if b["roleRef"]["kind"] == "Role" else ""
+        for rule in roles[(b["roleRef"]["kind"], role_ns, b["roleRef"]["name"])]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    grants.setdefault((ns or "*", group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+def test_exporter_may_only_read_nodes_and_patch_their_status() -> None:
+    grants = _grants(RENDERED["default"], "gpuhealth-exporter")
+    assert grants == {("*", g, r): v for (g, r), v in EXPORTER_CLUSTER.items()}
+
+
+def test_remediator_holds_exactly_what_it_needs() -> None:
+    grants = _grants(RENDERED["default"], "gpuhealth-remediator")
+    expected = {("*", g, r): v for (g, r), v in REMEDIATOR_CLUSTER.items()}
+    expected[(NAMESPACE, "coordination.k8s.io", "leases")] = {"get", "create", "update"}
+    expected[(NAMESPACE, "batch", "jobs")] = {"create", "get"}
+    expected[("default", "", "events")] = {"create"}  # Events about Nodes
+    expected[(NAMESPACE, "", "events")] = {"create"}  # CircuitBreakerOpen on the Lease
+    assert grants == expected
+
+
+def test_roles_follow_the_policy_namespaces() -> None:
+    docs = RENDERED["custom"]
+    grants = _grants(docs, "gpuhealth-remediator")
+    assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"create", "get"}
+    assert ("*", "karpenter.sh", "nodeclaims") not in grants  # rbac.karpenter: false
+    node_action = [d for d in kinds(docs, "ServiceAccount") if d["metadata"]["name"] == "gpuhealth-node-action"]
+    assert node_action[0]["metadata"]["namespace"] == "gpuhealth-jobs"
+    assert node_action[0]["automountServiceAccountToken"] is False
+    assert not _grants(docs, "gpuhealth-node-action")
+
+
+def test_lease_get_and_update_are_limited_to_the_lease() -> None:
+    role = one(RENDERED["default"], "Role", "gpuhealth-remediator-lease")
+    limited = [r for r in role["rules"] if "resourceNames" in r]
+    policy = yaml.safe_load(one(RENDERED["default"], "ConfigMap", "gpuhealth-remediator")["data"]["policy.yaml"])
+    assert limited and limited[0]["resourceNames"] == [policy["leader"]["name"]]
+    assert set(limited[0]["verbs"]) == {"get", "update"}
+
+
+# --- the exporter DaemonSet ---
+
+def _exporter(key: str) -> dict[str, Any]:
+    return one(RENDERED[key], "DaemonSet")
+
+
+def test_exporter_mounts_kmsg_sysfs_read_only_and_the_state_dir() -> None:
+    spec = _exporter("default")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert volumes["kmsg"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    assert mounts["kmsg"]["mountPath"] == "/dev/kmsg"
+    assert volumes["sys"]["hostPath"]["path"] == "/sys" and mounts["sys"]["readOnly"] is True
+    assert volumes["state"]["hostPath"] == {"path": "/var/lib/gpuhealth", "type": "DirectoryOrCreate"}
+    assert mounts["state"]["mountPath"] == "/var/lib/gpuhealth" and not mounts["state"].get("readOnly")
+    assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+
+
+def test_exporter_runs_only_on_gpu_nodes_and_tolerates_taints() -> None:
+    spec = _exporter("default")["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    assert keys == {"nvidia.com/gpu.present", "karpenter.k8s.aws/instance-gpu-count"}
+    assert {"operator": "Exists"} in spec["tolerations"]  # incl. gpuhealth.io/unhealthy on cordoned nodes
+    container = spec["containers"][0]
+    assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))  # takes no GPU from workloads
+
+
+def test_exporter_gets_its_node_name_from_the_downward_api() -> None:
+    env = {e["name"]: e for e in _exporter("default")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_exporter_privileges_are_stated_and_overridable() -> None:
+    default = _exporter("default")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert default == {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True}
+    custom = _exporter("custom")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert custom["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]} and custom["privileged"] is False
+    template = (CHART / "templates" / "exporter-daemonset.yaml").read_text()
+    for reason in ("privileged:", "CAP_SYSLOG", "runAsUser 0", "readOnlyRootFilesystem"):
+        assert reason in template, f"the DaemonSet must justify {reason}"
+
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_exporter_config_and_flags_are_what_the_exporter_accepts(key: str, tmp_path: Path) -> None:
+    config = one(RENDERED[key], "ConfigMap", "gpuhealth-exporter")["data"]["exporter.yaml"]
+    (tmp_path / "exporter.yaml").write_text(config)
+    settings = load_file(str(tmp_path / "exporter.yaml"))
+    assert settings.state_file.startswith("/var/lib/gpuhealth/")
+    assert settings.sysfs_root == "/host"
+    container = _exporter(key)["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["gpuhealth-exporter"]
+    known = {opt for action in exporter_cli.build_parser()._actions for opt in action.option_strings}
+    for arg in container["args"]:
+        assert arg.split("=")[0] in known, f"exporter flag {arg} does not exist"
+    assert container["ports"][0]["containerPort"] == 9842
+
+
+# --- the remediator ---
+
+def _remediator(key: str) -> dict[str, Any]:
+    return one(RENDERED[key], "Deployment")
+
+
+def _serve_flags() -> set[str]:
+    parser = remediator_cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    serve = sub.choices["serve"]  # type: ignore[attr-defined]
+    return {opt for action in serve._actions for opt in action.option_strings}
+
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_remediator_flags_exist_in_serve(key: str) -> None:
+    container = _remediator(key)["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["gpuhealth-remediator"] and container["args"][0] == "serve"
+    flags = _serve_flags()
+    for arg in container["args"][1:]:
+        assert arg.split("=")[0] in flags, f"serve has no flag {arg}"
+    if key == "custom":
+        assert "--dry-run" in container["args"] and "--interval=10" in container["args"]
+
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_remediator_policy_loads(key: str, tmp_path: Path) -> None:
+    text = one(RENDERED[key], "ConfigMap", "gpuhealth-remediator")["data"]["policy.yaml"]
+    (tmp_path / "policy.yaml").write_text(text)
+    policy = load_policy(str(tmp_path / "policy.yaml"))
+    assert policy.lease_namespace == NAMESPACE and policy.lease_name == "gpuhealth-remediator"
+    assert policy.jobs_namespace == ("gpuhealth-jobs" if key == "custom" else NAMESPACE)
+    assert policy.alertmanager_url
+    if hasattr(policy, "check_serve"):
+        policy.check_serve(10.0)
+
+
+def test_remediator_runs_two_replicas_with_a_pdb_and_a_service() -> None:
+    docs = RENDERED["default"]
+    dep = _remediator("default")
+    assert dep["spec"]["replicas"] == 2
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert one(docs, "PodDisruptionBudget")["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    svc = one(docs, "Service", "gpuhealth-remediator")
+    assert svc["spec"]["selector"] == selector and svc["spec"]["ports"][0]["targetPort"] == "http"
+    pod = dep["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_webhook_token_comes_from_a_secret() -> None:
+    docs = RENDERED["default"]
+    secret = one(docs, "Secret", "gpuhealth-remediator")
+    assert len(base64.b64decode(secret["data"]["token"])) >= 32
+    pod = _remediator("default")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["token"]["secret"]["secretName"] == "gpuhealth-remediator"
+    assert "--token-file=/var/run/secrets/gpuhealth/token" in pod["containers"][0]["args"]
+    # an existing Secret: none rendered, and both the pod and Alertmanager read it
+    custom = RENDERED["custom"]
+    assert not kinds(custom, "Secret")
+    volumes = {v["name"]: v for v in _remediator("custom")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["token"]["secret"]["secretName"] == "gpuhealth-webhook"
+    webhook = one(custom, "AlertmanagerConfig")["spec"]["receivers"][0]["webhookConfigs"][0]
+    assert webhook["httpConfig"]["authorization"]["credentials"] == {"name": "gpuhealth-webhook", "key": "token"}
+    assert webhook["url"] == "http://gpuhealth-remediator.gpuhealth.svc:8080/alerts" and webhook["sendResolved"]
+
+
+def test_token_value_is_used_when_given() -> None:
+    docs = render({"remediator": {"webhookToken": {"value": "s3cret-token"}}})
+    assert base64.b64decode(one(docs, "Secret")["data"]["token"]) == b"s3cret-token"
+
+
+# --- monitoring ---
+
+def test_podmonitor_relabels_node_pool_and_job() -> None:
+    pm = one(RENDERED["custom"], "PodMonitor")
+    assert pm["spec"]["attachMetadata"] == {"node": True}
+    relabel = pm["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    by_target: dict[str, list[dict[str, Any]]] = {}
+    for r in relabel:
+        by_target.setdefault(r["targetLabel"], []).append(r)
+    assert by_target["node"] == [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                                  "targetLabel": "node"}]
+    # the policy's pools.label and pools.default (custom: eks.amazonaws.com/nodegroup, unpooled)
+    assert by_target["pool"][0]["replacement"] == "unpooled"
+    assert by_target["pool"][1]["sourceLabels"] == ["__meta_kubernetes_node_label_eks_amazonaws_com_nodegroup"]
+    assert by_target["job"][0]["replacement"] == "gpuhealth-exporter"
+    default_meta = render({"monitoring": {"podMonitor": {"enabled": True}}})
+    pool = [r for r in one(default_meta, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["relabelings"]
+            if r["targetLabel"] == "pool"]
+    assert pool[1]["sourceLabels"] == ["__meta_kubernetes_node_label_karpenter_sh_nodepool"]
+
+
+def test_rules_expect_the_job_the_podmonitor_sets() -> None:
+    assert any('job="gpuhealth-exporter"' in p.read_text() for p in RULE_FILES)
+
+
+def test_dashboards_are_configmaps_for_grafanas_sidecar() -> None:
+    for key in VALUES:
+        cms = [d for d in kinds(RENDERED[key], "ConfigMap") if "-dashboard-" in d["metadata"]["name"]]
+        assert len(cms) == len(DASHBOARDS)
+        for cm in cms:
+            assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+            ((name, text),) = cm["data"].items()
+            assert json.loads(text) == json.loads((ROOT / "dashboards" / "json" / name).read_text())
+            assert cm["metadata"]["namespace"] == ("monitoring" if key == "custom" else NAMESPACE)
+
+
+def test_alertmanagerconfig_routes_node_alerts_grouped_by_node() -> None:
+    route = one(RENDERED["custom"], "AlertmanagerConfig")["spec"]["route"]
+    assert route["groupBy"] == ["node"]
+    matchers = {m["name"]: m for m in route["matchers"]}
+    assert set(matchers["remediation"]["value"].split("|")) == {"none", "cordon", "drain", "reset_gpu", "reboot",
+                                                                 "replace"}
+
+
+# --- image ---
+
+def test_dockerfile_builds_the_package_with_both_programs() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim" in text
+    assert "gpuhealth-exporter --version" in text and "gpuhealth-remediator --help" in text
+    import tomllib
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert {"gpuhealth-exporter", "gpuhealth-remediator"} <= set(scripts)
