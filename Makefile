@@ -4,11 +4,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# python3-venv for the .venv; prometheus for promtool (rule checks and tests).
-APT_PACKAGES := python3-venv prometheus
+# python3-venv for the .venv; prometheus (and promtool) and prometheus-alertmanager for the rule tests,
+# the end-to-end tests and the demo.
+APT_PACKAGES := python3-venv prometheus prometheus-alertmanager
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo test lint typecheck unit rules-test deps apt clean
+.PHONY: demo demo-node test e2e lint typecheck unit rules-test dashboards deps apt clean
 
 # Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
 # service on install where an init system runs; nothing here depends on it.
@@ -50,8 +51,22 @@ rules-test: deps
 	promtool check rules rules/alerts/*.yaml rules/recording/*.yaml
 	promtool test rules rules/tests/*.yaml
 
+# Regenerate dashboards/json/ from dashboards/generate.py (tests/test_dashboards.py fails while the
+# committed JSON is stale). The Helm chart reads the JSON through helm/gpuhealth/files/dashboards.
+dashboards: deps
+	$(BIN)/python -m dashboards.generate
+
+# The whole pipeline with scripted faults, narrated (under 3 minutes).
 demo: deps
+	@$(BIN)/python demo/pipeline.py
+
+# The node agent alone on a recorded fixture node.
+demo-node: deps
 	@bash demo/run-fixture-node.sh
+
+# Only the end-to-end scenarios (make test runs them too).
+e2e: deps
+	$(BIN)/pytest -q -m e2e
 
 clean:
 	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,459 @@
+"""The whole gpuhealth pipeline on 127.0.0.1, with real parts where they can exist here.
+
+- a fake Kubernetes API server (tests/fake_cluster.py, real HTTP) holding a small GPU fleet;
+- one real `gpuhealth-exporter` process per simulated node, fed by inputs the tests can break:
+  a kernel log it follows, an EFA sysfs tree, and a `dcgmi` stand-in that can answer, fail or hang;
+- Debian's real Prometheus, scraping the exporters (1 s) with the project's rules/, time-scaled;
+- Debian's real Alertmanager, routing with the project's examples/alertmanager.yml to the remediator
+  with a Bearer token;
+- the real `gpuhealth-remediator serve` against the fake API server.
+
+Time scaling: production rules count in minutes. Here every duration in the rules (`for`,
+`keep_firing_for`, range windows, offsets) is divided by TIME_SCALE, so a 5-minute `for` takes 10 s;
+thresholds are unchanged. Everything is started on free ports in a temporary directory, waited on
+by polling (never fixed sleeps), and stopped on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fake_cluster import FakeCluster  # noqa: E402
+from sysfs_tree import build_efa_sysfs  # noqa: E402
+
+BIN = Path(sys.executable).parent
+TIME_SCALE = 30
+MIN_WINDOW_SECONDS = 3  # a range shorter than this holds too few 1 s samples for rate()/increase()
+TOKEN = "e2e-webhook-token"
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _seconds(text: str) -> float:
+    return sum(int(n) * _UNITS[u] for n, u in _DURATION.findall(text))
+
+
+def _scaled(text: str, floor: float = 0) -> str:
+    seconds = max(floor, _seconds(text) / TIME_SCALE)
+    return f"{max(1, round(seconds))}s"
+
+
+def scale_expr(expr: str) -> str:
+    """Divide every range, subquery and offset duration in a PromQL expression by TIME_SCALE."""
+    def rng(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        if ":" in inner:  # subquery [range:step]
+            r, step = inner.split(":", 1)
+            return f"[{_scaled(r, MIN_WINDOW_SECONDS)}:{_scaled(step) if step else ''}]"
+        return f"[{_scaled(inner, MIN_WINDOW_SECONDS)}]"
+
+    expr = re.sub(r"\[((?:\d+(?:ms|[smhdwy]))+(?::(?:(?:\d+(?:ms|[smhdwy]))+)?)?)\]", rng, expr)
+    return re.sub(r"\boffset\s+((?:\d+(?:ms|[smhdwy]))+)", lambda m: f"offset {_scaled(m.group(1))}", expr)
+
+
+def scale_rule_file(src: Path, dst: Path) -> None:
+    doc = yaml.safe_load(src.read_text())
+    for group in doc.get("groups", []):
+        if "interval" in group:
+            group["interval"] = "1s"
+        for rule in group.get("rules", []):
+            rule["expr"] = scale_expr(str(rule["expr"]))
+            for key in ("for", "keep_firing_for"):
+                if key in rule:
+                    rule[key] = _scaled(str(rule[key]))
+    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def http_get(url: str, timeout: float = 2.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return bytes(r.read())
+
+
+def http_json(url: str, timeout: float = 2.0) -> Any:
+    return json.loads(http_get(url, timeout))
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
+    """Poll until check() returns something truthy; fail with `what` and the last error on timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+            last = value
+        except (OSError, ValueError, KeyError, urllib.error.URLError) as exc:
+            last = exc
+        time.sleep(every)
+    raise TimeoutError(f"waited {timeout:g}s for {what}; last: {last!r}")
+
+
+DCGMI = """#!/bin/sh
+# dcgmi stand-in for a simulated node: answers with recorded outputs, fails or hangs on request.
+here=$(dirname "$0")
+[ -e "$here/dcgmi.hang" ] && exec sleep 600
+[ -e "$here/dcgmi.fail" ] && {{ echo "Error: unable to establish a connection to the specified host" >&2; exit 1; }}
+case "$*" in
+  "health -s a") echo "Health monitor systems set successfully." ;;
+  "health -c -j") cat '{fixtures}/dcgm/virtualclient_DCGMIHealthCheckResults.json' ;;
+  "diag -r 1 -j") cat '{fixtures}/dcgm/virtualclient_DCGMIDiag_r1_results.json' ;;
+  *) exit 64 ;;
+esac
+"""
+
+EXPORTER_CONFIG = """
+probes:
+  kmsg: {interval: 0.5, deadline: 2}
+  nvml: {enabled: false}
+  dcgm: {interval: 1, deadline: 1}
+  diag: {enabled: false}
+  efa: {interval: 2, deadline: 2}
+  dcgm_exporter: {interval: 2, deadline: 2}
+condition_interval: 1
+fault_window: 30
+"""
+
+
+@dataclass
+class SimNode:
+    """One GPU node: its exporter process and the inputs a test can break."""
+
+    name: str
+    pool: str
+    dir: Path
+    port: int
+    api: str
+    proc: subprocess.Popen[bytes] | None = None
+    boot: int = 1
+
+    @property
+    def kmsg(self) -> Path:
+        return self.dir / "kmsg.log"
+
+    def start(self) -> None:
+        (self.dir / "exporter.yaml").write_text(EXPORTER_CONFIG)
+        if not self.kmsg.exists():
+            self.kmsg.write_text("")
+        log = open(self.dir / "exporter.log", "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [str(BIN / "gpuhealth-exporter"), "--config", str(self.dir / "exporter.yaml"),
+             "--listen", f"127.0.0.1:{self.port}", "--kmsg-file", str(self.kmsg),
+             "--state-file", str(self.dir / f"state-{self.boot}.json"), "--sysfs-root", str(self.dir / "sysfs"),
+             "--efa-expected", "2", "--dcgmi", str(self.dir / "dcgmi"), "--node", self.name,
+             "--dcgm-exporter-url", str(self.dir / "dcgm-exporter.prom"),
+             "--kube-api", self.api, "--log-level", "warning"],
+            stdout=log, stderr=log, start_new_session=True)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def reboot(self) -> None:
+        """What a reboot does to the signals: a fresh kernel log and a new exporter process."""
+        self.stop()
+        self.boot += 1
+        self.kmsg.write_text("")
+        self.start()
+
+    def log_kernel(self, *lines: str) -> None:
+        stamp = time.monotonic()
+        with self.kmsg.open("a") as f:
+            for line in lines:
+                f.write(f"[{stamp:12.6f}] {line}\n")
+
+    def xid(self, xid: int, pci: str = "0000:9b:00", detail: str = "") -> None:
+        text = detail or {79: "GPU has fallen off the bus.", 13: "Graphics SM Warp Exception"}.get(xid, "x")
+        self.log_kernel(f"NVRM: Xid (PCI:{pci}): {xid}, pid=4242, name=python3, {text}")
+
+    def dcgmi(self, mode: str) -> None:
+        """ok | fail | hang"""
+        for flag in ("hang", "fail"):
+            (self.dir / f"dcgmi.{flag}").unlink(missing_ok=True)
+        if mode != "ok":
+            (self.dir / f"dcgmi.{mode}").write_text("")
+
+
+@dataclass
+class Stack:
+    pools: dict[str, int] = field(default_factory=lambda: {"pool-a": 8, "pool-b": 4})
+    policy: str = ""
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpuhealth-e2e-")))
+    keep: bool = False
+
+    def __post_init__(self) -> None:
+        self.cluster = FakeCluster()
+        self.nodes: dict[str, SimNode] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.prom_port, self.am_port, self.rem_port = free_port(), free_port(), free_port()
+        self._stop = threading.Event()
+        self.rebooted: list[str] = []
+
+    # --- URLs ---
+    @property
+    def prometheus(self) -> str:
+        return f"http://127.0.0.1:{self.prom_port}"
+
+    @property
+    def alertmanager(self) -> str:
+        return f"http://127.0.0.1:{self.am_port}"
+
+    @property
+    def remediator(self) -> str:
+        return f"http://127.0.0.1:{self.rem_port}"
+
+    # --- lifecycle ---
+    def __enter__(self) -> Stack:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.cluster.__enter__()
+        self._fleet()
+        for node in self.nodes.values():
+            node.start()
+        self._start_prometheus()
+        self._start_alertmanager()
+        self.start_remediator()
+        threading.Thread(target=self._node_agent, daemon=True, name="e2e-node-agent").start()
+        self.wait_ready()
+
+    def close(self) -> None:
+        self._stop.set()
+        for name in list(self.procs):
+            self.stop_process(name)
+        for node in self.nodes.values():
+            node.stop()
+        with contextlib.suppress(Exception):
+            self.cluster.__exit__(None, None, None)
+        if not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _fleet(self) -> None:
+        fixtures = ROOT / "tests" / "fixtures"
+        for pool, count in self.pools.items():
+            for i in range(count):
+                name = f"{pool}-gpu-{i}"
+                self.cluster.add_node(name, pool=pool)
+                d = self.workdir / "nodes" / name
+                d.mkdir(parents=True)
+                build_efa_sysfs(d / "sysfs", [(f"rdmap{n}s27", "0xefa1", {}) for n in range(2)])
+                shutil.copy(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom", d / "dcgm-exporter.prom")
+                script = d / "dcgmi"
+                script.write_text(DCGMI.format(fixtures=fixtures))
+                script.chmod(0o755)
+                self.nodes[name] = SimNode(name, pool, d, free_port(), self.cluster.url)
+                # a training job on every node, protected by a PodDisruptionBudget
+                self.cluster.add_pod(name, f"train-{name}", namespace="ml", labels={"app": "train"})
+        self.cluster.add_pdb("ml", {"app": "train"}, disruptions_allowed=1)
+
+    def _start_prometheus(self) -> None:
+        rules = self.workdir / "rules"
+        rules.mkdir()
+        for src in sorted((ROOT / "rules").glob("*/*.yaml")):
+            if src.parent.name in ("alerts", "recording"):
+                scale_rule_file(src, rules / f"{src.parent.name}-{src.name}")
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
+            "rule_files": [str(rules / "*.yaml")],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
+            "scrape_configs": [{
+                "job_name": "gpuhealth-exporter",
+                "static_configs": [{"targets": [f"127.0.0.1:{n.port}"], "labels": {"node": n.name, "pool": n.pool}}
+                                   for n in self.nodes.values()],
+            }, {
+                "job_name": "gpuhealth-remediator",
+                "static_configs": [{"targets": [f"127.0.0.1:{self.rem_port}"]}],
+            }],
+        }
+        path = self.workdir / "prometheus.yml"
+        path.write_text(yaml.safe_dump(config))
+        self._spawn("prometheus", ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={self.workdir}/tsdb",
+                                   f"--web.listen-address=127.0.0.1:{self.prom_port}", "--web.enable-lifecycle",
+                                   "--log.level=warn"])
+
+    def _start_alertmanager(self) -> None:
+        config = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())
+        route = config["route"]["routes"][0]
+        route.update(group_wait="1s", group_interval="2s", repeat_interval="10s")
+        (self.workdir / "token").write_text(TOKEN)
+        for receiver in config["receivers"]:
+            for hook in receiver.get("webhook_configs", []):
+                hook["url"] = f"{self.remediator}/alerts"
+                hook["http_config"]["authorization"]["credentials_file"] = str(self.workdir / "token")
+        path = self.workdir / "alertmanager.yml"
+        path.write_text(yaml.safe_dump(config))
+        self._spawn("alertmanager", ["prometheus-alertmanager", f"--config.file={path}",
+                                     f"--storage.path={self.workdir}/am",
+                                     f"--web.listen-address=127.0.0.1:{self.am_port}",
+                                     "--cluster.listen-address=", f"--web.external-url={self.alertmanager}",
+                                     "--log.level=warn"])
+
+    def start_remediator(self) -> None:
+        kubeconfig = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.cluster.url}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+            "users": [{"name": "e2e", "user": {"token": "unused"}}],
+        }
+        (self.workdir / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        policy = yaml.safe_load(self.policy) if self.policy else {}
+        policy.setdefault("alertmanager", {})["url"] = self.alertmanager
+        (self.workdir / "policy.yaml").write_text(yaml.safe_dump(policy))
+        self._spawn("remediator", [str(BIN / "gpuhealth-remediator"), "serve",
+                                   "--policy", str(self.workdir / "policy.yaml"),
+                                   "--listen", f"127.0.0.1:{self.rem_port}",
+                                   "--token-file", str(self.workdir / "token"),
+                                   "--kubeconfig", str(self.workdir / "kubeconfig"), "--interval", "1"])
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True,
+                                            env={**os.environ, "POD_NAME": f"e2e-{name}"})
+
+    def stop_process(self, name: str, kill: bool = False) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def alive(self, name: str) -> None:
+        proc = self.procs.get(name)
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail(self, name)}")
+
+    def wait_ready(self) -> None:
+        for name, url in (("prometheus", f"{self.prometheus}/-/ready"),
+                          ("alertmanager", f"{self.alertmanager}/-/ready"),
+                          ("remediator", f"{self.remediator}/readyz")):
+            wait_for(f"{name} ready", lambda n=name, u=url: self.alive(n) or http_get(u))
+        # Prometheus finds Alertmanager only after a few seconds: wait for it, never sleep.
+        wait_for("Prometheus to discover Alertmanager",
+                 lambda: http_json(f"{self.prometheus}/api/v1/alertmanagers")["data"]["activeAlertmanagers"])
+        wait_for("every exporter target up", self._all_targets_up, timeout=90)
+        wait_for("every probe healthy", lambda: self.query_value(
+            'min(gpuhealth_probe_success{job="gpuhealth-exporter"})') == 1 and self.query_value(
+            'count(gpuhealth_probe_success{probe="kmsg"})') == len(self.nodes), timeout=60)
+
+    def _all_targets_up(self) -> bool:
+        targets = http_json(f"{self.prometheus}/api/v1/targets")["data"]["activeTargets"]
+        return len(targets) == len(self.nodes) + 1 and all(t["health"] == "up" for t in targets)
+
+    # --- reading the pipeline ---
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        url = f"{self.prometheus}/api/v1/query?query={urllib.parse.quote(promql)}"
+        return list(http_json(url)["data"]["result"])
+
+    def query_value(self, promql: str) -> float | None:
+        result = self.query(promql)
+        return float(result[0]["value"][1]) if result else None
+
+    def firing(self, alertname: str | None = None, node: str | None = None) -> list[dict[str, Any]]:
+        alerts = http_json(f"{self.prometheus}/api/v1/alerts")["data"]["alerts"]
+        return [a for a in alerts if a["state"] == "firing" and (alertname is None or a["labels"]["alertname"] ==
+                alertname) and (node is None or a["labels"].get("node") == node)]
+
+    def cordoned(self, node: str) -> bool:
+        n = self.cluster.node(node)
+        return bool(n["spec"].get("unschedulable")) and any(
+            t.get("key") == "gpuhealth.io/unhealthy" for t in n["spec"].get("taints") or [])
+
+    def disrupted(self) -> list[str]:
+        """Nodes gpuhealth has cordoned (its taint is on them)."""
+        return sorted(name for name in self.nodes if self.cordoned(name))
+
+    def jobs(self, node: str | None = None) -> list[dict[str, Any]]:
+        with self.cluster.lock:
+            jobs = [json.loads(json.dumps(j)) for j in self.cluster.jobs.values()]
+        return [j for j in jobs if node is None or node in json.dumps(j["spec"])]
+
+    def silence(self, matchers: dict[str, str], minutes: int = 60, comment: str = "on-call took over") -> str:
+        now = time.time()
+        body = {"matchers": [{"name": k, "value": v, "isRegex": False, "isEqual": True} for k, v in matchers.items()],
+                "startsAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 5)),
+                "endsAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + minutes * 60)),
+                "createdBy": "e2e", "comment": comment}
+        req = urllib.request.Request(f"{self.alertmanager}/api/v2/silences", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return str(json.loads(r.read())["silenceID"])
+
+    # --- the node side of a reboot Job ---
+    def _node_agent(self) -> None:
+        """Plays the node for reboot Jobs: the machine goes down and comes back with a new boot id."""
+        done: set[str] = set()
+        while not self._stop.wait(0.5):
+            for job in self.jobs():
+                name = job["metadata"]["name"]
+                if name in done or "reboot" not in name:
+                    continue
+                node = next((n for n in self.nodes if n in json.dumps(job["spec"])), None)
+                if node is None:
+                    continue
+                done.add(name)
+                self.rebooted.append(node)
+                self.nodes[node].reboot()
+                with self.cluster.lock:
+                    self.cluster.nodes[node]["status"]["nodeInfo"]["bootID"] = f"boot-{self.nodes[node].boot}"
+                    self.cluster.nodes[node]["metadata"]["resourceVersion"] = self.cluster._next_rv()
+
+
+@contextlib.contextmanager
+def running(**kwargs: Any) -> Iterator[Stack]:
+    with Stack(**kwargs) as stack:
+        yield stack
+
+
+def log_tail(stack: Stack, name: str, lines: int = 40) -> str:
+    path = stack.workdir / f"{name}.log"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+__all__ = ["TIME_SCALE", "SimNode", "Stack", "http_json", "log_tail", "running", "scale_expr", "wait_for"]
