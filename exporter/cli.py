@@ -237,9 +237,30 @@ def _conditions_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Setting
             log.exception("node conditions not written (will retry)")
 
 
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def _with_instance_type_from_node(s: Settings, writer: NodeConditionWriter) -> Settings:
+    """A DaemonSet cannot pass node labels down: read the instance type from this node's labels."""
+    try:
+        instance_type = writer.node_labels().get(INSTANCE_TYPE_LABEL, "")
+    except KubeError as exc:
+        log.warning("cannot read %s from node %s (%s): expected counts stay as configured",
+                    INSTANCE_TYPE_LABEL, s.node, exc)
+        return s
+    if instance_type:
+        log.info("node %s is a %s", s.node, instance_type)
+        return replace(s, instance_type=instance_type)
+    return s
+
+
 def serve(s: Settings) -> None:
     snapshot = Snapshot()
     stop = threading.Event()
+    api = s.kube_api or in_cluster_api()
+    writer = NodeConditionWriter(api, s.node) if s.node and api else None
+    if writer is not None and not s.instance_type:
+        s = _with_instance_type_from_node(s, writer)
     for probe, interval, deadline in build_probes(s, once=False):
         ProbeRunner(probe, snapshot, interval, deadline).start(stop)
     registry = CollectorRegistry(auto_describe=False)
@@ -248,9 +269,7 @@ def serve(s: Settings) -> None:
     host, _, port = s.listen.rpartition(":")
     start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=registry)
     log.info("gpuhealth-exporter %s serving on %s", __version__, s.listen)
-    api = s.kube_api or in_cluster_api()
-    if s.conditions and s.node and api:
-        writer = NodeConditionWriter(api, s.node)
+    if s.conditions and writer is not None:
         threading.Thread(target=_conditions_loop, args=(writer, snapshot, s, stop), daemon=True).start()
     elif s.conditions:
         log.info("node conditions off: %s", "no node name (--node/NODE_NAME)" if not s.node else "no API server")

@@ -71,6 +71,10 @@ class NodeConditionWriter:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise KubeError(f"{method} {path}: {exc}") from exc
 
+    def node_labels(self) -> dict[str, str]:
+        node = self._request("GET", f"/api/v1/nodes/{self.node}")
+        return {str(k): str(v) for k, v in (node.get("metadata", {}).get("labels") or {}).items()}
+
     def _load(self) -> dict[str, dict[str, str]]:
         node = self._request("GET", f"/api/v1/nodes/{self.node}")
         conditions = node.get("status", {}).get("conditions") or []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,3 +186,39 @@ def test_a_condition_whose_probes_fail_without_a_fault_is_unknown_not_true(tmp_p
     assert got["GpuhealthNVLinkHealthy"][0] == "Unknown"
     assert got["GpuhealthEFAHealthy"][0] == "True"
     assert got["GpuhealthKernelHealthy"][0] == "True"
+
+
+def test_the_served_agent_learns_its_instance_type_from_its_node(api: FakeCluster, tmp_path: Path) -> None:
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with api.lock:
+        api.nodes["gpu-node-1"]["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "p5.48xlarge"
+    api.token = ""  # the agent runs outside a pod here: no service-account token
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    exe = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent))
+    assert exe
+    proc = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log), "--node", "gpu-node-1",
+                             "--kube-api", api.url, "--state-file", str(tmp_path / "s.json"),
+                             "--disable", "nvml,dcgm,diag,efa"], stderr=subprocess.DEVNULL,
+                            env={k: v for k, v in os.environ.items() if k != "INSTANCE_TYPE"})
+    try:
+        body = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "gpuhealth_gpus_expected 8.0" not in body:
+            time.sleep(0.2)
+            with contextlib.suppress(OSError):
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        assert "gpuhealth_gpus_expected 8.0" in body and "gpuhealth_efa_devices_expected 32.0" in body
+    finally:
+        proc.terminate()
+        proc.wait(10)
