@@ -2,7 +2,8 @@
 
 Every write to a Node carries the resourceVersion it was computed from, so a concurrent change (a
 person, another replica) makes it fail with 409 instead of silently overwriting; the next pass
-re-reads and decides again.
+re-reads and decides again. Events go to the involved object's namespace ("default" for Nodes, which
+are cluster-scoped), as the API server requires.
 """
 
 from __future__ import annotations
@@ -48,14 +49,12 @@ def api_client_from(kubeconfig: str | None) -> client.ApiClient:
 class Kube:
     """The handful of API calls the remediator makes, through the official client."""
 
-    def __init__(self, api_client: client.ApiClient, event_namespace: str = "default",
-                 request_timeout: float = 10.0) -> None:
+    def __init__(self, api_client: client.ApiClient, request_timeout: float = 10.0) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self.event_namespace = event_namespace
         self.timeout = request_timeout
 
     # --- reads, as plain JSON (the same shape `kubectl get -o json` gives the plan command) ----
@@ -87,36 +86,10 @@ class Kube:
         return node
 
     def write_state(self, name: str, state: NodeState, resource_version: str | None) -> dict[str, Any]:
-        return self.patch_node(name, {"metadata": {"annotations": {STATE_ANNOTATION: state.to_json()}}},
-                               resource_version)
-
-    def cordon(self, node: dict[str, Any], state: NodeState) -> dict[str, Any]:
-        """Our NoSchedule taint, unschedulable (unless already), and the state, in one patch."""
-        spec = node.get("spec") or {}
-        taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
-        taints.append({"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT})
-        body: dict[str, Any] = {"metadata": {"annotations": {STATE_ANNOTATION: state.to_json()}},
-                                "spec": {"taints": taints}}
-        if state.cordoned:
-            body["spec"]["unschedulable"] = True
-        return self.patch_node(node["metadata"]["name"], body, node["metadata"].get("resourceVersion"))
-
-    def uncordon(self, node: dict[str, Any], before: NodeState, after: NodeState, now: datetime) -> dict[str, Any]:
-        """Undo only what we did: our taint, and unschedulable only if we set it."""
-        spec = node.get("spec") or {}
-        taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
-        summary = {"episode": before.episode, "ended": fmt_time(now), "rung": before.rung,
-                   "rung_status": before.rung_status,
-                   "alerts": sorted({a.name for a in before.alerts.values() if a.name})}
-        body: dict[str, Any] = {
-            "metadata": {"annotations": {STATE_ANNOTATION: after.to_json(),
-                                         LAST_EPISODE_ANNOTATION: json.dumps(summary, sort_keys=True)}},
-            "spec": {"taints": taints or None}}
-        if before.cordoned:
-            body["spec"]["unschedulable"] = None
-        return self.patch_node(node["metadata"]["name"], body, node["metadata"].get("resourceVersion"))
+        return self.patch_node(name, state_body(state), resource_version)
 
     def set_hold(self, name: str, reason: str, by: str, now: datetime) -> dict[str, Any]:
+        """Unconditional (no resourceVersion): a person's word wins over whatever a pass is doing."""
         value = json.dumps({"reason": reason, "by": by, "at": fmt_time(now)}, sort_keys=True)
         return self.patch_node(name, {"metadata": {"annotations": {HOLD_ANNOTATION: value}}}, None)
 
@@ -138,8 +111,9 @@ class Kube:
     def event(self, node: str, reason: str, message: str, now: datetime, warning: bool = False,
               kind: str = "Node", namespace: str = "", api_version: str = "v1") -> None:
         stamp = fmt_time(now).split(".")[0] + "Z"
+        event_namespace = namespace or "default"  # cluster-scoped objects' Events live in "default"
         body = client.CoreV1Event.from_dict({
-            "metadata": {"name": f"{node}.{secrets.token_hex(8)}", "namespace": self.event_namespace},
+            "metadata": {"name": f"{node}.{secrets.token_hex(8)}", "namespace": event_namespace},
             "involvedObject": {"kind": kind, "name": node, "apiVersion": api_version,
                                **({"namespace": namespace} if namespace else {}),
                                **({"uid": f"{node}"} if kind == "Node" else {})},
@@ -147,4 +121,35 @@ class Kube:
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
             "source": {"component": COMPONENT}, "reportingComponent": COMPONENT})
         assert body is not None
-        self.core.create_namespaced_event(self.event_namespace, body, _request_timeout=self.timeout)
+        self.core.create_namespaced_event(event_namespace, body, _request_timeout=self.timeout)
+
+
+def state_body(state: NodeState) -> dict[str, Any]:
+    return {"metadata": {"annotations": {STATE_ANNOTATION: state.to_json()}}}
+
+
+def cordon_body(node: dict[str, Any], state: NodeState) -> dict[str, Any]:
+    """Our NoSchedule taint, unschedulable (when the state says we set it), and the state, in one patch."""
+    spec = node.get("spec") or {}
+    taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
+    taints.append({"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT})
+    body: dict[str, Any] = {**state_body(state), "spec": {"taints": taints}}
+    if state.cordoned:
+        body["spec"]["unschedulable"] = True
+    return body
+
+
+def uncordon_body(node: dict[str, Any], before: NodeState, after: NodeState, now: datetime) -> dict[str, Any]:
+    """Undo only what we did: our taint, and unschedulable only if we set it; keep a summary."""
+    spec = node.get("spec") or {}
+    taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
+    summary = {"episode": before.episode, "ended": fmt_time(now), "rung": before.rung,
+               "rung_status": before.rung_status,
+               "alerts": sorted({a.name for a in before.alerts.values() if a.name})}
+    body: dict[str, Any] = {
+        "metadata": {"annotations": {STATE_ANNOTATION: after.to_json(),
+                                     LAST_EPISODE_ANNOTATION: json.dumps(summary, sort_keys=True)}},
+        "spec": {"taints": taints or None}}
+    if before.cordoned:
+        body["spec"]["unschedulable"] = None
+    return body

@@ -1,9 +1,11 @@
 """The Flask receiver: POST /alerts (Alertmanager v4 webhook), /healthz, /readyz, /metrics.
 
-A request is authenticated, size-limited and validated, queued, and answered at once; the loop
-acts on it asynchronously. Anything wrong with a request is a 4xx with a reason and changes
-nothing. In production: gunicorn 'remediator.app:create_app()' (configured from the environment,
-see docs/remediation.md); tests build the app around their own Remediator.
+A request is authenticated, size-limited and validated, then recorded on the Nodes (one PATCH per
+node) before it is answered: 202 once recorded, 5xx when recording failed (Alertmanager retries
+5xx), so an accepted alert is never lost to a restart. The loop acts on it asynchronously. Anything
+wrong with a request is a 4xx with a reason and changes nothing. In production: gunicorn
+'remediator.app:create_app()' (configured from the environment, see docs/remediation.md); tests build
+the app around their own Remediator.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from remediator.leader import leader_identity
 from remediator.policy import Policy, load_policy
 from remediator.reconciler import Remediator, audit
 from remediator.webhook import WebhookError, parse_webhook
@@ -35,7 +37,7 @@ class ServeConfig:
     token: str | None  # None: no authentication (only with allow_no_auth)
     max_body_bytes: int = DEFAULT_MAX_BODY
     dry_run: bool = False
-    interval: float = 30.0
+    interval: float = 10.0
     kubeconfig: str | None = None
     identity: str = ""
     allow_no_auth: bool = False
@@ -61,18 +63,19 @@ def config_from_env(env: dict[str, str] | None = None) -> ServeConfig:
         token=read_token(env.get("GPUHEALTH_TOKEN_FILE"), env),
         max_body_bytes=int(env.get("GPUHEALTH_MAX_BODY_BYTES", DEFAULT_MAX_BODY)),
         dry_run=env.get("GPUHEALTH_DRY_RUN", "").lower() in truthy,
-        interval=float(env.get("GPUHEALTH_INTERVAL", "30")),
+        interval=float(env.get("GPUHEALTH_INTERVAL", "10")),
         kubeconfig=env.get("GPUHEALTH_KUBECONFIG") or None,
-        identity=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+        identity=leader_identity(env),
         allow_no_auth=env.get("GPUHEALTH_ALLOW_NO_AUTH", "").lower() in truthy)
 
 
 def build_remediator(config: ServeConfig) -> Remediator:
     from remediator.actions import Kube, api_client_from
 
+    config.policy.check_serve(config.interval)
     api_client = api_client_from(config.kubeconfig)
-    kube = Kube(api_client, config.policy.event_namespace)
-    return Remediator(kube, config.policy, config.identity, dry_run=config.dry_run)
+    kube = Kube(api_client)
+    return Remediator(kube, config.policy, config.identity or leader_identity(), dry_run=config.dry_run)
 
 
 def create_app(config: ServeConfig | None = None, remediator: Remediator | None = None,
@@ -124,12 +127,14 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         for fp, why in batch.ignored:
             rem.metrics.alerts_ignored.labels(why.split(" ")[0] if why.startswith("no ") else "unusable").inc()
             audit("alert_ignored", fingerprint=fp, reason=why)
-        batch.received_at = rem.clock()
-        if batch.alerts and not rem.submit(batch):
-            return reject(503, "inbox full: retry", "busy")
+        result = rem.record(batch)
+        ignored = [{"fingerprint": f, "reason": r} for f, r in batch.ignored]
+        ignored += [{"node": n, "reason": r} for n, r in result.ignored]
+        if result.failed:
+            why = "; ".join(f"{n}: {e}" for n, e in result.failed)
+            return reject(503, f"could not record alerts on node(s) ({why}): retry", "record_failed")
         rem.metrics.webhooks.labels("202").inc()
-        return jsonify({"accepted": len(batch.alerts), "ignored": [{"fingerprint": f, "reason": r}
-                                                                  for f, r in batch.ignored]}), 202
+        return jsonify({"accepted": len(batch.alerts), "recorded": result.recorded, "ignored": ignored}), 202
 
     @app.get("/healthz")
     def healthz() -> tuple[Response, int]:

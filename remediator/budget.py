@@ -23,7 +23,8 @@ class PoolUsage:
 
 
 def _disrupted(view: NodeView) -> bool:
-    return view.state.active and view.state.rung in DISRUPTIVE
+    """In drain or higher; a node whose state cannot be read counts too (fail closed)."""
+    return view.damaged is not None or (view.state.active and view.state.rung in DISRUPTIVE)
 
 
 @dataclass
@@ -64,11 +65,15 @@ class Ledger:
         return self.policy.max_cordoned.limit(self.pools[pool].size)
 
     def _check_breaker(self, pool: str) -> None:
+        """Trips (again) while the storm lasts, so the cool-down runs from its end; reported (newly_tripped)
+        only when the breaker goes from closed to open."""
         usage = self.pools[pool]
         share = 100.0 * len(usage.firing) / max(1, usage.size)
         if share > self.policy.breaker_threshold and len(usage.firing) >= self.policy.breaker_min_nodes:
+            was_open = self.breaker_open(pool)
             self.breaker_trips[pool] = fmt_time(self.now)
-            self.newly_tripped[pool] = f"{len(usage.firing)}/{usage.size} nodes firing ({share:.0f}%)"
+            if not was_open:
+                self.newly_tripped[pool] = f"{len(usage.firing)}/{usage.size} nodes firing ({share:.0f}%)"
 
     def breaker_open(self, pool: str) -> bool:
         tripped = self.breaker_trips.get(pool)

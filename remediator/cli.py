@@ -7,28 +7,42 @@ import getpass
 import json
 import logging
 import os
-import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
+from remediator.leader import breaker_trips_of, leader_identity
 from remediator.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
 from remediator.policy import PolicyError, load_policy
 from remediator.reconciler import plan_from_json, utcnow
 from remediator.webhook import WebhookError, parse_webhook
 
 
+def _load_json(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
+
+
 def _items(path: str) -> list[dict[str, Any]]:
-    data = json.loads(Path(path).read_text())
-    if isinstance(data, dict) and "items" in data:
+    data = _load_json(path)
+    if isinstance(data, dict) and isinstance(data.get("items"), list):
         items: list[dict[str, Any]] = data["items"]
-        return items
-    if isinstance(data, dict) and data.get("kind") in ("Node", "Pod"):
-        return [data]
-    if isinstance(data, list):
-        return data
-    raise ValueError(f"{path}: expected `kubectl get ... -o json` output (a List with items)")
+    elif isinstance(data, dict) and data.get("kind") in ("Node", "Pod"):
+        items = [data]
+    elif isinstance(data, list):
+        items = data
+    else:
+        raise ValueError(f"{path}: expected `kubectl get ... -o json` output (a List with items)")
+    if not all(isinstance(i, dict) and isinstance(i.get("metadata"), dict) for i in items):
+        raise ValueError(f"{path}: every item must be an object with metadata")
+    return items
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -48,8 +62,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for batch in batches:
         for fp, why in batch.ignored:
             print(json.dumps({"fingerprint": fp, "ignored": why}), file=sys.stderr)
-    decisions = plan_from_json(_items(args.nodes), _items(args.pods) if args.pods else [], batches, policy, now,
-                               silences)
+    trips = breaker_trips_of(_load_json(args.lease)) if args.lease else None
+    decisions = plan_from_json(_items(args.nodes), _items(args.pods) if args.pods else None, batches, policy, now,
+                               silences, trips)
     for d in decisions:
         print(json.dumps(d.line()))
     return 0
@@ -60,12 +75,16 @@ def _kube(args: argparse.Namespace) -> Any:
 
     api = api_client_from(args.kubeconfig)
     policy = load_policy(args.policy)
-    return Kube(api, policy.event_namespace), policy
+    return Kube(api), policy
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
     kube, _ = _kube(args)
     now = utcnow()
+    if args.dry_run:
+        kube.get_node(args.node)  # it must exist
+        print(f"{args.node}: would hold ({args.reason}) [dry run: nothing changed]")
+        return 0
     kube.set_hold(args.node, args.reason, args.by, now)
     kube.event(args.node, "HoldSet", f"held by {args.by}: {args.reason}; gpuhealth will not act on this node", now)
     print(f"{args.node}: held ({args.reason})")
@@ -85,6 +104,9 @@ def cmd_release(args: argparse.Namespace) -> int:
         firing = any(a.status == "firing" and a.remediation != "none" for a in alerts.values())
         state = replace(state, alerts=alerts, quiet=False,
                         healthy_since=None if firing else (state.healthy_since or fmt_time(now)))
+    if args.dry_run:
+        print(f"{args.node}: would release [dry run: nothing changed]")
+        return 0
     kube.clear_hold(args.node, state if raw else None, node["metadata"].get("resourceVersion"))
     kube.event(args.node, "HoldReleased", f"released by {args.by}; gpuhealth resumes", now)
     print(f"{args.node}: released")
@@ -95,10 +117,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from remediator.app import ServeConfig, create_app, read_token
 
     policy = load_policy(args.policy)
+    policy.check_serve(args.interval)
     token = read_token(args.token_file, dict(os.environ))
     config = ServeConfig(policy=policy, token=token, max_body_bytes=args.max_body_bytes, dry_run=args.dry_run,
-                         interval=args.interval, kubeconfig=args.kubeconfig,
-                         identity=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+                         interval=args.interval, kubeconfig=args.kubeconfig, identity=leader_identity(),
                          allow_no_auth=args.allow_no_auth)
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
@@ -129,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--token-file", help="file holding the webhook bearer token (else $GPUHEALTH_TOKEN)")
     s.add_argument("--allow-no-auth", action="store_true", help="accept unauthenticated webhooks (local tests only)")
     s.add_argument("--max-body-bytes", type=int, default=1 << 20)
-    s.add_argument("--interval", type=float, default=30.0, help="seconds between reconcile passes")
+    s.add_argument("--interval", type=float, default=10.0,
+                   help="seconds between reconcile passes (less than leader.lease_duration)")
     s.add_argument("--dry-run", action="store_true", help="decide, log and report; change nothing")
     s.add_argument("--kubeconfig")
     s.set_defaults(func=cmd_serve)
@@ -137,7 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="print the decisions serve would make now, as JSON lines (no cluster)")
     common(pl)
     pl.add_argument("--nodes", required=True, help="kubectl get nodes -o json")
-    pl.add_argument("--pods", help="kubectl get pods -A -o json")
+    pl.add_argument("--pods", help="kubectl get pods -A -o json (without it, drains and Jobs are deferred: "
+                    "pods unknown)")
+    pl.add_argument("--lease", help="kubectl get lease -n NS NAME -o json: the circuit breakers' state, as serve "
+                    "reads it")
     pl.add_argument("--alerts", required=True, nargs="+", help="Alertmanager webhook bodies, oldest first")
     pl.add_argument("--now", help="evaluate at this RFC 3339 time (default: now)")
     pl.add_argument("--alertmanager", help="Alertmanager URL to check silences (default: not checked)")
@@ -150,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--reason", required=True)
     h.add_argument("--by", default=who)
     h.add_argument("--kubeconfig")
+    h.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
     h.set_defaults(func=cmd_hold)
 
     r = sub.add_parser("release", help="hand a held (or quiet) node back to gpuhealth")
@@ -157,8 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("node")
     r.add_argument("--by", default=who)
     r.add_argument("--kubeconfig")
+    r.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
     r.set_defaults(func=cmd_release)
     return p
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return f": {message}" if message else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     except PolicyError as exc:
         print(f"policy error: {exc}", file=sys.stderr)
         return 2
+    except ApiException as exc:
+        print(f"error: Kubernetes API: HTTP {exc.status} {exc.reason}{_api_message(exc)}", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -29,6 +29,7 @@ class PodRef:
     namespace: str
     name: str
     uses_gpu: bool
+    terminating: bool = False  # deletion requested (evicted): still on the node until it is gone
 
 
 @dataclass
@@ -44,13 +45,25 @@ class NodeView:
     ready: bool
     boot_id: str | None
     resource_version: str | None
-    evictable: list[PodRef] = field(default_factory=list)
+    evictable: list[PodRef] = field(default_factory=list)  # including pods already terminating
+    pods_known: bool = True  # False in `plan` without --pods: nothing can be said about draining
     job_status: str | None = None  # succeeded | failed | running | missing (None: not looked up)
+    damaged: str | None = None  # the state annotation could not be read (fail closed: hands off)
 
     @property
     def human_cordoned(self) -> bool:
         """Unschedulable, and not by us: a person took this node; we leave it alone."""
         return self.unschedulable and not self.state.cordoned and not self.our_taint
+
+    @property
+    def taken_over(self) -> bool:
+        """We cordoned this node in this episode, and our taint is gone: only a person removes it."""
+        return self.state.active and self.state.rung is not None and not self.our_taint
+
+    @property
+    def pending_pods(self) -> list[PodRef]:
+        """Pods a drain still has to evict (not yet terminating)."""
+        return [p for p in self.evictable if not p.terminating]
 
     @property
     def gpu_pods(self) -> int:
@@ -68,12 +81,14 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     name = meta.get("name", "")
+    damaged = None
     if state is None:
         try:
             state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
-        except (ValueError, TypeError) as exc:
-            log.error("node %s: unreadable %s annotation (%s); treating as no state", name, STATE_ANNOTATION, exc)
-            state = NodeState()
+        except ValueError as exc:
+            log.error("node %s: unreadable %s annotation (%s): counted as disrupted, left alone",
+                      name, STATE_ANNOTATION, exc)
+            state, damaged = NodeState(), str(exc)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return NodeView(
         name=name, pool=labels.get(policy.pool_label, policy.default_pool), labels=labels,
@@ -81,7 +96,7 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
         our_taint=any(t.get("key") == TAINT_KEY for t in spec.get("taints") or []),
         state=state, hold=hold_of(annotations), excluded=any(_matches(labels, s) for s in policy.exclude),
         ready=ready, boot_id=(status.get("nodeInfo") or {}).get("bootID"),
-        resource_version=meta.get("resourceVersion"))
+        resource_version=meta.get("resourceVersion"), damaged=damaged)
 
 
 def is_evictable(pod: dict[str, Any]) -> bool:
@@ -102,22 +117,27 @@ def pod_ref(pod: dict[str, Any]) -> PodRef:
         for section in ("limits", "requests"):
             if str((res.get(section) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
                 uses_gpu = True
-    return PodRef(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uses_gpu=uses_gpu)
+    return PodRef(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uses_gpu=uses_gpu,
+                  terminating=bool(meta.get("deletionTimestamp")))
 
 
 def evictable_pods(pods: Iterable[dict[str, Any]]) -> list[PodRef]:
     return [pod_ref(p) for p in pods if is_evictable(p)]
 
 
-def build_views(nodes: Iterable[dict[str, Any]], policy: Policy, pods_on: Callable[[str], list[dict[str, Any]]],
+def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
+                pods_on: Callable[[str], list[dict[str, Any]]] | None,
                 job_status: Callable[[str], str] | None = None,
                 states: dict[str, NodeState] | None = None) -> list[NodeView]:
-    """Views of all nodes; pods and Job status are looked up only for nodes in an episode."""
+    """Views of all nodes; pods and Job status are looked up only for nodes in an episode.
+    pods_on None: the pods are unknown (plan without --pods)."""
     views = []
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "")
         view = node_view(node, policy, (states or {}).get(name))
-        if view.state.active or view.our_taint:
+        if pods_on is None:
+            view.pods_known = False
+        elif view.state.active or view.our_taint:
             view.evictable = evictable_pods(pods_on(view.name))
             if job_status is not None and view.state.job and view.state.rung_status == "running":
                 view.job_status = job_status(view.state.job)

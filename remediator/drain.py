@@ -1,7 +1,10 @@
 """Drain: evict a node's pods through the Eviction API, so PodDisruptionBudgets are respected.
 
 One call is one bounded pass: each pod gets a few eviction attempts with backoff when a PDB says
-429 (the sleep is injectable); pods still left are retried on the next pass. The drain rung's
+429 (the sleep is injectable, and may refuse with OutOfTime when the reconcile pass has no time left);
+pods still left are retried on the next pass. Pods already terminating are not evicted again: the
+drain waits for them to be gone. `guard` runs before every eviction (it raises when this replica
+lost its leadership, which ends the pass). The drain rung's
 timeout (policy) bounds the whole drain, across passes and restarts, because it is measured from
 the start time kept on the Node.
 """
@@ -20,6 +23,10 @@ from remediator.cluster import PodRef
 log = logging.getLogger("gpuhealth.remediator")
 
 
+class OutOfTime(Exception):
+    """Raised by the sleep function when a backoff would outlast the pass: the pod is left for the next pass."""
+
+
 @dataclass
 class DrainResult:
     evicted: list[str] = field(default_factory=list)
@@ -31,11 +38,15 @@ class DrainResult:
 
 
 def drain_pass(core: client.CoreV1Api, pods: Sequence[PodRef], backoff: Sequence[float],
-               sleep: Callable[[float], None], force: bool = False, timeout: float = 10.0) -> DrainResult:
+               sleep: Callable[[float], None], force: bool = False, timeout: float = 10.0,
+               guard: Callable[[], None] = lambda: None) -> DrainResult:
     result = DrainResult()
     for pod in pods:
+        if pod.terminating:
+            continue
         ref = f"{pod.namespace}/{pod.name}"
         for attempt in range(len(backoff) + 1):
+            guard()
             try:
                 if force:
                     core.delete_namespaced_pod(pod.name, pod.namespace, _request_timeout=timeout)
@@ -51,7 +62,11 @@ def drain_pass(core: client.CoreV1Api, pods: Sequence[PodRef], backoff: Sequence
                     result.evicted.append(ref)
                     break
                 if exc.status == 429 and attempt < len(backoff):
-                    sleep(backoff[attempt])
+                    try:
+                        sleep(backoff[attempt])
+                    except OutOfTime:
+                        result.blocked.append(ref)
+                        break
                     continue
                 (result.blocked if exc.status == 429 else result.errors).append(ref)
                 log.info("eviction of %s: HTTP %s %s", ref, exc.status, exc.reason)

@@ -2,6 +2,10 @@
 
 No I/O happens here except through the injected silence check. `serve` executes these decisions;
 `plan` prints them; both call `decide`.
+
+A node's plan is its final state (written once, with the resourceVersion the view was read at) plus
+the decisions; the executor writes the state first, then performs the side effects (evictions, Jobs,
+replacement), so what gpuhealth intends is on the Node before it happens.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from remediator.budget import Ledger
 from remediator.cluster import NodeView
 from remediator.nodestate import DISRUPTIVE, RUNGS, AlertRecord, NodeState, fmt_time, parse_time, rung_index
 from remediator.policy import Policy
+from remediator.webhook import ALL_GPUS
 
-ACTIONS = ("cordon", "drain", "reset_gpu", "reboot", "replace", "uncordon", "none")
+JOB_RUNGS = ("reset_gpu", "reboot")
+NEEDS_DRAINED = ("reset_gpu", "reboot", "replace")
 
 
 @dataclass(frozen=True)
 class SilenceAnswer:
-    silenced_by: tuple[str, ...] = ()
+    silenced_by: tuple[str, ...] = ()  # silences and inhibiting alerts: a person (or a bigger fault) took over
     error: str | None = None
 
 
@@ -31,14 +37,14 @@ SilenceCheck = Callable[[str, list[str]], SilenceAnswer]
 @dataclass(frozen=True)
 class Decision:
     node: str
-    action: str  # one of ACTIONS
+    action: str  # cordon | drain | reset_gpu | reboot | replace | uncordon | none
     decision: str  # execute | deferred | skipped
     reason: str
     pool: str = ""
-    state_after: NodeState | None = None  # the node's state once this action has been started
-    new: bool = True  # starts a rung (False: another pass of one under way, e.g. drain retries)
+    new: bool = True  # starts a rung (False: more work on one under way, e.g. drain retries, a Job re-created)
     force: bool = False  # drain: delete instead of evict (policy drain.on_timeout: force)
     gpu: str | None = None
+    job: str | None = None
 
     def line(self) -> dict[str, str]:
         return {"node": self.node, "action": self.action, "decision": self.decision, "reason": self.reason}
@@ -47,13 +53,18 @@ class Decision:
 @dataclass
 class NodePlan:
     node: str
-    base_state: NodeState  # the state after observations (drain finished, job done), before any action
+    base_state: NodeState  # the state as read (the view's)
+    final_state: NodeState  # the state to write, once, before any side effect
+    resource_version: str | None = None  # the Node's resourceVersion the plan was computed from
     decisions: list[Decision] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) for Events
 
     @property
     def changed(self) -> bool:
-        return bool(self.notes)
+        return self.final_state != self.base_state
+
+    def executes(self, *actions: str) -> list[Decision]:
+        return [d for d in self.decisions if d.decision == "execute" and (not actions or d.action in actions)]
 
 
 def job_name(node: str, rung: str, episode: str | None) -> str:
@@ -67,29 +78,41 @@ def _age(now: datetime, since: str | None) -> timedelta:
 
 
 def _pick_gpu(alerts: dict[str, AlertRecord]) -> str | None:
-    ranked = sorted(alerts.values(), key=lambda a: (-rung_index(a.remediation), a.starts_at))
-    return next((a.gpu for a in ranked if a.gpu), None)
+    """The GPU to reset: the one the alerts name; all of them when they name several, or "all"."""
+    gpus = {a.gpu for a in alerts.values() if a.gpu}
+    if not gpus:
+        return None
+    return gpus.pop() if len(gpus) == 1 else ALL_GPUS
 
 
-def _observe(view: NodeView, state: NodeState, now: datetime) -> tuple[NodeState, list[tuple[str, str]]]:
-    """Progress of the rung under way, as the cluster shows it."""
-    if state.rung_status != "running":
+def _observe(view: NodeView, state: NodeState, now: datetime,
+             policy: Policy) -> tuple[NodeState, list[tuple[str, str]]]:
+    """Progress of the rung under way, as the cluster shows it; a rung past its timeout fails (drain's
+    timeout is the policy's drain.on_timeout, handled by the climb)."""
+    if state.rung_status != "running" or state.rung is None:
         return state, []
     done = replace(state, rung_status="done", rung_done=fmt_time(now))
     failed = replace(state, rung_status="failed", rung_done=fmt_time(now))
-    if state.rung == "drain" and not view.evictable:
+    rung = state.rung
+    if rung == "drain" and view.pods_known and not view.evictable:
         return done, [("DrainFinished", "no evictable pods left on the node")]
-    if state.rung == "reset_gpu":
+    if rung == "reset_gpu":
         if view.job_status == "succeeded":
             return done, [("GPUResetSucceeded", f"reset job {state.job} succeeded")]
-        if view.job_status in ("failed", "missing"):
-            return failed, [("GPUResetFailed", f"reset job {state.job} {view.job_status}")]
-    if state.rung == "reboot":
-        if state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
-            return done, [("RebootSucceeded", f"node is back with boot id {view.boot_id}")]
         if view.job_status == "failed":
-            return failed, [("RebootFailed", f"reboot job {state.job} failed")]
+            return failed, [("GPUResetFailed", f"reset job {state.job} failed")]
+    # reboot: the Job's result is ignored (a reboot kills its pod); the boot id tells
+    if rung == "reboot" and state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
+        return done, [("RebootSucceeded", f"node is back with boot id {view.boot_id}")]
+    timeout = policy.rung(rung).timeout
+    if rung != "drain" and timeout is not None and _age(now, state.rung_started) >= timeout:
+        what = {"replace": "the node was not replaced; it stays out of service for a person"}.get(rung, "failed")
+        return failed, [(f"{_camel(rung)}TimedOut", f"{rung} passed its {timeout} timeout: {what}")]
     return state, []
+
+
+def _camel(rung: str) -> str:
+    return {"reset_gpu": "GPUReset", "drain": "Drain", "reboot": "Reboot", "replace": "Replace"}.get(rung, rung)
 
 
 def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
@@ -98,153 +121,240 @@ def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
     def order(v: NodeView) -> tuple[int, str, str]:
         return (0 if v.name in ledger.pools[v.pool].disrupted else 1, v.state.episode or fmt_time(now), v.name)
 
-    return [_decide_node(v, policy, now, ledger, silences) for v in sorted(views, key=order)]
+    return [_Planner(v, policy, now, ledger, silences).run() for v in sorted(views, key=order)]
 
 
-def _decide_node(v: NodeView, policy: Policy, now: datetime, ledger: Ledger,
-                 silences: SilenceCheck | None) -> NodePlan:
-    st = v.state
-    firing = st.firing(now, policy.quiet_timeout)
-    actionable = {fp: a for fp, a in firing.items() if a.remediation != "none"}
-    plan = NodePlan(node=v.name, base_state=st)
+class _Planner:
+    """One node's plan. `self.state` is the state so far; whatever it is when run() returns is written."""
 
-    def out(action: str, decision: str, reason: str, **kw: object) -> NodePlan:
-        plan.decisions.append(Decision(v.name, action, decision, reason, v.pool, **kw))  # type: ignore[arg-type]
-        return plan
+    def __init__(self, v: NodeView, policy: Policy, now: datetime, ledger: Ledger,
+                 silences: SilenceCheck | None) -> None:
+        self.v, self.policy, self.now, self.ledger, self.silences = v, policy, now, ledger, silences
+        self.state = v.state
+        self.plan = NodePlan(node=v.name, base_state=v.state, final_state=v.state,
+                             resource_version=v.resource_version)
 
-    if not st.active and not v.our_taint:
-        if firing and not actionable:
-            return out("none", "skipped", "firing alerts ask for no action (remediation=none)")
-        return plan
-    if v.excluded:
-        return out("none", "skipped", "node excluded by the policy's exclude selectors")
-    if v.hold:
-        who = f" by {v.hold['by']}" if v.hold.get("by") else ""
-        return out("none", "skipped", f"held{who}: {v.hold.get('reason', '')}".rstrip(": "))
-    if v.human_cordoned:
-        return out("none", "skipped", "cordoned by a person, not by gpuhealth: left alone")
+    def out(self, action: str, decision: str, reason: str, **kw: object) -> None:
+        self.plan.decisions.append(Decision(self.v.name, action, decision, reason, self.v.pool,
+                                            **kw))  # type: ignore[arg-type]
 
-    if not actionable:
+    def note(self, reason: str, message: str) -> None:
+        self.plan.notes.append((reason, message))
+
+    def run(self) -> NodePlan:
+        self._decide()
+        self.plan.final_state = self.state
+        return self.plan
+
+    # --- the node as a whole ----------------------------------------------------------------
+    def _decide(self) -> None:
+        v, policy, now = self.v, self.policy, self.now
+        if v.damaged:
+            return self.out("none", "skipped", f"state annotation unreadable ({v.damaged}): counted as disrupted "
+                            "and left alone; fix or remove the gpuhealth.io/state annotation")
+        st = v.state
+        firing = st.firing(now, policy.quiet_timeout)
+        actionable = {fp: a for fp, a in firing.items() if a.remediation != "none"}
+        if not st.active and not v.our_taint:
+            if firing and not actionable:
+                return self.out("none", "skipped", "firing alerts ask for no action (remediation=none)")
+            return None
+        if v.excluded:
+            return self.out("none", "skipped", "node excluded by the policy's exclude selectors")
+        if v.hold:
+            who = f" by {v.hold['by']}" if v.hold.get("by") else ""
+            return self.out("none", "skipped", f"held{who}: {v.hold.get('reason', '')}".rstrip(": "))
+        if v.human_cordoned:
+            return self.out("none", "skipped", "cordoned by a person, not by gpuhealth: left alone")
+        if v.taken_over:
+            if actionable:
+                return self.out("none", "skipped", "gpuhealth's taint was removed from the node: a person took over; "
+                                "nothing is started or undone (hold or release to hand it back)")
+            self.state = NodeState(actions=st.actions)
+            return self.out("none", "skipped", "alerts resolved after a person took over (removed gpuhealth's "
+                            "taint): episode closed, node left as the person set it")
+
+        self.state, notes = _observe(v, st, now, policy)
+        self.plan.notes.extend(notes)
+        if not actionable:
+            return self._settle()
+        target = min(max(rung_index(a.remediation) for a in actionable.values()), rung_index(policy.max_rung))
+        return self._climb(target, _pick_gpu(actionable), sorted(actionable))
+
+    def _settle(self) -> None:
+        """No actionable alert fires: return to service after the healthy delay, or stay quiet."""
+        v, policy, now, st = self.v, self.policy, self.now, self.state
         stale = st.stale(now, policy.quiet_timeout)
         if stale:
             if not st.quiet:
-                plan.base_state = replace(st, quiet=True)
-                plan.notes.append(("EpisodeQuiet", f"no word on {len(stale)} firing alert(s) for "
-                                   f"{policy.quiet_timeout}; escalation stopped, node left as is"))
-            return out("none", "skipped", "episode went quiet (alerts neither repeated nor resolved, e.g. silenced): "
-                       "escalation stopped; `gpuhealth-remediator release` returns the node")
+                self.state = replace(st, quiet=True)
+                self.note("EpisodeQuiet", f"no word on {len(stale)} firing alert(s) for {policy.quiet_timeout}; "
+                          "escalation stopped, node left as is")
+            return self.out("none", "skipped", "episode went quiet (alerts neither repeated nor resolved, e.g. "
+                            "silenced): escalation stopped; `gpuhealth-remediator release` returns the node")
         if st.rung == "replace":
-            return out("none", "skipped", "replacement under way: not returned to service")
+            return self.out("none", "skipped", "replacement under way: not returned to service")
         if st.rung is None and not v.our_taint:  # resolved before anything was done: close the episode
-            plan.base_state = NodeState(actions=st.actions)
-            return out("none", "skipped", "alerts resolved before any action")
-        healthy_since = st.healthy_since or fmt_time(now)
+            self.state = NodeState(actions=st.actions)
+            return self.out("none", "skipped", "alerts resolved before any action")
         if st.healthy_since is None:
-            plan.base_state = replace(st, healthy_since=healthy_since)
-        healthy_for = _age(now, healthy_since)
+            self.state = st = replace(st, healthy_since=fmt_time(now))
+        if st.rung_status == "running" and st.rung in JOB_RUNGS:
+            return self.out("uncordon", "deferred", f"{st.rung} still under way (job {st.job}): the node returns "
+                            "once it is done or has failed")
+        healthy_for = _age(now, st.healthy_since)
         if healthy_for < policy.healthy_delay:
-            return out("uncordon", "deferred", f"healthy for {int(healthy_for.total_seconds())}s of "
-                       f"{int(policy.healthy_delay.total_seconds())}s")
-        ledger.release(v)
-        return out("uncordon", "execute", f"all alerts resolved for {int(healthy_for.total_seconds())}s: "
-                   "undoing what gpuhealth did", state_after=NodeState(actions=st.actions))
+            return self.out("uncordon", "deferred", f"healthy for {int(healthy_for.total_seconds())}s of "
+                            f"{int(policy.healthy_delay.total_seconds())}s")
+        self.ledger.release(v)
+        self.state = NodeState(actions=st.actions)
+        return self.out("uncordon", "execute", f"all alerts resolved for {int(healthy_for.total_seconds())}s: "
+                        "undoing what gpuhealth did")
 
-    max_idx = rung_index(policy.max_rung)
-    target = min(max(rung_index(a.remediation) for a in actionable.values()), max_idx)
-    gpu = _pick_gpu(actionable)
-    state, notes = _observe(v, st, now)
-    plan.base_state, plan.notes = state, notes
+    # --- climbing ---------------------------------------------------------------------------
+    def _silenced(self, action: str, fingerprints: list[str]) -> bool:
+        """Before every disruptive step (starts, drain retries, forced deletion): True if it must not happen."""
+        if self.silences is None:
+            return False
+        answer = self.silences(self.v.name, fingerprints)
+        if answer.error and self.policy.silence_on_error == "defer":
+            self.out(action, "deferred", f"cannot check Alertmanager silences: {answer.error}")
+            return True
+        if answer.silenced_by:
+            self.out(action, "skipped", f"silenced or inhibited in Alertmanager ({', '.join(answer.silenced_by)}): "
+                     "a person took over")
+            return True
+        return False
 
-    for _ in range(len(RUNGS) + 1):
-        rung, status = state.rung, state.rung_status
-        idx = rung_index(rung)
-        if rung is None:
-            nxt, why = "cordon", f"alert asks for {RUNGS[target]}"
-        elif status == "running":
-            timeout = policy.rung(rung).timeout
-            timed_out = timeout is not None and _age(now, state.rung_started) >= timeout
-            if rung == "drain":
-                if timed_out and policy.drain_on_timeout == "escalate":
-                    state = replace(state, rung_status="failed", rung_done=fmt_time(now))
-                    plan.notes.append(("DrainTimedOut", f"drain passed its {timeout} timeout: escalating (policy)"))
-                    continue
-                if timed_out and policy.drain_on_timeout == "force":
-                    return out("drain", "execute", f"drain passed its {timeout} timeout: deleting the remaining "
-                               f"{len(v.evictable)} pod(s) (policy drain.on_timeout=force)", new=False, force=True,
-                               state_after=state)
-                wait = " (timed out; policy drain.on_timeout=wait)" if timed_out else ""
-                return out("drain", "execute", f"evicting {len(v.evictable)} pod(s){wait}", new=False,
-                           state_after=state)
-            if rung == "replace":
-                return out("replace", "skipped", "replacement under way")
-            if timed_out:
-                state = replace(state, rung_status="failed", rung_done=fmt_time(now))
-                plan.notes.append((f"{rung}TimedOut", f"{rung} passed its {timeout} timeout"))
+    def _stop(self, action: str, decision: str, reason: str) -> None:
+        """The end of the climb for this pass: a decision only if nothing else was decided."""
+        if not self.plan.decisions:
+            self.out(action, decision, reason)
+
+    def _drain_more(self, before: str, fps: list[str], force: bool = False, why: str = "") -> None:
+        """Evict (or delete) what is still on the node; wait for what is terminating."""
+        v = self.v
+        pending = v.pending_pods
+        if not pending:
+            return self.out("drain", "deferred", f"waiting for {len(v.evictable)} pod(s) to terminate{before}")
+        if self._silenced("drain", fps):
+            return None
+        verb = "deleting" if force else "evicting"
+        return self.out("drain", "execute", f"{why}{verb} {len(pending)} pod(s){before}", new=False, force=force)
+
+    def _climb(self, target: int, gpu: str | None, fps: list[str]) -> None:
+        v, policy, now = self.v, self.policy, self.now
+        max_idx = rung_index(policy.max_rung)
+        for _ in range(2 * len(RUNGS) + 2):
+            st = self.state
+            rung, status, idx = st.rung, st.rung_status, rung_index(st.rung)
+            ceiling = min(max_idx, target) if st.drain_failed else max_idx
+            resume = False
+            if rung is None:
+                nxt, why = "cordon", f"alert asks for {RUNGS[target]}"
+            elif status == "running":
+                if rung == "drain":
+                    if self._draining(fps):
+                        continue
+                    return None
+                if rung == "replace":
+                    return self.out("replace", "skipped", "replacement under way")
+                if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
+                    nxt, why, resume = rung, f"{rung} recorded but its job {st.job} is missing: creating it", True
+                else:
+                    return self.out(rung, "deferred", f"{rung} under way since {st.rung_started}")
+            elif status == "failed":
+                if rung == "drain" and target <= idx:
+                    return self._stop("none", "skipped", "drain failed (timed out) and the alerts ask for no more "
+                                      "than drain: needs a person")
+                if idx >= ceiling:
+                    return self._stop("none", "skipped", f"{rung} failed and the ladder stops at "
+                                      f"{RUNGS[ceiling]}: needs a person")
+                nxt = RUNGS[target] if rung == "drain" else RUNGS[idx + 1]
+                why = f"{rung} failed"
+            else:  # done
+                if idx < target:  # cordon and drain come first; then straight to the rung the alert asks for
+                    nxt = RUNGS[idx + 1] if idx < rung_index("drain") else RUNGS[target]
+                    why = f"passing through to {RUNGS[target]}" if nxt != RUNGS[target] else f"alert asks for {nxt}"
+                else:
+                    esc = policy.rung(rung).escalate_after
+                    if esc is None or idx >= ceiling:
+                        return self._stop("none", "skipped", f"at {rung}, as far as the alerts ask; fault "
+                                          "persisting does not climb from here")
+                    persisted = _age(now, st.rung_done)
+                    if persisted < esc:
+                        return self._stop(RUNGS[idx + 1], "deferred", f"fault persists "
+                                          f"{int(persisted.total_seconds())}s after {rung}; climbs after "
+                                          f"{int(esc.total_seconds())}s")
+                    nxt, why = RUNGS[idx + 1], f"fault persisted {int(persisted.total_seconds())}s after {rung}"
+
+            if nxt == "reset_gpu" and gpu is None:
+                self.state = replace(st, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(now),
+                                     rung_done=fmt_time(now), timed_out=False)
+                self.note("GPUResetSkipped", "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset")
                 continue
-            return out(rung, "deferred", f"{rung} under way since {state.rung_started}")
-        elif status == "failed":
-            if idx >= max_idx:
-                return out("none", "skipped", f"{rung} failed and the ladder stops at {policy.max_rung}: "
-                           "needs a person")
-            nxt, why = RUNGS[idx + 1], f"{rung} failed"
-        else:  # done
-            if idx < target:  # cordon and drain come first; then straight to the rung the alert asks for
-                nxt = RUNGS[idx + 1] if idx < rung_index("drain") else RUNGS[target]
-                why = f"passing through to {RUNGS[target]}" if nxt != RUNGS[target] else f"alert asks for {nxt}"
-            else:
-                esc = policy.rung(rung).escalate_after
-                if esc is None or idx >= max_idx:
-                    if plan.decisions:
-                        return plan
-                    return out("none", "skipped", f"at {rung}, as far as the alerts ask; fault persisting does "
-                               "not climb from here")
-                persisted = _age(now, state.rung_done)
-                if persisted < esc:
-                    if plan.decisions:
-                        return plan
-                    return out(RUNGS[idx + 1], "deferred", f"fault persists {int(persisted.total_seconds())}s "
-                               f"after {rung}; climbs after {int(esc.total_seconds())}s")
-                nxt, why = RUNGS[idx + 1], f"fault persisted {int(persisted.total_seconds())}s after {rung}"
+            if rung_index(nxt) > max_idx:
+                return self.out("none", "skipped", f"ladder stops at {policy.max_rung}")
+            if nxt in NEEDS_DRAINED:
+                if not v.pods_known:
+                    return self.out(nxt, "deferred", "pods unknown — pass --pods")
+                if v.evictable:  # pods came back after the drain (or never left): drain first
+                    return self._drain_more(f" before {nxt}", fps, why="node not drained: ")
+            if nxt == "drain" and not v.pods_known:
+                return self.out("drain", "deferred", "pods unknown — pass --pods")
+            if not resume:
+                blocked = self.ledger.gate(v, nxt)
+                if blocked:
+                    return self.out(nxt, "deferred", blocked)
+            if nxt in DISRUPTIVE and self._silenced(nxt, fps):
+                return None
+            if resume:
+                self.out(nxt, "execute", why, new=False, gpu=st.gpu, job=st.job)
+                return None
+            self.ledger.take(v, nxt)
+            started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
+                                     rung_done=None, timed_out=False)
+            if nxt == "cordon":
+                started = replace(started, rung_status="done", rung_done=fmt_time(now),
+                                  cordoned=st.cordoned or not v.unschedulable)
+            elif nxt == "drain":
+                if not v.evictable:
+                    started = replace(started, rung_status="done", rung_done=fmt_time(now))
+                    why += "; nothing to evict"
+                else:
+                    why += f"; evicting {len(v.pending_pods)} pod(s)"
+            elif nxt in JOB_RUNGS:
+                started = replace(started, job=job_name(v.name, nxt, st.episode),
+                                  gpu=gpu if nxt == "reset_gpu" else None,
+                                  boot_id=v.boot_id if nxt == "reboot" else st.boot_id)
+                if nxt == "reset_gpu":
+                    why += f"; GPU {gpu}" if gpu != ALL_GPUS else "; all GPUs of the node"
+            self.out(nxt, "execute", why, gpu=started.gpu if nxt == "reset_gpu" else None, job=started.job
+                     if nxt in JOB_RUNGS else None)
+            self.state = started
+            if started.rung_status != "done":
+                return None
+        return None
 
-        if nxt == "reset_gpu" and gpu is None:
-            state = replace(state, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(now),
-                            rung_done=fmt_time(now))
-            plan.notes.append(("GPUResetSkipped", "no alert names a GPU (index or PCI bus id): cannot reset"))
-            continue
-        if rung_index(nxt) > max_idx:
-            return out("none", "skipped", f"ladder stops at {policy.max_rung}")
-        if nxt == "reset_gpu" and v.gpu_pods:
-            return out(nxt, "deferred", f"{v.gpu_pods} pod(s) still use GPUs on the node")
-        blocked = ledger.gate(v, nxt)
-        if blocked:
-            return out(nxt, "deferred", blocked)
-        if nxt in DISRUPTIVE and silences is not None:
-            answer = silences(v.name, sorted(actionable))
-            if answer.error and policy.silence_on_error == "defer":
-                return out(nxt, "deferred", f"cannot check Alertmanager silences: {answer.error}")
-            if answer.silenced_by:
-                return out(nxt, "skipped", f"silenced in Alertmanager ({', '.join(answer.silenced_by)}): "
-                           "a person took over")
-        ledger.take(v, nxt)
-        started = state.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now), rung_done=None)
-        if nxt == "cordon":
-            started = replace(started, rung_status="done", rung_done=fmt_time(now),
-                              cordoned=state.cordoned or not v.unschedulable)
-        elif nxt == "drain":
-            if not v.evictable:
-                started = replace(started, rung_status="done", rung_done=fmt_time(now))
-                why += "; nothing to evict"
-            else:
-                why += f"; evicting {len(v.evictable)} pod(s)"
-        elif nxt in ("reset_gpu", "reboot"):
-            started = replace(started, job=job_name(v.name, nxt, state.episode),
-                              gpu=gpu if nxt == "reset_gpu" else None,
-                              boot_id=v.boot_id if nxt == "reboot" else state.boot_id)
-            if nxt == "reset_gpu":
-                why += f"; GPU {gpu}"
-        plan.decisions.append(Decision(v.name, nxt, "execute", why, v.pool, state_after=started,
-                                       gpu=started.gpu if nxt == "reset_gpu" else None))
-        state = started
-        if state.rung_status != "done":
-            return plan
-    return plan
+    def _draining(self, fps: list[str]) -> bool:
+        """The drain rung is running: keep evicting, and past its timeout do what drain.on_timeout says.
+        True when the drain failed (on_timeout=escalate) and the climb goes on."""
+        policy, st, v = self.policy, self.state, self.v
+        if not v.pods_known:
+            self.out("drain", "deferred", "pods unknown — pass --pods")
+            return False
+        timeout = policy.rung("drain").timeout
+        timed_out = timeout is not None and _age(self.now, st.rung_started) >= timeout
+        if timed_out and not st.timed_out:
+            self.state = st = replace(st, timed_out=True)
+            self.note("DrainTimedOut", f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
+                      f"left; policy drain.on_timeout={policy.drain_on_timeout}")
+        if timed_out and policy.drain_on_timeout == "escalate":
+            self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now), drain_failed=True)
+            return True
+        if timed_out and policy.drain_on_timeout == "force":
+            self._drain_more("", fps, force=True, why=f"drain passed its {timeout} timeout "
+                             "(policy drain.on_timeout=force): ")
+            return False
+        self._drain_more("", fps, why="drain timed out (policy drain.on_timeout=wait): " if timed_out else "")
+        return False

@@ -2,12 +2,23 @@
 
 Replicas that are not leader still accept and record webhooks. The Lease also keeps the one piece
 of fleet state that is not per node: when each pool's circuit breaker last tripped.
+
+As client-go's leader election does, expiry is measured on this replica's own clock: a candidate
+takes over only when the Lease record has not changed for a whole lease duration since it last saw
+it change (the holder's renewTime is never compared with our clock, so clock skew cannot hand the
+Lease over early). The holder renews every third of the duration (`renew_loop`, a background
+thread, independent of how long a pass takes) and counts itself leader only until two thirds of the
+duration after its last successful renewal began; the executor asks `is_leader()` before every write.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
+import threading
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -15,10 +26,28 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.nodestate import fmt_time, parse_time
+from remediator.nodestate import fmt_time
 
 log = logging.getLogger("gpuhealth.remediator")
 BREAKER_ANNOTATION = "gpuhealth.io/breaker-trips"
+
+
+def leader_identity(env: dict[str, str] | None = None) -> str:
+    """Unique per process: gunicorn workers of one pod share POD_NAME, and a restarted process must not
+    pass for the one before it (which may still be mid-pass)."""
+    env = dict(os.environ if env is None else env)
+    base = env.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+
+
+def breaker_trips_of(lease: dict[str, Any] | None) -> dict[str, str]:
+    """Pool -> when its breaker last tripped, as kept on the Lease (also read by `plan --lease`)."""
+    raw = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(BREAKER_ANNOTATION)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        value = {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def _lease(body: dict[str, Any]) -> client.V1Lease:
@@ -32,12 +61,17 @@ class LeaderElector:
                  duration: timedelta, clock: Callable[[], datetime], timeout: float = 10.0) -> None:
         self.api, self.namespace, self.name, self.identity = coordination, namespace, name, identity
         self.duration, self.clock, self.timeout = duration, clock, timeout
+        self.renew_deadline = duration * 2 / 3
         self.lease: dict[str, Any] | None = None
+        self._lock = threading.RLock()
+        self._observed: tuple[str, datetime] | None = None  # (resourceVersion, local time first seen)
+        self._leader_until: datetime | None = None
 
+    # --- reading ---------------------------------------------------------------------------
     def _read(self) -> dict[str, Any] | None:
         try:
             resp: Any = self.api.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
-                                                  _request_timeout=self.timeout)
+                                                       _request_timeout=self.timeout)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -45,63 +79,96 @@ class LeaderElector:
         lease: dict[str, Any] = json.loads(resp.data)
         return lease
 
+    def peek(self) -> dict[str, Any] | None:
+        """The Lease as it is, without taking part (dry run): for the breaker state."""
+        try:
+            return self._read()
+        except Exception as exc:
+            log.warning("leader: reading lease %s/%s: %s", self.namespace, self.name, exc)
+            return None
+
+    def _observe(self, lease: dict[str, Any], now: datetime) -> datetime:
+        rv = str((lease.get("metadata") or {}).get("resourceVersion"))
+        if self._observed is None or self._observed[0] != rv:
+            self._observed = (rv, now)
+        return self._observed[1]
+
+    def is_leader(self) -> bool:
+        until = self._leader_until
+        return until is not None and self.clock() < until
+
+    # --- taking and renewing ---------------------------------------------------------------
     def try_acquire(self) -> bool:
         """Take or renew the Lease; False when another live holder has it (or on any error)."""
-        now = self.clock()
-        try:
-            current = self._read()
-            spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration.total_seconds()),
-                    "renewTime": fmt_time(now)}
-            if current is None:
-                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                        "metadata": {"name": self.name, "namespace": self.namespace},
-                        "spec": {**spec, "acquireTime": fmt_time(now), "leaseTransitions": 0}}
-                self.lease = json.loads(cast(Any, self.api.create_namespaced_lease(
-                    self.namespace, _lease(body), _preload_content=False,
-                    _request_timeout=self.timeout)).data)
-                log.info("leader: acquired lease %s/%s as %s", self.namespace, self.name, self.identity)
+        with self._lock:
+            now = self.clock()
+            try:
+                current = self._read()
+                spec = {"holderIdentity": self.identity,
+                        "leaseDurationSeconds": int(self.duration.total_seconds()), "renewTime": fmt_time(now)}
+                if current is None:
+                    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": self.name, "namespace": self.namespace},
+                            "spec": {**spec, "acquireTime": fmt_time(now), "leaseTransitions": 0}}
+                    self._won(json.loads(cast(Any, self.api.create_namespaced_lease(
+                        self.namespace, _lease(body), _preload_content=False,
+                        _request_timeout=self.timeout)).data), now)
+                    log.info("leader: acquired lease %s/%s as %s", self.namespace, self.name, self.identity)
+                    return True
+                held = current.get("spec") or {}
+                holder = held.get("holderIdentity")
+                seen_since = self._observe(current, now)
+                expired = now - seen_since >= timedelta(seconds=held.get("leaseDurationSeconds") or 15)
+                if holder and holder != self.identity and not expired:
+                    self._lost()
+                    return False
+                new_spec = {**held, **spec}
+                if holder != self.identity:
+                    new_spec["acquireTime"] = fmt_time(now)
+                    new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
+                    log.info("leader: took over lease from %s (unchanged for a lease duration)", holder)
+                body = {**current, "spec": new_spec}
+                self._won(json.loads(cast(Any, self.api.replace_namespaced_lease(
+                    self.name, self.namespace, _lease(body), _preload_content=False,
+                    _request_timeout=self.timeout)).data), now)
                 return True
-            held = current.get("spec") or {}
-            holder = held.get("holderIdentity")
-            renew = held.get("renewTime")
-            expired = renew is None or now - parse_time(renew) >= timedelta(
-                seconds=held.get("leaseDurationSeconds") or 15)
-            if holder != self.identity and not expired:
-                self.lease = None
-                return False
-            new_spec = {**held, **spec}
-            if holder != self.identity:
-                new_spec["acquireTime"] = fmt_time(now)
-                new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
-                log.info("leader: took over lease from %s (expired)", holder)
-            body = {**current, "spec": new_spec}
-            self.lease = json.loads(cast(Any, self.api.replace_namespaced_lease(
-                self.name, self.namespace, _lease(body), _preload_content=False,
-                _request_timeout=self.timeout)).data)
-            return True
-        except ApiException as exc:
-            log.warning("leader: lease %s/%s: HTTP %s %s", self.namespace, self.name, exc.status, exc.reason)
-        except Exception as exc:
-            log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
-        self.lease = None
-        return False
+            except ApiException as exc:
+                log.warning("leader: lease %s/%s: HTTP %s %s", self.namespace, self.name, exc.status, exc.reason)
+            except Exception as exc:
+                log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
+            return False  # a failed renewal: still leader until the renew deadline, as far as is_leader says
 
+    def _won(self, lease: dict[str, Any], started: datetime) -> None:
+        self.lease = lease
+        self._observed = (str(lease["metadata"].get("resourceVersion")), started)
+        self._leader_until = started + self.renew_deadline
+
+    def _lost(self) -> None:
+        self.lease = None
+        self._leader_until = None
+
+    def renew_loop(self, stop: threading.Event) -> None:
+        """Background thread: renew (or try to take) the Lease every third of its duration."""
+        period = self.duration.total_seconds() / 3
+        while not stop.is_set():
+            self.try_acquire()
+            stop.wait(period)
+
+    # --- the breaker state on the Lease ----------------------------------------------------
     def breaker_trips(self) -> dict[str, str]:
-        raw = ((self.lease or {}).get("metadata", {}).get("annotations") or {}).get(BREAKER_ANNOTATION)
-        try:
-            value = json.loads(raw) if raw else {}
-        except ValueError:
-            value = {}
-        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+        return breaker_trips_of(self.lease)
 
     def save_breaker_trips(self, trips: dict[str, str]) -> None:
         """Kept on the Lease (only the holder writes it): a restarted leader knows the breaker is open."""
-        if self.lease is None:
-            return
-        body = dict(self.lease)
-        meta = dict(body.get("metadata") or {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), BREAKER_ANNOTATION: json.dumps(trips, sort_keys=True)}
-        body["metadata"] = meta
-        self.lease = json.loads(cast(Any, self.api.replace_namespaced_lease(
-            self.name, self.namespace, _lease(body), _preload_content=False,
-            _request_timeout=self.timeout)).data)
+        with self._lock:
+            if self.lease is None or not self.is_leader():
+                return
+            body = dict(self.lease)
+            meta = dict(body.get("metadata") or {})
+            meta["annotations"] = {**(meta.get("annotations") or {}),
+                                   BREAKER_ANNOTATION: json.dumps(trips, sort_keys=True)}
+            body["metadata"] = meta
+            self.lease = json.loads(cast(Any, self.api.replace_namespaced_lease(
+                self.name, self.namespace, _lease(body), _preload_content=False,
+                _request_timeout=self.timeout)).data)
+            self._observed = (str(self.lease["metadata"].get("resourceVersion")), self.clock())

@@ -25,4 +25,8 @@ class Metrics:
         self.leader = Gauge("gpuhealth_remediator_leader", "1 while this replica holds the Lease", registry=r)
         self.api_errors = Counter("gpuhealth_remediator_api_errors", "Kubernetes API errors by operation",
                                   ["operation"], registry=r)
+        self.passes_aborted = Counter("gpuhealth_remediator_passes_aborted", "Passes stopped before their end "
+                                      "(lost the Lease, ran past the deadline)", ["reason"], registry=r)
+        self.rung_timeouts = Counter("gpuhealth_remediator_rung_timeouts", "Rungs that passed their timeout",
+                                     ["rung"], registry=r)
         self.passes = Counter("gpuhealth_remediator_reconcile_passes", "Reconcile passes run as leader", registry=r)

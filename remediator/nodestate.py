@@ -20,6 +20,7 @@ HOLD_ANNOTATION = f"{PREFIX}/hold"
 LAST_EPISODE_ANNOTATION = f"{PREFIX}/last-episode"
 TAINT_KEY = f"{PREFIX}/unhealthy"
 TAINT_EFFECT = "NoSchedule"
+STATE_VERSION = 1
 
 RUNGS: tuple[str, ...] = ("cordon", "drain", "reset_gpu", "reboot", "replace")
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
@@ -80,6 +81,8 @@ class NodeState:
     boot_id: str | None = None  # bootID before the reboot
     healthy_since: str | None = None
     quiet: bool = False  # the episode went quiet: escalation stopped
+    timed_out: bool = False  # the running rung passed its timeout (reported once)
+    drain_failed: bool = False  # a drain failed this episode: never climb above the alerts' own rung
     actions: tuple[str, ...] = ()  # start times of actions in the last hour (rate cap)
 
     # --- reading ---------------------------------------------------------------------------
@@ -106,22 +109,41 @@ class NodeState:
     def to_json(self) -> str:
         data = asdict(self)
         data["actions"] = list(self.actions)
-        return json.dumps({"v": 1, **data}, sort_keys=True, separators=(",", ":"))
+        return json.dumps({"v": STATE_VERSION, **data}, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None) -> NodeState:
-        """Tolerant of a missing or damaged annotation: that reads as no state (and is logged upstream)."""
+        """A missing annotation is no state. A damaged one, or one written by a newer remediator, raises
+        ValueError: callers fail closed (the node counts as disrupted and is left alone). Unknown keys
+        (in the state or in an alert record) are ignored."""
         if not text:
             return cls()
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"state annotation is not JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise ValueError("state annotation is not a JSON object")
-        data.pop("v", None)
-        alerts = {fp: AlertRecord(**a) for fp, a in (data.pop("alerts", None) or {}).items()}
-        known = {f for f in cls.__dataclass_fields__}
-        rest = {k: v for k, v in data.items() if k in known}
-        rest["actions"] = tuple(rest.get("actions") or ())
-        return cls(alerts=alerts, **rest)
+        version = data.pop("v", 1)
+        if not isinstance(version, int) or version > STATE_VERSION:
+            raise ValueError(f"state annotation version {version!r} is newer than this remediator's "
+                             f"({STATE_VERSION})")
+        raw_alerts = data.pop("alerts", None) or {}
+        if not isinstance(raw_alerts, dict):
+            raise ValueError("state annotation: alerts is not a mapping")
+        alert_fields = set(AlertRecord.__dataclass_fields__)
+        try:
+            alerts = {str(fp): AlertRecord(**{k: v for k, v in a.items() if k in alert_fields})
+                      for fp, a in raw_alerts.items()}
+            for a in alerts.values():
+                a.order_key()
+                parse_time(a.last_seen)
+            known = set(cls.__dataclass_fields__)
+            rest = {k: v for k, v in data.items() if k in known}
+            rest["actions"] = tuple(rest.get("actions") or ())
+            return cls(alerts=alerts, **rest)
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"state annotation is damaged: {exc}") from exc
 
 
 def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: datetime) -> NodeState:

@@ -68,7 +68,7 @@ class Policy:
     label_node: str = "node"
     label_remediation: str = "remediation"
     label_gpu: str = "gpu"
-    alertmanager_url: str | None = None
+    alertmanager_url: str | None = None  # None: not set (serve refuses); "none": silences deliberately not checked
     alertmanager_timeout: float = 5.0
     silence_on_error: str = "defer"
     jobs_namespace: str = "gpuhealth"
@@ -78,7 +78,6 @@ class Policy:
     replace_method: str = "nodeclaim"
     replace_hook_url: str | None = None
     replace_condition_type: str = "AcceleratedHardwareReady"
-    event_namespace: str = "default"
     lease_namespace: str = "gpuhealth"
     lease_name: str = "gpuhealth-remediator"
     lease_duration: timedelta = timedelta(seconds=15)
@@ -86,20 +85,34 @@ class Policy:
     def rung(self, name: str) -> RungPolicy:
         return self.rungs[name]
 
+    @property
+    def silences_url(self) -> str | None:
+        """Where to check silences; None when not set or opted out with `alertmanager.url: none`."""
+        return None if self.alertmanager_url in (None, "none") else self.alertmanager_url
+
+    def check_serve(self, interval: float) -> None:
+        """What `serve` needs beyond a valid file: a silence source (or an explicit opt-out), and passes
+        shorter than the Lease, so a leader's view is never older than its claim to lead."""
+        if self.alertmanager_url is None:
+            raise PolicyError("<policy>", "alertmanager.url", None,
+                              "required for serve: an http(s) URL to check silences, or `none` to opt out "
+                              "(then Alertmanager silences do not stop gpuhealth; only holds do)")
+        if interval <= 0 or interval >= self.lease_duration.total_seconds():
+            raise PolicyError("<policy>", "leader.lease_duration", None,
+                              f"the reconcile interval ({interval:g}s) must be shorter than the lease duration "
+                              f"({self.lease_duration.total_seconds():g}s)")
+
 
 DEFAULT_RUNGS: dict[str, RungPolicy] = {
     "cordon": RungPolicy(timeout=None, escalate_after=None),
     "drain": RungPolicy(timeout=timedelta(hours=1), escalate_after=None),
-    "reset_gpu": RungPolicy(timeout=timedelta(minutes=10), escalate_after=timedelta(minutes=15)),
+    "reset_gpu": RungPolicy(timeout=timedelta(minutes=10), escalate_after=timedelta(minutes=30)),
     "reboot": RungPolicy(timeout=timedelta(minutes=30), escalate_after=timedelta(minutes=30)),
-    "replace": RungPolicy(timeout=None, escalate_after=None),
+    "replace": RungPolicy(timeout=timedelta(hours=1), escalate_after=None),
 }
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-# key path -> (parser, attribute); the schema of the file in one table
-_Parser = Any
 
 
 class _Reader:
@@ -193,7 +206,7 @@ class _Reader:
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     r = _Reader(source, text)
     top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
-                         "alert_labels", "alertmanager", "jobs", "replace", "events", "leader"})
+                         "alert_labels", "alertmanager", "jobs", "replace", "leader"})
     d = Policy()
     kw: dict[str, Any] = {}
 
@@ -272,8 +285,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     am = r.section("alertmanager", {"url", "timeout", "on_error"}, top.get("alertmanager"))
     if "url" in am:
         url = r.string("alertmanager.url", am["url"], optional=True)
-        if url is not None and not re.match(r"^https?://", url):
-            raise r.fail("alertmanager.url", f"expected an http(s) URL, got {url!r}")
+        if url is not None and url != "none" and not re.match(r"^https?://", url):
+            raise r.fail("alertmanager.url", f"expected an http(s) URL or none, got {url!r}")
         kw["alertmanager_url"] = url.rstrip("/") if url else None
     if "timeout" in am:
         kw["alertmanager_timeout"] = (r.duration("alertmanager.timeout", am["timeout"]) or timedelta()).total_seconds()
@@ -300,10 +313,6 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     if kw.get("replace_method") == "hook" and not kw.get("replace_hook_url"):
         raise r.fail("replace.hook_url", "required when replace.method is hook")
 
-    events = r.section("events", {"namespace"}, top.get("events"))
-    if "namespace" in events:
-        kw["event_namespace"] = r.string("events.namespace", events["namespace"])
-
     leader = r.section("leader", {"namespace", "name", "lease_duration"}, top.get("leader"))
     if "namespace" in leader:
         kw["lease_namespace"] = r.string("leader.namespace", leader["namespace"])
@@ -311,6 +320,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         kw["lease_name"] = r.string("leader.name", leader["name"])
     if "lease_duration" in leader:
         kw["lease_duration"] = r.duration("leader.lease_duration", leader["lease_duration"])
+        if kw["lease_duration"] < timedelta(seconds=3):
+            raise r.fail("leader.lease_duration", "expected at least 3s (it is renewed every third of it)")
 
     merged = {**{f: getattr(d, f) for f in d.__dataclass_fields__}, **kw}
     return Policy(**merged)

@@ -2,35 +2,40 @@
 
 `evaluate` is the single decision path: `serve` (Remediator.reconcile) and `plan` (plan_from_json)
 both call it, so what `plan` prints is what `serve` would do.
+
+Recording is synchronous (the webhook is answered only once its alerts are on the Node). Executing a
+node's plan: the leader checks it still leads before every write; before a disruptive step it
+re-reads the Node and drops the plan if the Node changed since the list (the next pass decides
+again); it writes the plan's final state once, with the resourceVersion it was computed from, and
+only then performs the side effects (evictions, Jobs, replacement) and reports them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from remediator.actions import Kube
+from remediator.actions import Kube, cordon_body, state_body, uncordon_body
 from remediator.budget import Ledger
-from remediator.cluster import NodeView, build_views
-from remediator.drain import drain_pass
+from remediator.cluster import NodeView, build_views, evictable_pods
+from remediator.drain import OutOfTime, drain_pass
 from remediator.jobs import create_job, job_status, render_job
 from remediator.ladder import Decision, NodePlan, SilenceCheck, decide
-from remediator.leader import LeaderElector
+from remediator.leader import LeaderElector, breaker_trips_of
 from remediator.metrics import Metrics
-from remediator.nodestate import DISRUPTIVE, STATE_ANNOTATION, NodeState, hold_of, record_alerts
+from remediator.nodestate import DISRUPTIVE, STATE_ANNOTATION, TAINT_KEY, NodeState, fmt_time, record_alerts
 from remediator.policy import Policy
 from remediator.replace import replace_node
 from remediator.silences import SilenceChecker
-from remediator.webhook import Batch, NodeAlert
+from remediator.webhook import Batch
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -46,33 +51,57 @@ def audit(event: str, **fields: Any) -> None:
     log.info(json.dumps({"event": event, **fields}, sort_keys=True, default=str))
 
 
+class PassAborted(Exception):
+    """This replica lost the Lease, or the pass ran past its deadline: stop writing at once."""
+
+
+@dataclass
+class RecordResult:
+    recorded: list[str] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (node, reason): unknown node, unreadable state
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (node, error): answer 5xx, Alertmanager retries
+
+
 def evaluate(views: list[NodeView], policy: Policy, now: datetime, breaker_trips: dict[str, str] | None = None,
              silences: SilenceCheck | None = None) -> tuple[Ledger, list[NodePlan]]:
     ledger = Ledger.from_views(views, policy, now, breaker_trips)
     return ledger, decide(views, policy, now, ledger, silences)
 
 
-def plan_from_json(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], batches: Iterable[Batch],
-                   policy: Policy, now: datetime, silences: SilenceCheck | None = None) -> list[Decision]:
-    """What serve would decide now, from `kubectl get nodes/pods -o json` and webhook bodies; no cluster."""
+def plan_from_json(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | None, batches: Iterable[Batch],
+                   policy: Policy, now: datetime, silences: SilenceCheck | None = None,
+                   breaker_trips: dict[str, str] | None = None) -> list[Decision]:
+    """What serve would decide now, from `kubectl get nodes/pods -o json`, the Lease's breaker state and
+    webhook bodies; no cluster. pods None: unknown (drains and Jobs are deferred, not assumed empty)."""
     by_name = {(n.get("metadata") or {}).get("name", ""): n for n in nodes}
     states: dict[str, NodeState] = {}
     missing: list[str] = []
+    damaged: set[str] = set()
     for batch in batches:
         for node, alerts in batch.by_node().items():
             if node not in by_name:
                 missing.append(node)
                 continue
+            if node in damaged:
+                continue
             if node not in states:
                 raw = ((by_name[node].get("metadata") or {}).get("annotations") or {}).get(STATE_ANNOTATION)
-                states[node] = NodeState.from_json(raw)
+                try:
+                    states[node] = NodeState.from_json(raw)
+                except ValueError:
+                    damaged.add(node)  # the view reports it (fail closed)
+                    continue
             states[node] = record_alerts(states[node], alerts, now)
 
-    def pods_on(name: str) -> list[dict[str, Any]]:
-        return [p for p in pods if (p.get("spec") or {}).get("nodeName") == name]
+    pods_on = None
+    if pods is not None:
+        known = pods
+
+        def pods_on(name: str) -> list[dict[str, Any]]:
+            return [p for p in known if (p.get("spec") or {}).get("nodeName") == name]
 
     views = build_views(nodes, policy, pods_on, None, states)
-    _, plans = evaluate(views, policy, now, None, silences)
+    _, plans = evaluate(views, policy, now, breaker_trips, silences)
     out = [d for p in plans for d in p.decisions]
     decided = {d.node for d in out}
     out += [Decision(n, "none", "skipped", "no action needed") for n in states if n not in decided]
@@ -84,81 +113,86 @@ class Remediator:
     def __init__(self, kube: Kube, policy: Policy, identity: str, *, dry_run: bool = False,
                  clock: Clock = utcnow, sleep: Callable[[float], None] = time.sleep,
                  metrics: Metrics | None = None, silences: SilenceCheck | None = None,
-                 elector: LeaderElector | None = None, inbox_size: int = 1000) -> None:
+                 elector: LeaderElector | None = None) -> None:
         self.kube, self.policy, self.identity, self.dry_run = kube, policy, identity, dry_run
         self.clock, self.sleep = clock, sleep
         self.metrics = metrics or Metrics()
-        if silences is None and policy.alertmanager_url:
-            silences = SilenceChecker(policy.alertmanager_url, policy.label_node, policy.alertmanager_timeout)
+        if silences is None and policy.silences_url:
+            silences = SilenceChecker(policy.silences_url, policy.label_node, policy.alertmanager_timeout)
+        if silences is None and policy.alertmanager_url != "none":
+            raise ValueError("alertmanager.url is required: an http(s) URL to check silences, or `none` to opt out")
         self.silences = silences
         self.elector = elector or LeaderElector(kube.coordination, policy.lease_namespace, policy.lease_name,
                                                 identity, policy.lease_duration, clock, kube.timeout)
-        self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=inbox_size)
         self.overlay: dict[str, NodeState] = {}  # dry-run only: what we would have recorded
+        self.overlay_lock = threading.Lock()
         self.wake = threading.Event()
         self.api_ok = True
         self.last_plans: list[NodePlan] = []
+        self._deadline: datetime | None = None
 
-    # --- intake ----------------------------------------------------------------------------
-    def submit(self, batch: Batch) -> bool:
-        """Queue a validated webhook for the loop; False when the inbox is full (answer 503, AM retries)."""
-        try:
-            self.inbox.put_nowait(batch)
-        except queue.Full:
-            return False
-        self.wake.set()
-        return True
+    # --- intake: recorded on the Node before the webhook is answered ------------------------
+    def record(self, batch: Batch, now: datetime | None = None) -> RecordResult:
+        """One PATCH per node (resourceVersion-guarded, retried on 409). Failures are returned (the
+        receiver answers 5xx, so Alertmanager retries); nothing is dropped silently."""
+        now = now or self.clock()
+        result = RecordResult()
+        for node, alerts in batch.by_node().items():
+            outcome = self._record(node, alerts, now)
+            if outcome is None:
+                result.recorded.append(node)
+            elif outcome[0] == "ignored":
+                result.ignored.append((node, outcome[1]))
+            else:
+                result.failed.append((node, outcome[1]))
+        if result.recorded:
+            self.wake.set()
+        return result
 
-    def record_pending(self) -> None:
-        batches: list[Batch] = []
-        while True:
-            try:
-                batches.append(self.inbox.get_nowait())
-            except queue.Empty:
-                break
-        for batch in batches:
-            for node, alerts in batch.by_node().items():
-                self._record(node, alerts, batch.received_at or self.clock())
-
-    def _record(self, node: str, alerts: list[Any], now: datetime) -> None:
+    def _record(self, node: str, alerts: list[Any], now: datetime) -> tuple[str, str] | None:
+        error = "conflict"
         for _ in range(3):
             try:
                 current = self.kube.get_node(node)
                 raw = (current["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
-                base = self.overlay[node] if self.dry_run and node in self.overlay else NodeState.from_json(raw)
-                new = record_alerts(base, alerts, now)
-                if self.dry_run:
-                    self.overlay[node] = new
-                elif new != base:
+                with self.overlay_lock:
+                    base = self.overlay[node] if self.dry_run and node in self.overlay else NodeState.from_json(raw)
+                    new = record_alerts(base, alerts, now)
+                    if self.dry_run:
+                        self.overlay[node] = new
+                if not self.dry_run and new != base:
                     self.kube.write_state(node, new, current["metadata"].get("resourceVersion"))
                 audit("recorded", node=node, alerts=len(alerts), episode=new.episode, dry_run=self.dry_run)
                 self.api_ok = True
-                return
+                return None
             except ApiException as exc:
                 if exc.status == 404:
-                    audit("ignored", node=node, reason="node not found")
+                    audit("alert_ignored", node=node, reason="node not found")
                     self.metrics.alerts_ignored.labels("unknown node").inc(len(alerts))
-                    return
+                    return "ignored", "node not found"
                 self.metrics.api_errors.labels("record").inc()
                 log.warning("recording alerts on %s: HTTP %s %s", node, exc.status, exc.reason)
+                error = f"HTTP {exc.status} {exc.reason}"
                 if exc.status != 409:
                     self.api_ok = exc.status < 500
                     break
+            except ValueError as exc:  # the state annotation cannot be read: never overwrite it
+                log.error("recording alerts on %s: %s", node, exc)
+                self.metrics.alerts_ignored.labels("unreadable state").inc(len(alerts))
+                return "ignored", f"state annotation unreadable ({exc}): node left alone"
             except Exception as exc:
                 self.metrics.api_errors.labels("record").inc()
                 log.warning("recording alerts on %s: %s", node, exc)
                 self.api_ok = False
+                error = str(exc)
                 break
-        # not recorded: put it back for the next pass (Alertmanager would resend anyway)
-        batch = Batch(received_at=now)
-        batch.alerts = [NodeAlert(node, fp, rec) for fp, rec in alerts]
-        with contextlib.suppress(queue.Full):
-            self.inbox.put_nowait(batch)
+        return "failed", error
 
     # --- the pass --------------------------------------------------------------------------
     def run_once(self) -> list[NodePlan] | None:
-        """Record, then reconcile if leader. None when not leader."""
-        self.record_pending()
+        """Reconcile if leader (None when not). A dry run takes no part in leader election: it only reads."""
+        if self.dry_run:
+            return self.reconcile()
         leader = self.elector.try_acquire()
         self.metrics.leader.set(1 if leader else 0)
         if not leader:
@@ -166,6 +200,9 @@ class Remediator:
         return self.reconcile()
 
     def run_forever(self, stop: threading.Event, interval: float) -> None:
+        if not self.dry_run:
+            threading.Thread(target=self.elector.renew_loop, args=(stop,), name="remediator-lease",
+                             daemon=True).start()
         while not stop.is_set():
             try:
                 self.run_once()
@@ -175,8 +212,24 @@ class Remediator:
             self.wake.wait(interval)
             self.wake.clear()
 
+    def _guard(self) -> None:
+        """Before every write: still the leader, and the pass within its deadline."""
+        if self.dry_run:
+            return
+        if not self.elector.is_leader():
+            raise PassAborted("lost the Lease")
+        if self._deadline is not None and self.clock() >= self._deadline:
+            raise PassAborted(f"pass ran past its deadline ({self.elector.renew_deadline})")
+
+    def _pass_sleep(self, seconds: float) -> None:
+        """Backoff within a pass, never past the pass's deadline."""
+        if self._deadline is not None and self.clock().timestamp() + seconds >= self._deadline.timestamp():
+            raise OutOfTime()
+        self.sleep(seconds)
+
     def reconcile(self) -> list[NodePlan]:
         now = self.clock()
+        self._deadline = now + self.elector.renew_deadline  # decisions older than that are not acted on
         self.metrics.passes.inc()
         try:
             nodes = self.kube.list_nodes()
@@ -187,22 +240,29 @@ class Remediator:
             return []
         self.api_ok = True
         by_name = {n["metadata"]["name"]: n for n in nodes}
-        views = build_views(nodes, self.policy, self._pods_on, self._job_status,
-                            self.overlay if self.dry_run else None)
-        ledger, plans = evaluate(views, self.policy, now, self.elector.breaker_trips(), self.silences)
-        self._report_budget(ledger, now)
+        with self.overlay_lock:
+            overlay = dict(self.overlay) if self.dry_run else None
+        views = build_views(nodes, self.policy, self.kube.pods_on, self._job_status, overlay)
+        trips = self.elector.breaker_trips() if not self.dry_run else breaker_trips_of(self.elector.peek())
+        ledger, plans = evaluate(views, self.policy, now, trips, self.silences)
         view_of = {v.name: v for v in views}
-        for plan in plans:
-            try:
-                self._execute(plan, view_of[plan.node], by_name[plan.node], now)
-            except Exception as exc:
-                self.metrics.api_errors.labels("execute").inc()
-                log.warning("node %s: %s", plan.node, exc)
+        try:
+            self._report_budget(ledger, trips, now)
+            for plan in plans:
+                try:
+                    self._execute(plan, view_of[plan.node], by_name[plan.node], now)
+                except PassAborted:
+                    raise
+                except Exception as exc:
+                    self.metrics.api_errors.labels("execute").inc()
+                    log.warning("node %s: %s", plan.node, exc)
+        except PassAborted as exc:
+            self.metrics.passes_aborted.labels(str(exc).split(" (")[0]).inc()
+            audit("pass_aborted", reason=str(exc), identity=self.identity)
+        finally:
+            self._deadline = None
         self.last_plans = plans
         return plans
-
-    def _pods_on(self, node: str) -> list[dict[str, Any]]:
-        return self.kube.pods_on(node)
 
     def _job_status(self, name: str) -> str:
         try:
@@ -211,7 +271,7 @@ class Remediator:
             log.warning("job %s status: %s", name, exc)
             return "running"  # unknown: neither done nor failed; look again next pass
 
-    def _report_budget(self, ledger: Ledger, now: datetime) -> None:
+    def _report_budget(self, ledger: Ledger, stored_trips: dict[str, str], now: datetime) -> None:
         m = self.metrics
         for pool, usage in ledger.pools.items():
             m.budget_in_use.labels(pool, "disrupted").set(len(usage.disrupted))
@@ -219,10 +279,11 @@ class Remediator:
             m.budget_limit.labels(pool, "disrupted").set(ledger.disrupted_limit(pool))
             m.budget_limit.labels(pool, "cordoned").set(ledger.cordoned_limit(pool))
             m.breaker_open.labels(pool).set(1 if ledger.breaker_open(pool) else 0)
-        for pool, why in ledger.newly_tripped.items():
+        for pool, why in ledger.newly_tripped.items():  # closed -> open only
             audit("breaker_open", pool=pool, reason=why, dry_run=self.dry_run)
             if self.dry_run:
                 continue
+            self._guard()
             try:
                 self.kube.event(self.policy.lease_name, "CircuitBreakerOpen",
                                 f"pool {pool}: {why}; new disruptive actions stop for "
@@ -230,7 +291,8 @@ class Remediator:
                                 namespace=self.policy.lease_namespace, api_version="coordination.k8s.io/v1")
             except Exception as exc:
                 log.warning("breaker event: %s", exc)
-        if ledger.newly_tripped and not self.dry_run:
+        if ledger.breaker_trips != stored_trips and not self.dry_run:
+            self._guard()
             try:
                 self.elector.save_breaker_trips(ledger.breaker_trips)
             except Exception as exc:
@@ -245,38 +307,77 @@ class Remediator:
         except Exception as exc:
             log.warning("event %s on %s: %s", reason, node, exc)
 
-    def _recheck(self, name: str) -> tuple[dict[str, Any], str | None]:
-        """Just before a disruptive step: a hold or a person's cordon set since the pass began stops it."""
-        node = self.kube.get_node(name)
-        if hold_of(node["metadata"].get("annotations") or {}):
-            return node, "a hold was set on the node"
-        return node, None
+    def _fields(self, d: Decision, **extra: Any) -> dict[str, Any]:
+        return {"node": d.node, "pool": d.pool, "action": d.action, "decision": d.decision, "reason": d.reason,
+                "dry_run": self.dry_run, **extra}
+
+    def _drop(self, plan: NodePlan, why: str) -> None:
+        for d in plan.executes():
+            self.metrics.actions.labels(d.action, "skipped").inc()
+            audit("decision", **self._fields(d, decision="skipped", reason=why))
 
     def _execute(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime) -> None:
-        for reason, message in plan.notes:
-            audit("progress", node=plan.node, reason=reason, message=message, dry_run=self.dry_run)
-            self._event(plan.node, reason, message, now, warning="Fail" in reason or "Timed" in reason)
-        wrote = False
+        executes = plan.executes()
         for d in plan.decisions:
-            fields = {"node": d.node, "pool": d.pool, "action": d.action, "decision": d.decision, "reason": d.reason,
-                      "dry_run": self.dry_run}
             if d.decision != "execute":
                 self.metrics.actions.labels(d.action, d.decision).inc()
-                audit("decision", **fields)
-                continue
-            if self.dry_run:
+                audit("decision", **self._fields(d))
+        if self.dry_run:
+            for d in executes:
                 self.metrics.actions.labels(d.action, "dry_run").inc()
-                audit("decision", **fields, result="dry_run")
-                continue
+                audit("decision", **self._fields(d, result="dry_run"))
+            for reason, message in plan.notes:
+                audit("progress", node=plan.node, reason=reason, message=message, dry_run=True)
+            return
+        if not executes and not plan.changed:
+            return
+
+        # 1. re-check before anything disruptive: the Node as listed, and (for Jobs and replacement)
+        #    nothing left to evict on it
+        if any(d.action in DISRUPTIVE for d in executes):
+            self._guard()
+            fresh = self.kube.get_node(plan.node)
+            if fresh["metadata"].get("resourceVersion") != plan.resource_version:
+                return self._drop(plan, "the node changed since this pass read it (a hold, a person, another "
+                                  "replica): re-deciding next pass")
+            if any(d.action in ("reset_gpu", "reboot", "replace") for d in executes):
+                left = evictable_pods(self.kube.pods_on(plan.node))
+                if left:
+                    return self._drop(plan, f"{len(left)} evictable pod(s) on the node right before the "
+                                      "disruptive step: draining again next pass")
+
+        # 2. the final state, written once, with the resourceVersion the plan was computed from
+        actions = {d.action for d in executes}
+        if "cordon" in actions:
+            body = cordon_body(node, plan.final_state)
+        elif "uncordon" in actions:
+            body = uncordon_body(node, plan.base_state, plan.final_state, now)
+        else:
+            body = state_body(plan.final_state) if plan.changed else {}
+        if body:
+            self._guard()
             try:
-                if d.action in DISRUPTIVE and d.new:
-                    node, stop = self._recheck(d.node)
-                    if stop:
-                        self.metrics.actions.labels(d.action, "skipped").inc()
-                        audit("decision", **{**fields, "decision": "skipped", "reason": stop})
-                        return
-                node, message = self._perform(d, view, node, now)
-                wrote = True
+                node = self.kube.patch_node(plan.node, body, plan.resource_version)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                return self._drop(plan, "the node changed since this pass read it (409 Conflict): "
+                                  "re-deciding next pass")
+        for reason, message in plan.notes:
+            audit("progress", node=plan.node, reason=reason, message=message, dry_run=False)
+            if reason.endswith("TimedOut"):
+                rung = {"GPUReset": "reset_gpu", "Drain": "drain", "Reboot": "reboot", "Replace": "replace"}
+                self.metrics.rung_timeouts.labels(rung.get(reason[:-len("TimedOut")], reason)).inc()
+            self._event(plan.node, reason, message, now, warning="Fail" in reason or "Timed" in reason)
+
+        # 3. the side effects, now that the intent is on the Node
+        for d in executes:
+            fields = self._fields(d)
+            try:
+                self._guard()
+                message = self._perform(d, view, node, plan, now)
+            except PassAborted:
+                raise
             except Exception as exc:
                 self.metrics.actions.labels(d.action, "failed").inc()
                 audit("action", **fields, result="failed", error=str(exc))
@@ -286,39 +387,34 @@ class Remediator:
             audit("action", **fields, result="executed", detail=message)
             if d.new or message:
                 self._event(d.node, _camel(d.action), f"{d.reason}{': ' + message if message else ''}", now)
-        if not wrote and not self.dry_run and plan.base_state != view.state:
-            self.kube.write_state(plan.node, plan.base_state, node["metadata"].get("resourceVersion"))
 
-    def _perform(self, d: Decision, view: NodeView, node: dict[str, Any], now: datetime) -> tuple[dict[str, Any], str]:
+    def _perform(self, d: Decision, view: NodeView, node: dict[str, Any], plan: NodePlan, now: datetime) -> str:
         kube, policy = self.kube, self.policy
-        rv = node["metadata"].get("resourceVersion")
-        state = d.state_after or view.state
-        if d.action == "cordon":
-            return kube.cordon(node, state), ""
-        if d.action == "uncordon":
-            return kube.uncordon(node, view.state, state, now), ""
+        if d.action in ("cordon", "uncordon"):
+            return ""  # done by the state write
         if d.action == "drain":
-            if state != view.state:
-                node = kube.write_state(d.node, state, rv)
-            result = drain_pass(kube.core, view.evictable, policy.eviction_backoff, self.sleep, d.force, kube.timeout)
+            pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
+            result = drain_pass(kube.core, pods, policy.eviction_backoff, self._pass_sleep, d.force,
+                                kube.timeout, guard=self._guard)
             if result.errors and not result.evicted and not result.blocked:
                 raise RuntimeError(f"drain pass failed: {result.summary()}")
-            return node, result.summary() if (result.evicted or result.errors or d.new) else ""
+            return result.summary() if (result.evicted or result.errors or d.new) else ""
+        if not any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or []):
+            raise RuntimeError("gpuhealth's taint is not on the node: a person took over; not starting")
         if d.action in ("reset_gpu", "reboot"):
-            assert state.job is not None
-            manifest = render_job(d.action, state.job, d.node, policy, state.gpu)
+            assert d.job is not None
+            manifest = render_job(d.action, d.job, d.node, policy, d.gpu)
             created = create_job(kube.batch, manifest, kube.timeout)
-            node = kube.write_state(d.node, state, rv)
-            return node, f"job {policy.jobs_namespace}/{state.job} {'created' if created else 'already exists'}"
+            return f"job {policy.jobs_namespace}/{d.job} {'created' if created else 'already exists'}"
         if d.action == "replace":
-            node = kube.write_state(d.node, state, rv)
             try:
-                done = replace_node(kube, d.node, policy, now, d.reason)
+                return replace_node(kube, d.node, policy, now, d.reason)
             except Exception:
-                failed = NodeState(**{**state.__dict__, "rung_status": "failed"})
+                # our own write's resourceVersion: the Node exactly as this plan left it
+                failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now))
+                self._guard()
                 kube.write_state(d.node, failed, node["metadata"].get("resourceVersion"))
                 raise
-            return node, done
         raise ValueError(f"unknown action {d.action}")
 
 

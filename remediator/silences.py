@@ -1,7 +1,9 @@
 """Acknowledgement through Alertmanager: is any of this node's alerts silenced right now?
 
-Asked before each disruptive step (GET /api/v2/alerts, filtered by the node label). An alert whose
-status is suppressed by a silence means a person took over. When Alertmanager cannot be asked, the
+Asked before each disruptive step (GET /api/v2/alerts, filtered by the node label): starts, drain
+retries and forced deletion. An alert suppressed by a silence (silencedBy) means a person took over;
+one suppressed by an inhibition (inhibitedBy: a bigger alert covers it, e.g. the node is down) is
+treated the same way: Alertmanager would not have told anyone about it either. When Alertmanager cannot be asked, the
 answer carries the error and the policy (alertmanager.on_error) decides; by default we wait.
 """
 
@@ -42,4 +44,5 @@ class SilenceChecker:
             if wanted and alert.get("fingerprint") not in wanted:
                 continue
             silenced.update(status.get("silencedBy") or [])
+            silenced.update(f"inhibited by {by}" for by in status.get("inhibitedBy") or [])
         return SilenceAnswer(silenced_by=tuple(sorted(silenced)))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from remediator.nodestate import REMEDIATIONS, AlertRecord, parse_time
@@ -36,7 +35,6 @@ class NodeAlert:
 class Batch:
     alerts: list[NodeAlert] = field(default_factory=list)
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (fingerprint, reason)
-    received_at: datetime | None = None  # when the receiver accepted it (recorded as last_seen)
 
     def by_node(self) -> dict[str, list[tuple[str, AlertRecord]]]:
         out: dict[str, list[tuple[str, AlertRecord]]] = {}
@@ -45,11 +43,18 @@ class Batch:
         return out
 
 
+ALL_GPUS = "all"
+
+
 def valid_gpu(value: str | None) -> str | None:
-    """A GPU index or a PCI bus id (what nvidia-smi -i accepts); anything else is dropped."""
+    """The rules/ contract: a GPU index or a PCI bus id (what nvidia-smi -i accepts), or "all"/"unknown"
+    (the fault is not tied to one GPU: reset them all, ALL_GPUS). Anything else is dropped, since it
+    ends up in a command line."""
     if value is None:
         return None
     value = value.strip()
+    if value.lower() in ("all", "unknown"):
+        return ALL_GPUS
     return value if _GPU_INDEX.match(value) or _PCI_BUS_ID.match(value) else None
 
 

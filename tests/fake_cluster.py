@@ -4,11 +4,17 @@ The official `kubernetes` client talks to it exactly as to a real API server. It
 and behaves like the API server where the remediator depends on it:
 - nodes: list (label/field selectors), get, merge and strategic-merge PATCH with a resourceVersion
   precondition (409 Conflict on a stale one), PATCH nodes/status (conditions merged by type);
-- pods: list with field selector spec.nodeName, delete, and the Eviction subresource, which answers
-  429 TooManyRequests when a PodDisruptionBudget allows no more disruptions;
-- events (create, list by involvedObject.name), coordination.k8s.io/v1 Leases (create, get,
-  replace with a resourceVersion precondition), batch/v1 Jobs (create, get; 409 AlreadyExists),
-  karpenter.sh/v1 NodeClaims (list, delete);
+- pods: list with field selectors (=, ==, !=), delete, and the Eviction subresource, which answers
+  429 TooManyRequests when a PodDisruptionBudget allows no more disruptions. As on a real cluster an
+  evicted or deleted pod is not gone at once: it gets a deletionTimestamp (Terminating) and
+  disappears after its grace period (the pod's spec.terminationGracePeriodSeconds when given, else
+  `pod_grace`: a short 1 s on the real clock; the remediator harness sets 30 s, the Kubernetes default,
+  with `clock` on its injected clock); evicting a pod that is
+  already terminating succeeds without touching PDBs; DELETE with gracePeriodSeconds=0 removes at once;
+- events (create, list by involvedObject.name; 422 when the Event's namespace is not the involved
+  object's, or "default" for cluster-scoped objects, as the API server validates);
+- coordination.k8s.io/v1 Leases (create, get, replace with a resourceVersion precondition);
+  batch/v1 Jobs (create, get; 409 AlreadyExists); karpenter.sh/v1 NodeClaims (list, delete);
 - fault injection: answer a matching request with an error status, or delay it (client timeouts).
 The kubernetes client sends POST bodies without Content-Type; as the API server does, we read JSON.
 """
@@ -20,6 +26,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -71,10 +79,17 @@ def _field(obj: Obj, path: str) -> Any:
     return cur
 
 
+_FIELD_TERM = re.compile(r"^([^!=]+)(!=|==|=)(.*)$")
+
+
 def _selected(obj: Obj, field_selector: str | None, label_selector: str | None) -> bool:
     for term in filter(None, (field_selector or "").split(",")):
-        key, _, want = term.partition("=")
-        if str(_field(obj, key.rstrip("!")) or "") != want.lstrip("="):
+        match = _FIELD_TERM.match(term)
+        if match is None:
+            raise ValueError(f"bad field selector term {term!r}")
+        key, op, want = match.groups()
+        equal = str(_field(obj, key) or "") == want
+        if equal != (op != "!="):
             return False
     labels = (obj.get("metadata") or {}).get("labels") or {}
     for term in filter(None, (label_selector or "").split(",")):
@@ -87,6 +102,8 @@ def _selected(obj: Obj, field_selector: str | None, label_selector: str | None) 
 class FakeCluster:
     def __init__(self, token: str = "") -> None:
         self.token = token  # when set, requests without `Authorization: Bearer <token>` get 401
+        self.clock: Callable[[], float] = time.time  # seconds since the epoch; pods' termination runs on it
+        self.pod_grace = 1.0  # seconds an evicted pod stays Terminating, unless the pod says otherwise
         self.lock = threading.RLock()
         self.rv = 0
         self.nodes: dict[str, Obj] = {}
@@ -97,6 +114,8 @@ class FakeCluster:
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.nodeclaims: dict[str, Obj] = {}
         self.requests: list[tuple[str, str]] = []
+        self._evicted: list[str] = []
+        self._gone_at: dict[tuple[str, str], float] = {}  # terminating pods: when they disappear
         self._faults: list[dict[str, Any]] = []
         cluster = self
 
@@ -134,7 +153,11 @@ class FakeCluster:
                 except ValueError:
                     return self._send(400, _status(400, "BadRequest", "body is not JSON"))
                 with cluster.lock:
-                    code, out = cluster._route(method, url.path, query, body, self.headers.get("Content-Type") or "")
+                    try:
+                        code, out = cluster._route(method, url.path, query, body,
+                                                   self.headers.get("Content-Type") or "")
+                    except ValueError as exc:
+                        code, out = 400, _status(400, "BadRequest", str(exc))
                 self._send(code, out)
 
             def do_GET(self) -> None:
@@ -186,18 +209,22 @@ class FakeCluster:
             return node
 
     def add_pod(self, node: str, name: str, namespace: str = "default", labels: dict[str, str] | None = None,
-                owner_kind: str | None = "ReplicaSet", gpus: int = 0, mirror: bool = False) -> Obj:
+                owner_kind: str | None = "ReplicaSet", gpus: int = 0, mirror: bool = False,
+                grace_seconds: int | None = None) -> Obj:
         with self.lock:
             meta: Obj = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
                          "labels": dict(labels or {}), "resourceVersion": self._next_rv()}
             if owner_kind:
-                meta["ownerReferences"] = [{"kind": owner_kind, "name": f"{name}-owner", "apiVersion": "apps/v1"}]
+                meta["ownerReferences"] = [{"kind": owner_kind, "name": f"{name}-owner", "apiVersion": "apps/v1",
+                                            "uid": f"uid-{namespace}-{name}-owner", "controller": True}]
             if mirror:
                 meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
             resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x", "resources": resources}]},
                    "status": {"phase": "Running"}}
+            if grace_seconds is not None:
+                pod["spec"]["terminationGracePeriodSeconds"] = grace_seconds
             self.pods[(namespace, name)] = pod
             return pod
 
@@ -235,8 +262,41 @@ class FakeCluster:
         return list(self.node(name)["spec"].get("taints") or [])
 
     def pods_on(self, node: str) -> list[Obj]:
+        """The node's pods as `kubectl get pods` shows them: Terminating ones included until they are gone."""
         with self.lock:
+            self._reap()
             return [copy.deepcopy(p) for p in self.pods.values() if p["spec"]["nodeName"] == node]
+
+    def terminating(self, node: str) -> list[str]:
+        return [p["metadata"]["name"] for p in self.pods_on(node) if p["metadata"].get("deletionTimestamp")]
+
+    def evictions(self) -> list[str]:
+        """Pods evicted or deleted so far (namespace/name), in order."""
+        with self.lock:
+            return list(self._evicted)
+
+    def _terminate(self, key: tuple[str, str], grace: float | None = None) -> None:
+        pod = self.pods[key]
+        self._evicted.append(f"{key[0]}/{key[1]}")
+        if grace is None:
+            grace = float(pod["spec"].get("terminationGracePeriodSeconds", self.pod_grace))
+        if grace <= 0:
+            del self.pods[key]
+            return
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp"):
+            now = self.clock()
+            meta["deletionTimestamp"] = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["deletionGracePeriodSeconds"] = int(grace)
+            meta["resourceVersion"] = self._next_rv()
+            self._gone_at[key] = now + grace
+
+    def _reap(self) -> None:
+        now = self.clock()
+        for key, at in list(self._gone_at.items()):
+            if now >= at:
+                self.pods.pop(key, None)
+                del self._gone_at[key]
 
     def events_for(self, name: str) -> list[Obj]:
         with self.lock:
@@ -253,6 +313,7 @@ class FakeCluster:
     def _route(self, method: str, path: str, query: dict[str, str], body: Any,
                content_type: str) -> tuple[int, Obj]:
         fs, ls = query.get("fieldSelector"), query.get("labelSelector")
+        self._reap()
         parts = path.strip("/").split("/")
         if parts[:3] == ["api", "v1", "nodes"]:
             return self._nodes(method, parts[3:], body, content_type, fs, ls)
@@ -261,7 +322,7 @@ class FakeCluster:
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 5:
             ns, kind, rest = parts[3], parts[4], parts[5:]
             if kind == "pods":
-                return self._pods(method, ns, rest, body, fs, ls)
+                return self._pods(method, ns, rest, body, fs, ls, query)
             if kind == "events":
                 return self._events(method, ns, body, fs)
         if parts[:4] == ["apis", "coordination.k8s.io", "v1", "namespaces"] and parts[5:6] == ["leases"]:
@@ -316,7 +377,7 @@ class FakeCluster:
         return 405, _status(405, "MethodNotAllowed")
 
     def _pods(self, method: str, ns: str, rest: list[str], body: Any, fs: str | None,
-              ls: str | None) -> tuple[int, Obj]:
+              ls: str | None, query: dict[str, str]) -> tuple[int, Obj]:
         if not rest and method == "GET":
             return 200, self._list("PodList", (p for (n, _), p in self.pods.items() if n == ns), fs, ls)
         if not rest:
@@ -325,11 +386,14 @@ class FakeCluster:
         if pod is None:
             return 404, _status(404, "NotFound", f'pods "{rest[0]}" not found')
         if method == "DELETE" and len(rest) == 1:
-            del self.pods[(ns, rest[0])]
-            return 200, pod
+            grace = (body or {}).get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+            self._terminate((ns, rest[0]), None if grace is None else int(grace))
+            return 200, copy.deepcopy(self.pods.get((ns, rest[0]), pod))
         if method == "POST" and rest[1:] == ["eviction"]:
             if not isinstance(body, dict) or body.get("kind") != "Eviction":
                 return 400, _status(400, "BadRequest", "expected an Eviction")
+            if pod["metadata"].get("deletionTimestamp"):  # already terminating: nothing more to disrupt
+                return 201, _status(201, "Created") | {"status": "Success"}
             labels = pod["metadata"].get("labels") or {}
             for pdb in self.pdbs:
                 if pdb["namespace"] == ns and all(labels.get(k) == v for k, v in pdb["matchLabels"].items()):
@@ -337,7 +401,7 @@ class FakeCluster:
                         return 429, _status(429, "TooManyRequests",
                                             "Cannot evict pod as it would violate the pod's disruption budget.")
                     pdb["disruptionsAllowed"] -= 1
-            del self.pods[(ns, rest[0])]
+            self._terminate((ns, rest[0]))
             return 201, _status(201, "Created") | {"status": "Success"}
         return 405, _status(405, "MethodNotAllowed")
 
@@ -345,6 +409,13 @@ class FakeCluster:
         if method == "POST":
             if not isinstance(body, dict) or "involvedObject" not in body:
                 return 400, _status(400, "BadRequest", "event needs involvedObject")
+            involved_ns = (body.get("involvedObject") or {}).get("namespace") or ""
+            if (body.get("metadata") or {}).get("namespace") not in (None, ns):
+                return 422, _status(422, "Invalid", "the namespace of the provided object does not match the "
+                                    "namespace sent on the request")
+            if (involved_ns and involved_ns != ns) or (not involved_ns and ns != "default"):
+                return 422, _status(422, "Invalid", f"Event is invalid: involvedObject.namespace: Invalid value: "
+                                    f"{involved_ns!r}: does not match event.namespace {ns!r}")
             event = copy.deepcopy(body)
             event.setdefault("metadata", {})["namespace"] = ns
             event["metadata"]["resourceVersion"] = self._next_rv()

@@ -5,6 +5,7 @@ from the real Alertmanager 0.25 capture."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import threading
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,10 @@ from remediator.reconciler import Remediator
 FIXTURES = Path(__file__).parent / "fixtures" / "alertmanager"
 TOKEN = "s3cret-token"
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+def utc_now_clock() -> datetime:
+    return datetime.now(UTC)
 
 
 def firing_fixture() -> dict[str, Any]:
@@ -57,14 +62,19 @@ class Harness:
                  start: datetime = T0) -> None:
         if isinstance(policy, str):
             policy = parse_policy(policy)
-        self.policy = policy or Policy()
+        policy = policy or Policy()
+        if silences is None and policy.alertmanager_url is None:  # tests that do not use silences opt out
+            policy = dataclasses.replace(policy, alertmanager_url="none")
+        self.policy = policy
         self.cluster = cluster
         self.now = start
+        cluster.clock = lambda: self.now.timestamp()  # pods terminate on the test's clock...
+        cluster.pod_grace = 30.0  # ...after Kubernetes' default grace period
         self.slept: list[float] = []
         config = client.Configuration(host=cluster.url)
-        self.kube = Kube(client.ApiClient(config), self.policy.event_namespace, request_timeout=timeout)
+        self.kube = Kube(client.ApiClient(config), request_timeout=timeout)
         self.rem = Remediator(self.kube, self.policy, identity, dry_run=dry_run, clock=lambda: self.now,
-                              sleep=self.slept.append, silences=silences)
+                              sleep=self.sleep, silences=silences)
         self.app = create_app(ServeConfig(self.policy, TOKEN), remediator=self.rem, start_loop=False)
         self.http = self.app.test_client()
 
@@ -80,6 +90,11 @@ class Harness:
     def resolve(self, node: str, remediation: str = "cordon", **kw: Any) -> None:
         response = self.post(webhook(node, remediation, status="resolved", **kw))
         assert response.status_code == 202, response.get_json()
+
+    def sleep(self, seconds: float) -> None:
+        """The remediator's sleep: recorded, and time passes."""
+        self.slept.append(seconds)
+        self.now += timedelta(seconds=seconds)
 
     def advance(self, **kw: float) -> None:
         self.now += timedelta(**kw)
@@ -130,6 +145,10 @@ class FakeAlertmanager:
     def silence(self, node: str, fingerprint: str, silence_id: str = "a1b2c3") -> None:
         self.alerts.append({"labels": {"node": node}, "fingerprint": fingerprint,
                             "status": {"state": "suppressed", "silencedBy": [silence_id], "inhibitedBy": []}})
+
+    def inhibit(self, node: str, fingerprint: str, by: str = "fp-node-down") -> None:
+        self.alerts.append({"labels": {"node": node}, "fingerprint": fingerprint,
+                            "status": {"state": "suppressed", "silencedBy": [], "inhibitedBy": [by]}})
 
     def __enter__(self) -> FakeAlertmanager:
         self._thread.start()

@@ -8,7 +8,7 @@ import pytest
 from fake_cluster import FakeCluster
 from remediator_harness import Harness
 
-from remediator.nodestate import LAST_EPISODE_ANNOTATION, TAINT_KEY
+from remediator.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, TAINT_KEY
 
 POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}
@@ -50,10 +50,14 @@ def test_reboot_alert_passes_through_cordon_and_drain_then_reboots_once_drained(
     cluster.add_pod("gpu-2", "kube-proxy-gpu-2", owner_kind="Node", mirror=True)
     h.fire("gpu-2", "reboot")
     assert h.decisions(h.step()) == [("gpu-2", "cordon", "execute"), ("gpu-2", "drain", "execute")]
-    assert [p["metadata"]["name"] for p in cluster.pods_on("gpu-2")] == ["dcgm-exporter-x", "kube-proxy-gpu-2"]
+    assert cluster.evictions() == ["default/train-0"]  # not the DaemonSet pod, not the mirror pod
+    assert cluster.terminating("gpu-2") == ["train-0"]
+    h.advance(seconds=10)  # still terminating: the reboot waits for it to be gone
+    assert h.decisions(h.step()) == [("gpu-2", "drain", "deferred")]
     assert cluster.jobs == {}
-    h.advance(seconds=30)
+    h.advance(seconds=20)
     assert h.decisions(h.step()) == [("gpu-2", "reboot", "execute")]
+    assert [p["metadata"]["name"] for p in cluster.pods_on("gpu-2")] == ["dcgm-exporter-x", "kube-proxy-gpu-2"]
     (ns, _name), job = next(iter(cluster.jobs.items()))
     assert ns == "gpuhealth" and job["spec"]["template"]["spec"]["nodeName"] == "gpu-2"
     assert job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] is True
@@ -104,9 +108,10 @@ def test_fault_persisting_after_a_successful_reset_climbs_to_reboot(h: Harness, 
     h.step()
     assert h.state("gpu-4").rung_status == "done"
     h.fire("gpu-4", "reset_gpu", gpu="1")  # Alertmanager repeats: still firing
-    h.advance(minutes=10)
+    h.advance(minutes=16)  # event alerts clear within ~10-15 min of a fix: not yet a reason to reboot
     assert h.decisions(h.step()) == [("gpu-4", "reboot", "deferred")]
-    h.advance(minutes=6)
+    h.fire("gpu-4", "reset_gpu", gpu="1")
+    h.advance(minutes=15)
     assert h.decisions(h.step()) == [("gpu-4", "reboot", "execute")]
 
 
@@ -117,6 +122,28 @@ def test_failed_reset_job_climbs_to_reboot(h: Harness, cluster: FakeCluster) -> 
     h.advance(seconds=30)
     assert h.decisions(h.step()) == [("gpu-4", "reboot", "execute")]
     assert "GPUResetFailed" in cluster.reasons("gpu-4")
+
+
+@pytest.mark.parametrize("label", ["all", "unknown"])
+def test_reset_of_all_or_unknown_gpu_resets_every_gpu_after_the_drain(h: Harness, cluster: FakeCluster,
+                                                                        label: str) -> None:
+    cluster.add_pod("gpu-5", "train-0", gpus=8)
+    h.fire("gpu-5", "reset_gpu", gpu=label)
+    assert h.decisions(h.step()) == [("gpu-5", "cordon", "execute"), ("gpu-5", "drain", "execute")]
+    assert cluster.jobs == {}  # not before the node is drained
+    h.advance(seconds=30)
+    assert h.decisions(h.step()) == [("gpu-5", "reset_gpu", "execute")]
+    job = next(iter(cluster.jobs.values()))
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["nvidia-smi", "--gpu-reset"]
+    assert "GPUResetSkipped" not in cluster.reasons("gpu-5")
+
+
+def test_alerts_naming_different_gpus_reset_all_of_them(h: Harness, cluster: FakeCluster) -> None:
+    h.fire("gpu-5", "reset_gpu", gpu="1", alertname="A")
+    h.fire("gpu-5", "reset_gpu", gpu="3", alertname="B")
+    h.step()
+    job = next(iter(cluster.jobs.values()))
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["nvidia-smi", "--gpu-reset"]
 
 
 def test_reset_without_a_gpu_label_goes_to_reboot(h: Harness, cluster: FakeCluster) -> None:
@@ -165,6 +192,23 @@ def test_return_to_service_waits_for_the_healthy_delay(h: Harness, cluster: Fake
     assert "ReturnedToService" in cluster.reasons("gpu-1")
 
 
+def test_replace_that_never_completes_times_out_reports_and_stays_out_of_service(cluster: FakeCluster) -> None:
+    h = Harness(cluster, "replace: {method: condition}")  # Karpenter never acts on the condition
+    h.fire("gpu-6", "replace")
+    h.step()
+    for _ in range(3):
+        h.fire("gpu-6", "replace")
+        h.advance(minutes=25)
+        h.step()
+    assert cluster.reasons("gpu-6").count("ReplaceTimedOut") == 1
+    assert h.metric("gpuhealth_remediator_rung_timeouts_total", rung="replace") == 1
+    assert h.state("gpu-6").rung_status == "failed" and cluster.taints("gpu-6")
+    h.advance(minutes=5)
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-6", "none", "skipped")] and "needs a person" in h.decided(plans)[0].reason
+    assert cluster.reasons("gpu-6").count("ReplaceTimedOut") == 1  # reported once, not every pass
+
+
 def test_human_cordoned_node_is_left_alone_and_never_uncordoned(h: Harness, cluster: FakeCluster) -> None:
     cluster.nodes["gpu-7"]["spec"]["unschedulable"] = True
     h.fire("gpu-7", "reboot")
@@ -177,7 +221,8 @@ def test_human_cordoned_node_is_left_alone_and_never_uncordoned(h: Harness, clus
     assert node["spec"]["unschedulable"] is True and not node["spec"].get("taints")
 
 
-def test_person_cordoning_after_us_keeps_the_node_cordoned_when_we_leave(h: Harness, cluster: FakeCluster) -> None:
+def test_node_already_unschedulable_under_our_taint_is_never_uncordoned_by_us(h: Harness,
+                                                                              cluster: FakeCluster) -> None:
     cluster.nodes["gpu-8"]["spec"]["unschedulable"] = True  # a person first
     cluster.nodes["gpu-8"]["spec"]["taints"] = [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
     h.fire("gpu-8", "cordon")
@@ -216,12 +261,17 @@ def test_resolved_then_refired_reopens_the_episode(h: Harness, cluster: FakeClus
 
 
 def test_only_firing_alerts_start_anything(h: Harness, cluster: FakeCluster) -> None:
+    cluster.add_pod("gpu-1", "train-0", gpus=8)
     h.resolve("gpu-1", "reboot")
     h.step()
-    assert cluster.writes() == [("PUT", "/apis/coordination.k8s.io/v1/namespaces/gpuhealth/leases/"
-                                 "gpuhealth-remediator")] or all("nodes" not in p or m == "PATCH"
-                                                                  for m, p in cluster.writes())
-    assert not cluster.taints("gpu-1")
+    h.advance(minutes=30)
+    h.step()
+    node_writes = [(m, p) for m, p in cluster.writes() if "/nodes" in p]
+    assert node_writes == [("PATCH", "/api/v1/nodes/gpu-1")]  # the resolved alert recorded, nothing else
+    node = cluster.node("gpu-1")
+    assert not node["spec"].get("taints") and not node["spec"].get("unschedulable")
+    assert cluster.evictions() == [] and cluster.jobs == {} and cluster.events == []
+    assert not h.state("gpu-1").active
 
 
 def test_remediation_none_is_recorded_but_never_acted_on(h: Harness, cluster: FakeCluster) -> None:
@@ -249,3 +299,145 @@ def test_quiet_episode_stops_escalating_and_release_hands_it_back(h: Harness, cl
     assert h.decisions(plans) == [("gpu-1", "none", "skipped")]
     assert "EpisodeQuiet" in cluster.reasons("gpu-1")
     assert cluster.taints("gpu-1")  # left as is for a person
+
+
+def test_person_who_cordons_after_us_holds_the_node_and_it_stays_cordoned(h: Harness, cluster: FakeCluster) -> None:
+    """A `kubectl cordon` after ours cannot be told apart from ours: a person who wants the node kept out
+    uses `hold` (docs/remediation.md), and a held node is not returned to service."""
+    h.fire("gpu-1", "cordon")
+    h.step()
+    cluster.nodes["gpu-1"]["spec"]["unschedulable"] = True  # kubectl cordon: already so, nothing to see
+    cluster.nodes["gpu-1"]["metadata"]["annotations"][HOLD_ANNOTATION] = '{"reason": "keep it", "by": "bob"}'
+    h.resolve("gpu-1", "cordon")
+    h.advance(hours=1)
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-1", "none", "skipped")] and "bob" in h.decided(plans)[0].reason
+    node = cluster.node("gpu-1")
+    assert node["spec"]["unschedulable"] is True and cluster.taints("gpu-1")
+
+
+def test_reboot_job_failure_is_ignored_the_boot_id_decides(h: Harness, cluster: FakeCluster) -> None:
+    cluster.nodeclaims["nc"] = {"metadata": {"name": "nc"}, "status": {"nodeName": "gpu-3"}}
+    h.fire("gpu-3", "reboot")
+    h.step()
+    # systemd kills the Job's pod during shutdown: the Job fails; the node comes back not yet Ready
+    next(iter(cluster.jobs.values()))["status"] = {"failed": 1}
+    cluster.nodes["gpu-3"]["status"]["nodeInfo"]["bootID"] = "boot-2"
+    cluster.nodes["gpu-3"]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    h.fire("gpu-3", "reboot")
+    h.advance(minutes=3)
+    assert h.decisions(h.step()) == [("gpu-3", "reboot", "deferred")]
+    assert cluster.nodeclaims and "RebootFailed" not in cluster.reasons("gpu-3")
+    cluster.nodes["gpu-3"]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    h.advance(minutes=1)
+    h.step()
+    assert h.state("gpu-3").rung_status == "done" and "RebootSucceeded" in cluster.reasons("gpu-3")
+    assert cluster.nodeclaims
+
+
+def test_reboot_job_failing_before_the_node_goes_down_does_not_replace(h: Harness, cluster: FakeCluster) -> None:
+    cluster.nodeclaims["nc"] = {"metadata": {"name": "nc"}, "status": {"nodeName": "gpu-3"}}
+    h.fire("gpu-3", "reboot")
+    h.step()
+    next(iter(cluster.jobs.values()))["status"] = {"failed": 1}  # graceful shutdown marked the pod Failed
+    h.advance(seconds=30)
+    assert ("gpu-3", "replace", "execute") not in h.decisions(h.step())
+    assert cluster.nodeclaims
+    h.fire("gpu-3", "reboot")
+    h.advance(minutes=31)  # never came back with a new boot id: the rung's timeout decides
+    h.step()
+    assert "RebootTimedOut" in cluster.reasons("gpu-3")
+
+
+def test_return_to_service_waits_for_a_running_reset_to_finish(cluster: FakeCluster) -> None:
+    h = Harness(cluster, "return_to_service: {healthy_delay: 5m}\nladder: {reset_gpu: {timeout: 1h}}")
+    h.fire("gpu-1", "reset_gpu", gpu="1")
+    h.step()
+    assert h.state("gpu-1").rung_status == "running"
+    h.resolve("gpu-1", "reset_gpu", gpu="1")  # e.g. the exporter is down during the reset
+    h.step()
+    h.advance(minutes=6)
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-1", "uncordon", "deferred")] and "under way" in h.decided(plans)[0].reason
+    assert cluster.taints("gpu-1")
+    next(iter(cluster.jobs.values()))["status"] = {"succeeded": 1}
+    h.advance(seconds=30)
+    assert h.decisions(h.step()) == [("gpu-1", "uncordon", "execute")]
+
+
+def test_progress_notes_are_reported_once_while_the_next_rung_is_deferred(cluster: FakeCluster) -> None:
+    h = Harness(cluster, "budget: {max_actions_per_hour: 2}")
+    h.fire("gpu-1", "reset_gpu", gpu=None)
+    for _ in range(5):
+        h.step()
+        h.advance(seconds=30)
+    assert cluster.reasons("gpu-1").count("GPUResetSkipped") == 1
+    assert cluster.jobs == {}  # the reboot is deferred by the rate cap
+
+
+def test_person_who_removed_our_taint_took_over_nothing_more_happens(h: Harness, cluster: FakeCluster) -> None:
+    h.fire("gpu-1", "drain", alertname="A")
+    h.step()
+    node = cluster.nodes["gpu-1"]  # the person decides the node is fine: taint removed, uncordoned
+    node["spec"].pop("taints", None)
+    node["spec"].pop("unschedulable", None)
+    cluster.add_pod("gpu-1", "new-work", gpus=8)  # work lands on it again
+    h.fire("gpu-1", "reboot", alertname="B")
+    h.advance(seconds=30)
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-1", "none", "skipped")] and "took over" in h.decided(plans)[0].reason
+    assert cluster.jobs == {} and cluster.evictions() == []
+    assert not cluster.taints("gpu-1") and not cluster.node("gpu-1")["spec"].get("unschedulable")
+    h.resolve("gpu-1", "drain", alertname="A")
+    h.resolve("gpu-1", "reboot", alertname="B")
+    h.advance(hours=1)
+    h.step()  # the episode closes without touching what the person set
+    assert not h.state("gpu-1").active and [p["metadata"]["name"] for p in cluster.pods_on("gpu-1")] == ["new-work"]
+
+
+def test_reboot_intent_is_on_the_node_before_the_job_exists(h: Harness, cluster: FakeCluster) -> None:
+    """A failed Job creation after the intent was written: the next pass re-creates the same Job; the
+    boot id recorded is the one from before the reboot (never one read after it)."""
+    cluster.nodeclaims["nc"] = {"metadata": {"name": "nc"}, "status": {"nodeName": "gpu-3"}}
+    h.fire("gpu-3", "reboot")
+    cluster.fail("POST", "/apis/batch/v1/namespaces/gpuhealth/jobs$", 500)
+    h.step()
+    assert cluster.jobs == {} and h.state("gpu-3").rung == "reboot" and h.state("gpu-3").boot_id == "boot-1"
+    h.advance(seconds=30)
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-3", "reboot", "execute")] and len(cluster.jobs) == 1
+    cluster.nodes["gpu-3"]["status"]["nodeInfo"]["bootID"] = "boot-2"
+    h.advance(minutes=5)
+    h.step()
+    assert h.state("gpu-3").rung_status == "done" and cluster.nodeclaims
+
+
+def test_reset_and_reboot_never_start_while_pods_are_back_on_the_node(h: Harness, cluster: FakeCluster) -> None:
+    h.fire("gpu-4", "reset_gpu", gpu="1")
+    h.step()
+    next(iter(cluster.jobs.values()))["status"] = {"failed": 1}
+    cluster.add_pod("gpu-4", "tolerates-all")  # landed despite our taint (tolerates everything)
+    h.advance(seconds=30)
+    assert h.decisions(h.step()) == [("gpu-4", "drain", "execute")]  # evicted first, no reboot Job
+    assert len(cluster.jobs) == 1 and cluster.evictions() == ["default/tolerates-all"]
+    h.advance(seconds=30)
+    assert h.decisions(h.step()) == [("gpu-4", "reboot", "execute")]
+
+
+def test_a_pod_appearing_between_the_list_and_the_job_stops_the_job(h: Harness, cluster: FakeCluster) -> None:
+    h.fire("gpu-4", "reboot")
+    real_pods_on = h.kube.pods_on
+    calls: list[str] = []
+
+    def pods_on(node: str) -> list[dict[str, object]]:
+        calls.append(node)
+        if len(calls) == 2:  # after the pass listed the (empty) node, before the reboot Job
+            cluster.add_pod("gpu-4", "late-arrival")
+        return real_pods_on(node)
+
+    h.kube.pods_on = pods_on  # type: ignore[method-assign]
+    h.step()  # cordon, drain (nothing to evict) and reboot in one plan: dropped whole, decided again
+    assert cluster.jobs == {} and h.state("gpu-4").rung is None
+    h.advance(seconds=10)
+    assert h.decisions(h.step()) == [("gpu-4", "cordon", "execute"), ("gpu-4", "drain", "execute")]
+    assert cluster.jobs == {} and cluster.evictions() == ["default/late-arrival"]

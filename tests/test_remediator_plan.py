@@ -78,3 +78,38 @@ def test_plan_rejects_a_malformed_webhook(tmp_path: Path, capsys: pytest.Capture
     bad = _write(tmp_path, "bad.json", {"version": "4", "status": "firing"})
     assert main(["plan", "--nodes", nodes, "--alerts", bad]) == 2
     assert "missing 'alerts'" in capsys.readouterr().err
+
+
+def test_plan_without_pods_treats_them_as_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = _write(tmp_path, "nodes.json", {"kind": "List", "items": [
+        {"kind": "Node", "metadata": {"name": "gpu-1", "labels": {}}, "spec": {}, "status": {}}]})
+    body = _write(tmp_path, "a.json", webhook("gpu-1", "reboot"))
+    lines = _run(capsys, "--nodes", nodes, "--alerts", body)
+    assert [(x["action"], x["decision"]) for x in lines] == [("cordon", "execute"), ("drain", "deferred")]
+    assert lines[1]["reason"] == "pods unknown — pass --pods"
+
+
+def test_plan_reads_the_breaker_state_from_the_lease(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = _write(tmp_path, "nodes.json", {"kind": "List", "items": [
+        {"kind": "Node", "metadata": {"name": f"gpu-{i}", "labels": {"karpenter.sh/nodepool": "gpu"}},
+         "spec": {}, "status": {}} for i in range(10)]})
+    pods = _write(tmp_path, "pods.json", {"items": []})
+    body = _write(tmp_path, "a.json", webhook("gpu-1", "drain"))
+    trips = {"gpuhealth.io/breaker-trips": json.dumps({"gpu": "2026-12-02T09:50:00Z"})}
+    lease = _write(tmp_path, "lease.json", {"kind": "Lease", "spec": {},
+                                            "metadata": {"name": "gpuhealth-remediator", "annotations": trips}})
+    lines = _run(capsys, "--nodes", nodes, "--pods", pods, "--alerts", body, "--lease", lease)
+    assert [(x["action"], x["decision"]) for x in lines] == [("cordon", "execute"), ("drain", "deferred")]
+    assert "circuit breaker open" in lines[1]["reason"]
+    lines = _run(capsys, "--nodes", nodes, "--pods", pods, "--alerts", body)  # without it: as if closed
+    assert [(x["action"], x["decision"]) for x in lines] == [("cordon", "execute"), ("drain", "execute")]
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"kind": "List", "items": [1]}', '"pods"'])
+def test_plan_names_a_bad_pods_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
+    nodes = _write(tmp_path, "nodes.json", {"items": []})
+    pods = tmp_path / "pods.json"
+    pods.write_text(content)
+    body = _write(tmp_path, "a.json", webhook("gpu-1", "reboot"))
+    assert main(["plan", "--nodes", nodes, "--pods", str(pods), "--alerts", body]) == 2
+    assert f"error: {pods}:" in capsys.readouterr().err

@@ -60,3 +60,15 @@ def test_broken_yaml_is_a_policy_error_with_a_line(tmp_path: Path) -> None:
     path.write_text("budget:\n  max_disrupted: [1\n")
     with pytest.raises(PolicyError, match="not valid YAML"):
         load_policy(path)
+
+
+def test_alertmanager_url_accepts_an_explicit_none_and_events_namespace_is_gone() -> None:
+    assert parse_policy("alertmanager: {url: none}").silences_url is None
+    assert parse_policy("alertmanager: {url: 'http://am:9093/'}").silences_url == "http://am:9093"
+    with pytest.raises(PolicyError, match="unknown key"):
+        parse_policy("events: {namespace: gpuhealth}")
+
+
+def test_reset_escalates_after_30m_and_replace_times_out_by_default() -> None:
+    assert Policy().rung("reset_gpu").escalate_after == timedelta(minutes=30)
+    assert Policy().rung("replace").timeout == timedelta(hours=1)

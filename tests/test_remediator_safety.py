@@ -30,7 +30,7 @@ def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluste
     pdb = cluster.add_pdb("default", {"app": "train"}, 0)
     h.fire("gpu-1", "drain")
     h.step()
-    assert [p["metadata"]["name"] for p in cluster.pods_on("gpu-1")] == ["train-0"]
+    assert cluster.evictions() == ["default/web-0"] and cluster.terminating("gpu-1") == ["web-0"]
     assert h.slept == [1.0, 2.0, 4.0]
     pdb["disruptionsAllowed"] = 1
     h.advance(seconds=30)
@@ -63,14 +63,38 @@ def test_api_errors_mid_drain_are_retried_on_the_next_pass(cluster: FakeCluster,
 
 
 def test_stale_resource_version_never_overwrites_a_concurrent_change(cluster: FakeCluster) -> None:
+    """Another replica records a resolve between the leader's list and its first disruptive step: the
+    leader drops that node's plan (no Job on a healthy node, the resolve kept) and decides again."""
+    a = Harness(cluster, identity="replica-a")
+    b = Harness(cluster, identity="replica-b")
+    a.fire("gpu-1", "reset_gpu", gpu="1")
+    real_get = a.kube.get_node
+    calls: list[str] = []
+
+    def get_node(name: str) -> dict[str, object]:
+        if not calls:  # the re-check before the first disruptive step; B's write lands just before it
+            b.resolve("gpu-1", "reset_gpu", gpu="1")
+        calls.append(name)
+        return real_get(name)
+
+    a.kube.get_node = get_node  # type: ignore[method-assign]
+    a.step()
+    assert calls == ["gpu-1"] and cluster.jobs == {}
+    assert a.state("gpu-1").alerts["fp-gpu-1-GPUFault"].status == "resolved"
+    assert not cluster.taints("gpu-1")
+    a.kube.get_node = real_get  # type: ignore[method-assign]
+    a.advance(seconds=30)
+    assert a.decisions(a.step()) == [("gpu-1", "none", "skipped")]  # resolved before any action
+    assert cluster.jobs == {} and not a.state("gpu-1").active
+
+
+def test_a_concurrent_write_after_the_recheck_still_fails_the_write(cluster: FakeCluster) -> None:
     h = Harness(cluster)
     h.fire("gpu-1", "cordon")
-    h.rem.record_pending()
     h.rem.elector.try_acquire()
-    # someone else writes the node between our list and our patch: our patch must get 409
-    cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 409, reason="Conflict")
+    cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 409, reason="Conflict")  # someone wrote in between
     h.rem.reconcile()
-    assert not cluster.taints("gpu-1")
+    assert not cluster.taints("gpu-1") and "Cordoned" not in cluster.reasons("gpu-1")
     h.step()
     assert cluster.taints("gpu-1")
 
@@ -96,10 +120,11 @@ def test_restart_in_the_middle_of_a_ladder_carries_on_from_the_node(cluster: Fak
 def test_only_the_leader_acts_and_a_follower_takes_over_when_the_lease_expires(cluster: FakeCluster) -> None:
     a = Harness(cluster, identity="replica-a")
     b = Harness(cluster, identity="replica-b")
-    b.fire("gpu-3", "cordon")  # the webhook lands on the follower
     assert a.step() is not None  # a takes the lease first
-    assert b.step() is None  # b records what it got, but does not act
-    assert not cluster.taints("gpu-3")
+    b.fire("gpu-3", "cordon")  # the webhook lands on the follower: recorded on the Node at once
+    writes = len(cluster.writes())
+    assert b.step() is None  # b does not act
+    assert len(cluster.writes()) == writes and not cluster.taints("gpu-3")
     a.step()
     assert cluster.taints("gpu-3")
     b.fire("gpu-4", "cordon")
@@ -186,12 +211,143 @@ def test_excluded_nodes_are_never_touched(cluster: FakeCluster) -> None:
     assert not cluster.taints("gpu-7")
 
 
-def test_drain_timeout_policy_escalates_or_forces(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "drain: {on_timeout: force}\nladder: {drain: {timeout: 10m}}")
-    cluster.add_pod("gpu-8", "stuck", labels={"app": "s"})
-    cluster.add_pdb("default", {"app": "s"}, 0)
-    h.fire("gpu-8", "drain")
+def _stuck_drain(cluster: FakeCluster, policy: str, remediation: str = "drain") -> Harness:
+    h = Harness(cluster, policy)
+    cluster.add_pod("gpu-8", "db-0", labels={"app": "db"})
+    cluster.add_pdb("default", {"app": "db"}, 0)
+    h.fire("gpu-8", remediation, gpu=None)
     h.step()
+    return h
+
+
+def test_drain_timeout_force_deletes_the_pods_and_waits_for_them_to_go(cluster: FakeCluster) -> None:
+    h = _stuck_drain(cluster, "drain: {on_timeout: force}\nladder: {drain: {timeout: 10m}}")
+    assert cluster.evictions() == []
+    h.fire("gpu-8", "drain", gpu=None)
     h.advance(minutes=11)
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-8", "drain", "execute")] and h.decided(plans)[0].force
+    assert cluster.evictions() == ["default/db-0"] and cluster.terminating("gpu-8") == ["db-0"]
+    assert cluster.reasons("gpu-8").count("DrainTimedOut") == 1
+    h.advance(seconds=30)
     h.step()
-    assert cluster.pods_on("gpu-8") == []
+    assert cluster.pods_on("gpu-8") == [] and h.state("gpu-8").rung_status == "done"
+
+
+def test_drain_timeout_wait_keeps_evicting_and_reports_once(cluster: FakeCluster) -> None:
+    h = _stuck_drain(cluster, "ladder: {drain: {timeout: 10m}}")
+    for _ in range(3):
+        h.fire("gpu-8", "drain", gpu=None)
+        h.advance(minutes=6)
+        plans = h.step()
+        assert h.decisions(plans) == [("gpu-8", "drain", "execute")]
+    assert "policy drain.on_timeout=wait" in h.decided(plans)[0].reason
+    assert cluster.reasons("gpu-8").count("DrainTimedOut") == 1
+    assert [p["metadata"]["name"] for p in cluster.pods_on("gpu-8")] == ["db-0"] and cluster.jobs == {}
+    cluster.pdbs[0]["disruptionsAllowed"] = 1
+    h.advance(minutes=1)
+    h.step()
+    h.advance(seconds=30)
+    h.step()
+    assert h.state("gpu-8").rung_status == "done"
+
+
+def test_drain_timeout_escalate_never_reboots_over_a_pdb(cluster: FakeCluster) -> None:
+    h = _stuck_drain(cluster, "drain: {on_timeout: escalate}\nladder: {drain: {timeout: 10m}}")
+    h.fire("gpu-8", "drain", gpu=None)
+    h.advance(minutes=11)
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-8", "none", "skipped")] and "needs a person" in h.decided(plans)[0].reason
+    assert cluster.jobs == {} and h.state("gpu-8").rung_status == "failed"
+    assert "DrainTimedOut" in cluster.reasons("gpu-8")
+    h.fire("gpu-8", "drain", gpu=None)
+    h.advance(hours=2)
+    h.step()
+    assert cluster.jobs == {} and [p["metadata"]["name"] for p in cluster.pods_on("gpu-8")] == ["db-0"]
+
+
+def test_drain_timeout_escalate_goes_to_the_alerts_rung_only_once_the_node_is_empty(cluster: FakeCluster) -> None:
+    h = _stuck_drain(cluster, "drain: {on_timeout: escalate}\nladder: {drain: {timeout: 10m}}", "reboot")
+    h.fire("gpu-8", "reboot", gpu=None)
+    h.advance(minutes=11)
+    assert h.decisions(h.step()) == [("gpu-8", "drain", "execute")]  # still evicting; no reboot over the PDB
+    assert cluster.jobs == {}
+    cluster.pdbs[0]["disruptionsAllowed"] = 1
+    h.advance(minutes=1)
+    h.step()
+    h.advance(seconds=30)
+    assert h.decisions(h.step()) == [("gpu-8", "reboot", "execute")]
+    next(iter(cluster.jobs.values()))["status"] = {"failed": 1}
+    h.fire("gpu-8", "reboot", gpu=None)
+    h.advance(minutes=31)  # the reboot times out; after a failed drain the ladder stops at the alert's rung
+    plans = h.step()
+    assert h.decisions(plans) == [("gpu-8", "none", "skipped")] and "needs a person" in h.decided(plans)[0].reason
+
+
+def test_silence_stops_drain_retries_and_forced_deletion(cluster: FakeCluster) -> None:
+    with FakeAlertmanager() as am:
+        h = Harness(cluster, "drain: {on_timeout: force}\nladder: {drain: {timeout: 10m}}",
+                    silences=SilenceChecker(am.url))
+        cluster.add_pod("gpu-8", "db-0", labels={"app": "db"})
+        cluster.add_pdb("default", {"app": "db"}, 0)
+        h.fire("gpu-8", "drain")
+        h.step()
+        am.silence("gpu-8", "fp-gpu-8-GPUFault")
+        h.advance(minutes=1)
+        assert h.decisions(h.step()) == [("gpu-8", "drain", "skipped")]  # no retry while silenced
+        h.advance(minutes=11)
+        assert h.decisions(h.step()) == [("gpu-8", "drain", "skipped")]  # no forced deletion either
+        assert cluster.evictions() == [] and cluster.pods_on("gpu-8")
+
+
+def test_inhibited_alert_stops_disruptive_steps_like_a_silence(cluster: FakeCluster) -> None:
+    with FakeAlertmanager() as am:
+        h = Harness(cluster, silences=SilenceChecker(am.url))
+        am.inhibit("gpu-6", "fp-gpu-6-GPUFault", by="NodeDown")
+        h.fire("gpu-6", "reboot")
+        plans = h.step()
+        assert h.decisions(plans) == [("gpu-6", "cordon", "execute"), ("gpu-6", "drain", "skipped")]
+        assert "inhibited by NodeDown" in h.decided(plans)[1].reason
+
+
+def test_serve_needs_an_alertmanager_url_or_an_explicit_none() -> None:
+    from kubernetes import client
+
+    from remediator.actions import Kube
+    from remediator.policy import Policy, PolicyError, parse_policy
+    from remediator.reconciler import Remediator
+
+    with pytest.raises(PolicyError, match=r"alertmanager\.url"):
+        Policy().check_serve(5)
+    with pytest.raises(ValueError, match=r"alertmanager\.url"):
+        Remediator(Kube(client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))), Policy(), "x")
+    parse_policy("alertmanager: {url: none}").check_serve(5)
+    with pytest.raises(PolicyError, match="shorter than the lease"):
+        parse_policy("alertmanager: {url: none}").check_serve(30)
+    checked = parse_policy("alertmanager: {url: 'http://am:9093'}")
+    rem = Remediator(Kube(client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))), checked, "x")
+    assert isinstance(rem.silences, SilenceChecker)
+
+
+def test_cli_serve_refuses_a_policy_without_alertmanager_url(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--allow-no-auth"]) == 2
+    assert "alertmanager.url" in capsys.readouterr().err
+
+
+def test_hold_and_release_have_a_dry_run_and_report_api_errors_in_one_line(
+        cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = _kubeconfig(tmp_path, cluster.url)
+    assert main(["hold", "gpu-5", "--reason", "look", "--dry-run", "--kubeconfig", kubeconfig]) == 0
+    assert "would hold" in capsys.readouterr().out
+    assert HOLD_ANNOTATION not in cluster.annotations("gpu-5") and cluster.events == []
+    assert main(["hold", "gpu-404", "--reason", "look", "--kubeconfig", kubeconfig]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "HTTP 404" in err and "gpu-404" in err
+    main(["hold", "gpu-5", "--reason", "look", "--kubeconfig", kubeconfig])
+    assert main(["release", "gpu-5", "--dry-run", "--kubeconfig", kubeconfig]) == 0
+    assert HOLD_ANNOTATION in cluster.annotations("gpu-5")
+    cluster.fail("PATCH", "/api/v1/nodes/gpu-5$", 500)
+    capsys.readouterr()
+    assert main(["release", "gpu-5", "--kubeconfig", kubeconfig]) == 1
+    assert capsys.readouterr().err.startswith("error: Kubernetes API: HTTP 500")
