@@ -40,39 +40,51 @@ class DrainResult:
 def drain_pass(core: client.CoreV1Api, pods: Sequence[PodRef], backoff: Sequence[float],
                sleep: Callable[[float], None], force: bool = False, timeout: float = 10.0,
                guard: Callable[[], None] = lambda: None) -> DrainResult:
+    """Evict (or, forced, delete) the pods in rounds: every pod once, then those a PodDisruptionBudget
+    refused (429) again after each backoff step. The sleeping is per node, not per pod, so a pass over
+    a node full of PDB-protected pods stays short."""
     result = DrainResult()
-    for pod in pods:
-        if pod.terminating:
-            continue
-        ref = f"{pod.namespace}/{pod.name}"
-        for attempt in range(len(backoff) + 1):
+    pending = [pod for pod in pods if not pod.terminating]
+    for attempt in range(len(backoff) + 1):
+        refused: list[PodRef] = []
+        for pod in pending:
             guard()
-            try:
-                if force:
-                    core.delete_namespaced_pod(pod.name, pod.namespace, _request_timeout=timeout)
-                else:
-                    body = client.V1Eviction.from_dict({"apiVersion": "policy/v1", "kind": "Eviction",
-                                                        "metadata": {"name": pod.name, "namespace": pod.namespace}})
-                    assert body is not None
-                    core.create_namespaced_pod_eviction(pod.name, pod.namespace, body, _request_timeout=timeout)
-                result.evicted.append(ref)
-                break
-            except ApiException as exc:
-                if exc.status == 404:  # already gone: that is what we wanted
-                    result.evicted.append(ref)
-                    break
-                if exc.status == 429 and attempt < len(backoff):
-                    try:
-                        sleep(backoff[attempt])
-                    except OutOfTime:
-                        result.blocked.append(ref)
-                        break
-                    continue
-                (result.blocked if exc.status == 429 else result.errors).append(ref)
-                log.info("eviction of %s: HTTP %s %s", ref, exc.status, exc.reason)
-                break
-            except Exception as exc:  # timeouts, connection errors: next pass
-                result.errors.append(ref)
-                log.warning("eviction of %s failed: %s", ref, exc)
-                break
+            outcome = _evict(core, pod, force, timeout)
+            if outcome == "refused":
+                refused.append(pod)
+            else:
+                (result.evicted if outcome == "evicted" else result.errors).append(f"{pod.namespace}/{pod.name}")
+        pending = refused
+        if not pending or attempt == len(backoff):
+            break
+        try:
+            sleep(backoff[attempt])
+        except OutOfTime:
+            break
+    for pod in pending:
+        result.blocked.append(f"{pod.namespace}/{pod.name}")
+        log.info("eviction of %s/%s: HTTP 429 Too Many Requests (a PodDisruptionBudget)", pod.namespace, pod.name)
     return result
+
+
+def _evict(core: client.CoreV1Api, pod: PodRef, force: bool, timeout: float) -> str:
+    """evicted | refused (429) | error"""
+    try:
+        if force:
+            core.delete_namespaced_pod(pod.name, pod.namespace, _request_timeout=timeout)
+        else:
+            body = client.V1Eviction.from_dict({"apiVersion": "policy/v1", "kind": "Eviction",
+                                                "metadata": {"name": pod.name, "namespace": pod.namespace}})
+            assert body is not None
+            core.create_namespaced_pod_eviction(pod.name, pod.namespace, body, _request_timeout=timeout)
+        return "evicted"
+    except ApiException as exc:
+        if exc.status == 404:  # already gone: that is what we wanted
+            return "evicted"
+        if exc.status == 429:
+            return "refused"
+        log.info("eviction of %s/%s: HTTP %s %s", pod.namespace, pod.name, exc.status, exc.reason)
+        return "error"
+    except Exception as exc:  # timeouts, connection errors: next pass
+        log.warning("eviction of %s/%s failed: %s", pod.namespace, pod.name, exc)
+        return "error"

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+# The label values the remediator's error and timeout counters can take (see app.py and reconciler.py).
+# Each series is created at 0 when the remediator starts, so increase() sees the first event and a
+# dashboard shows 0, not "No data", while nothing has gone wrong.
+WEBHOOK_ERROR_REASONS = ("unauthorized", "too_large", "invalid", "record_failed")
+ALERT_IGNORED_REASONS = ("no", "unusable", "unknown node", "unreadable state")
+API_OPERATIONS = ("record", "list_nodes", "execute")
+PASS_ABORT_REASONS = ("lost the Lease", "pass ran past its deadline")
+RUNGS = ("reset_gpu", "drain", "reboot", "replace")
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -30,3 +39,10 @@ class Metrics:
         self.rung_timeouts = Counter("gpuhealth_remediator_rung_timeouts", "Rungs that passed their timeout",
                                      ["rung"], registry=r)
         self.passes = Counter("gpuhealth_remediator_reconcile_passes", "Reconcile passes run as leader", registry=r)
+        for counter, values in ((self.webhook_errors, WEBHOOK_ERROR_REASONS),
+                                (self.alerts_ignored, ALERT_IGNORED_REASONS),
+                                (self.api_errors, API_OPERATIONS),
+                                (self.passes_aborted, PASS_ABORT_REASONS),
+                                (self.rung_timeouts, RUNGS)):
+            for value in values:
+                counter.labels(value)

@@ -62,7 +62,7 @@ class Policy:
     max_rung: str = "replace"
     rungs: dict[str, RungPolicy] = field(default_factory=lambda: dict(DEFAULT_RUNGS))
     drain_on_timeout: str = "wait"
-    eviction_backoff: tuple[float, ...] = (1.0, 2.0, 4.0)
+    eviction_backoff: tuple[float, ...] = (1.0,)
     healthy_delay: timedelta = timedelta(minutes=15)
     quiet_timeout: timedelta = timedelta(hours=6)
     label_node: str = "node"

@@ -248,7 +248,8 @@ class Remediator:
         view_of = {v.name: v for v in views}
         try:
             self._report_budget(ledger, trips, now)
-            for plan in plans:
+            # Cordons first: they are urgent and cheap, and must not wait behind a drain that backs off.
+            for plan in sorted(plans, key=lambda p: not any(d.action == "cordon" for d in p.decisions)):
                 try:
                     self._execute(plan, view_of[plan.node], by_name[plan.node], now)
                 except PassAborted:

@@ -31,7 +31,7 @@ def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluste
     h.fire("gpu-1", "drain")
     h.step()
     assert cluster.evictions() == ["default/web-0"] and cluster.terminating("gpu-1") == ["web-0"]
-    assert h.slept == [1.0, 2.0, 4.0]
+    assert h.slept == [1.0]  # one in-pass retry round (the default), then the next passes retry
     pdb["disruptionsAllowed"] = 1
     h.advance(seconds=30)
     h.step()
@@ -40,6 +40,34 @@ def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluste
     assert cluster.pods_on("gpu-1") == [] and h.state("gpu-1").rung_status == "done"
     assert "DrainFinished" in cluster.reasons("gpu-1")
 
+
+def test_a_drain_blocked_by_a_pdb_sleeps_per_node_not_per_pod(cluster: FakeCluster) -> None:
+    h = Harness(cluster, policy="drain: {eviction_backoff: [1s, 2s]}")
+    for i in range(5):
+        cluster.add_pod("gpu-1", f"train-{i}", labels={"app": "train"})
+    cluster.add_pdb("default", {"app": "train"}, 0)
+    h.fire("gpu-1", "drain")
+    h.step()
+    assert h.slept == [1.0, 2.0]  # two rounds over all five pods, not 2 sleeps x 5 pods
+    assert cluster.pods_on("gpu-1") and len(cluster.pods_on("gpu-1")) == 5
+
+
+def test_a_new_fault_is_cordoned_before_a_blocked_drain_backs_off(cluster: FakeCluster) -> None:
+    h = Harness(cluster, policy="drain: {eviction_backoff: [1s, 2s, 4s]}")
+    cluster.add_pod("gpu-1", "train-0", labels={"app": "train"})
+    cluster.add_pdb("default", {"app": "train"}, 0)
+    h.fire("gpu-1", "drain")
+    h.step()  # gpu-1 cordoned, its drain blocked
+    h.fire("gpu-2", "cordon")  # recorded on gpu-2 now; acted on in the next pass
+    pass_starts = len(cluster.writes())
+    writes_at_first_sleep: list[int] = []
+    h.rem.sleep = lambda seconds: writes_at_first_sleep.append(len(cluster.writes()))  # type: ignore[method-assign]
+    h.step()
+    cordon = [i for i, (method, path) in enumerate(cluster.writes())
+              if i >= pass_starts and method == "PATCH" and path.endswith("/nodes/gpu-2")]
+    assert writes_at_first_sleep, "gpu-1's blocked drain backed off in this pass"
+    assert cordon and cordon[0] < writes_at_first_sleep[0]  # gpu-2 was cordoned before that
+    assert "gpuhealth.io/unhealthy" in [t["key"] for t in cluster.taints("gpu-2")]
 
 @pytest.mark.parametrize("fault", ["500", "409", "timeout"])
 def test_api_errors_mid_drain_are_retried_on_the_next_pass(cluster: FakeCluster, fault: str) -> None:
