@@ -131,11 +131,11 @@ def metric_line(stack: Stack, node: str, promql: str, label: str) -> None:
 
 def summary(narrator: Narrator) -> None:
     print(f"\n{BOLD}Summary{RESET}")
-    print(f"{'node':<14} {'fault':<34} {'alerts':<34} {'to cordon':>9} {'back after':>10}")
+    print(f"{'node':<14} {'fault':<36} {'alerts':<34} {'to cordon':>9} {'back after':>10}")
     for s in narrator.stories.values():
         to_cordon = f"{s.cordoned_at - s.injected:.1f}s" if s.cordoned_at else "-"
         back = f"{s.returned_at - s.injected:.1f}s" if s.returned_at else ("-" if not s.cordoned_at else "not yet")
-        print(f"{s.node:<14} {s.fault:<34} {', '.join(sorted(s.alerts)) or '-':<34} {to_cordon:>9} {back:>10}")
+        print(f"{s.node:<14} {s.fault:<36} {', '.join(sorted(s.alerts)) or '-':<34} {to_cordon:>9} {back:>10}")
     print(f"\nTimes are in this demo's clock: rule durations run {TIME_SCALE}x faster than in production "
           "(docs/benchmarks.md converts them).")
 
