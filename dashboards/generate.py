@@ -6,13 +6,17 @@
 Built with grafana-foundation-sdk (pinned to the Grafana 11.6 schema). Every query reads only the
 exporter's families (exporter/catalog.py, docs/metrics.md), the recording rules in rules/recording/,
 the remediator's own metrics (remediator/metrics.py), Prometheus' `up`/`ALERTS`/`ALERTS_FOR_STATE`,
-the exporter's `process_*` metrics, and kube-state-metrics' `kube_node_status_condition` (for the
-node conditions the exporter writes); tests/test_dashboards.py checks that and parses every query
-with promtool.
+and the exporter's `process_*` metrics, nothing from outside the project (no kube-state-metrics);
+tests/test_dashboards.py checks that and parses every query with promtool.
 
 Conventions: stable uids (`gpuhealth-*`, never change them: links and bookmarks use them), a
 `datasource` variable on every dashboard, `$__rate_interval` in every rate()/increase() over a
 panel's step, a unit on every panel, and the dashboards linked to each other (tag `gpuhealth`).
+
+A query that counts faulty things (GPUs with Xids, nodes missing devices, failing probes, links down)
+shows 0 when there are none, not "No data": it ends in `or vector(0)`, or, where it is grouped, in
+`or 0 * <the same grouping over a series every healthy source reports>` so each group shows its 0.
+Per-series panels (one line per GPU, per counter, per reason) stay empty while nothing is there.
 """
 
 from __future__ import annotations
@@ -138,11 +142,12 @@ NODE_LINK_URL = (f"/d/{UID_NODE}/gpuhealth-node?var-datasource=${{datasource}}"
 def fleet() -> Dash:
     p = 'pool=~"$pool"'
     xid_panels = [
-        q(f"""count(max by (node, pci_bus_id) (gpuhealth_xid_errors_total{{xid=~"{xids}", {p}}}) > 0)""", name)
+        q(f"""count(max by (node, pci_bus_id) (gpuhealth_xid_errors_total{{xid=~"{xids}", {p}}}) > 0)
+              or vector(0)""", name)
         for name, xids in XID_CLASSES.items()
     ]
     xid_panels.append(q(f"""count(max by (node, pci_bus_id) (gpuhealth_xid_errors_total{{xid!~"{KNOWN_XIDS}", {p}}})
-                           > 0)""", "other / unknown"))
+                           > 0) or vector(0)""", "other / unknown"))
     return Dash(
         uid=UID_FLEET, title="gpuhealth / Fleet health",
         description="GPU node availability against the 99.95% objective, why nodes are unhealthy, GPU faults "
@@ -200,13 +205,13 @@ def fleet() -> Dash:
                       "booted. Classes as in DESIGN.md; 'other / unknown' must be looked at.", min=0),
                 Panel("timeseries", "GPUs with memory faults", "short", [
                     q(f"""count(max by (node, pci_bus_id) (gpuhealth_gpu_ecc_errors_total{{type="double_bit",
-                          scope="volatile", {p}}}) > 0)""", "volatile double-bit ECC"),
-                    q(f"count(max by (node, pci_bus_id) (gpuhealth_gpu_row_remap_pending{{{p}}}) == 1)",
+                          scope="volatile", {p}}}) > 0) or vector(0)""", "volatile double-bit ECC"),
+                    q(f"count(max by (node, pci_bus_id) (gpuhealth_gpu_row_remap_pending{{{p}}}) == 1) or vector(0)",
                       "row remap pending"),
-                    q(f"count(max by (node, pci_bus_id) (gpuhealth_gpu_row_remap_failure{{{p}}}) == 1)",
+                    q(f"count(max by (node, pci_bus_id) (gpuhealth_gpu_row_remap_failure{{{p}}}) == 1) or vector(0)",
                       "row remap failed"),
-                    q(f"count(max by (node, pci_bus_id) (gpuhealth_gpu_retired_pages_pending{{{p}}}) == 1)",
-                      "page retirement pending"),
+                    q(f"""count(max by (node, pci_bus_id) (gpuhealth_gpu_retired_pages_pending{{{p}}}) == 1)
+                          or vector(0)""", "page retirement pending"),
                 ], min=0),
                 Panel("timeseries", "Remapped rows (fleet total)", "short", [
                     q(f"sum by (cause) (max by (node, pci_bus_id, cause) (gpuhealth_gpu_remapped_rows{{{p}}}))",
@@ -216,8 +221,8 @@ def fleet() -> Dash:
                           (rate(gpuhealth_gpu_nvlink_errors_total{{{p}}}[$__rate_interval])))""", "{{type}}")],
                       "NVLink CRC, replay and recovery errors per second across the fleet.", min=0),
                 Panel("timeseries", "NVLink links down", "short", [
-                    q(f"count by (pool) (max by (node, pool, pci_bus_id, link) (gpuhealth_gpu_nvlink_link_up{{{p}}}) "
-                      "== 0)", "{{pool}}")],
+                    q(f"""count by (pool) (max by (node, pool, pci_bus_id, link) (gpuhealth_gpu_nvlink_link_up{{{p}}})
+                          == 0) or 0 * group by (pool) (gpuhealth_probe_success{{{p}}})""", "{{pool}}")],
                       "Links reported down (a PCIe GPU without a bridge has all its links down from the start).",
                       min=0),
                 Panel("timeseries", "Time held below clocks (thermal / power)", "percentunit", [
@@ -230,13 +235,16 @@ def fleet() -> Dash:
                       "{{pool}} memory")]),
                 Panel("timeseries", "GPUs in hardware slowdown", "short", [
                     q(f"""count by (reason) (max by (node, pci_bus_id, reason) (gpuhealth_gpu_clock_event_active{{
-                          reason=~"hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown", {p}}}) == 1)""",
+                          reason=~"hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown", {p}}}) == 1)
+                          or 0 * count by (reason) (gpuhealth_gpu_clock_event_active{{
+                          reason=~"hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown", {p}}})""",
                       "{{reason}}")], "Clock-event reasons 0x8, 0x40 and 0x80.", min=0),
                 Panel("timeseries", "Nodes missing GPUs or EFA devices", "short", [
                     q(f"""count(max by (node) (gpuhealth_gpus_expected{{{p}}})
-                          - max by (node) (gpuhealth_gpus_visible{{{p}}}) > 0)""", "missing GPUs"),
+                          - max by (node) (gpuhealth_gpus_visible{{{p}}}) > 0) or vector(0)""", "missing GPUs"),
                     q(f"""count(max by (node) (gpuhealth_efa_devices_expected{{{p}}})
-                          - max by (node) (gpuhealth_efa_devices_visible{{{p}}}) > 0)""", "missing EFA devices"),
+                          - max by (node) (gpuhealth_efa_devices_visible{{{p}}}) > 0) or vector(0)""",
+                      "missing EFA devices"),
                 ], "Nodes that see fewer devices than their instance type should have.", min=0),
                 Panel("timeseries", "EFA devices, visible / expected", "short", [
                     q(f"sum(max by (node) (gpuhealth_efa_devices_visible{{{p}}}))", "visible"),
@@ -244,13 +252,14 @@ def fleet() -> Dash:
             ]),
             Row("Probes (fail closed)", [
                 Panel("timeseries", "Nodes with a failing probe", "short", [
-                    q(f"count by (probe) (max by (node, probe) (gpuhealth_probe_success{{{p}}}) == 0)", "{{probe}}")],
+                    q(f"""count by (probe) (max by (node, probe) (gpuhealth_probe_success{{{p}}}) == 0)
+                          or 0 * count by (probe) (gpuhealth_probe_success{{{p}}})""", "{{probe}}")],
                       "A failing, timed-out or stale probe reports 0: the node is treated as unhealthy.", min=0),
                 Panel("timeseries", "Probe failures by reason", "short", [
                     q(f"sum by (probe, reason) (gpuhealth_probe_error{{{p}}})", "{{probe}}: {{reason}}")], min=0),
                 Panel("timeseries", "Exporter targets", "short", [
-                    q(f'count(up{{job="gpuhealth-exporter", {p}}} == 1)', "up"),
-                    q(f'count(up{{job="gpuhealth-exporter", {p}}} == 0)', "down")], min=0),
+                    q(f'count(up{{job="gpuhealth-exporter", {p}}} == 1) or vector(0)', "up"),
+                    q(f'count(up{{job="gpuhealth-exporter", {p}}} == 0) or vector(0)', "down")], min=0),
                 Panel("timeseries", "Kernel-log records missed or unparsed", "short", [
                     q(f"sum(increase(gpuhealth_kmsg_records_missed_total{{{p}}}[$__rate_interval]))", "missed"),
                     q(f"sum(increase(gpuhealth_kmsg_unparsed_xid_records_total{{{p}}}[$__rate_interval]))",
@@ -272,7 +281,7 @@ def node() -> Dash:
     g = f'{n}, gpu=~"$gpu"'
     return Dash(
         uid=UID_NODE, title="gpuhealth / Node drill-down",
-        description="One GPU node: its alerts and remediation history, conditions, probes, per-GPU signals, "
+        description="One GPU node: its alerts and remediation history, probes, per-GPU signals, "
                     "NVLink, PCIe, EFA and the kernel log.",
         variables=[
             Variable("node", "Node", "label_values(gpuhealth_probe_success, node)"),
@@ -304,11 +313,9 @@ def node() -> Dash:
                       "short", [q(f"max by (alertname, remediation) ({ACTIONABLE}, {n}}})",
                                   "{{alertname}} → {{remediation}}")],
                       "Firing alerts with remediation != none on the node. The remediator's own actions are Events "
-                      "on the Node (kubectl get events --field-selector involvedObject.name=NODE).", w=24),
-                Panel("statetimeline", "Node conditions written by the exporter (True = healthy)", "short", [
-                    q(f"""max by (condition, status) (kube_node_status_condition{{{n},
-                          condition=~"Gpuhealth.*|AcceleratedHardwareReady"}}) == 1""", "{{condition}}={{status}}")],
-                      "From kube-state-metrics (kube-prometheus-stack).", w=24),
+                      "on the Node (kubectl get events --field-selector involvedObject.name=NODE); the conditions "
+                      "the exporter writes (Gpuhealth*Healthy, True = healthy) are on the Node too (kubectl describe "
+                      "node NODE).", w=24),
             ]),
             Row("Probes", [
                 Panel("statetimeline", "Probe success", "short", [
@@ -369,8 +376,9 @@ def node() -> Dash:
                     q(f"max by (gpu, type) (rate(gpuhealth_gpu_nvlink_errors_total{{{g}}}[$__rate_interval]))",
                       "GPU {{gpu}} {{type}}")], min=0),
                 Panel("timeseries", "NVLink links down", "short", [
-                    q(f"count by (gpu) (max by (gpu, link) (gpuhealth_gpu_nvlink_link_up{{{g}}}) == 0)",
-                      "GPU {{gpu}}")], min=0),
+                    q(f"""count by (gpu) (max by (gpu, link) (gpuhealth_gpu_nvlink_link_up{{{g}}}) == 0)
+                          or 0 * max by (gpu) (gpuhealth_gpu_info{{{g}}})""", "GPU {{gpu}}")],
+                      "Links down per GPU; 0 for a GPU with none down.", min=0),
                 Panel("timeseries", "PCIe replays", "cpm", [
                     q(f"60 * max by (gpu) (rate(gpuhealth_gpu_pcie_replays_total{{{g}}}[$__rate_interval]))",
                       "GPU {{gpu}}")], "Link-level retries per minute.", min=0),
@@ -419,7 +427,7 @@ def remediation() -> Dash:
                       [qi('sum(increase(gpuhealth_remediator_actions_total{result="deferred"}[$__range]))')],
                       "Held back by a budget, the breaker or a silence; retried every pass.", w=4, h=5),
                 Panel("stat", "Nodes with an actionable alert", "short",
-                      [qi(f"count(group by (node) ({ACTIONABLE}, {p}}}))")], w=4, h=5),
+                      [qi(f"count(group by (node) ({ACTIONABLE}, {p}}})) or vector(0)")], w=4, h=5),
                 Panel("stat", "Webhook errors in range", "short",
                       [qi("sum(increase(gpuhealth_remediator_webhook_errors_total[$__range]))")],
                       "Rejected Alertmanager posts (auth, size, shape).", w=4, h=5,

@@ -33,8 +33,6 @@ EXTERNAL = {
     "ALERTS_FOR_STATE": "Prometheus: when each alert with a `for` became active",
     "process_resident_memory_bytes": "the exporter's own process metrics (docs/metrics.md: process_*)",
     "process_cpu_seconds_total": "the exporter's own process metrics (docs/metrics.md: process_*)",
-    "kube_node_status_condition": "kube-state-metrics (kube-prometheus-stack): the conditions the exporter "
-                                  "writes (docs/metrics.md, Node conditions)",
 }
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
                    "and", "or", "unless", "inf", "nan"}
@@ -213,8 +211,23 @@ def test_metric_name_extraction() -> None:
 
 
 def test_external_metrics_are_documented() -> None:
-    doc = METRICS_DOC.read_text()
-    assert "process_*" in doc and "Node conditions" in doc
+    assert "process_*" in METRICS_DOC.read_text()
+
+
+def test_no_query_needs_kube_state_metrics() -> None:
+    # gpuhealth neither ships nor requires kube-state-metrics: a panel reading it is empty without it
+    assert not [expr for _, _, expr in QUERIES if re.search(r"\bkube_", expr)]
+
+
+COUNT_PANELS = [(name, p["title"], t["expr"]) for name in sorted(EXPECTED) for p in _panels(_load(name))
+                for t in p.get("targets", []) if re.match(r"count\b", t["expr"]) and "ALERTS" not in t["expr"]]
+
+
+def test_counts_of_faulty_things_show_zero_not_no_data() -> None:
+    """A count over a filter is empty when nothing matches: every such panel query falls back to 0."""
+    assert len(COUNT_PANELS) > 10
+    for name, title, expr in COUNT_PANELS:
+        assert re.search(r"\bor (?:vector\(0\)|0 \* )", expr), f"{name}: {title!r}: {expr}"
 
 
 @pytest.mark.parametrize(("name", "where", "expr"), QUERIES, ids=[f"{n}:{w}" for n, w, _ in QUERIES])

@@ -2,7 +2,8 @@
 
 - a fake Kubernetes API server (tests/fake_cluster.py, real HTTP) holding a small GPU fleet;
 - one real `gpuhealth-exporter` process per simulated node, fed by inputs the tests can break:
-  a kernel log it follows, an EFA sysfs tree, and a `dcgmi` stand-in that can answer, fail or hang;
+  a kernel log it follows, an EFA sysfs tree, a `dcgmi` stand-in that can answer, fail or hang, and
+  a saved dcgm-exporter scrape (a healthy L4 by default; NodeOptions picks another per node);
 - Debian's real Prometheus, scraping the exporters (1 s) with the project's rules/, time-scaled;
 - Debian's real Alertmanager, routing with the project's examples/alertmanager.yml to the remediator
   with a Bearer token;
@@ -45,6 +46,8 @@ from fake_cluster import FakeCluster  # noqa: E402
 from sysfs_tree import build_efa_sysfs  # noqa: E402
 
 BIN = Path(sys.executable).parent
+FIXTURES = ROOT / "tests" / "fixtures"
+HEALTHY_DCGM_EXPORTER = FIXTURES / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"
 TIME_SCALE = 30
 MIN_WINDOW_SECONDS = 3  # a range shorter than this holds too few 1 s samples for rate()/increase()
 TOKEN = "e2e-webhook-token"
@@ -144,6 +147,15 @@ fault_window: 30
 """
 
 
+@dataclass(frozen=True)
+class NodeOptions:
+    """How one simulated node differs from the rest of the fleet (the defaults: a healthy node)."""
+
+    dcgm_exporter: Path = HEALTHY_DCGM_EXPORTER  # the scrape its dcgm-exporter serves
+    gpus_expected: int | None = None  # --gpus-expected (None: unknown, nothing to compare)
+    enable: tuple[str, ...] = ()  # probes to turn on beyond EXPORTER_CONFIG's (e.g. diag, nvml)
+
+
 @dataclass
 class SimNode:
     """One GPU node: its exporter process and the inputs a test can break."""
@@ -155,6 +167,7 @@ class SimNode:
     api: str
     proc: subprocess.Popen[bytes] | None = None
     boot: int = 1
+    options: NodeOptions = field(default_factory=NodeOptions)
 
     @property
     def kmsg(self) -> Path:
@@ -162,6 +175,7 @@ class SimNode:
 
     def start(self) -> None:
         (self.dir / "exporter.yaml").write_text(EXPORTER_CONFIG)
+        shutil.copy(self.options.dcgm_exporter, self.dir / "dcgm-exporter.prom")
         if not self.kmsg.exists():
             self.kmsg.write_text("")
         log = open(self.dir / "exporter.log", "ab")  # noqa: SIM115 - handed to the child
@@ -171,8 +185,14 @@ class SimNode:
              "--state-file", str(self.dir / f"state-{self.boot}.json"), "--sysfs-root", str(self.dir / "sysfs"),
              "--efa-expected", "2", "--dcgmi", str(self.dir / "dcgmi"), "--node", self.name,
              "--dcgm-exporter-url", str(self.dir / "dcgm-exporter.prom"),
-             "--kube-api", self.api, "--log-level", "warning"],
+             "--kube-api", self.api, "--log-level", "warning", *self._option_flags()],
             stdout=log, stderr=log, start_new_session=True)
+
+    def _option_flags(self) -> list[str]:
+        flags = ["--enable", ",".join(self.options.enable)] if self.options.enable else []
+        if self.options.gpus_expected is not None:
+            flags += ["--gpus-expected", str(self.options.gpus_expected)]
+        return flags
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -182,6 +202,14 @@ class SimNode:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def restart(self, options: NodeOptions | None = None) -> None:
+        """The exporter restarts, with new options if given (a new config, another dcgm-exporter scrape);
+        the node does not reboot: its kernel log and the exporter's place in it stay."""
+        self.stop()
+        if options is not None:
+            self.options = options
+        self.start()
 
     def reboot(self) -> None:
         """What a reboot does to the signals: a fresh kernel log and a new exporter process."""
@@ -200,6 +228,16 @@ class SimNode:
         text = detail or {79: "GPU has fallen off the bus.", 13: "Graphics SM Warp Exception"}.get(xid, "x")
         self.log_kernel(f"NVRM: Xid (PCI:{pci}): {xid}, pid=4242, name=python3, {text}")
 
+    def sxid(self, sxid: int, pci: str = "0000:c3:00.0", fatal: bool = True, detail: str = "") -> None:
+        severity = "Fatal" if fatal else "Non-fatal"
+        self.log_kernel(f"nvidia-nvswitch0: SXid (PCI:{pci}): {sxid}, {severity}, {detail or 'Link 28 error'}")
+
+    def remove_efa(self, device: str = "rdmap1s27") -> None:
+        """The EFA device disappears from sysfs (a lost or unbound adapter)."""
+        link = self.dir / "sysfs" / "sys" / "class" / "infiniband" / device
+        shutil.rmtree(link.resolve(), ignore_errors=True)
+        link.unlink(missing_ok=True)
+
     def dcgmi(self, mode: str) -> None:
         """ok | fail | hang"""
         for flag in ("hang", "fail"):
@@ -214,6 +252,7 @@ class Stack:
     policy: str = ""
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpuhealth-e2e-")))
     keep: bool = False
+    node_options: dict[str, NodeOptions] = field(default_factory=dict)  # by node name; others healthy
 
     def __post_init__(self) -> None:
         self.cluster = FakeCluster()
@@ -271,19 +310,21 @@ class Stack:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _fleet(self) -> None:
-        fixtures = ROOT / "tests" / "fixtures"
+        unknown = set(self.node_options) - {f"{p}-gpu-{i}" for p, n in self.pools.items() for i in range(n)}
+        if unknown:
+            raise ValueError(f"node_options for nodes not in the fleet: {sorted(unknown)}")
         for pool, count in self.pools.items():
             for i in range(count):
                 name = f"{pool}-gpu-{i}"
                 self.cluster.add_node(name, pool=pool)
                 d = self.workdir / "nodes" / name
                 d.mkdir(parents=True)
+                options = self.node_options.get(name, NodeOptions())
                 build_efa_sysfs(d / "sysfs", [(f"rdmap{n}s27", "0xefa1", {}) for n in range(2)])
-                shutil.copy(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom", d / "dcgm-exporter.prom")
                 script = d / "dcgmi"
-                script.write_text(DCGMI.format(fixtures=fixtures))
+                script.write_text(DCGMI.format(fixtures=FIXTURES))
                 script.chmod(0o755)
-                self.nodes[name] = SimNode(name, pool, d, free_port(), self.cluster.url)
+                self.nodes[name] = SimNode(name, pool, d, free_port(), self.cluster.url, options=options)
                 # a training job on every node, protected by a PodDisruptionBudget
                 self.cluster.add_pod(name, f"train-{name}", namespace="ml", labels={"app": "train"})
         self.cluster.add_pdb("ml", {"app": "train"}, disruptions_allowed=1)
@@ -386,6 +427,28 @@ class Stack:
         targets = http_json(f"{self.prometheus}/api/v1/targets")["data"]["activeTargets"]
         return len(targets) == len(self.nodes) + 1 and all(t["health"] == "up" for t in targets)
 
+    # --- what people do ---
+    def hold(self, node: str, reason: str, by: str = "e2e") -> str:
+        """`gpuhealth-remediator hold`: the remediator leaves the node alone until it is released."""
+        result = subprocess.run([str(BIN / "gpuhealth-remediator"), "hold", node, "--reason", reason, "--by", by,
+                                 "--policy", str(self.workdir / "policy.yaml"),
+                                 "--kubeconfig", str(self.workdir / "kubeconfig")],
+                                capture_output=True, text=True, timeout=30, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"hold {node} failed ({result.returncode}): {result.stdout}{result.stderr}")
+        return result.stdout
+
+    def post_alerts(self, body: dict[str, Any], token: str = TOKEN) -> int:
+        """POST an Alertmanager webhook to the remediator as Alertmanager would; the HTTP status."""
+        req = urllib.request.Request(f"{self.remediator}/alerts", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            return int(exc.code)
+
     # --- reading the pipeline ---
     def query(self, promql: str) -> list[dict[str, Any]]:
         url = f"{self.prometheus}/api/v1/query?query={urllib.parse.quote(promql)}"
@@ -456,4 +519,5 @@ def log_tail(stack: Stack, name: str, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-__all__ = ["TIME_SCALE", "SimNode", "Stack", "http_json", "log_tail", "running", "scale_expr", "wait_for"]
+__all__ = ["FIXTURES", "TIME_SCALE", "NodeOptions", "SimNode", "Stack", "http_json", "log_tail", "running",
+           "scale_expr", "wait_for"]

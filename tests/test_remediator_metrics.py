@@ -1,0 +1,50 @@
+"""The remediator's own metrics: error and timeout counters exist at 0 from the start, for every label
+value the code can use, so increase() sees the first event and dashboards show 0 instead of no data."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from remediator import metrics as m
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTERS = {
+    "webhook_errors": ("gpuhealth_remediator_webhook_errors_total", "reason", m.WEBHOOK_ERROR_REASONS),
+    "alerts_ignored": ("gpuhealth_remediator_alerts_ignored_total", "reason", m.ALERT_IGNORED_REASONS),
+    "api_errors": ("gpuhealth_remediator_api_errors_total", "operation", m.API_OPERATIONS),
+    "passes_aborted": ("gpuhealth_remediator_passes_aborted_total", "reason", m.PASS_ABORT_REASONS),
+    "rung_timeouts": ("gpuhealth_remediator_rung_timeouts_total", "rung", m.RUNGS),
+}
+
+
+def test_labelled_error_counters_start_at_zero() -> None:
+    text = generate_latest(m.Metrics().registry).decode()
+    for name, label, values in COUNTERS.values():
+        for value in values:
+            assert f'{name}{{{label}="{value}"}} 0.0' in text, (name, value)
+
+
+def test_an_event_counts_on_the_initialised_series() -> None:
+    metrics = m.Metrics()
+    metrics.webhook_errors.labels("unauthorized").inc()
+    text = generate_latest(metrics.registry).decode()
+    assert 'gpuhealth_remediator_webhook_errors_total{reason="unauthorized"} 1.0' in text
+    assert 'gpuhealth_remediator_webhook_errors_total{reason="invalid"} 0.0' in text
+
+
+def test_the_known_label_values_are_the_ones_the_code_uses() -> None:
+    """Every literal label value the receiver and reconciler pass is initialised (no drift)."""
+    source = (ROOT / "remediator" / "app.py").read_text() + (ROOT / "remediator" / "reconciler.py").read_text()
+    for attr, (_, _, values) in COUNTERS.items():
+        used = set(re.findall(rf"metrics\.{attr}\.labels\(\"([^\"]+)\"\)", source))
+        used |= set(re.findall(r'reject\([^\n]*, "(\w+)"\)', source)) if attr == "webhook_errors" else set()
+        assert used <= set(values), (attr, used - set(values))
+        if attr in ("webhook_errors", "api_errors"):
+            assert len(used) == len(values), (attr, used)
+    rungs = re.search(r'rung = \{([^}]*)\}', source)
+    assert rungs and set(re.findall(r': "(\w+)"', rungs.group(1))) == set(m.RUNGS)
+    aborts = set(re.findall(r'PassAborted\(f?"([^"(]+?)(?: \(|")', source))
+    assert aborts == set(m.PASS_ABORT_REASONS)
