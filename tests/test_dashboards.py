@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from promql_names import metric_names
 
 from dashboards import generate
 from exporter.catalog import FAMILIES
@@ -34,8 +35,6 @@ EXTERNAL = {
     "process_resident_memory_bytes": "the exporter's own process metrics (docs/metrics.md: process_*)",
     "process_cpu_seconds_total": "the exporter's own process metrics (docs/metrics.md: process_*)",
 }
-PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
-                   "and", "or", "unless", "inf", "nan"}
 # Grafana's built-in variables, as a value promtool can parse.
 BUILTINS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h", "__range_s": "3600",
             "__interval_ms": "60000"}
@@ -64,21 +63,6 @@ def known_metrics() -> dict[str, str]:
     known |= {n: "remediator" for n in _remediator_metrics()}
     known |= EXTERNAL
     return known
-
-
-def metric_names(expr: str) -> set[str]:
-    """Metric names a PromQL expression selects (not functions, keywords, labels, strings or durations)."""
-    text = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', " ", expr)  # strings
-    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
-    text = re.sub(r"\[[^\]]*\]", " ", text)  # range and subquery durations
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)  # label lists
-    names = set()
-    for m in re.finditer(r"(?<![\w:.$])([A-Za-z_:][\w:]*)(\s*\()?", text):
-        name, call = m.group(1), m.group(2)
-        if call or name.lower() in PROMQL_KEYWORDS:
-            continue
-        names.add(name)
-    return names
 
 
 def substitute(expr: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from promql_names import metric_names
 
 from exporter.catalog import FAMILIES
 
@@ -37,8 +38,6 @@ ALLOWED = {
     "remediation": {"none", "cordon", "drain", "reset_gpu", "reboot", "replace"},
 }
 ANNOTATIONS = ("summary", "description", "runbook_url")
-PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
-                   "and", "or", "unless", "inf", "nan"}
 OTHER_METRICS = {"up", "ALERTS", "ALERTS_FOR_STATE"}
 
 
@@ -66,22 +65,6 @@ def _promtool() -> str:
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([_promtool(), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
-def metric_names(expr: str) -> set[str]:
-    """Metric names a PromQL expression selects (not functions, keywords, labels, strings or durations)."""
-    text = re.sub(r"#[^\n]*", " ", expr)  # comments
-    text = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', " ", text)  # strings
-    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
-    text = re.sub(r"\[[^\]]*\]", " ", text)  # range and subquery durations
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)  # label lists
-    names = set()
-    for m in re.finditer(r"(?<![\w:.])([A-Za-z_:][\w:]*)(\s*\()?", text):
-        name, call = m.group(1), m.group(2)
-        if call or name.lower() in PROMQL_KEYWORDS:
-            continue
-        names.add(name)
-    return names
 
 
 def _known_metric(name: str) -> bool:
