@@ -124,6 +124,13 @@ def inject(narrator: Narrator, node: str, fault: str, action: Callable[[], None]
     action()
 
 
+def _budget(stack: Stack) -> str:
+    """The remediator's own budget gauges, as it reports them on /metrics."""
+    lines = http_get(f"{stack.remediator}/metrics").decode().splitlines()
+    used = [line for line in lines if line.startswith("gpuhealth_remediator_budget_in_use{")]
+    return "; ".join(line.split("{", 1)[1].replace("} ", " = ") for line in used) or "nothing"
+
+
 def metric_line(stack: Stack, node: str, promql: str, label: str) -> None:
     value = wait_for(label, lambda: stack.query(promql), timeout=20)
     print(f"{DIM}          metric {promql} = {value[0]['value'][1]}{RESET}", flush=True)
@@ -161,12 +168,17 @@ def main() -> int:
         inject(narrator, "train-a-gpu-0", "application Xid 13 (the job's bug)", lambda: nodes["train-a-gpu-0"].xid(13))
         metric_line(stack, "train-a-gpu-0", 'gpuhealth_xid_errors_total{node="train-a-gpu-0",xid="13"}', "xid 13")
         wait_for("GPUXidApplication", lambda: stack.firing("GPUXidApplication", "train-a-gpu-0"), timeout=30)
-        time.sleep(5)
-        narrator.say("DECISION remediation=none: the node stays in service, the job's owner is told", GREEN)
+        wait_for("the remediator to record it", lambda: "GPUXidApplication" in stack.cluster.annotations(
+            "train-a-gpu-0").get("gpuhealth.io/state", ""), timeout=30)
+        narrator.say("DECISION the remediator recorded the alert on train-a-gpu-0: remediation=none, so no action",
+                     GREEN)
+        time.sleep(3)
+        narrator.say(f"BUDGET  in use: {_budget(stack)}", DIM)
 
         inject(narrator, "train-a-gpu-1", "Xid 79: GPU has fallen off the bus", lambda: nodes["train-a-gpu-1"].xid(79))
         metric_line(stack, "train-a-gpu-1", 'gpuhealth_xid_errors_total{node="train-a-gpu-1",xid="79"}', "xid 79")
         wait_for("the reboot", lambda: "train-a-gpu-1" in stack.rebooted, timeout=60)
+        narrator.say(f"BUDGET  in use: {_budget(stack)}", DIM)
         narrator.say("NODE    train-a-gpu-1 rebooted (simulated): new boot id, fresh kernel log", DIM)
 
         inject(narrator, "train-b-gpu-0", "dcgmi hangs (DCGM host engine stuck)",

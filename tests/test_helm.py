@@ -547,8 +547,8 @@ def test_alertmanagerconfig_routes_node_alerts_grouped_by_node() -> None:
     route = one(RENDERED["custom"], "AlertmanagerConfig")["spec"]["route"]
     assert route["groupBy"] == ["node"]
     matchers = {m["name"]: m for m in route["matchers"]}
-    assert set(matchers["remediation"]["value"].split("|")) == {"none", "cordon", "drain", "reset_gpu", "reboot",
-                                                                 "replace"}
+    # Actionable alerts only: a fatal fault must not wait behind a node's informational alerts.
+    assert set(matchers["remediation"]["value"].split("|")) == {"cordon", "drain", "reset_gpu", "reboot", "replace"}
 
 
 # --- image ---

@@ -55,6 +55,14 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y":
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process dies, however it dies (Linux)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -124,7 +132,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: 
 DCGMI = """#!/bin/sh
 # dcgmi stand-in for a simulated node: answers with recorded outputs, fails or hangs on request.
 here=$(dirname "$0")
-[ -e "$here/dcgmi.hang" ] && exec sleep 600
+[ -e "$here/dcgmi.hang" ] && {{ echo $$ >> "$here/dcgmi.pid"; exec sleep 120; }}
 [ -e "$here/dcgmi.fail" ] && {{ echo "Error: unable to establish a connection to the specified host" >&2; exit 1; }}
 case "$*" in
   "health -s a") echo "Health monitor systems set successfully." ;;
@@ -186,7 +194,8 @@ class SimNode:
              "--efa-expected", "2", "--dcgmi", str(self.dir / "dcgmi"), "--node", self.name,
              "--dcgm-exporter-url", str(self.dir / "dcgm-exporter.prom"),
              "--kube-api", self.api, "--log-level", "warning", *self._option_flags()],
-            stdout=log, stderr=log, start_new_session=True)
+            stdout=log, stderr=log, start_new_session=True, preexec_fn=_die_with_parent)
+        log.close()
 
     def _option_flags(self) -> list[str]:
         flags = ["--enable", ",".join(self.options.enable)] if self.options.enable else []
@@ -202,6 +211,13 @@ class SimNode:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # A dcgmi stand-in left hanging runs in its own session (the exporter's hard deadline): end it.
+        pidfile = self.dir / "dcgmi.pid"
+        if pidfile.exists():
+            for pid in pidfile.read_text().split():
+                with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
+                    os.killpg(int(pid), signal.SIGKILL)
+            pidfile.unlink(missing_ok=True)
 
     def restart(self, options: NodeOptions | None = None) -> None:
         """The exporter restarts, with new options if given (a new config, another dcgm-exporter scrape);
@@ -295,11 +311,15 @@ class Stack:
         self._start_prometheus()
         self._start_alertmanager()
         self.start_remediator()
-        threading.Thread(target=self._node_agent, daemon=True, name="e2e-node-agent").start()
+        self._agent = threading.Thread(target=self._node_agent, daemon=True, name="e2e-node-agent")
+        self._agent.start()
         self.wait_ready()
 
     def close(self) -> None:
         self._stop.set()
+        agent = getattr(self, "_agent", None)
+        if agent is not None:
+            agent.join(15)  # a reboot in progress finishes before its node is stopped
         for name in list(self.procs):
             self.stop_process(name)
         for node in self.nodes.values():
@@ -356,8 +376,8 @@ class Stack:
 
     def _start_alertmanager(self) -> None:
         config = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())
-        route = config["route"]["routes"][0]
-        route.update(group_wait="1s", group_interval="2s", repeat_interval="10s")
+        for route in config["route"]["routes"]:
+            route.update(group_wait="1s", group_interval="2s", repeat_interval="10s")
         (self.workdir / "token").write_text(TOKEN)
         for receiver in config["receivers"]:
             for hook in receiver.get("webhook_configs", []):
@@ -391,7 +411,9 @@ class Stack:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True,
+                                            preexec_fn=_die_with_parent,
                                             env={**os.environ, "POD_NAME": f"e2e-{name}"})
+        log.close()
 
     def stop_process(self, name: str, kill: bool = False) -> None:
         proc = self.procs.pop(name, None)
@@ -487,6 +509,11 @@ class Stack:
                                      headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(req, timeout=5) as r:
             return str(json.loads(r.read())["silenceID"])
+
+    def expire_silence(self, silence_id: str) -> None:
+        req = urllib.request.Request(f"{self.alertmanager}/api/v2/silence/{silence_id}", method="DELETE")
+        with urllib.request.urlopen(req, timeout=5):
+            pass
 
     # --- the node side of a reboot Job ---
     def _node_agent(self) -> None:
