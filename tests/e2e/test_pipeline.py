@@ -261,6 +261,10 @@ def test_every_dashboard_query_returns_data(stack: Stack, tmp_path: Path) -> Non
     # Elsewhere: dcgmi failing (probe errors, fail closed), an EFA device gone.
     stack.nodes["pool-a-gpu-1"].dcgmi("fail")
     stack.nodes["pool-a-gpu-2"].remove_efa()
+    # A node that sees fewer GPUs than it should (its scrape has one L4; it expects two), and a node
+    # whose exporter is gone (its target is down).
+    stack.nodes["pool-b-gpu-1"].restart(NodeOptions(gpus_expected=2))
+    stack.nodes["pool-b-gpu-2"].stop()
     # A webhook with the wrong token: rejected, counted.
     assert stack.post_alerts({"version": "4", "alerts": []}, token="not-the-token") == 401
 
