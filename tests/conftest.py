@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["remediator_fixtures"]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from fake_cluster import FakeCluster
 from remediator_harness import Harness
@@ -14,14 +12,6 @@ POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}
 return_to_service: {healthy_delay: 10m}
 """
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    with FakeCluster() as c:
-        for i in range(10):
-            c.add_node(f"gpu-{i}")
-        yield c
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -15,14 +14,6 @@ from remediator.leader import leader_identity
 from remediator.nodestate import DISRUPTIVE, HOLD_ANNOTATION
 
 POLICY = "budget: {max_disrupted: 2, max_cordoned: 10}\nbreaker: {min_nodes: 100}"
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    with FakeCluster() as c:
-        for i in range(10):
-            c.add_node(f"gpu-{i}")
-        yield c
 
 
 def test_identity_is_unique_per_process_even_with_a_shared_pod_name() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,14 +12,6 @@ from remediator_harness import FakeAlertmanager, Harness
 from remediator.cli import main
 from remediator.nodestate import HOLD_ANNOTATION
 from remediator.silences import SilenceChecker
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    with FakeCluster() as c:
-        for i in range(10):
-            c.add_node(f"gpu-{i}")
-        yield c
 
 
 def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluster: FakeCluster) -> None:
