@@ -158,6 +158,7 @@ def main() -> int:
     stack = Stack(pools={"train-a": 4, "train-b": 2}, policy=POLICY)
     signal.signal(signal.SIGTERM, _interrupt)
     narrator = Narrator(stack, start)
+    interrupted = False
     try:
         stack.start()
         print(f"  Prometheus   {stack.prometheus}/alerts\n  Alertmanager {stack.alertmanager}\n"
@@ -190,13 +191,14 @@ def main() -> int:
         wait_for("both nodes back in service", lambda: not stack.disrupted(), timeout=90)
         time.sleep(1)
     except KeyboardInterrupt:
+        interrupted = True
         print("\ninterrupted: stopping everything ...", flush=True)
     finally:
         narrator.stop.set()
         stack.close()
     summary(narrator)
     print(f"\nfinished in {time.monotonic() - start:.0f}s; every process stopped.")
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":
