@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -535,16 +535,10 @@ class Stack:
                     self.cluster.nodes[node]["metadata"]["resourceVersion"] = self.cluster._next_rv()
 
 
-@contextlib.contextmanager
-def running(**kwargs: Any) -> Iterator[Stack]:
-    with Stack(**kwargs) as stack:
-        yield stack
-
-
 def log_tail(stack: Stack, name: str, lines: int = 40) -> str:
     path = stack.workdir / f"{name}.log"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-__all__ = ["FIXTURES", "TIME_SCALE", "NodeOptions", "SimNode", "Stack", "http_json", "log_tail", "running",
+__all__ = ["FIXTURES", "TIME_SCALE", "NodeOptions", "SimNode", "Stack", "http_json", "log_tail",
            "scale_expr", "wait_for"]
