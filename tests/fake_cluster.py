@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,17 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 Obj = dict[str, Any]
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a watch the test stopped) is normal here, not an error to print."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _status(code: int, reason: str, message: str = "") -> Obj:
@@ -175,8 +187,7 @@ class FakeCluster:
             def do_DELETE(self) -> None:
                 self._handle("DELETE")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
 
