@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e lint typecheck unit rules-test dashboards deps apt clean
+.PHONY: demo demo-node test e2e lint typecheck unit rules-test dashboards deps apt clean bench
 
 # Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
 # service on install where an init system runs; nothing here depends on it.
@@ -28,9 +28,9 @@ $(BIN)/python: | .stamp-apt
 	$(PYTHON) -m venv $(VENV)
 
 # Re-installs when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml training/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch]' -e ./training
 	@touch $@
 
 deps: $(VENV)/.installed .stamp-apt
@@ -67,6 +67,20 @@ demo-node: deps
 # Only the end-to-end scenarios (make test runs them too).
 e2e: deps
 	$(BIN)/pytest -q -m e2e
+
+# Every benchmark in its quick mode (under 5 minutes), figures beside their references; docs/benchmarks.md
+# gives each one's full command. Debian's prometheus-node-exporter is the exporter's reference.
+.stamp-apt-bench: Makefile | .stamp-apt
+	@dpkg -s prometheus-node-exporter >/dev/null 2>&1 || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends \
+	  prometheus-node-exporter; }
+	@touch $@
+
+bench: deps .stamp-apt-bench
+	$(BIN)/python bench/exporter_cost.py --quick
+	$(BIN)/python bench/kmsg_parse.py --quick
+	$(BIN)/python bench/remediator_storm.py --quick
+	$(BIN)/python bench/rules_scale.py --quick
 
 clean:
 	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""gpuhealth for training loops (placeholder until the training issue lands)."""
