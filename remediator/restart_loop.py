@@ -1,0 +1,78 @@
+"""The restart-loop guard's count: pure. The same workload failing N times in a row with the same app
+cause and no progress is in a restart loop.
+
+The count lives on the owning Job (annotation `gpuhealth.io/restart-loop`), so a restarted or newly
+elected remediator carries on counting. What "in a row" means:
+- an app failure with the same cause (reason, and exit code where there is one) as the last one, with
+  no progress between them, adds one; any other app cause starts again at 1;
+- progress is the Job's succeeded count growing (a completion, or an index of an indexed Job);
+- infra and unknown failures neither add nor break the run: they are not the job's doing;
+- a Job a person resumed after gpuhealth suspended it starts again at 0 (they have looked at it);
+- the same pod counted twice (a re-delivered watch event, a second pass) changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+LOOP_ANNOTATION = "gpuhealth.io/restart-loop"
+KEEP_PODS = 5  # pods remembered (idempotency, and what on-call reads)
+
+
+@dataclass(frozen=True)
+class LoopState:
+    cause: str = ""
+    count: int = 0
+    succeeded: int = 0  # the Job's status.succeeded at the last counted failure
+    pods: tuple[str, ...] = ()
+    suspended: bool = False  # gpuhealth suspended the Job for this loop
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["pods"] = list(self.pods)
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> LoopState:
+        """A missing or unreadable annotation starts afresh (it only ever delays a suspension)."""
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            return cls()
+        if not isinstance(data, dict):
+            return cls()
+        try:
+            return cls(cause=str(data.get("cause") or ""), count=int(data.get("count") or 0),
+                       succeeded=int(data.get("succeeded") or 0), pods=tuple(str(p) for p in data.get("pods") or ()),
+                       suspended=bool(data.get("suspended")))
+        except (TypeError, ValueError):
+            return cls()
+
+
+def count_failure(state: LoopState, pod: str, cls: str, cause: str, succeeded: int,
+                  suspended_now: bool) -> LoopState:
+    """The state after one classified failure of the workload."""
+    if pod in state.pods:
+        return state
+    if state.suspended and not suspended_now:  # a person resumed the Job
+        state = LoopState(succeeded=succeeded)
+    if cls != "app":
+        return state
+    pods = (*state.pods, pod)[-KEEP_PODS:]
+    if state.count and state.cause == cause and succeeded <= state.succeeded:
+        return replace(state, count=state.count + 1, succeeded=succeeded, pods=pods)
+    return LoopState(cause=cause, count=1, succeeded=succeeded, pods=pods, suspended=False)
+
+
+def in_loop(state: LoopState, threshold: int) -> bool:
+    return state.count >= threshold
+
+
+def job_of(pod: dict[str, Any]) -> str | None:
+    """The name of the pod's owning batch/v1 Job, if any."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
+            return str(ref.get("name"))
+    return None
