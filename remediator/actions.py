@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 from datetime import datetime
 from typing import Any
 
 from kubernetes import client
 
+from remediator.fleet_cache import FleetCache
 from remediator.nodestate import (
     HOLD_ANNOTATION,
     LAST_EPISODE_ANNOTATION,
@@ -56,6 +58,12 @@ class Kube:
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.timeout = request_timeout
+        self.cache: FleetCache | None = None  # the watch cache of Nodes and Pods, once started
+
+    def start_cache(self, stop: threading.Event) -> FleetCache:
+        self.cache = FleetCache(self.core, self.timeout)
+        self.cache.start(stop)
+        return self.cache
 
     # --- reads, as plain JSON (the same shape `kubectl get -o json` gives the plan command) ----
     @staticmethod
@@ -83,6 +91,8 @@ class Kube:
             body = {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
         node: dict[str, Any] = self._json(self.core.patch_node(
             name, body, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
+        if self.cache is not None:  # read our own writes before the watch brings them
+            self.cache.nodes.apply(node)
         return node
 
     def write_state(self, name: str, state: NodeState, resource_version: str | None) -> dict[str, Any]:

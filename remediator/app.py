@@ -1,9 +1,10 @@
 """The Flask receiver: POST /alerts (Alertmanager v4 webhook), /healthz, /readyz, /metrics.
 
-A request is authenticated, size-limited and validated, then recorded on the Nodes (one PATCH per
-node) before it is answered: 202 once recorded, 5xx when recording failed (Alertmanager retries
-5xx), so an accepted alert is never lost to a restart. The loop acts on it asynchronously. Anything
-wrong with a request is a 4xx with a reason and changes nothing. In production: gunicorn
+A request is authenticated, size-limited and validated, its nodes checked against the watch cache,
+then queued and answered 202; the intake's workers record it on the Nodes (one PATCH per node) right
+after (intake.py says what that trades), and while recording fails new posts get 503 (Alertmanager
+retries 5xx). The loop acts on it asynchronously. Anything wrong with a request is a 4xx with a reason
+and changes nothing. In production: gunicorn
 'remediator.app:create_app()' (configured from the environment, see docs/remediation.md); tests build
 the app around their own Remediator.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -127,14 +129,14 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         for fp, why in batch.ignored:
             rem.metrics.alerts_ignored.labels(why.split(" ")[0] if why.startswith("no ") else "unusable").inc()
             audit("alert_ignored", fingerprint=fp, reason=why)
-        result = rem.record(batch)
+        result = rem.accept(batch)  # queued for recording (rem.intake), or recorded now when there is no intake
         ignored = [{"fingerprint": f, "reason": r} for f, r in batch.ignored]
         ignored += [{"node": n, "reason": r} for n, r in result.ignored]
-        if result.failed:
-            why = "; ".join(f"{n}: {e}" for n, e in result.failed)
-            return reject(503, f"could not record alerts on node(s) ({why}): retry", "record_failed")
+        if result.refused:
+            return reject(503, f"could not record alerts on node(s) ({result.refused}): retry", "record_failed")
         rem.metrics.webhooks.labels("202").inc()
-        return jsonify({"accepted": len(batch.alerts), "recorded": result.recorded, "ignored": ignored}), 202
+        nodes = "queued" if rem.intake is not None else "recorded"
+        return jsonify({"accepted": len(batch.alerts), nodes: result.queued, "ignored": ignored}), 202
 
     @app.get("/healthz")
     def healthz() -> tuple[Response, int]:
@@ -142,7 +144,8 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
 
     @app.get("/readyz")
     def readyz() -> tuple[Response, int]:
-        ok = rem.api_ok
+        cache = rem.kube.cache
+        ok = rem.api_ok and (cache is None or cache.healthy)
         return jsonify({"ready": ok, "kubernetes_api": "ok" if ok else "failing"}), 200 if ok else 503
 
     @app.get("/metrics")
@@ -152,7 +155,20 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     if start_loop:
         stop = threading.Event()
         app.extensions["remediator_stop"] = stop
+        # A pass over 10,000 nodes holds the GIL for ~0.4 s; at the default 5 ms switch interval a webhook
+        # thread waits up to 5 ms each time it wants it back. 1 ms keeps the answer fast (bench/remediator_storm.py).
+        sys.setswitchinterval(0.001)
+        if rem.kube.cache is None:
+            rem.kube.start_cache(stop)  # watches of Nodes and Pods: the loop and the receiver read from them
+        if rem.intake is None:
+            rem.start_intake(stop)  # webhooks are answered first, then recorded
         thread = threading.Thread(target=rem.run_forever, args=(stop, config.interval), name="remediator",
                                   daemon=True)
         thread.start()
+        if rem.policy.workloads.enabled:  # classify failed workload pods (docs/jobs.md)
+            from remediator.workloads import start_watcher
+
+            app.extensions["workload_watcher"] = start_watcher(
+                rem.kube, rem.policy, rem.metrics, stop, config.interval, clock=rem.clock, dry_run=rem.dry_run,
+                is_leader=lambda: rem.dry_run or rem.elector.is_leader())
     return app

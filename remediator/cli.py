@@ -1,4 +1,4 @@
-"""gpuhealth-remediator: serve | plan | hold | release."""
+"""gpuhealth-remediator: serve | plan | classify | hold | release."""
 
 from __future__ import annotations
 
@@ -67,6 +67,59 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                silences, trips)
     for d in decisions:
         print(json.dumps(d.line()))
+    return 0
+
+
+class InputError(ValueError):
+    """Bad input to `classify`: the message names the file and why."""
+
+
+def _classify_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    from remediator.evidence import signals_from_events, signals_from_webhook
+
+    policy = load_policy(args.policy)
+    try:
+        pod = _load_json(args.pod)
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod" or not isinstance(pod.get("metadata"), dict):
+        raise InputError(f"{args.pod}: expected one pod (`kubectl get pod NAME -o json`)")
+    phase = (pod.get("status") or {}).get("phase")
+    if phase != "Failed":
+        raise InputError(f"{args.pod}: pod phase is {phase!r}, not 'Failed': only failed pods are classified")
+    signals: list[Any] = []
+    for path in args.node_alerts or []:
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
+        try:
+            signals += signals_from_webhook(raw, policy)
+        except WebhookError as exc:
+            raise InputError(f"{path}: not an Alertmanager v4 webhook body: {exc}") from exc
+    if args.events:
+        try:
+            data = _load_json(args.events)
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
+        items = data.get("items") if isinstance(data, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise InputError(f"{args.events}: expected `kubectl get events -o json` output (a List with items)")
+        signals += signals_from_events(items)
+    return pod, signals
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from remediator.classify import classify, pod_gpus
+    from remediator.workloads import settings_of
+
+    try:
+        pod, signals = _classify_inputs(args)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    verdict = classify(pod, signals, settings_of(load_policy(args.policy)), None, pod_gpus(pod, None))
+    print(json.dumps(verdict.to_json()))
     return 0
 
 
@@ -168,6 +221,22 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--now", help="evaluate at this RFC 3339 time (default: now)")
     pl.add_argument("--alertmanager", help="Alertmanager URL to check silences (default: not checked)")
     pl.set_defaults(func=cmd_plan)
+
+    c = sub.add_parser(
+        "classify", help="why did a workload pod fail: infra, app or unknown, with the evidence (no cluster)",
+        description="Classify one Failed pod as infra (the platform: preemption, eviction, a node fault around the "
+        "failure), app (OOMKilled, a configured application exit code, an application Xid on its GPU) or unknown "
+        "(an NCCL timeout alone, nothing that explains it), as the remediator's workload watcher does, and print "
+        'one JSON object: {"class": ..., "reason": ..., "evidence": [...]}. Node alerts count from '
+        "workloads.look_behind before to workloads.look_ahead after the failure (policy; 10m and 5m by default). "
+        "Bad input: exit 2 and one line naming the file and why. docs/jobs.md explains the evidence.")
+    common(c)
+    c.add_argument("--pod", required=True, metavar="POD.json", help="kubectl get pod NAME -n NS -o json")
+    c.add_argument("--node-alerts", nargs="+", action="extend", metavar="PAYLOAD.json",
+                   help="Alertmanager v4 webhook bodies with the node's alerts (as the remediator receives them)")
+    c.add_argument("--events", metavar="EVENTS.json",
+                   help="kubectl get events -A -o json: gpuhealth's drain/reset/reboot/replace Events on the node")
+    c.set_defaults(func=cmd_classify)
 
     who = os.environ.get("USER") or getpass.getuser()
     h = sub.add_parser("hold", help="stop gpuhealth acting on a node (a person takes over)")

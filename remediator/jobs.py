@@ -6,6 +6,7 @@ restart, a new leader) finds the existing Job (409) instead of starting a second
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,29 @@ def create_job(batch: client.BatchV1Api, manifest: dict[str, Any], timeout: floa
         if exc.status == 409:
             return False
         raise
+
+
+JOB_SELECTOR = "app.kubernetes.io/name=gpuhealth-remediator"  # the label the templates put on every Job
+
+
+def job_statuses(batch: client.BatchV1Api, namespace: str, timeout: float = 10.0) -> dict[str, str]:
+    """Every gpuhealth Job in the namespace by name: succeeded | failed | running. One LIST per pass,
+    not one GET per node at a Job rung; a Job not listed is missing (creating it again is idempotent)."""
+    response: Any = batch.list_namespaced_job(namespace, label_selector=JOB_SELECTOR, _preload_content=False,
+                                              _request_timeout=timeout)
+    out = {}
+    for job in json.loads(response.data).get("items") or []:
+        status = job.get("status") or {}
+        conditions = status.get("conditions") or []
+        if status.get("succeeded"):
+            value = "succeeded"
+        elif status.get("failed") or any(c.get("type") == "Failed" and c.get("status") == "True"
+                                         for c in conditions):
+            value = "failed"
+        else:
+            value = "running"
+        out[(job.get("metadata") or {}).get("name", "")] = value
+    return out
 
 
 def job_status(batch: client.BatchV1Api, namespace: str, name: str, timeout: float = 10.0) -> str:

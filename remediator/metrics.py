@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 # dashboard shows 0, not "No data", while nothing has gone wrong.
 WEBHOOK_ERROR_REASONS = ("unauthorized", "too_large", "invalid", "record_failed")
 ALERT_IGNORED_REASONS = ("no", "unusable", "unknown node", "unreadable state")
-API_OPERATIONS = ("record", "list_nodes", "execute")
+API_OPERATIONS = ("record", "list_nodes", "execute", "workloads")
 PASS_ABORT_REASONS = ("lost the Lease", "pass ran past its deadline")
 RUNGS = ("reset_gpu", "drain", "reboot", "replace")
 
@@ -39,6 +39,20 @@ class Metrics:
         self.rung_timeouts = Counter("gpuhealth_remediator_rung_timeouts", "Rungs that passed their timeout",
                                      ["rung"], registry=r)
         self.passes = Counter("gpuhealth_remediator_reconcile_passes", "Reconcile passes run as leader", registry=r)
+        # Workload failures (remediator/workloads.py; names fixed: the job-reliability dashboard reads them).
+        self.workload_failures = Counter("gpuhealth_workload_failures", "Failed workload pods by class "
+                                         "(infra, app, unknown) and reason", ["class", "reason", "namespace"],
+                                         registry=r)
+        self.workload_pods_ended = Counter("gpuhealth_workload_pods_ended", "Workload pods that ended, by phase "
+                                           "(Succeeded, Failed)", ["namespace", "phase"], registry=r)
+        self.workload_lost_seconds = Counter("gpuhealth_workload_lost_seconds", "Run time of failed workload pods "
+                                             "(start to failure), by class", ["class", "namespace"], registry=r)
+        self.workload_restart_loop = Gauge("gpuhealth_workload_restart_loop", "1 while a workload is in a restart "
+                                           "loop (the same app cause N times in a row, no progress)",
+                                           ["namespace", "workload"], registry=r)
+        self.workload_node_suspect = Gauge("gpuhealth_workload_node_suspect_workloads", "Workloads whose pods failed "
+                                           "on the node, with the node as a suspect (a node fault, unknown), in "
+                                           "workloads.node_suspect_window", ["node", "pool"], registry=r)
         for counter, values in ((self.webhook_errors, WEBHOOK_ERROR_REASONS),
                                 (self.alerts_ignored, ALERT_IGNORED_REASONS),
                                 (self.api_errors, API_OPERATIONS),
@@ -46,3 +60,15 @@ class Metrics:
                                 (self.rung_timeouts, RUNGS)):
             for value in values:
                 counter.labels(value)
+
+    def init_workloads(self, namespaces: tuple[str, ...]) -> None:
+        """The workload counters at 0 for every label value they can take (namespaces from the policy)."""
+        from remediator.classify import REASONS
+
+        for ns in namespaces:
+            for cls, reasons in REASONS.items():
+                self.workload_lost_seconds.labels(cls, ns)
+                for reason in reasons:
+                    self.workload_failures.labels(cls, reason, ns)
+            for phase in ("Succeeded", "Failed"):
+                self.workload_pods_ended.labels(ns, phase)

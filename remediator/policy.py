@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,23 @@ class RungPolicy:
 
 
 @dataclass(frozen=True)
+class WorkloadPolicy:
+    """The `workloads:` section: classifying ended workload pods (remediator/classify.py, workloads.py)."""
+
+    enabled: bool = False
+    namespaces: tuple[str, ...] = ()  # required when enabled: RBAC (pods patch, events, jobs) is granted in these
+    selector: str | None = None  # label selector of the pods to watch; None: every pod that requests GPUs
+    # Exit codes that are the application's own doing. 1 is not among them: a CUDA error from a broken
+    # GPU also ends a Python program with 1.
+    app_exit_codes: tuple[int, ...] = (2, 126, 127)
+    look_behind: timedelta = timedelta(minutes=10)  # node alerts this long before the failure count
+    look_ahead: timedelta = timedelta(minutes=5)  # ...and this long after: app/unknown verdicts wait this long
+    node_suspect_window: timedelta = timedelta(hours=1)  # a workload counts once per node in this window
+    restart_loop_threshold: int = 3  # the same app cause this many times in a row is a restart loop
+    restart_loop_suspend: bool = False  # suspend the Job (spec.suspend) in a restart loop
+
+
+@dataclass(frozen=True)
 class Policy:
     pool_label: str = "karpenter.sh/nodepool"
     default_pool: str = "default"
@@ -81,6 +98,7 @@ class Policy:
     lease_namespace: str = "gpuhealth"
     lease_name: str = "gpuhealth-remediator"
     lease_duration: timedelta = timedelta(seconds=15)
+    workloads: WorkloadPolicy = WorkloadPolicy()
 
     def rung(self, name: str) -> RungPolicy:
         return self.rungs[name]
@@ -206,7 +224,7 @@ class _Reader:
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     r = _Reader(source, text)
     top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
-                         "alert_labels", "alertmanager", "jobs", "replace", "leader"})
+                         "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads"})
     d = Policy()
     kw: dict[str, Any] = {}
 
@@ -323,8 +341,57 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         if kw["lease_duration"] < timedelta(seconds=3):
             raise r.fail("leader.lease_duration", "expected at least 3s (it is renewed every third of it)")
 
+    if top.get("workloads") is not None:
+        kw["workloads"] = _workloads(r, top["workloads"])
+
     merged = {**{f: getattr(d, f) for f in d.__dataclass_fields__}, **kw}
     return Policy(**merged)
+
+
+_LABEL_TERM = re.compile(r"^[A-Za-z0-9_./-]+(=|==|!=)[A-Za-z0-9_.-]*$|^!?[A-Za-z0-9_./-]+$")
+
+
+def _workloads(r: _Reader, value: Any) -> WorkloadPolicy:
+    w = r.section("workloads", {"enabled", "namespaces", "selector", "app_exit_codes", "look_behind", "look_ahead",
+                                "node_suspect_window", "restart_loop"}, value)
+    d = WorkloadPolicy()
+    kw: dict[str, Any] = {}
+    if "enabled" in w:
+        if not isinstance(w["enabled"], bool):
+            raise r.fail("workloads.enabled", f"expected true or false, got {w['enabled']!r}")
+        kw["enabled"] = w["enabled"]
+    if "namespaces" in w:
+        names = w["namespaces"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", n)
+                                                  for n in names):
+            raise r.fail("workloads.namespaces", f"expected a list of namespace names, got {names!r}")
+        kw["namespaces"] = tuple(dict.fromkeys(names))
+    if kw.get("enabled") and not kw.get("namespaces"):
+        raise r.fail("workloads.namespaces", "required when workloads.enabled is true: the namespaces whose pods "
+                     "gpuhealth classifies (its RBAC is granted there only)")
+    if "selector" in w:
+        selector = r.string("workloads.selector", w["selector"], optional=True)
+        if selector is not None and not all(_LABEL_TERM.match(t.strip()) for t in selector.split(",")):
+            raise r.fail("workloads.selector", f"expected a label selector like team=ml,gpuhealth.io/watch, "
+                         f"got {selector!r}")
+        kw["selector"] = selector
+    if "app_exit_codes" in w:
+        codes = w["app_exit_codes"]
+        if not isinstance(codes, list) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 255 for c in codes):
+            raise r.fail("workloads.app_exit_codes", f"expected a list of exit codes 1-255, got {codes!r}")
+        kw["app_exit_codes"] = tuple(sorted(set(codes)))
+    for key in ("look_behind", "look_ahead", "node_suspect_window"):
+        if key in w:
+            kw[key] = r.duration(f"workloads.{key}", w[key])
+    loop = r.section("workloads.restart_loop", {"threshold", "suspend"}, w.get("restart_loop"))
+    if "threshold" in loop:
+        kw["restart_loop_threshold"] = r.integer("workloads.restart_loop.threshold", loop["threshold"], minimum=2)
+    if "suspend" in loop:
+        if not isinstance(loop["suspend"], bool):
+            raise r.fail("workloads.restart_loop.suspend", f"expected true or false, got {loop['suspend']!r}")
+        kw["restart_loop_suspend"] = loop["suspend"]
+    return replace(d, **kw)
 
 
 def load_policy(path: str | Path | None) -> Policy:

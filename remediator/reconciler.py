@@ -3,11 +3,13 @@
 `evaluate` is the single decision path: `serve` (Remediator.reconcile) and `plan` (plan_from_json)
 both call it, so what `plan` prints is what `serve` would do.
 
-Recording is synchronous (the webhook is answered only once its alerts are on the Node). Executing a
-node's plan: the leader checks it still leads before every write; before a disruptive step it
-re-reads the Node and drops the plan if the Node changed since the list (the next pass decides
-again); it writes the plan's final state once, with the resourceVersion it was computed from, and
-only then performs the side effects (evictions, Jobs, replacement) and reports them.
+Recording: with an intake (serve), the webhook is answered once queued and the intake's workers record
+it (intake.py); without one, it is recorded before the answer. Nodes and pods come from the watch
+cache (fleet_cache.py) when one is started, else from a list per pass. Executing a node's plan: the
+leader checks it still leads before every write; before a disruptive step it re-reads the Node and
+drops the plan if the Node changed since the cache or list had it (the next pass decides again); it
+writes the plan's final state once, with the resourceVersion it was computed from, and only then
+performs the side effects (evictions, Jobs, replacement) and reports them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -27,11 +29,20 @@ from remediator.actions import Kube, cordon_body, state_body, uncordon_body
 from remediator.budget import Ledger
 from remediator.cluster import NodeView, build_views, evictable_pods
 from remediator.drain import OutOfTime, drain_pass
-from remediator.jobs import create_job, job_status, render_job
+from remediator.intake import Intake, Outcome
+from remediator.jobs import create_job, job_statuses, render_job
 from remediator.ladder import Decision, NodePlan, SilenceCheck, decide
 from remediator.leader import LeaderElector, breaker_trips_of
 from remediator.metrics import Metrics
-from remediator.nodestate import DISRUPTIVE, STATE_ANNOTATION, TAINT_KEY, NodeState, fmt_time, record_alerts
+from remediator.nodestate import (
+    DISRUPTIVE,
+    STATE_ANNOTATION,
+    TAINT_KEY,
+    NodeState,
+    fmt_time,
+    parse_time,
+    record_alerts,
+)
 from remediator.policy import Policy
 from remediator.replace import replace_node
 from remediator.silences import SilenceChecker
@@ -53,6 +64,15 @@ def audit(event: str, **fields: Any) -> None:
 
 class PassAborted(Exception):
     """This replica lost the Lease, or the pass ran past its deadline: stop writing at once."""
+
+
+@dataclass
+class Accepted:
+    """What the receiver answers: the nodes queued for recording, those ignored, or why it refuses (5xx)."""
+
+    queued: list[str] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    refused: str | None = None
 
 
 @dataclass
@@ -130,41 +150,117 @@ class Remediator:
         self.api_ok = True
         self.last_plans: list[NodePlan] = []
         self._deadline: datetime | None = None
+        self._was_leader = False
+        self.intake: Intake | None = None  # None: webhooks are recorded before they are answered
+        self._readable: dict[tuple[str, str], str | None] = {}  # (node, resourceVersion) -> state parse error
 
-    # --- intake: recorded on the Node before the webhook is answered ------------------------
+    # --- intake: answered first, recorded by the intake's workers (intake.py) ---------------
+    def start_intake(self, stop: threading.Event | None = None, retry: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0),
+                     hold_off: float = 5.0) -> Intake:
+        def record(batch: Batch, received: datetime) -> Outcome:
+            result = self.record(batch, received)
+            return Outcome(result.recorded, result.failed)
+
+        def dropped(node: str, error: str) -> None:
+            self.metrics.webhook_errors.labels("record_failed").inc()
+            audit("record_dropped", node=node, error=error)
+
+        self.intake = Intake(record, self.clock, retry=retry, on_drop=dropped, hold_off=hold_off)
+        self.intake.start(stop)
+        return self.intake
+
+    def accept(self, batch: Batch) -> Accepted:
+        """The receiver's answer: queued for the intake's workers, after a look at the watch cache for nodes
+        that do not exist or whose state cannot be read (those are reported, not queued)."""
+        if self.intake is None:
+            result = self.record(batch)
+            refused = None
+            if result.failed:
+                refused = "; ".join(f"{n}: {e}" for n, e in result.failed)
+            return Accepted(result.recorded, result.ignored, refused)
+        failing = self.intake.failing
+        if failing:
+            return Accepted(refused=f"recording on the Nodes is failing ({failing})")
+        out = Accepted()
+        cache = self.kube.cache
+        keep = []
+        for node, alerts in batch.by_node().items():
+            why = self._unusable(cache.nodes.get(node) if cache is not None and cache.synced else {}, len(alerts))
+            if why:
+                out.ignored.append((node, why))
+                audit("alert_ignored", node=node, reason=why)
+            else:
+                out.queued.append(node)
+                keep.append(node)
+        queued = Batch(alerts=[a for a in batch.alerts if a.node in set(keep)])
+        if queued.alerts and not self.intake.submit(queued):
+            return Accepted(ignored=out.ignored, refused="too many webhooks waiting to be recorded")
+        return out
+
+    def _unusable(self, node: dict[str, Any] | None, alerts: int) -> str | None:
+        """Why alerts for this cached node cannot be recorded ({}: not known to the cache: the workers ask)."""
+        if node is None:
+            self.metrics.alerts_ignored.labels("unknown node").inc(alerts)
+            return "node not found"
+        meta = node.get("metadata") or {}
+        raw = (meta.get("annotations") or {}).get(STATE_ANNOTATION)
+        if raw is None or self.dry_run:
+            return None
+        key = (meta.get("name", ""), meta.get("resourceVersion", ""))
+        if key not in self._readable:  # parsed once per version of the Node, not once per post
+            if len(self._readable) > 50_000:
+                self._readable.clear()
+            try:
+                NodeState.from_json(raw)
+                self._readable[key] = None
+            except ValueError as exc:
+                self._readable[key] = str(exc)
+        error = self._readable[key]
+        if error is not None:
+            self.metrics.alerts_ignored.labels("unreadable state").inc(alerts)
+            return f"state annotation unreadable ({error}): node left alone"
+        return None
+
+    # --- recording on the Nodes (by the intake's workers, or before answering without an intake) ----
     def record(self, batch: Batch, now: datetime | None = None) -> RecordResult:
-        """One PATCH per node (resourceVersion-guarded, retried on 409). Failures are returned (the
-        receiver answers 5xx, so Alertmanager retries); nothing is dropped silently."""
+        """One PATCH per node (resourceVersion-guarded, retried on 409). Failures are returned (retried by
+        the intake, or answered 5xx so that Alertmanager retries); nothing is dropped silently."""
         now = now or self.clock()
         result = RecordResult()
+        wrote = False
         for node, alerts in batch.by_node().items():
             outcome = self._record(node, alerts, now)
-            if outcome is None:
+            if outcome is None or outcome[0] == "unchanged":
                 result.recorded.append(node)
+                wrote = wrote or outcome is None
             elif outcome[0] == "ignored":
                 result.ignored.append((node, outcome[1]))
             else:
                 result.failed.append((node, outcome[1]))
-        if result.recorded:
+        if wrote:  # something new for the loop to decide on
             self.wake.set()
         return result
 
     def _record(self, node: str, alerts: list[Any], now: datetime) -> tuple[str, str] | None:
         error = "conflict"
-        for _ in range(3):
+        cache = self.kube.cache
+        for attempt in range(3):
             try:
-                current = self.kube.get_node(node)
+                # the watch cache's copy first (a stale one costs a 409 and a fresh read), else the API
+                cached = cache.nodes.get(node) if cache is not None and attempt == 0 else None
+                current = cached or self.kube.get_node(node)
                 raw = (current["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
                 with self.overlay_lock:
                     base = self.overlay[node] if self.dry_run and node in self.overlay else NodeState.from_json(raw)
                     new = record_alerts(base, alerts, now)
                     if self.dry_run:
                         self.overlay[node] = new
-                if not self.dry_run and new != base:
+                unchanged = _seen_again(base, new)
+                if not self.dry_run and not unchanged:
                     self.kube.write_state(node, new, current["metadata"].get("resourceVersion"))
                 audit("recorded", node=node, alerts=len(alerts), episode=new.episode, dry_run=self.dry_run)
                 self.api_ok = True
-                return None
+                return ("unchanged", "") if unchanged else None
             except ApiException as exc:
                 if exc.status == 404:
                     audit("alert_ignored", node=node, reason="node not found")
@@ -195,14 +291,27 @@ class Remediator:
             return self.reconcile()
         leader = self.elector.try_acquire()
         self.metrics.leader.set(1 if leader else 0)
+        was_leader, self._was_leader = self._was_leader, leader
         if not leader:
             return None
+        if not was_leader and self.kube.cache is not None and self.kube.cache.synced:
+            try:  # a new leader counts budgets from a fresh list, whatever its watch may still be bringing
+                self.kube.cache.nodes.relist()
+            except Exception as exc:
+                self.metrics.api_errors.labels("list_nodes").inc()
+                self.api_ok = False
+                log.warning("listing nodes on taking the Lease: %s", exc)
+                self._was_leader = False  # list again next time
+                return None
         return self.reconcile()
 
     def run_forever(self, stop: threading.Event, interval: float) -> None:
         if not self.dry_run:
             threading.Thread(target=self.elector.renew_loop, args=(stop,), name="remediator-lease",
                              daemon=True).start()
+        cache = self.kube.cache
+        while cache is not None and not cache.wait_synced(1.0) and not stop.is_set():
+            log.info("waiting for the watch caches to list the fleet")
         while not stop.is_set():
             try:
                 self.run_once()
@@ -232,7 +341,7 @@ class Remediator:
         self._deadline = now + self.elector.renew_deadline  # decisions older than that are not acted on
         self.metrics.passes.inc()
         try:
-            nodes = self.kube.list_nodes()
+            nodes = self._nodes()
         except Exception as exc:
             self.metrics.api_errors.labels("list_nodes").inc()
             self.api_ok = False
@@ -242,7 +351,9 @@ class Remediator:
         by_name = {n["metadata"]["name"]: n for n in nodes}
         with self.overlay_lock:
             overlay = dict(self.overlay) if self.dry_run else None
-        views = build_views(nodes, self.policy, self.kube.pods_on, self._job_status, overlay)
+        cache = self.kube.cache
+        pods_on = cache.pods_on if cache is not None else self.kube.pods_on
+        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), overlay)
         trips = self.elector.breaker_trips() if not self.dry_run else breaker_trips_of(self.elector.peek())
         ledger, plans = evaluate(views, self.policy, now, trips, self.silences)
         view_of = {v.name: v for v in views}
@@ -265,12 +376,33 @@ class Remediator:
         self.last_plans = plans
         return plans
 
-    def _job_status(self, name: str) -> str:
-        try:
-            return job_status(self.kube.batch, self.policy.jobs_namespace, name, self.kube.timeout)
-        except Exception as exc:
-            log.warning("job %s status: %s", name, exc)
-            return "running"  # unknown: neither done nor failed; look again next pass
+    def _nodes(self) -> list[dict[str, Any]]:
+        """The fleet as the watch cache has it (a list of every Node when there is no cache)."""
+        cache = self.kube.cache
+        if cache is None:
+            return self.kube.list_nodes()
+        if not cache.synced:
+            raise RuntimeError("the watch cache has not listed the fleet yet")
+        return cache.nodes.items()
+
+    def _job_status_lookup(self) -> Callable[[str], str]:
+        """Job status by name for this pass: the gpuhealth Jobs listed once, on the first question."""
+        listed: dict[str, str] | None = None
+        unknown = False
+
+        def status(name: str) -> str:
+            nonlocal listed, unknown
+            if listed is None:
+                try:
+                    listed = job_statuses(self.kube.batch, self.policy.jobs_namespace, self.kube.timeout)
+                except Exception as exc:
+                    log.warning("listing jobs: %s", exc)
+                    listed, unknown = {}, True
+            if unknown:
+                return "running"  # neither done nor failed; look again next pass
+            return listed.get(name, "missing")
+
+        return status
 
     def _report_budget(self, ledger: Ledger, stored_trips: dict[str, str], now: datetime) -> None:
         m = self.metrics
@@ -417,6 +549,24 @@ class Remediator:
                 kube.write_state(d.node, failed, node["metadata"].get("resourceVersion"))
                 raise
         raise ValueError(f"unknown action {d.action}")
+
+
+SEEN_AGAIN_WRITE_EVERY = timedelta(minutes=1)
+
+
+def _seen_again(before: NodeState, after: NodeState) -> bool:
+    """Nothing to write: the same alerts seen again within a minute of the last write (duplicates from HA
+    Alertmanagers, storms of repeats). Only `last_seen` would move, and it matters at the scale of
+    episode.quiet_timeout (hours)."""
+    if before.alerts.keys() != after.alerts.keys():
+        return False
+    for fp, new in after.alerts.items():
+        old = before.alerts[fp]
+        if replace(new, last_seen=old.last_seen) != old:
+            return False
+        if parse_time(new.last_seen) - parse_time(old.last_seen) >= SEEN_AGAIN_WRITE_EVERY:
+            return False
+    return replace(after, alerts=before.alerts) == before
 
 
 def _camel(action: str) -> str:

@@ -14,20 +14,31 @@ and behaves like the API server where the remediator depends on it:
 - events (create, list by involvedObject.name; 422 when the Event's namespace is not the involved
   object's, or "default" for cluster-scoped objects, as the API server validates);
 - coordination.k8s.io/v1 Leases (create, get, replace with a resourceVersion precondition);
-  batch/v1 Jobs (create, get; 409 AlreadyExists); karpenter.sh/v1 NodeClaims (list, delete);
-- fault injection: answer a matching request with an error status, or delay it (client timeouts).
+  batch/v1 Jobs (create, get, list by label; 409 AlreadyExists; merge PATCH); karpenter.sh/v1 NodeClaims (list, delete);
+- pods: merge PATCH (annotations) with a resourceVersion precondition, seen by watches;
+- fault injection: answer a matching request with an error status, or delay it (client timeouts);
+- watches (`?watch=true`) on nodes and pods: ADDED/MODIFIED/DELETED as newline-delimited JSON from the
+  given resourceVersion (an object entering or leaving a selector is ADDED or DELETED, as on a real API
+  server), BOOKMARKs when asked for (sent as soon as the resourceVersion moves, where a real API server
+  sends one about every minute), `timeoutSeconds`, and an ERROR 410 Expired event when the
+  resourceVersion is older than the `watch_history` kept. Changes go through the API or the helpers
+  (`add_node`, `add_pod`, `update_node`, `update_pod`): a test that edits `nodes[...]` in place is not seen
+  by watches. `calls` counts requests by (verb, resource), as the API server's metrics do.
 The kubernetes client sends POST bodies without Content-Type; as the API server does, we read JSON.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import re
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -111,6 +122,48 @@ def _selected(obj: Obj, field_selector: str | None, label_selector: str | None) 
     return True
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change, as committed: the object after it (and before it, for selectors), serialized at once."""
+
+    rv: int
+    kind: str  # nodes | pods
+    type: str  # ADDED | MODIFIED | DELETED
+    namespace: str
+    new: str
+    old: str | None
+
+    def matches(self, namespace: str | None, fs: str | None, ls: str | None) -> tuple[str, str] | None:
+        """(type, object JSON) as a watch with these selectors sees it, or None when it does not see it."""
+        if namespace is not None and namespace != self.namespace:
+            return None
+        if not fs and not ls:
+            return self.type, self.new
+        old_in = self.old is not None and _selected(json.loads(self.old), fs, ls)
+        new_in = self.type != "DELETED" and _selected(json.loads(self.new), fs, ls)
+        if self.type == "DELETED":
+            return ("DELETED", self.new) if old_in or _selected(json.loads(self.new), fs, ls) else None
+        if new_in:
+            return ("MODIFIED" if old_in else "ADDED"), self.new
+        return ("DELETED", self.new) if old_in else None
+
+
+def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str]:
+    """(verb, resource) as the API server's request metrics name them."""
+    parts = path.strip("/").split("/")
+    parts = parts[2:] if parts[0] == "api" else parts[3:]  # drop api/v1 or apis/<group>/<version>
+    if parts[:1] == ["namespaces"] and len(parts) >= 3:
+        parts = parts[2:]
+    resource, rest = (parts[0] if parts else ""), parts[1:]
+    if len(rest) >= 2:
+        resource = f"{resource}/{rest[1]}"
+    named = bool(rest)
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    if verb is None:
+        verb = "get" if named else ("watch" if query.get("watch") in ("true", "1") else "list")
+    return verb, resource
+
+
 class FakeCluster:
     def __init__(self, token: str = "") -> None:
         self.token = token  # when set, requests without `Authorization: Bearer <token>` get 401
@@ -129,6 +182,14 @@ class FakeCluster:
         self._evicted: list[str] = []
         self._gone_at: dict[tuple[str, str], float] = {}  # terminating pods: when they disappear
         self._faults: list[dict[str, Any]] = []
+        self.calls: Counter[tuple[str, str]] = Counter()  # (verb, resource) -> requests
+        self.watch_history = 10_000  # changes kept for watches; an older resourceVersion gets 410 Expired
+        self.watch_tick = 0.05  # seconds between a watch's checks for terminating pods and its deadline
+        self.history: list[WatchEvent] = []
+        self._compacted = 0  # watches from before this resourceVersion are too old (410)
+        self._changed = threading.Condition(self.lock)
+        self._closed = False
+        self.on_close: list[Callable[[], None]] = []  # run on exit (clients stop their watches)
         cluster = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -153,6 +214,7 @@ class FakeCluster:
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 with cluster.lock:
                     cluster.requests.append((method, url.path))
+                    cluster.calls[_verb(method, url.path, query)] += 1
                     fault = cluster._take_fault(method, url.path)
                 if cluster.token and self.headers.get("Authorization") != f"Bearer {cluster.token}":
                     return self._send(401, _status(401, "Unauthorized"))
@@ -160,6 +222,8 @@ class FakeCluster:
                     time.sleep(fault["delay"])
                 if fault and fault.get("status"):
                     return self._send(fault["status"], _status(fault["status"], fault.get("reason", "Injected")))
+                if method == "GET" and query.get("watch") in ("true", "1"):
+                    return self._watch(url.path, query)
                 try:
                     body = json.loads(raw) if raw else None
                 except ValueError:
@@ -171,6 +235,45 @@ class FakeCluster:
                     except ValueError as exc:
                         code, out = 400, _status(400, "BadRequest", str(exc))
                 self._send(code, out)
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def _watch(self, path: str, query: dict[str, str]) -> None:
+                try:
+                    kind, namespace, initial, pos = cluster._watch_start(path, query)
+                except LookupError as exc:
+                    return self._send(404, _status(404, "NotFound", str(exc)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                fs, ls = query.get("fieldSelector"), query.get("labelSelector")
+                bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+                deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+                for obj in initial:
+                    self._chunk(b'{"type":"ADDED","object":' + obj.encode() + b"}\n")
+                marked = pos or 0
+                while time.monotonic() < deadline and not cluster._closed:
+                    if pos is None:  # too old: as the API server does, a 200 carrying an ERROR event
+                        expired = _status(410, "Expired", "too old resource version")
+                        self._chunk(json.dumps({"type": "ERROR", "object": expired}).encode() + b"\n")
+                        break
+                    events, pos = cluster._watch_next(kind, pos, namespace, fs, ls,
+                                                      min(cluster.watch_tick, deadline - time.monotonic()))
+                    if pos is None:
+                        continue
+                    for rv, etype, obj in events:
+                        self._chunk(b'{"type":"' + etype.encode() + b'","object":' + obj.encode() + b"}\n")
+                        marked = rv
+                    if bookmarks and pos > marked:
+                        self._chunk(json.dumps({"type": "BOOKMARK", "object": {
+                            "kind": "Node" if kind == "nodes" else "Pod", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": str(pos)}}}).encode() + b"\n")
+                        marked = pos
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
 
             def do_GET(self) -> None:
                 self._handle("GET")
@@ -197,13 +300,20 @@ class FakeCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for close in self.on_close:
+            close()
+        with self.lock:
+            self._closed = True
+            self._changed.notify_all()
         self.server.shutdown()
         self.server.server_close()
 
     # --- test helpers ----------------------------------------------------------------------
     def _next_rv(self) -> str:
-        self.rv += 1
-        return str(self.rv)
+        with self.lock:
+            self.rv += 1
+            self._changed.notify_all()  # watches send a BOOKMARK: the resourceVersion moved
+            return str(self.rv)
 
     def add_node(self, name: str, pool: str = "gpu", labels: dict[str, str] | None = None,
                  unschedulable: bool = False, boot_id: str = "boot-1",
@@ -216,6 +326,7 @@ class FakeCluster:
                     "spec": {"unschedulable": unschedulable} if unschedulable else {},
                     "status": {"conditions": [{"type": "Ready", "status": "True"}],
                                "nodeInfo": {"bootID": boot_id}}}
+            self._emit("nodes", node, self.nodes.get(name))
             self.nodes[name] = node
             return node
 
@@ -231,13 +342,53 @@ class FakeCluster:
             if mirror:
                 meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
             resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x", "resources": resources}]},
                    "status": {"phase": "Running"}}
             if grace_seconds is not None:
                 pod["spec"]["terminationGracePeriodSeconds"] = grace_seconds
+            self._emit("pods", pod, self.pods.get((namespace, name)))
             self.pods[(namespace, name)] = pod
             return pod
+
+    def update_node(self, name: str, change: Callable[[Obj], None]) -> Obj:
+        """A change made elsewhere (a person's kubectl, the kubelet): `change` edits the Node in place; it gets
+        a new resourceVersion and watches see it."""
+        with self.lock:
+            old = self.nodes[name]
+            node = copy.deepcopy(old)
+            change(node)
+            node["metadata"]["resourceVersion"] = self._next_rv()
+            self._emit("nodes", node, old)
+            self.nodes[name] = node
+            return copy.deepcopy(node)
+
+    def update_pod(self, namespace: str, name: str, change: Callable[[Obj], None]) -> Obj:
+        """As update_node, for a Pod (a phase change, a condition)."""
+        with self.lock:
+            old = self.pods[(namespace, name)]
+            pod = copy.deepcopy(old)
+            change(pod)
+            pod["metadata"]["resourceVersion"] = self._next_rv()
+            self._emit("pods", pod, old)
+            self.pods[(namespace, name)] = pod
+            return copy.deepcopy(pod)
+
+    def reap(self) -> None:
+        """Remove the terminating pods whose grace period is over on `clock` (requests and watches do it too)."""
+        with self.lock:
+            self._reap()
+
+    def add_job(self, namespace: str, name: str, succeeded: int = 0, suspend: bool = False) -> Obj:
+        """A batch/v1 Job (a workload's owner), with the status the Job controller would keep."""
+        with self.lock:
+            job = {"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": name, "namespace": namespace, "uid": f"uid-job-{name}",
+                                "resourceVersion": self._next_rv(), "annotations": {}},
+                   "spec": {"suspend": suspend, "backoffLimit": 6, "template": {"spec": {"containers": []}}},
+                   "status": {"active": 1, "succeeded": succeeded}}
+            self.jobs[(namespace, name)] = job
+            return copy.deepcopy(job)
 
     def add_pdb(self, namespace: str, match_labels: dict[str, str], disruptions_allowed: int) -> Obj:
         pdb = {"namespace": namespace, "matchLabels": match_labels, "disruptionsAllowed": disruptions_allowed}
@@ -292,22 +443,27 @@ class FakeCluster:
         if grace is None:
             grace = float(pod["spec"].get("terminationGracePeriodSeconds", self.pod_grace))
         if grace <= 0:
-            del self.pods[key]
+            self._emit("pods", self.pods.pop(key), None, deleted=True)
+            self._gone_at.pop(key, None)
             return
         meta = pod["metadata"]
         if not meta.get("deletionTimestamp"):
+            before = json.dumps(pod)
             now = self.clock()
             meta["deletionTimestamp"] = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             meta["deletionGracePeriodSeconds"] = int(grace)
             meta["resourceVersion"] = self._next_rv()
             self._gone_at[key] = now + grace
+            self._emit("pods", pod, None, old_json=before)
 
     def _reap(self) -> None:
         now = self.clock()
         for key, at in list(self._gone_at.items()):
             if now >= at:
-                self.pods.pop(key, None)
+                gone = self.pods.pop(key, None)
                 del self._gone_at[key]
+                if gone is not None:
+                    self._emit("pods", gone, None, deleted=True)
 
     def events_for(self, name: str) -> list[Obj]:
         with self.lock:
@@ -320,6 +476,75 @@ class FakeCluster:
         with self.lock:
             return [r for r in self.requests if r[0] != "GET"]
 
+    # --- watches ---------------------------------------------------------------------------
+    def _emit(self, kind: str, obj: Obj, old: Obj | None, *, deleted: bool = False,
+              old_json: str | None = None) -> None:
+        """Record a committed change (under the lock) and wake the watches. A deletion gets a new
+        resourceVersion, as on a real API server."""
+        if deleted:
+            old_json = json.dumps(obj)
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+        elif old is not None:
+            old_json = json.dumps(old)
+        etype = "DELETED" if deleted else ("ADDED" if old_json is None else "MODIFIED")
+        namespace = (obj.get("metadata") or {}).get("namespace", "")
+        self.history.append(WatchEvent(int(obj["metadata"]["resourceVersion"]), kind, etype, namespace,
+                                       json.dumps(obj), old_json))
+        if len(self.history) > 2 * self.watch_history:
+            drop = len(self.history) - self.watch_history
+            self._compacted = self.history[drop - 1].rv
+            del self.history[:drop]
+        self._changed.notify_all()
+
+    def compact(self) -> None:
+        """Forget all history (etcd compaction): watches from an older resourceVersion get 410 Expired."""
+        with self.lock:
+            self.history.clear()
+            self._compacted = self.rv
+
+    def _watch_start(self, path: str, query: dict[str, str]) -> tuple[str, str | None, list[str], int | None]:
+        """(kind, namespace, objects to send as ADDED first, position); position None: too old (410)."""
+        parts = path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 3:
+            kind, namespace = "nodes", None
+        elif parts[:3] == ["api", "v1", "pods"] and len(parts) == 3:
+            kind, namespace = "pods", None
+        elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "pods":
+            kind, namespace = "pods", parts[3]
+        else:
+            raise LookupError(f"no watch for {path}")
+        fs, ls = query.get("fieldSelector"), query.get("labelSelector")
+        since = query.get("resourceVersion") or "0"
+        with self.lock:
+            self._reap()
+            if since == "0":  # no resourceVersion: the current objects as ADDED, then the changes
+                store: Any = self.nodes.values() if kind == "nodes" else (
+                    p for (n, _), p in self.pods.items() if namespace is None or n == namespace)
+                return kind, namespace, [json.dumps(o) for o in store if _selected(o, fs, ls)], self.rv
+            pos = int(since)
+            return kind, namespace, [], None if pos < self._compacted else pos
+
+    def _watch_next(self, kind: str, pos: int, namespace: str | None, fs: str | None, ls: str | None,
+                    wait: float) -> tuple[list[tuple[int, str, str]], int | None]:
+        """The changes after `pos` this watch sees (waiting up to `wait` for one), and the new position (None:
+        the history it needs was compacted under it, so it ends with 410 Expired)."""
+        with self.lock:
+            self._reap()
+            if self.rv == pos and wait > 0:
+                self._changed.wait(wait)
+                self._reap()
+            if pos < self._compacted:
+                return [], None
+            start = bisect.bisect_right(self.history, pos, key=lambda e: e.rv)
+            out = []
+            for e in self.history[start:]:
+                if e.kind == kind:
+                    seen = e.matches(namespace, fs, ls)
+                    if seen is not None:
+                        out.append((e.rv, *seen))
+            return out, self.rv
+
     # --- the API ---------------------------------------------------------------------------
     def _route(self, method: str, path: str, query: dict[str, str], body: Any,
                content_type: str) -> tuple[int, Obj]:
@@ -329,7 +554,7 @@ class FakeCluster:
         if parts[:3] == ["api", "v1", "nodes"]:
             return self._nodes(method, parts[3:], body, content_type, fs, ls)
         if parts[:3] == ["api", "v1", "pods"] and method == "GET":
-            return 200, self._list("PodList", self.pods.values(), fs, ls)
+            return 200, self._list("PodList", self._pods_for(fs), fs, ls)
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 5:
             ns, kind, rest = parts[3], parts[4], parts[5:]
             if kind == "pods":
@@ -339,7 +564,7 @@ class FakeCluster:
         if parts[:4] == ["apis", "coordination.k8s.io", "v1", "namespaces"] and parts[5:6] == ["leases"]:
             return self._leases(method, parts[4], parts[6:], body)
         if parts[:4] == ["apis", "batch", "v1", "namespaces"] and parts[5:6] == ["jobs"]:
-            return self._jobs(method, parts[4], parts[6:], body)
+            return self._jobs(method, parts[4], parts[6:], body, ls)
         if parts[:4] == ["apis", "karpenter.sh", "v1", "nodeclaims"]:
             if method == "GET" and len(parts) == 4:
                 return 200, {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaimList", "metadata": {},
@@ -349,6 +574,13 @@ class FakeCluster:
                     return 404, _status(404, "NotFound")
                 return 200, _status(200, "Deleted") | {"status": "Success"}
         return 404, _status(404, "NotFound", f"no route for {method} {path}")
+
+    def _pods_for(self, fs: str | None) -> Any:
+        """The pods a field selector can match: those of one node when it names one (a fleet has 100,000)."""
+        node = next((t.split("=", 2)[-1] for t in (fs or "").split(",") if re.match(r"^spec\.nodeName==?[^=]", t)),
+                    None)
+        return self.pods.values() if node is None else [p for p in self.pods.values()
+                                                        if p["spec"].get("nodeName") == node]
 
     def _list(self, kind: str, items: Any, fs: str | None, ls: str | None) -> Obj:
         return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(self.rv)},
@@ -383,6 +615,7 @@ class FakeCluster:
             else:
                 merged["status"] = node.get("status")
             merged["metadata"]["resourceVersion"] = self._next_rv()
+            self._emit("nodes", merged, node)
             self.nodes[rest[0]] = merged
             return 200, copy.deepcopy(merged)
         return 405, _status(405, "MethodNotAllowed")
@@ -414,7 +647,26 @@ class FakeCluster:
                     pdb["disruptionsAllowed"] -= 1
             self._terminate((ns, rest[0]))
             return 201, _status(201, "Created") | {"status": "Success"}
+        if method == "PATCH" and len(rest) == 1:
+            patched = self._merge_patch(pod, body)
+            if patched[0] == 200:
+                self._emit("pods", patched[1], pod)
+                self.pods[(ns, rest[0])] = patched[1]
+            return patched[0], copy.deepcopy(patched[1])
         return 405, _status(405, "MethodNotAllowed")
+
+    def _merge_patch(self, obj: Obj, body: Any) -> tuple[int, Obj]:
+        """A merge patch (what the workload watcher sends) with a resourceVersion precondition; status unchanged."""
+        if not isinstance(body, dict):
+            return 400, _status(400, "BadRequest", "patch must be an object")
+        want_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if want_rv is not None and want_rv != obj["metadata"]["resourceVersion"]:
+            return 409, _status(409, "Conflict", "the object has been modified; please apply your changes "
+                                "to the latest version and try again")
+        merged = merge_patch(obj, body)
+        merged["status"] = copy.deepcopy(obj.get("status"))
+        merged["metadata"]["resourceVersion"] = self._next_rv()
+        return 200, merged
 
     def _events(self, method: str, ns: str, body: Any, fs: str | None) -> tuple[int, Obj]:
         if method == "POST":
@@ -461,7 +713,9 @@ class FakeCluster:
             return 200, copy.deepcopy(lease)
         return 405, _status(405, "MethodNotAllowed")
 
-    def _jobs(self, method: str, ns: str, rest: list[str], body: Any) -> tuple[int, Obj]:
+    def _jobs(self, method: str, ns: str, rest: list[str], body: Any, ls: str | None = None) -> tuple[int, Obj]:
+        if method == "GET" and not rest:
+            return 200, self._list("JobList", (j for (n, _), j in self.jobs.items() if n == ns), None, ls)
         if method == "POST" and not rest:
             name = body["metadata"]["name"]
             if (ns, name) in self.jobs:
@@ -476,4 +730,9 @@ class FakeCluster:
             if job is None:
                 return 404, _status(404, "NotFound", f'jobs.batch "{rest[0]}" not found')
             return 200, copy.deepcopy(job)
+        if method == "PATCH" and len(rest) == 1 and (ns, rest[0]) in self.jobs:
+            code, out = self._merge_patch(self.jobs[(ns, rest[0])], body)
+            if code == 200:
+                self.jobs[(ns, rest[0])] = out
+            return code, copy.deepcopy(out)
         return 405, _status(405, "MethodNotAllowed")

@@ -61,7 +61,9 @@ CUSTOM: dict[str, Any] = {
         "webhookToken": {"existingSecret": "gpuhealth-webhook"},
         "rbac": {"karpenter": False},
         "policy": {"jobs": {"namespace": "gpuhealth-jobs"}, "budget": {"max_disrupted": 2},
-                   "pools": {"label": "eks.amazonaws.com/nodegroup", "default": "unpooled"}},
+                   "pools": {"label": "eks.amazonaws.com/nodegroup", "default": "unpooled"},
+                   "workloads": {"enabled": True, "namespaces": ["ml", "research"],
+                                 "restart_loop": {"suspend": True}}},
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}]}}},
     },
@@ -87,6 +89,15 @@ REMEDIATOR_NAMESPACED = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("batch", "jobs"): {"create", "get"},
     ("", "events"): {"create"},
+}
+# workloads.enabled (docs/jobs.md), in each of workloads.namespaces only: a cache of the pods that end
+# (list, watch), the verdict on the pod (patch: an annotation; events create), and the restart-loop count
+# on the owning Job (get, patch: an annotation, and spec.suspend when workloads.restart_loop.suspend). In
+# remediator.eventsNamespace: events list, the classifier reads gpuhealth's own Events on a pod's Node.
+WORKLOADS_NAMESPACED = {
+    ("", "pods"): {"list", "watch", "patch"},
+    ("", "events"): {"create", "list"},
+    ("batch", "jobs"): {"get", "patch"},
 }
 EXPORTER_CLUSTER = {("", "nodes"): {"get"}, ("", "nodes/status"): {"patch"}}
 
@@ -308,7 +319,10 @@ def _rules_by_role(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], lis
 @pytest.mark.parametrize("key", sorted(VALUES))
 def test_rbac_has_no_wildcard_and_no_verb_beyond_the_list(key: str) -> None:
     docs = RENDERED[key]
-    allowed = {**REMEDIATOR_CLUSTER, **REMEDIATOR_NAMESPACED}
+    allowed: dict[tuple[str, str], set[str]] = {}
+    for grants in (REMEDIATOR_CLUSTER, REMEDIATOR_NAMESPACED, WORKLOADS_NAMESPACED):
+        for resource, verbs in grants.items():
+            allowed.setdefault(resource, set()).update(verbs)
     for (kind, _, name), rules in _rules_by_role(docs).items():
         for rule in rules:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
@@ -321,6 +335,8 @@ def test_rbac_has_no_wildcard_and_no_verb_beyond_the_list(key: str) -> None:
                     if kind == "ClusterRole":
                         assert (group, resource) not in REMEDIATOR_NAMESPACED, (
                             f"{name}: {resource} must be granted by a Role in its namespace")
+                        extra = set(rule["verbs"]) - REMEDIATOR_CLUSTER.get((group, resource), set())
+                        assert not extra, f"{name}: {extra} on {resource} only in the workload namespaces"
 
 
 def _grants(docs: list[dict[str, Any]], account: str) -> dict[tuple[str, str, str], set[str]]:
@@ -365,6 +381,18 @@ def test_roles_follow_the_policy_namespaces() -> None:
     assert node_action[0]["metadata"]["namespace"] == "gpuhealth-jobs"
     assert node_action[0]["automountServiceAccountToken"] is False
     assert not _grants(docs, "gpuhealth-node-action")
+
+
+def test_workload_classification_is_granted_in_its_namespaces_only() -> None:
+    grants = _grants(RENDERED["custom"], "gpuhealth-remediator")
+    for ns in ("ml", "research"):
+        assert grants[(ns, "", "pods")] == {"list", "watch", "patch"}
+        assert grants[(ns, "", "events")] == {"create"}
+        assert grants[(ns, "batch", "jobs")] == {"get", "patch"}
+    assert grants[("default", "", "events")] == {"create", "list"}
+    assert grants[("*", "", "pods")] == REMEDIATOR_CLUSTER[("", "pods")]  # no cluster-wide watch or patch
+    default = _grants(RENDERED["default"], "gpuhealth-remediator")  # workloads off: nothing of it
+    assert not {k for k in default if k[0] in ("ml", "research")} and default[("default", "", "events")] == {"create"}
 
 
 def test_lease_get_and_update_are_limited_to_the_lease() -> None:

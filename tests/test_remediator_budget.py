@@ -106,7 +106,8 @@ def test_fake_field_selector_not_equal_excludes_matches(cluster: FakeCluster) ->
 
 def test_a_node_with_an_unreadable_state_counts_as_disrupted_and_is_left_alone(cluster: FakeCluster) -> None:
     h = Harness(cluster, "budget: {max_disrupted: 1}")
-    cluster.nodes["gpu-00"]["metadata"]["annotations"]["gpuhealth.io/state"] = '{"v": 2, "rung": "reboot"}'
+    cluster.update_node("gpu-00", lambda n: n["metadata"]["annotations"].update(
+        {"gpuhealth.io/state": '{"v": 2, "rung": "reboot"}'}))
     h.fire("gpu-01", "drain")
     plans = h.step()
     assert ("gpu-00", "none", "skipped") in h.decisions(plans)

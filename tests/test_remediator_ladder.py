@@ -52,7 +52,7 @@ def test_reboot_alert_passes_through_cordon_and_drain_then_reboots_once_drained(
     assert ns == "gpuhealth" and job["spec"]["template"]["spec"]["nodeName"] == "gpu-2"
     assert job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] is True
     # the node comes back with a new boot id: reboot done; resolved alerts then return it to service
-    cluster.nodes["gpu-2"]["status"]["nodeInfo"]["bootID"] = "boot-2"
+    cluster.update_node("gpu-2", lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
     h.advance(minutes=2)
     h.step()
     assert h.state("gpu-2").rung_status == "done"
@@ -200,7 +200,7 @@ def test_replace_that_never_completes_times_out_reports_and_stays_out_of_service
 
 
 def test_human_cordoned_node_is_left_alone_and_never_uncordoned(h: Harness, cluster: FakeCluster) -> None:
-    cluster.nodes["gpu-7"]["spec"]["unschedulable"] = True
+    cluster.update_node("gpu-7", lambda n: n["spec"].update(unschedulable=True))
     h.fire("gpu-7", "reboot")
     plans = h.step()
     assert h.decisions(plans) == [("gpu-7", "none", "skipped")]
@@ -213,8 +213,8 @@ def test_human_cordoned_node_is_left_alone_and_never_uncordoned(h: Harness, clus
 
 def test_node_already_unschedulable_under_our_taint_is_never_uncordoned_by_us(h: Harness,
                                                                               cluster: FakeCluster) -> None:
-    cluster.nodes["gpu-8"]["spec"]["unschedulable"] = True  # a person first
-    cluster.nodes["gpu-8"]["spec"]["taints"] = [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    cluster.update_node("gpu-8", lambda n: n["spec"].update(  # a person first
+        unschedulable=True, taints=[{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]))
     h.fire("gpu-8", "cordon")
     h.step()
     h.resolve("gpu-8", "cordon")
@@ -296,8 +296,9 @@ def test_person_who_cordons_after_us_holds_the_node_and_it_stays_cordoned(h: Har
     uses `hold` (docs/remediation.md), and a held node is not returned to service."""
     h.fire("gpu-1", "cordon")
     h.step()
-    cluster.nodes["gpu-1"]["spec"]["unschedulable"] = True  # kubectl cordon: already so, nothing to see
-    cluster.nodes["gpu-1"]["metadata"]["annotations"][HOLD_ANNOTATION] = '{"reason": "keep it", "by": "bob"}'
+    cluster.update_node("gpu-1", lambda n: n["spec"].update(unschedulable=True))  # kubectl cordon: already so
+    cluster.update_node("gpu-1", lambda n: n["metadata"]["annotations"].update(
+        {HOLD_ANNOTATION: '{"reason": "keep it", "by": "bob"}'}))
     h.resolve("gpu-1", "cordon")
     h.advance(hours=1)
     plans = h.step()
@@ -312,13 +313,13 @@ def test_reboot_job_failure_is_ignored_the_boot_id_decides(h: Harness, cluster: 
     h.step()
     # systemd kills the Job's pod during shutdown: the Job fails; the node comes back not yet Ready
     next(iter(cluster.jobs.values()))["status"] = {"failed": 1}
-    cluster.nodes["gpu-3"]["status"]["nodeInfo"]["bootID"] = "boot-2"
-    cluster.nodes["gpu-3"]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    cluster.update_node("gpu-3", lambda n: n["status"].update(
+        nodeInfo={"bootID": "boot-2"}, conditions=[{"type": "Ready", "status": "False"}]))
     h.fire("gpu-3", "reboot")
     h.advance(minutes=3)
     assert h.decisions(h.step()) == [("gpu-3", "reboot", "deferred")]
     assert cluster.nodeclaims and "RebootFailed" not in cluster.reasons("gpu-3")
-    cluster.nodes["gpu-3"]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    cluster.update_node("gpu-3", lambda n: n["status"].update(conditions=[{"type": "Ready", "status": "True"}]))
     h.advance(minutes=1)
     h.step()
     assert h.state("gpu-3").rung_status == "done" and "RebootSucceeded" in cluster.reasons("gpu-3")
@@ -368,9 +369,8 @@ def test_progress_notes_are_reported_once_while_the_next_rung_is_deferred(cluste
 def test_person_who_removed_our_taint_took_over_nothing_more_happens(h: Harness, cluster: FakeCluster) -> None:
     h.fire("gpu-1", "drain", alertname="A")
     h.step()
-    node = cluster.nodes["gpu-1"]  # the person decides the node is fine: taint removed, uncordoned
-    node["spec"].pop("taints", None)
-    node["spec"].pop("unschedulable", None)
+    # the person decides the node is fine: taint removed, uncordoned
+    cluster.update_node("gpu-1", lambda n: [n["spec"].pop(k, None) for k in ("taints", "unschedulable")])
     cluster.add_pod("gpu-1", "new-work", gpus=8)  # work lands on it again
     h.fire("gpu-1", "reboot", alertname="B")
     h.advance(seconds=30)
@@ -396,7 +396,7 @@ def test_reboot_intent_is_on_the_node_before_the_job_exists(h: Harness, cluster:
     h.advance(seconds=30)
     plans = h.step()
     assert h.decisions(plans) == [("gpu-3", "reboot", "execute")] and len(cluster.jobs) == 1
-    cluster.nodes["gpu-3"]["status"]["nodeInfo"]["bootID"] = "boot-2"
+    cluster.update_node("gpu-3", lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
     h.advance(minutes=5)
     h.step()
     assert h.state("gpu-3").rung_status == "done" and cluster.nodeclaims
@@ -421,7 +421,7 @@ def test_a_pod_appearing_between_the_list_and_the_job_stops_the_job(h: Harness, 
 
     def pods_on(node: str) -> list[dict[str, object]]:
         calls.append(node)
-        if len(calls) == 2:  # after the pass listed the (empty) node, before the reboot Job
+        if len(calls) == 1:  # the pass read the (empty) node from its cache; now, before the reboot Job
             cluster.add_pod("gpu-4", "late-arrival")
         return real_pods_on(node)
 

@@ -89,7 +89,7 @@ def test_two_leaders_never_exceed_the_budget_when_a_hold_is_released_mid_pass(cl
     a.step()
     a.advance(minutes=1)
     a.fire("gpu-2", "drain")
-    cluster.nodes["gpu-2"]["metadata"]["annotations"][HOLD_ANNOTATION] = '{"reason":"look"}'
+    cluster.update_node("gpu-2", lambda n: n["metadata"]["annotations"].update({HOLD_ANNOTATION: '{"reason":"look"}'}))
     a.advance(minutes=1)
     a.fire("gpu-1", "cordon", alertname="Warn")
     a.step()
@@ -103,7 +103,7 @@ def test_two_leaders_never_exceed_the_budget_when_a_hold_is_released_mid_pass(cl
         a.now += timedelta(seconds=seconds)
         b.now = a.now
         if not ran_b and a.now - T0 > timedelta(minutes=3, seconds=46):
-            cluster.nodes["gpu-2"]["metadata"]["annotations"].pop(HOLD_ANNOTATION, None)
+            cluster.update_node("gpu-2", lambda n: n["metadata"]["annotations"].pop(HOLD_ANNOTATION, None))
             ran_b.append(b.decisions(b.step()))
 
     a.rem.sleep = slow_sleep

@@ -37,7 +37,7 @@ def test_an_event_counts_on_the_initialised_series() -> None:
 
 def test_the_known_label_values_are_the_ones_the_code_uses() -> None:
     """Every literal label value the receiver and reconciler pass is initialised (no drift)."""
-    source = (ROOT / "remediator" / "app.py").read_text() + (ROOT / "remediator" / "reconciler.py").read_text()
+    source = "".join((ROOT / "remediator" / f).read_text() for f in ("app.py", "reconciler.py", "workloads.py"))
     for attr, (_, _, values) in COUNTERS.items():
         used = set(re.findall(rf"metrics\.{attr}\.labels\(\"([^\"]+)\"\)", source))
         used |= set(re.findall(r'reject\([^\n]*, "(\w+)"\)', source)) if attr == "webhook_errors" else set()
@@ -48,3 +48,19 @@ def test_the_known_label_values_are_the_ones_the_code_uses() -> None:
     assert rungs and set(re.findall(r': "(\w+)"', rungs.group(1))) == set(m.RUNGS)
     aborts = set(re.findall(r'PassAborted\(f?"([^"(]+?)(?: \(|")', source))
     assert aborts == set(m.PASS_ABORT_REASONS)
+
+
+def test_workload_counters_start_at_zero_for_every_class_reason_and_namespace() -> None:
+    from remediator.classify import REASONS
+
+    metrics = m.Metrics()
+    metrics.init_workloads(("ml", "research"))
+    text = generate_latest(metrics.registry).decode()
+    for ns in ("ml", "research"):
+        for cls, reasons in REASONS.items():
+            assert f'gpuhealth_workload_lost_seconds_total{{class="{cls}",namespace="{ns}"}} 0.0' in text
+            for reason in reasons:
+                assert f'gpuhealth_workload_failures_total{{class="{cls}",namespace="{ns}",reason="{reason}"}} 0.0' \
+                    in text
+        for phase in ("Succeeded", "Failed"):
+            assert f'gpuhealth_workload_pods_ended_total{{namespace="{ns}",phase="{phase}"}} 0.0' in text

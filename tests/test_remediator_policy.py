@@ -45,6 +45,14 @@ def test_keys_override_only_what_they_name() -> None:
     ("alertmanager: {url: alertmanager:9093}\n", "alertmanager.url", 1),
     ("exclude: {a: b}\n", "exclude", 1),
     ("surprise: 1\n", "surprise", 1),
+    ("workloads:\n  enabled: true\n", "workloads.namespaces", None),
+    ("workloads:\n  enabled: yes please\n", "workloads.enabled", 2),
+    ("workloads:\n  namespaces: [ML_Team]\n", "workloads.namespaces", 2),
+    ("workloads:\n  app_exit_codes: [0, 2]\n", "workloads.app_exit_codes", 2),
+    ("workloads:\n  look_ahead: soon\n", "workloads.look_ahead", 2),
+    ("workloads:\n  selector: team in (a, b)\n", "workloads.selector", 2),
+    ("workloads:\n  restart_loop:\n    threshold: 1\n", "workloads.restart_loop.threshold", 3),
+    ("workloads:\n  restart_loop: {supsend: true}\n", "workloads.restart_loop.supsend", 2),
 ])
 def test_errors_name_file_key_and_line(tmp_path: Path, text: str, key: str, line: int | None) -> None:
     path = tmp_path / "policy.yaml"
@@ -72,3 +80,13 @@ def test_alertmanager_url_accepts_an_explicit_none_and_events_namespace_is_gone(
 def test_reset_escalates_after_30m_and_replace_times_out_by_default() -> None:
     assert Policy().rung("reset_gpu").escalate_after == timedelta(minutes=30)
     assert Policy().rung("replace").timeout == timedelta(hours=1)
+
+
+def test_workloads_section_overrides_only_what_it_names() -> None:
+    policy = parse_policy("workloads:\n  enabled: true\n  namespaces: [ml, ml, research]\n  app_exit_codes: [42, 3]\n"
+                          "  restart_loop: {suspend: true}\n")
+    w = policy.workloads
+    assert (w.enabled, w.namespaces, w.app_exit_codes, w.restart_loop_suspend) == (True, ("ml", "research"), (3, 42),
+                                                                                  True)
+    assert (w.look_behind, w.look_ahead, w.restart_loop_threshold) == (timedelta(minutes=10), timedelta(minutes=5), 3)
+    assert Policy().workloads.enabled is False

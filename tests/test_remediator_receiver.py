@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -103,7 +104,7 @@ def test_unusable_alerts_are_ignored_without_blocking_the_rest(cluster: FakeClus
     body["alerts"].append(odd)
     response = h.post(body)
     assert response.status_code == 202
-    assert response.get_json() == {"accepted": 1, "recorded": ["gpu-1"],
+    assert response.get_json() == {"accepted": 1, "queued": ["gpu-1"],
                                    "ignored": [{"fingerprint": "odd", "reason": "unknown remediation 'nuke'"}]}
 
 
@@ -140,10 +141,16 @@ def test_app_refuses_to_start_without_a_token() -> None:
         create_app(ServeConfig(Policy(), None), remediator=object())  # type: ignore[arg-type]
 
 
-def test_alerts_are_on_the_node_before_the_webhook_is_answered(cluster: FakeCluster) -> None:
+def test_the_webhook_is_answered_before_recording_and_recorded_without_a_pass(cluster: FakeCluster) -> None:
     h = Harness(cluster)
-    h.fire("gpu-1", "reboot")
-    assert h.state("gpu-1").alerts["fp-gpu-1-GPUFault"].status == "firing"  # no pass has run
+    cluster.delay("PATCH", "/api/v1/nodes/gpu-1$", 1.0)  # a slow API server
+    started = time.monotonic()
+    response = h.http.post("/alerts", data=json.dumps(webhook("gpu-1", "reboot")),
+                           headers={"Authorization": f"Bearer {TOKEN}"}, content_type="application/json")
+    assert response.status_code == 202 and response.get_json()["queued"] == ["gpu-1"]
+    assert time.monotonic() - started < 0.9 and not h.state("gpu-1").alerts  # answered first
+    assert h.intake.join()
+    assert h.state("gpu-1").alerts["fp-gpu-1-GPUFault"].status == "firing"  # recorded; no pass has run
 
 
 def test_an_accepted_resolve_survives_a_restart(cluster: FakeCluster) -> None:
@@ -166,15 +173,23 @@ def test_an_accepted_resolve_survives_a_restart(cluster: FakeCluster) -> None:
 
 
 @pytest.mark.parametrize("status", [500, 409])
-def test_a_webhook_that_cannot_be_recorded_is_answered_5xx_for_alertmanager_to_retry(cluster: FakeCluster,
-                                                                                   status: int) -> None:
+def test_a_failed_recording_is_retried_by_the_receiver(cluster: FakeCluster, status: int) -> None:
     h = Harness(cluster)
     cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", status, times=3 if status == 409 else 1)  # 409: 3 tries
-    response = h.post(webhook("gpu-1", "reboot"))
-    assert response.status_code == 503 and "gpu-1" in response.get_json()["error"]
-    assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1
+    h.fire("gpu-1", "reboot")
+    assert h.state("gpu-1").active
+
+
+def test_while_recording_fails_webhooks_are_answered_5xx_for_alertmanager_to_retry(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 500, times=3)  # the first try and both retries
+    assert h.post(webhook("gpu-1", "reboot")).status_code == 202  # queued; then given up on
+    assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1  # dropped, counted
     assert not h.state("gpu-1").alerts
-    h.fire("gpu-1", "reboot")  # the retry
+    response = h.post(webhook("gpu-1", "reboot"))  # the API is failing: Alertmanager must retry
+    assert response.status_code == 503 and "gpu-1" in response.get_json()["error"]
+    time.sleep(0.5)  # the harness's hold-off: the receiver tries the API again
+    h.fire("gpu-1", "reboot")  # Alertmanager's retry
     assert h.state("gpu-1").active
 
 
@@ -195,3 +210,15 @@ def test_gpu_label_all_or_unknown_means_every_gpu() -> None:
     for label in ("all", "unknown", "ALL"):
         body = webhook("gpu-1", "reset_gpu", gpu=label)
         assert parse_webhook(json.dumps(body), parse_policy("")).alerts[0].record.gpu == "all"
+
+
+def test_without_an_intake_alerts_are_recorded_before_the_answer_or_5xx(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    h.rem.intake = None  # a Remediator used as a library, without serve's intake
+    cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 500)
+    response = h.post(webhook("gpu-1", "reboot"))
+    assert response.status_code == 503 and "gpu-1" in response.get_json()["error"]
+    assert not h.state("gpu-1").alerts
+    response = h.post(webhook("gpu-1", "reboot"))
+    assert response.status_code == 202 and response.get_json()["recorded"] == ["gpu-1"]
+    assert h.state("gpu-1").active

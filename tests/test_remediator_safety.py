@@ -223,7 +223,7 @@ def test_unreachable_alertmanager_defers_disruptive_steps(cluster: FakeCluster) 
 
 
 def test_excluded_nodes_are_never_touched(cluster: FakeCluster) -> None:
-    cluster.nodes["gpu-7"]["metadata"]["labels"]["gpuhealth.io/exclude"] = "true"
+    cluster.update_node("gpu-7", lambda n: n["metadata"]["labels"].update({"gpuhealth.io/exclude": "true"}))
     h = Harness(cluster, 'exclude: [{gpuhealth.io/exclude: "true"}]')
     h.fire("gpu-7", "reboot")
     assert h.decisions(h.step()) == [("gpu-7", "none", "skipped")]

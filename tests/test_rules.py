@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 from promql_names import metric_names
 
 from exporter.catalog import FAMILIES
@@ -30,7 +31,7 @@ TEST_FILES = sorted(RULES.glob("tests/*.yaml"))
 RUNBOOKS = ROOT / "docs" / "runbooks"
 RUNBOOK_BASE = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks/"
 # The SLO's burn-rate alerts live with the records they read, in rules/recording/slo.yaml.
-COMPONENT_FILES = {"gpu", "memory", "nvlink", "thermal", "pcie", "network", "kernel", "probe"}
+COMPONENT_FILES = {"gpu", "memory", "nvlink", "thermal", "pcie", "network", "kernel", "probe", "training"}
 
 ALLOWED = {
     "severity": {"critical", "warning", "info"},
@@ -38,7 +39,8 @@ ALLOWED = {
     "remediation": {"none", "cordon", "drain", "reset_gpu", "reboot", "replace"},
 }
 ANNOTATIONS = ("summary", "description", "runbook_url")
-OTHER_METRICS = {"up", "ALERTS", "ALERTS_FOR_STATE"}
+# the series training jobs export themselves (training/gpuhealth_training, rules/alerts/training.yaml)
+OTHER_METRICS = {"up", "ALERTS", "ALERTS_FOR_STATE", *TRAINING_METRICS}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -67,9 +69,16 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([_promtool(), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+def _remediator_metrics() -> set[str]:
+    """The remediator's own series (remediator/metrics.py): the job-reliability rules read its workload metrics."""
+    from remediator.metrics import Metrics
+
+    return {f"{f.name}_total" if f.type == "counter" else f.name for f in Metrics().registry.collect()}
+
+
 def _known_metric(name: str) -> bool:
     exposed = {f.exposed_name for f in FAMILIES.values()}
-    return name in exposed or name in RECORDS or name in OTHER_METRICS
+    return name in exposed or name in RECORDS or name in OTHER_METRICS or name in _remediator_metrics()
 
 
 def _tested_alerts() -> tuple[set[str], set[str]]:
@@ -165,6 +174,7 @@ def test_unknown_metric_is_rejected() -> None:
     assert not _known_metric("gpuhealth_made_up_metric")
     assert not _known_metric("gpuhealth_xid_errors")  # a counter is exposed with _total
     assert _known_metric("gpuhealth_xid_errors_total") and _known_metric("up")
+    assert _known_metric("gpuhealth_workload_failures_total") and not _known_metric("gpuhealth_workload_failures")
 
 
 @pytest.mark.parametrize("rule", [r for _, r in _rules()], ids=[r.get("alert") or r["record"] for _, r in _rules()])

@@ -530,9 +530,8 @@ class Stack:
                 done.add(name)
                 self.rebooted.append(node)
                 self.nodes[node].reboot()
-                with self.cluster.lock:
-                    self.cluster.nodes[node]["status"]["nodeInfo"]["bootID"] = f"boot-{self.nodes[node].boot}"
-                    self.cluster.nodes[node]["metadata"]["resourceVersion"] = self.cluster._next_rv()
+                boot = f"boot-{self.nodes[node].boot}"
+                self.cluster.update_node(node, lambda n, boot=boot: n["status"]["nodeInfo"].update(bootID=boot))
 
 
 def log_tail(stack: Stack, name: str, lines: int = 40) -> str:

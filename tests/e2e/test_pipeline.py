@@ -162,8 +162,7 @@ def wait_for_reboot_after_efa_loss(stack: Stack, node: str, efa: Path) -> bool:
 
 def test_a_node_a_person_cordoned_is_never_touched(stack: Stack) -> None:
     name = "pool-a-gpu-5"
-    with stack.cluster.lock:
-        stack.cluster.nodes[name]["spec"]["unschedulable"] = True  # kubectl cordon, by a person
+    stack.cluster.update_node(name, lambda n: n["spec"].update(unschedulable=True))  # kubectl cordon, by a person
     before = stack.cluster.node(name)["spec"]
     stack.nodes[name].xid(79)
     wait_for("GPUFallenOffBus firing", lambda: stack.firing("GPUFallenOffBus", name), timeout=30)

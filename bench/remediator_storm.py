@@ -1,0 +1,479 @@
+"""The remediator under an alert storm, at fleet scale.
+
+A fake Kubernetes API server (tests/fake_cluster.py, in this process) holds N nodes in 20 pools,
+each node with a GPU training pod (one PodDisruptionBudget per pool), a DaemonSet pod and a
+ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (gunicorn,
+one process, four threads) in its own process, with the shipped example policy
+(remediator/policy.example.yaml) and only these changes: no Alertmanager silence checks, the
+fleet-wide action rate cap raised (the storm is meant to hit the per-pool budgets, not the 20
+actions an hour), a 2 s pass interval.
+
+The storm: N/5 node-level fatal alerts (GPUFallenOffBus, remediation=reboot), 40 to a webhook post
+(2,000 alerts in 50 posts at 10,000 nodes), sent by 4 concurrent senders as Alertmanager would;
+then the same posts again (Alertmanager's repeats); then every alert resolved.
+
+Reported, beside the targets:
+- webhook response time, median and p99, per phase (target p99 < 50 ms);
+- time until every decision is made: every alerted node recorded and cordoned, and in every pool
+  as many nodes draining or further as the disruption budget allows;
+- Kubernetes API calls per action, by verb and resource, from the fake API server's counters;
+- budget violations, replayed from the fake API server's history of every Node change (target 0:
+  at no moment more nodes of a pool cordoned or disrupted than the policy allows);
+- the remediator's CPU seconds and reconcile passes until then, the CPU of one pass's decisions
+  over the whole fleet (measured here, in this process, with the remediator's own functions), and
+  how each figure grows with the fleet.
+
+    .venv/bin/python bench/remediator_storm.py            # 1,000, 3,000 and 10,000 nodes (about 1.5 min)
+    .venv/bin/python bench/remediator_storm.py --quick    # 500, 1,000 and 2,000 nodes (under 60 s)
+    .venv/bin/python bench/remediator_storm.py --sizes 100 --pools 4   # a single small run
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import http.client
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from fake_cluster import FakeCluster  # noqa: E402
+
+from remediator.nodestate import DISRUPTIVE, STATE_ANNOTATION, TAINT_KEY  # noqa: E402
+from remediator.policy import parse_policy  # noqa: E402
+
+BIN = Path(sys.executable).parent
+TOKEN = "storm-token"
+POOL_LABEL = "karpenter.sh/nodepool"
+ALERTS_PER_POST = 40
+SENDERS = 4
+TARGET_P99_MS = 50.0
+OVERRIDES = {"alertmanager": {"url": "none"}, "budget": {"max_actions_per_hour": 100000}}
+
+
+@dataclass
+class Run:
+    nodes: int
+    pools: int
+    alerts: int
+    posts: int
+    latency_ms: dict[str, list[float]] = field(default_factory=dict)
+    decided_s: float | None = None
+    resolved_s: float | None = None
+    calls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    actions: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+    peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # budget -> (worst use, limit) over pools
+    cpu_s: float = 0.0
+    passes: float = 0.0
+    rss_mb: float = 0.0
+    pass_ms: float = 0.0  # the decisions of one pass over the whole fleet (views, budget, ladder), CPU ms
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def policy_text() -> str:
+    policy = yaml.safe_load((ROOT / "remediator" / "policy.example.yaml").read_text())
+    for key, value in OVERRIDES.items():
+        policy.setdefault(key, {}).update(value)
+    return yaml.safe_dump(policy)
+
+
+def build_cluster(cluster: FakeCluster, nodes: int, pools: int) -> list[str]:
+    cluster.watch_history = 10**8  # keep every change: budgets are checked from the whole history
+    cluster.pod_grace = 0.5
+    names = []
+    for i in range(nodes):
+        pool = f"pool-{i % pools:02d}"
+        name = f"{pool}-gpu-{i // pools:05d}"
+        names.append(name)
+        cluster.add_node(name, pool=pool)
+        cluster.add_pod(name, f"train-{name}", labels={"app": "train", "pool": pool}, gpus=8)
+        cluster.add_pod(name, f"dcgm-{name}", owner_kind="DaemonSet")
+        cluster.add_pod(name, f"sidecar-{name}")
+    for p in range(pools):
+        cluster.add_pdb("default", {"app": "train", "pool": f"pool-{p:02d}"}, nodes // pools)
+    return names
+
+
+def alert(node: str, status: str) -> dict[str, Any]:
+    labels = {"alertname": "GPUFallenOffBus", "node": node, "remediation": "reboot", "severity": "critical",
+              "component": "gpu", "gpu": "all"}
+    return {"status": status, "labels": labels, "annotations": {"summary": "GPU fell off the bus"},
+            "startsAt": "2026-12-02T10:00:00.000Z",
+            "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else "2026-12-02T10:30:00.000Z",
+            "generatorURL": "http://prometheus/graph", "fingerprint": f"fp-{node}"}
+
+
+def bodies(nodes: list[str], status: str) -> list[bytes]:
+    out = []
+    for i in range(0, len(nodes), ALERTS_PER_POST):
+        chunk = nodes[i:i + ALERTS_PER_POST]
+        out.append(json.dumps({
+            "version": "4", "groupKey": f"storm-{i}", "truncatedAlerts": 0, "status": status,
+            "receiver": "gpuhealth", "groupLabels": {"alertname": "GPUFallenOffBus"},
+            "commonLabels": {"alertname": "GPUFallenOffBus"}, "commonAnnotations": {},
+            "externalURL": "http://alertmanager", "alerts": [alert(n, status) for n in chunk]}).encode())
+    return out
+
+
+def post_all(port: int, posts: list[bytes]) -> list[float]:
+    """In a process of its own (this one serves the fake API server, which must not slow the clock we
+    measure with): the posts' response times in milliseconds."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_post_all, port, posts).result()
+
+
+def _post_all(port: int, posts: list[bytes]) -> list[float]:
+    """Each post on its own connection, SENDERS at a time; milliseconds from request to full answer."""
+    def send(body: bytes) -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        started = time.perf_counter()
+        conn.request("POST", "/alerts", body, {"Authorization": f"Bearer {TOKEN}",
+                                                "Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        elapsed = (time.perf_counter() - started) * 1000
+        conn.close()
+        if response.status != 202:
+            raise RuntimeError(f"webhook answered {response.status}")
+        return elapsed
+
+    with concurrent.futures.ThreadPoolExecutor(SENDERS) as pool:
+        return list(pool.map(send, posts))
+
+
+def state_of(node: dict[str, Any]) -> dict[str, Any]:
+    raw = (node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {"damaged": True}
+    return value if isinstance(value, dict) else {"damaged": True}
+
+
+def tainted(node: dict[str, Any]) -> bool:
+    return any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
+
+
+def disrupted(node: dict[str, Any]) -> bool:
+    st = state_of(node)
+    return bool(st.get("damaged")) or (st.get("episode") is not None and st.get("rung") in DISRUPTIVE)
+
+
+class Progress:
+    """Each alerted node as its latest change left it, read from the fake API server's history as it
+    grows (so that watching progress costs the API server next to nothing)."""
+
+    def __init__(self, cluster: FakeCluster, alerted: list[str], pool_of: dict[str, str]) -> None:
+        self.cluster, self.pool_of = cluster, pool_of
+        self.alerted = set(alerted)
+        self.seen = len(cluster.history)
+        self.nodes: dict[str, dict[str, Any]] = {}
+
+    def _catch_up(self) -> None:
+        with self.cluster.lock:
+            new = self.cluster.history[self.seen:]
+            self.seen += len(new)
+        latest = {}
+        for event in new:
+            name = event.new[event.new.find('"name": "') + 9:].split('"', 1)[0] if event.kind == "nodes" else ""
+            if name in self.alerted:
+                latest[name] = event.new
+        for name, raw in latest.items():
+            node = json.loads(raw)
+            record = (state_of(node).get("alerts") or {}).get(f"fp-{name}") or {}
+            self.nodes[name] = {"status": record.get("status"), "tainted": tainted(node),
+                                "disrupted": disrupted(node)}
+
+    def decided(self, limits: dict[str, int]) -> bool:
+        """Every alerted node recorded and cordoned; every pool draining as many as its budget allows."""
+        self._catch_up()
+        if len(self.nodes) < len(self.alerted):
+            return False
+        want: Counter[str] = Counter(self.pool_of[n] for n in self.alerted)
+        have: Counter[str] = Counter(self.pool_of[n] for n, st in self.nodes.items() if st["disrupted"])
+        if not all(st["status"] == "firing" and st["tainted"] for st in self.nodes.values()):
+            return False
+        return all(have[p] >= min(want[p], limits[p]) for p in want)
+
+    def resolved(self) -> bool:
+        self._catch_up()
+        return all(st["status"] == "resolved" for st in self.nodes.values())
+
+
+def wait(what: str, check: Any, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> float:
+    started = time.monotonic()
+    while not check():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the remediator exited:\n{log.read_text()[-3000:]}")
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"{what}: not reached in {timeout:.0f} s")
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def replay_budgets(cluster: FakeCluster, cordon_limit: dict[str, int], disrupt_limit: dict[str, int],
+                   run: Run) -> None:
+    """Walk every committed Node change in order; at each one, count the pool's cordoned (our taint)
+    and disrupted (drain or higher) nodes, and compare with the policy's limits."""
+    cordoned: dict[str, set[str]] = {p: set() for p in cordon_limit}
+    out: dict[str, set[str]] = {p: set() for p in cordon_limit}
+    worst = {"cordoned": (0, 0), "disrupted": (0, 0)}
+    with cluster.lock:
+        history = [e for e in cluster.history if e.kind == "nodes"]
+    for event in history:
+        node = json.loads(event.new)
+        name, pool = node["metadata"]["name"], node["metadata"]["labels"][POOL_LABEL]
+        for budget, members, limits, now_in in (("cordoned", cordoned, cordon_limit, tainted(node)),
+                                                ("disrupted", out, disrupt_limit, disrupted(node))):
+            (members[pool].add if now_in and event.type != "DELETED" else members[pool].discard)(name)
+            used, limit = len(members[pool]), limits[pool]
+            if used > limit:
+                run.violations.append(f"rv {event.rv}: pool {pool} {budget} {used} > {limit}")
+            peak, peak_limit = worst[budget]
+            if used * max(1, peak_limit) > peak * limit or peak_limit == 0:  # the fullest pool, as a share
+                worst[budget] = (used, limit)
+    run.peaks = worst
+
+
+def family(pid: int) -> list[int]:
+    """gunicorn's master and its worker (the worker serves and runs the loop)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(int(c) for c in children)]
+
+
+def proc_cpu(pid: int) -> float:
+    total = 0.0
+    for p in family(pid):
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def proc_rss_mb(pid: int) -> float:
+    """The worker's resident memory (the largest of the family)."""
+    rss = []
+    for p in family(pid):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss.append(int(line.split()[1]) / 1024)
+    return max(rss, default=0.0)
+
+
+def metric(port: int, name: str) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def count_actions(cluster: FakeCluster, alerted: list[str]) -> Counter[str]:
+    actions: Counter[str] = Counter()
+    with cluster.lock:
+        for name in alerted:
+            node = cluster.nodes[name]
+            actions["cordon"] += tainted(node)
+            actions["drain"] += disrupted(node)
+        actions["reboot_job"] = len(cluster.jobs)
+        actions["eviction"] = len(cluster.evictions())
+    return actions
+
+
+def run_size(nodes: int, pools: int, workdir: Path, timeout: float) -> Run:
+    policy = parse_policy(policy_text())
+    with FakeCluster() as cluster:
+        names = build_cluster(cluster, nodes, pools)
+        pool_of = {n: n.rsplit("-gpu-", 1)[0] for n in names}
+        sizes = Counter(pool_of.values())
+        cordon_limit = {p: policy.max_cordoned.limit(s) for p, s in sizes.items()}
+        disrupt_limit = {p: policy.max_disrupted.limit(s) for p, s in sizes.items()}
+        alerted = names[: nodes // 5]
+        run = Run(nodes, pools, len(alerted), -(-len(alerted) // ALERTS_PER_POST))
+        (workdir / "policy.yaml").write_text(policy_text())
+        (workdir / "token").write_text(TOKEN)
+        (workdir / "kubeconfig").write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "storm",
+            "clusters": [{"name": "storm", "cluster": {"server": cluster.url}}],
+            "contexts": [{"name": "storm", "context": {"cluster": "storm", "user": "storm"}}],
+            "users": [{"name": "storm", "user": {"token": "unused"}}]}))
+        port = free_port()
+        log = workdir / f"remediator-{nodes}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([str(BIN / "gpuhealth-remediator"), "serve",
+                                     "--policy", str(workdir / "policy.yaml"), "--listen", f"127.0.0.1:{port}",
+                                     "--token-file", str(workdir / "token"),
+                                     "--kubeconfig", str(workdir / "kubeconfig"), "--interval", "2"],
+                                    stdout=out, stderr=out, start_new_session=True,
+                                    env={**os.environ, "POD_NAME": "storm"})
+        try:
+            def ready() -> bool:
+                with contextlib.suppress(OSError):
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                    conn.request("GET", "/readyz")
+                    ok = conn.getresponse().status == 200
+                    conn.close()
+                    return ok
+                return False
+
+            wait("the remediator ready", ready, 60, proc, log)
+            wait("its first pass", lambda: metric(port, "gpuhealth_remediator_reconcile_passes_total") >= 1, 60,
+                 proc, log)
+            progress = Progress(cluster, alerted, pool_of)
+            calls_before = Counter(cluster.calls)
+            cpu_before = proc_cpu(proc.pid)
+            passes_before = metric(port, "gpuhealth_remediator_reconcile_passes_total")
+            started = time.monotonic()
+            run.latency_ms["firing"] = post_all(port, bodies(alerted, "firing"))
+            wait("every decision", lambda: progress.decided(disrupt_limit), timeout, proc, log)
+            run.decided_s = time.monotonic() - started
+            run.calls = Counter(cluster.calls) - calls_before
+            run.actions = count_actions(cluster, alerted)
+            run.cpu_s = proc_cpu(proc.pid) - cpu_before
+            run.passes = metric(port, "gpuhealth_remediator_reconcile_passes_total") - passes_before
+            run.latency_ms["repeat"] = post_all(port, bodies(alerted, "firing"))
+            started = time.monotonic()
+            run.latency_ms["resolved"] = post_all(port, bodies(alerted, "resolved"))
+            wait("every resolution recorded", progress.resolved, timeout, proc, log)
+            run.resolved_s = time.monotonic() - started
+            run.rss_mb = proc_rss_mb(proc.pid)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        replay_budgets(cluster, cordon_limit, disrupt_limit, run)
+        run.pass_ms = decision_cpu_ms(cluster, policy)
+    return run
+
+
+def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
+    """What a pass computes before it acts, on the fleet as the storm left it (2,000 nodes in an episode at
+    10,000): the views, the budget ledger and every node's ladder decision, with the same functions the
+    remediator runs (evaluate), on one core, here where no other thread competes. The best of 3."""
+    from remediator.cluster import build_views
+    from remediator.reconciler import evaluate
+
+    with cluster.lock:
+        nodes = [json.loads(json.dumps(n)) for n in cluster.nodes.values()]
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in cluster.pods.values():
+            by_node.setdefault(pod["spec"]["nodeName"], []).append(pod)
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        views = build_views(nodes, policy, lambda name: by_node.get(name, []), lambda job: "running")
+        evaluate(views, policy, datetime.now(UTC), {}, None)
+        best = min(best, time.process_time() - started)
+    return 1000 * best
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def report(run: Run) -> None:
+    every = [v for values in run.latency_ms.values() for v in values]
+    p99 = pct(every, 99)
+    print(f"\n== {run.nodes} nodes in {run.pools} pools: {run.alerts} fatal alerts in {run.posts} posts "
+          f"of up to {ALERTS_PER_POST}")
+    print(f"{'figure':<44} {'measured':>12}   target")
+    for phase, values in run.latency_ms.items():
+        print(f"{'webhook ' + phase + ' median / p99 (ms)':<44} {statistics.median(values):>5.1f} / "
+              f"{pct(values, 99):<5.1f}  p99 < {TARGET_P99_MS:.0f}")
+    print(f"{'webhook all posts p99 (ms)':<44} {p99:>12.1f}   < {TARGET_P99_MS:.0f}  "
+          f"{'ok' if p99 < TARGET_P99_MS else 'MISSED'}")
+    print(f"{'every decision made (s after first post)':<44} {run.decided_s:>12.2f}   -")
+    print(f"{'every resolution recorded (s)':<44} {run.resolved_s:>12.2f}   -")
+    print(f"{'budget violations (cordoned, disrupted)':<44} {len(run.violations):>12}   0  "
+          f"{'ok' if not run.violations else 'VIOLATED'}")
+    for budget, (used, limit) in run.peaks.items():
+        print(f"{'  peak ' + budget + ' in a pool / its limit':<44} {f'{used} / {limit}':>12}")
+    print(f"{'remediator CPU until decided (s)':<44} {run.cpu_s:>12.2f}   -")
+    print(f"{'reconcile passes until decided':<44} {run.passes:>12.0f}   -")
+    print(f"{'remediator RSS at the end (MB)':<44} {run.rss_mb:>12.0f}   -")
+    print(f"{'decisions of one pass over the fleet (CPU ms)':<44} {run.pass_ms:>12.0f}   < interval (10 s)")
+    actions = sum(run.actions[a] for a in ("cordon", "drain", "reboot_job"))
+    print(f"actions: {dict(run.actions)} (cordon + drain + reboot Job = {actions})")
+    print(f"{'Kubernetes API calls until decided':<44} {sum(run.calls.values()):>12}   "
+          f"per action {sum(run.calls.values()) / max(1, actions):.2f}")
+    for (verb, resource), count in sorted(run.calls.items(), key=lambda kv: -kv[1]):
+        print(f"  {verb + ' ' + resource:<42} {count:>12}   per action {count / max(1, actions):.2f}")
+    lists = run.calls[("list", "nodes")]
+    print(f"{'  node LISTs (a watch cache: 0 per pass)':<44} {lists:>12}   0 per pass")
+    for violation in run.violations[:10]:
+        print(f"  VIOLATION {violation}")
+
+
+def growth(runs: list[Run]) -> None:
+    if len(runs) < 2:
+        return
+    base = runs[0]
+    print(f"\n== growth against {base.nodes} nodes (linear: the figure grows as the fleet)")
+    print(f"{'nodes':>8} {'x fleet':>8} {'decided s':>10} {'x':>6} {'CPU s':>8} {'x':>6} {'pass ms':>8} {'x':>6} "
+          f"{'calls/action':>13} {'p99 ms':>7}")
+    for r in runs:
+        ratio = r.nodes / base.nodes
+        per_pass, base_pass = r.pass_ms, base.pass_ms
+        actions = sum(r.actions[a] for a in ("cordon", "drain", "reboot_job"))
+        p99 = pct([v for values in r.latency_ms.values() for v in values], 99)
+        decided_x = (r.decided_s or 0) / (base.decided_s or 1)
+        print(f"{r.nodes:>8} {ratio:>8.1f} {r.decided_s or 0:>10.2f} {decided_x:>6.1f} "
+              f"{r.cpu_s:>8.2f} {r.cpu_s / max(0.01, base.cpu_s):>6.1f} {per_pass:>8.0f} "
+              f"{per_pass / max(0.01, base_pass):>6.1f} {sum(r.calls.values()) / max(1, actions):>13.2f} {p99:>7.1f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="500, 1,000 and 2,000 nodes (under 60 s)")
+    parser.add_argument("--sizes", help="comma-separated fleet sizes (default 1000,3000,10000)")
+    parser.add_argument("--pools", type=int, default=20, help="pools the fleet is split into (default 20)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for each phase (default 600)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in (args.sizes or ("500,1000,2000" if args.quick else "1000,3000,10000")).split(",")]
+    if any(s < 5 * args.pools for s in sizes):
+        parser.error("every size needs at least 5 nodes per pool (one alert per pool)")
+    print(f"remediator storm: sizes {sizes}, {args.pools} pools, load average {os.getloadavg()[0]:.2f} "
+          f"on {os.cpu_count()} CPUs (figures are noisy when other work shares the machine)")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="storm-") as tmp:
+        for size in sizes:
+            run = run_size(size, args.pools, Path(tmp), args.timeout)
+            report(run)
+            runs.append(run)
+    growth(runs)
+    failed = [r for r in runs if r.violations]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The remediator's view of the fleet: a watch cache of every Node, and of every Pod by node.
+
+A pass reads Nodes and their pods from here instead of listing the fleet; the API is still read fresh
+before each disruptive step (reconciler.py). Pods are kept slim (what a drain needs: owner kinds, the
+mirror annotation, phase, terminating, GPU requests), so 100,000 pods cost megabytes, not gigabytes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from kubernetes import client
+
+from remediator.cluster import GPU_RESOURCE
+from remediator.watch_cache import Obj, WatchCache
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def slim_pod(pod: Obj) -> Obj:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    slim_meta: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                      "resourceVersion": meta.get("resourceVersion"),
+                      "ownerReferences": [{"kind": o.get("kind")} for o in meta.get("ownerReferences") or []]}
+    if MIRROR_ANNOTATION in annotations:
+        slim_meta["annotations"] = {MIRROR_ANNOTATION: annotations[MIRROR_ANNOTATION]}
+    if meta.get("deletionTimestamp"):
+        slim_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    containers = []
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        kept = {s: {GPU_RESOURCE: (res.get(s) or {})[GPU_RESOURCE]} for s in ("limits", "requests")
+                if GPU_RESOURCE in (res.get(s) or {})}
+        containers.append({"resources": kept})
+    return {"metadata": slim_meta, "spec": {"nodeName": spec.get("nodeName"), "containers": containers},
+            "status": {"phase": (pod.get("status") or {}).get("phase")}}
+
+
+def _node_of(pod: Obj) -> str | None:
+    node: str | None = (pod.get("spec") or {}).get("nodeName")
+    return node
+
+
+class FleetCache:
+    def __init__(self, core: client.CoreV1Api, request_timeout: float = 10.0, watch_timeout: int = 300) -> None:
+        self.nodes = WatchCache(core.list_node, name="nodes", request_timeout=request_timeout,
+                                timeout_seconds=watch_timeout)
+        self.pods = WatchCache(core.list_pod_for_all_namespaces, name="pods", index=_node_of, transform=slim_pod,
+                               request_timeout=request_timeout, timeout_seconds=watch_timeout)
+
+    def start(self, stop: threading.Event) -> None:
+        self.nodes.start(stop)
+        self.pods.start(stop)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.nodes.wait_synced(timeout) and self.pods.wait_synced(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes.synced and self.pods.synced
+
+    @property
+    def healthy(self) -> bool:
+        return self.nodes.healthy and self.pods.healthy
+
+    def wait_for(self, resource_version: str, timeout: float) -> bool:
+        """Both caches have seen `resource_version` (tests: after changing the cluster, before a pass)."""
+        return self.nodes.wait_for(resource_version, timeout) and self.pods.wait_for(resource_version, timeout)
+
+    def pods_on(self, node: str) -> list[Obj]:
+        return self.pods.indexed(node)
