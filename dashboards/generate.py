@@ -49,6 +49,10 @@ DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 UID_FLEET = "gpuhealth-fleet"
 UID_NODE = "gpuhealth-node"
 UID_REMEDIATION = "gpuhealth-remediation"
+UID_JOBS = "gpuhealth-jobs"
+
+# The job objective (DESIGN.md): platform-caused failures below 0.5% of workload pod runs.
+PLATFORM_FAILURE_OBJECTIVE = 0.005
 
 # The availability objective (DESIGN.md): 99.95% of GPU node-time over 30 days.
 OBJECTIVE = 0.9995
@@ -489,7 +493,92 @@ def remediation() -> Dash:
         ])
 
 
-DASHBOARDS = {"fleet-health": fleet, "node-drilldown": node, "remediation": remediation}
+def jobs() -> Dash:
+    ns = 'namespace=~"$namespace"'
+    tj = 'job=~"$training_job"'
+    return Dash(
+        uid=UID_JOBS, title="gpuhealth / Job reliability",
+        description="Whether workloads succeed, why they fail (infra, app, unknown: remediator/classify.py), "
+                    "the platform-caused failure rate against the 0.5% objective, restart loops, time lost to "
+                    "failures, and slow ranks in training jobs (docs/jobs.md).",
+        variables=[Variable("namespace", "Namespace", "label_values(gpuhealth_workload_pods_ended_total, namespace)",
+                            multi=True, include_all=True),
+                   Variable("training_job", "Training job", "label_values(gpuhealth_training_step_seconds, job)",
+                            multi=True, include_all=True)],
+        rows=[
+            Row("Objective (platform-caused failures below 0.5% of pod runs)", [
+                Panel("stat", "Platform-caused failures, 30 days", "percentunit",
+                      [qi(":gpuhealth_workload_platform_failures:ratio_rate30d")],
+                      "Failed pods classified infra / workload pods that ended, over 30 days. The objective is "
+                      "below 0.5%.", w=5, h=5, decimals=2,
+                      thresholds=[(None, "green"), (PLATFORM_FAILURE_OBJECTIVE, "red")]),
+                Panel("stat", "Success rate, last hour", "percentunit",
+                      [qi(":gpuhealth_workload_success:ratio_rate1h")],
+                      "Workload pods that ended Succeeded / all that ended in the last hour.", w=5, h=5, decimals=1,
+                      thresholds=[(None, "orange"), (0.9, "green")]),
+                Panel("stat", "Pods ended in range", "short",
+                      [qi(f"sum(increase(gpuhealth_workload_pods_ended_total{{{ns}}}[$__range]))")], w=4, h=5),
+                Panel("stat", "Workloads in a restart loop", "short",
+                      [qi("count(max by (namespace, workload) (gpuhealth_workload_restart_loop) > 0) or vector(0)")],
+                      "The same application failure three times in a row with no progress: restarting will "
+                      "not help.", w=5, h=5, thresholds=[(None, "green"), (1, "orange")]),
+                Panel("stat", "Ranks flagged slow", "short",
+                      [qi('count(ALERTS{alertname="TrainingRankSlow", alertstate="firing"}) or vector(0)')],
+                      "Training ranks running well below their job's median step time; their nodes are "
+                      "cordoned as suspects.", w=5, h=5, thresholds=[(None, "green"), (1, "orange")]),
+            ]),
+            Row("Failures", [
+                Panel("timeseries", "Failures by class", "short", [
+                    q(f"sum by (class) (increase(gpuhealth_workload_failures_total{{{ns}}}[$__rate_interval]))",
+                      "{{class}}")],
+                      "infra: the platform (a disruption, a node fault near the failure); app: the workload's "
+                      "own (OOMKilled, an application exit code or Xid); unknown: ambiguous (an NCCL timeout "
+                      "alone), retried once.", min=0),
+                Panel("timeseries", "Failures by reason", "short", [
+                    q(f"""sum by (class, reason)
+                          (increase(gpuhealth_workload_failures_total{{{ns}}}[$__rate_interval]))""",
+                      "{{class}}: {{reason}}")], min=0),
+                Panel("timeseries", "Success rate by namespace", "percentunit", [
+                    q(f"namespace:gpuhealth_workload_success:ratio_rate1h{{{ns}}}", "{{namespace}}")],
+                      "Pods that ended Succeeded / all that ended, over the last hour.", max=1),
+                Panel("timeseries", "Platform-caused failure rate by namespace", "percentunit", [
+                    q(f"namespace:gpuhealth_workload_platform_failures:ratio_rate1h{{{ns}}}", "{{namespace}}")],
+                      "Infra failures / pods that ended, over the last hour, against the 0.5% objective.", min=0),
+                Panel("timeseries", "Time lost to failures", "s", [
+                    q(f"""sum by (class)
+                          (increase(gpuhealth_workload_lost_seconds_total{{{ns}}}[$__rate_interval]))""",
+                      "{{class}}")],
+                      "Run time of the pods that failed (start to failure): work to redo from the last "
+                      "checkpoint at most.", min=0),
+                Panel("table", "Nodes where workloads keep failing", "short", [
+                    qt("max by (node, pool) (gpuhealth_workload_node_suspect_workloads) > 0")],
+                      "Different workloads that failed on the node in the last hour with the node as a suspect; "
+                      "three cordon it (WorkloadsFailingOnNode).", node_link=True),
+            ]),
+            Row("Restart loops", [
+                Panel("table", "Workloads in a restart loop", "short", [
+                    qt(f"max by (namespace, workload) (gpuhealth_workload_restart_loop{{{ns}}}) > 0")],
+                      "Suspended too when the policy says workloads.restart_loop.suspend.", w=24, h=6),
+            ]),
+            Row("Slow ranks", [
+                Panel("timeseries", "Step time by rank", "s", [
+                    q(f"gpuhealth_training_step_seconds{{{tj}}}", "{{job}} rank {{rank}} ({{node}})")],
+                      "Median of each rank's recent compute steps (warm-up, checkpoint and eval steps excluded).",
+                      min=0),
+                Panel("timeseries", "Rank speed score", "percentunit", [
+                    q(f"namespace_job_rank_node:gpuhealth_training_rank_speed:ratio{{{tj}}}",
+                      "{{job}} rank {{rank}} ({{node}})")],
+                      "The job's median step time / the rank's own: below 0.75 for three windows of about "
+                      "5 minutes flags the rank's node.", min=0),
+                Panel("table", "Slow ranks now", "short", [
+                    qt('max by (node, job, rank) (ALERTS{alertname="TrainingRankSlow", alertstate="firing"})')],
+                      "Ranks flagged slow, and their nodes (cordoned as suspects; the job is not killed).",
+                      w=24, h=6, node_link=True),
+            ]),
+        ])
+
+
+DASHBOARDS = {"fleet-health": fleet, "node-drilldown": node, "remediation": remediation, "job-reliability": jobs}
 
 
 # --- building ---------------------------------------------------------------------------------------

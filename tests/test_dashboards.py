@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 from promql_names import metric_names
 
 from dashboards import generate
@@ -39,12 +40,14 @@ EXTERNAL = {
 BUILTINS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h", "__range_s": "3600",
             "__interval_ms": "60000"}
 EXPECTED = {"fleet-health.json": "gpuhealth-fleet", "node-drilldown.json": "gpuhealth-node",
-            "remediation.json": "gpuhealth-remediation"}
+            "remediation.json": "gpuhealth-remediation", "job-reliability.json": "gpuhealth-jobs"}
 
 
 def _recording_rules() -> set[str]:
     names = set()
-    for path in sorted((ROOT / "rules" / "recording").glob("*.yaml")):
+    for path in sorted((ROOT / "rules").glob("*/*.yaml")):  # alert files keep the records their alerts read
+        if path.parent.name == "tests":
+            continue
         for group in yaml.safe_load(path.read_text())["groups"]:
             names |= {r["record"] for r in group["rules"] if "record" in r}
     return names
@@ -61,6 +64,7 @@ def known_metrics() -> dict[str, str]:
     known = {f.exposed_name: "exporter" for f in FAMILIES.values()}
     known |= {n: "recording rule" for n in _recording_rules()}
     known |= {n: "remediator" for n in _remediator_metrics()}
+    known |= {n: "training job (gpuhealth_training)" for n in TRAINING_METRICS}
     known |= EXTERNAL
     return known
 
@@ -132,10 +136,14 @@ def test_uids_are_stable_and_titles_unique() -> None:
 
 
 
-def test_no_job_reliability_placeholder() -> None:
-    # issue 7 adds the job-reliability dashboard with real metrics; no empty stand-in here
-    for name in EXPECTED:
-        assert "job reliability" not in _load(name)["title"].lower()
+def test_job_reliability_dashboard_shows_what_on_call_asks() -> None:
+    # success rate, failures by class and reason, restart loops, slow ranks per job, time lost to failures
+    exprs = " ".join(expr for name, _, expr in QUERIES if name == "job-reliability.json")
+    for needed in (":gpuhealth_workload_success:ratio_rate1h", ":gpuhealth_workload_platform_failures:ratio_rate30d",
+                   "sum by (class, reason) (increase(gpuhealth_workload_failures_total",
+                   "gpuhealth_workload_restart_loop", "namespace_job_rank_node:gpuhealth_training_rank_speed:ratio",
+                   "gpuhealth_workload_lost_seconds_total"):
+        assert needed in exprs, f"the job-reliability dashboard has no query on {needed}"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
