@@ -277,6 +277,7 @@ class Stack:
         self.prom_port, self.am_port, self.rem_port = free_port(), free_port(), free_port()
         self._stop = threading.Event()
         self.rebooted: list[str] = []
+        self.extra_scrapes: list[dict[str, Any]] = []
 
     # --- URLs ---
     @property
@@ -355,9 +356,15 @@ class Stack:
         for src in sorted((ROOT / "rules").glob("*/*.yaml")):
             if src.parent.name in ("alerts", "recording"):
                 scale_rule_file(src, rules / f"{src.parent.name}-{src.name}")
+        path = self._write_prometheus_config()
+        self._spawn("prometheus", ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={self.workdir}/tsdb",
+                                   f"--web.listen-address=127.0.0.1:{self.prom_port}", "--web.enable-lifecycle",
+                                   "--log.level=warn"])
+
+    def _write_prometheus_config(self) -> Path:
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
-            "rule_files": [str(rules / "*.yaml")],
+            "rule_files": [str(self.workdir / "rules" / "*.yaml")],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
             "scrape_configs": [{
                 "job_name": "gpuhealth-exporter",
@@ -366,13 +373,28 @@ class Stack:
             }, {
                 "job_name": "gpuhealth-remediator",
                 "static_configs": [{"targets": [f"127.0.0.1:{self.rem_port}"]}],
-            }],
+            }, *self.extra_scrapes],
         }
         path = self.workdir / "prometheus.yml"
         path.write_text(yaml.safe_dump(config))
-        self._spawn("prometheus", ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={self.workdir}/tsdb",
-                                   f"--web.listen-address=127.0.0.1:{self.prom_port}", "--web.enable-lifecycle",
-                                   "--log.level=warn"])
+        return path
+
+    def start_training_job(self, job: str, ranks: list[tuple[str, float]], namespace: str = "ml") -> None:
+        """A training job's ranks (node, step seconds each), each a process serving gpuhealth_training's metrics,
+        scraped as docs/jobs.md's PodMonitor does (honor_labels: the job's own `job` label wins)."""
+        targets = []
+        for rank, (node, seconds) in enumerate(ranks):
+            port = free_port()
+            self._spawn(f"train-{job}-{rank}", [sys.executable, str(Path(__file__).with_name("training_rank.py")),
+                                                "--job", job, "--rank", str(rank), "--node", node,
+                                                "--port", str(port), "--step-seconds", str(seconds)])
+            targets.append(f"127.0.0.1:{port}")
+        self.extra_scrapes.append({"job_name": f"training-{job}", "honor_labels": True,
+                                   "static_configs": [{"targets": targets, "labels": {"namespace": namespace}}]})
+        self._write_prometheus_config()
+        request = urllib.request.Request(f"{self.prometheus}/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
 
     def _start_alertmanager(self) -> None:
         config = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())

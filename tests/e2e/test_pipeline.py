@@ -226,7 +226,44 @@ EXPECTED_ALERTS = {
 }
 
 
-def test_every_dashboard_query_returns_data(stack: Stack, tmp_path: Path) -> None:
+# The dashboard scenario also classifies workload failures (look-ahead shortened to fit a test).
+WORKLOADS_POLICY = POLICY + """
+workloads: {enabled: true, namespaces: [research], look_ahead: 2s}
+"""
+
+
+@pytest.fixture
+def dashboard_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    with Stack(policy=WORKLOADS_POLICY) as s:
+        yield s
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            for part in ("remediator", "alertmanager", "prometheus"):
+                print(f"--- {part} log ---\n{log_tail(s, part, 60)}")
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def run_workload_pod(stack: Stack, name: str, node: str, job: str, phase: str, exit_code: int = 0) -> None:
+    """A GPU pod of Job `job` in namespace research that ran for ten minutes and ended as the kubelet reports it."""
+    stack.cluster.add_pod(node, name, namespace="research", owner_kind=None, gpus=8)
+    now = time.time()
+
+    def end(pod: dict[str, Any]) -> None:
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                               "uid": f"uid-job-{job}", "controller": True}]
+        terminated = {"exitCode": exit_code, "reason": "Completed" if phase == "Succeeded" else "Error",
+                      "startedAt": _stamp(now - 600), "finishedAt": _stamp(now)}
+        pod["status"].update(phase=phase, startTime=_stamp(now - 600), containerStatuses=[
+            {"name": "c", "image": "x", "imageID": "x@sha256:1", "ready": False, "restartCount": 0,
+             "state": {"terminated": terminated}}])
+    stack.cluster.update_pod("research", name, end)
+
+
+def test_every_dashboard_query_returns_data(dashboard_stack: Stack, tmp_path: Path) -> None:
+    stack = dashboard_stack
     dashboards = sorted((ROOT / "dashboards").glob("**/*.json"))
     if not dashboards:
         pytest.fail("no dashboards/ JSON to check")
@@ -284,7 +321,23 @@ def test_every_dashboard_query_returns_data(stack: Stack, tmp_path: Path) -> Non
     wait_for("the node with a failing probe cordoned", lambda: stack.cordoned("pool-a-gpu-1"), timeout=60)
     assert not stack.cordoned(HELD) and stack.jobs(HELD) == [] and HELD not in stack.rebooted
 
-    # 4. Every query of every panel returns data (polled: the last samples of a new series take a scrape).
+    # 4. Workloads: a training job with one slow rank on the held node (three ranks, the third at half speed),
+    # pods that end: one succeeds, one fails on the node with the failing probe (infra, the node a suspect),
+    # and a sweep fails three times in a row with the same application exit code (a restart loop).
+    stack.start_training_job("llm-pretrain", [("pool-a-gpu-3", 0.2), ("pool-a-gpu-4", 0.2), (HELD, 0.4)])
+    stack.cluster.add_job("research", "sweep")
+    run_workload_pod(stack, "eval-0", "pool-a-gpu-5", job="eval", phase="Succeeded")
+    run_workload_pod(stack, "pretrain-0", "pool-a-gpu-1", job="pretrain", phase="Failed", exit_code=1)
+    for i in range(3):
+        run_workload_pod(stack, f"sweep-{i}", f"pool-a-gpu-{3 + i}", job="sweep", phase="Failed", exit_code=2)
+    wait_for("the slow rank flagged", lambda: stack.firing("TrainingRankSlow", HELD), timeout=90, every=1)
+    wait_for("the sweep's restart loop", lambda: stack.query_value(
+        'max(gpuhealth_workload_restart_loop{namespace="research", workload="sweep"})') == 1, timeout=60)
+    failure = json.loads(stack.cluster.pods[("research", "pretrain-0")]["metadata"]["annotations"][
+        "gpuhealth.io/failure"])
+    assert failure["class"] == "infra", failure
+
+    # 5. Every query of every panel returns data (polled: the last samples of a new series take a scrape).
     def empty_queries() -> list[str]:
         empty = []
         for path in dashboards:
@@ -310,7 +363,8 @@ def _panels(doc: dict[str, object]) -> Iterator[dict[str, object]]:
 
 def _substitute(expr: str, node: str) -> str:
     for var, value in {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h", "${node}": node,
-                       "$node": node, "$pool": ".*", "${pool}": ".*", "$datasource": "", "$gpu": ".*"}.items():
+                       "$node": node, "$pool": ".*", "${pool}": ".*", "$datasource": "", "$gpu": ".*",
+                       "$namespace": ".*", "$training_job": ".*"}.items():
         expr = expr.replace(var, value)
     return expr
 
