@@ -15,13 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
 from exporter.config import DEFAULT_PROBES, ConfigError, Settings, load_file
+from exporter.exposition import start_server
 from exporter.instance_types import lookup
 from exporter.kernel_events import KernelEventMatcher, PatternError, load_patterns
 from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
@@ -267,7 +268,7 @@ def serve(s: Settings) -> None:
     registry.register(GpuhealthCollector(snapshot, expectations(s)))
     registry.register(ProcessCollector(registry=None))
     host, _, port = s.listen.rpartition(":")
-    start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=registry)
+    start_server(int(port), host.strip("[]") or "0.0.0.0", registry)
     log.info("gpuhealth-exporter %s serving on %s", __version__, s.listen)
     if s.conditions and writer is not None:
         threading.Thread(target=_conditions_loop, args=(writer, snapshot, s, stop), daemon=True).start()

@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from exporter.regex_prefilter import gate, required_literals
+
 KINDS = {"xid", "gpu_map", "sxid", "event", "unparsed_xid", "ignore"}
 REQUIRED_GROUPS = {"gpu_map": {"pci", "uuid"}, "sxid": {"pci", "sxid", "fatal"}}
 
@@ -109,9 +111,22 @@ def load_patterns(path: Path | None = None) -> list[Pattern]:
 class KernelEventMatcher:
     def __init__(self, patterns: list[Pattern] | None = None) -> None:
         self.patterns = patterns if patterns is not None else load_patterns()
+        # Most records match nothing: one gate search rules them out (exporter/regex_prefilter.py), and a
+        # pattern is searched only when a literal it cannot match without is in the text.
+        literals = [required_literals(p.regex) for p in self.patterns]
+        self._gate = gate(literals)
+        self._steps = [(p, tuple(lits or ())) for p, lits in zip(self.patterns, literals, strict=True)]
 
     def match(self, text: str) -> Match | None:
-        for p in self.patterns:
+        if self._gate is not None and self._gate.search(text) is None:
+            return None
+        for p, needed in self._steps:
+            if needed:
+                for literal in needed:
+                    if literal in text:
+                        break
+                else:
+                    continue  # a literal this pattern cannot match without is missing
             m = p.regex.search(text)
             if not m:
                 continue

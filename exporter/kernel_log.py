@@ -50,25 +50,23 @@ class KernelRecord:
 
 def parse_kmsg_record(raw: str) -> KernelRecord | None:
     """One record as read(2) returns it from /dev/kmsg; None if it is not in that format."""
-    head, _, _meta = raw.partition("\n")
-    m = _KMSG.match(head)
+    m = _KMSG.match(raw.partition("\n")[0] if "\n" in raw else raw)
     if not m:
         return None
-    prio = int(m.group("prio"))
-    # The kernel escapes newlines and control characters in the text as \xNN.
-    text = _ESCAPE.sub(lambda e: chr(int(e.group(1), 16)), m.group("text"))
-    return KernelRecord(
-        text=" ".join(part.strip() for part in text.splitlines() if part.strip()),
-        kernel=(prio >> 3) == KERNEL_FACILITY,
-        seq=int(m.group("seq")),
-        usec=int(m.group("usec")),
-    )
+    prio, seq, usec, text = m.groups()
+    # The common case, a plain line (no escape; and isprintable() is False for every line boundary that
+    # splitlines() knows): the steps below reduce to a strip.
+    if "\\" not in text and text.isprintable():
+        text = text.strip()
+    else:
+        # The kernel escapes newlines and control characters in the text as \xNN.
+        text = _ESCAPE.sub(lambda e: chr(int(e.group(1), 16)), text)
+        text = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    return KernelRecord(text, (int(prio) >> 3) == KERNEL_FACILITY, int(seq), int(usec))
 
 
-def _parse_text_line(line: str) -> KernelRecord:
-    kmsg = parse_kmsg_record(line)
-    if kmsg is not None:
-        return kmsg
+def _parse_other_shape(line: str) -> KernelRecord:
+    """A text line that is not a /dev/kmsg record."""
     m = _BRACKET.match(line)
     if m:
         mono = _MONOTONIC.match(m.group("stamp"))
@@ -111,6 +109,6 @@ def iter_text_records(lines: Iterable[str]) -> Iterator[KernelRecord]:
             pending = None
         if not line.strip():
             continue
-        pending = _parse_text_line(line)
+        pending = parse_kmsg_record(line) or _parse_other_shape(line)
     if pending is not None:
         yield pending

@@ -67,6 +67,10 @@ def _key(family: str, labels: dict[str, str]) -> Key:
     return family, tuple(sorted(labels.items()))
 
 
+_KERNEL_RECORDS = _key("gpuhealth_kmsg_records", {"origin": "kernel"})
+_USERSPACE_RECORDS = _key("gpuhealth_kmsg_records", {"origin": "userspace"})
+
+
 class KmsgProbe:
     name = "kmsg"
 
@@ -171,7 +175,8 @@ class KmsgProbe:
         self.recent.append({"time": self._event_time(record), "kind": kind, **labels})
 
     def _handle(self, record: KernelRecord) -> None:
-        self._count("gpuhealth_kmsg_records", {"origin": "kernel" if record.kernel else "userspace"})
+        key = _KERNEL_RECORDS if record.kernel else _USERSPACE_RECORDS  # every record: no per-record label dict
+        self.counts[key] = self.counts.get(key, 0) + 1
         if not record.kernel:
             return  # user space can write anything to /dev/kmsg; only the kernel is believed
         self._records_seen += 1
