@@ -14,6 +14,7 @@ is back. A node always goes to the same worker, so one replica never races itsel
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
@@ -26,6 +27,8 @@ from datetime import datetime
 from remediator.webhook import Batch, NodeAlert
 
 log = logging.getLogger("gpuhealth.remediator")
+
+EXIT_FLUSH_SECONDS = 10.0  # within gunicorn's graceful timeout (30 s)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,21 @@ class Intake:
             threading.Thread(target=self._stop_with, args=(stop,), name="intake-stop", daemon=True).start()
         for i, q in enumerate(self.queues):
             threading.Thread(target=self._work, args=(q,), name=f"intake-{i}", daemon=True).start()
+        atexit.register(self.flush_at_exit)
+
+    def flush_at_exit(self, timeout: float = EXIT_FLUSH_SECONDS) -> bool:
+        """A clean shutdown (gunicorn's worker exits on SIGTERM, e.g. a rolling update) records what it has
+        already answered before the process ends: a resolution answered and then lost would leave its node
+        out of service until someone releases it."""
+        if self._stop.is_set() or not any(q.unfinished_tasks for q in self.queues):
+            return True
+        if self.join(timeout):
+            log.info("recorded every answered webhook before exiting")
+            return True
+        left = sum(q.unfinished_tasks for q in self.queues)
+        log.warning("exiting with %d answered webhook(s) not recorded: Alertmanager's repeats bring back their "
+                    "firing alerts, not their resolutions", left)
+        return False
 
     def stop(self) -> None:
         self._stop.set()

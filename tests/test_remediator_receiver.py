@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from fake_cluster import FakeCluster
 from remediator_harness import FIXTURES, TOKEN, Harness, firing_fixture, webhook
 
+from remediator.intake import Intake, Outcome
 from remediator.policy import parse_policy
-from remediator.webhook import parse_webhook
+from remediator.webhook import Batch, parse_webhook
 
 
 @pytest.fixture
@@ -222,3 +225,21 @@ def test_without_an_intake_alerts_are_recorded_before_the_answer_or_5xx(cluster:
     response = h.post(webhook("gpu-1", "reboot"))
     assert response.status_code == 202 and response.get_json()["recorded"] == ["gpu-1"]
     assert h.state("gpu-1").active
+
+
+def test_a_clean_shutdown_records_what_was_answered_first(caplog: pytest.LogCaptureFixture) -> None:
+    release = threading.Event()
+    recorded: list[str] = []
+
+    def record(batch: Batch, received: datetime) -> Outcome:
+        release.wait(5)  # the API is slow: the answer went out long before the write
+        recorded.extend(a.node for a in batch.alerts)
+        return Outcome(recorded=[a.node for a in batch.alerts], failed=[])
+
+    intake = Intake(record, lambda: datetime.now(UTC))
+    assert intake.submit(parse_webhook(json.dumps(webhook("gpu-1", "none", status="resolved")), parse_policy("")))
+    with caplog.at_level("WARNING", logger="gpuhealth.remediator"):
+        assert not intake.flush_at_exit(timeout=0.1)  # still stuck: said so, not silently dropped
+    assert "not recorded" in caplog.text and recorded == []
+    release.set()
+    assert intake.flush_at_exit(timeout=5) and recorded == ["gpu-1"]
