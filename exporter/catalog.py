@@ -129,8 +129,11 @@ _FAMILIES = [
            "EFA devices present in sysfs (vendor 0x1d0f, device 0xefa*).", "efa"),
     Family("gpuhealth_efa_device_info", "gauge", ("device", "pci_device_id"), "Always 1 per EFA device.", "efa"),
     Family("gpuhealth_efa_hw_counter", "counter", ("device", "port", "counter"),
-           "EFA hw_counters from sysfs (port empty for device-level counters; 'lifespan' is not exported).",
-           "efa"),
+           "EFA hw_counters from sysfs (port empty for device-level counters). By default only the health "
+           "signals: rdma_read_wr_err, rdma_write_wr_err, rx_drops, retrans_pkts, retrans_bytes, "
+           "retrans_timeout_events, unresponsive_remote_events, impaired_remote_conn_events, cmds_err, "
+           "no_completion_cmds and the device-level *_err; efa_counters (--efa-counters) exports all or a given "
+           "list.", "efa"),
 ]
 
 FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}

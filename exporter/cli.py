@@ -28,7 +28,7 @@ from exporter.kernel_events import KernelEventMatcher, PatternError, load_patter
 from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
 from exporter.probes.base import Probe
 from exporter.probes.dcgm import DcgmDiagProbe, DcgmExporterProbe, DcgmHealthProbe
-from exporter.probes.efa import EfaProbe
+from exporter.probes.efa import EfaProbe, counter_selection
 from exporter.probes.kmsg import KmsgProbe
 from exporter.probes.nvml import NvmlProbe
 from exporter.runner import ProbeRunner
@@ -87,6 +87,15 @@ def _count(text: str) -> int:
     return value
 
 
+def _efa_counters(text: str) -> tuple[str, ...]:
+    words = tuple(w.strip() for w in text.split(","))
+    try:
+        counter_selection(words)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return words
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpuhealth-exporter", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="EC2 instance type: sets the expected GPU and EFA counts (default $INSTANCE_TYPE)")
     p.add_argument("--gpus-expected", type=_count, metavar="N", help="GPUs this node should have")
     p.add_argument("--efa-expected", type=_count, metavar="N", help="EFA devices this node should have")
+    p.add_argument("--efa-counters", type=_efa_counters, metavar="default|all|NAME[,NAME]",
+                   help="EFA hw_counters to export: default (the health signals: errors, drops, retransmits, "
+                        "timeouts, unresponsive/impaired remotes), all, or names, e.g. default,tx_bytes")
     p.add_argument("--disable", type=_probe_list, action="append", default=[], metavar="PROBE[,PROBE]",
                    help="turn probes off")
     p.add_argument("--enable", type=_probe_list, action="append", default=[], metavar="PROBE[,PROBE]",
@@ -143,7 +155,8 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
         "state_file": args.state_file, "kernel_patterns": args.kernel_patterns, "sysfs_root": args.sysfs_root,
         "dcgmi": args.dcgmi, "diag_level": args.diag_level, "dcgm_exporter": args.dcgm_exporter_url,
         "instance_type": args.instance_type, "gpus_expected": args.gpus_expected,
-        "efa_expected": args.efa_expected, "kube_api": args.kube_api, "log_level": args.log_level,
+        "efa_expected": args.efa_expected, "efa_counters": args.efa_counters, "kube_api": args.kube_api,
+        "log_level": args.log_level,
     }
     settings = replace(settings, **{k: v for k, v in flags.items() if v is not None})
     if not settings.node and env.get("NODE_NAME"):
@@ -206,7 +219,7 @@ def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
         "dcgm": lambda: DcgmHealthProbe(dcgmi),
         "diag": lambda: DcgmDiagProbe(dcgmi, level=s.diag_level),
         "dcgm_exporter": lambda: DcgmExporterProbe(s.dcgm_exporter),
-        "efa": lambda: EfaProbe(s.sysfs_root),
+        "efa": lambda: EfaProbe(s.sysfs_root, counter_selection(s.efa_counters)),
     }
     return [(makers[name](), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from exporter.probes.efa import DEFAULT, counter_selection, counter_word_error
+
 
 class ConfigError(ValueError):
     pass
@@ -50,6 +52,8 @@ class Settings:
     instance_type: str = ""
     gpus_expected: int | None = None
     efa_expected: int | None = None
+    # EFA hw_counters to export: default (the health signals), all, or names (with or without default)
+    efa_counters: tuple[str, ...] = (DEFAULT,)
     conditions: bool = True  # write node conditions when a node name is known
     condition_interval: float = 10.0
     fault_window: float = 900.0  # a kernel-log fault keeps its condition False this long after it was seen
@@ -58,7 +62,7 @@ class Settings:
     probes: dict[str, ProbeSettings] = field(default_factory=lambda: dict(DEFAULT_PROBES))
 
 
-_SCALARS = {f.name: f for f in fields(Settings) if f.name != "probes"}
+_SCALARS = {f.name: f for f in fields(Settings) if f.name not in ("probes", "efa_counters")}
 _INT_OR_NONE = {"gpus_expected", "efa_expected"}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -90,6 +94,25 @@ def _scalar(path: str, key: str, node: yaml.Node, kind: type | tuple[type, ...])
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise ConfigError(f"{path}:{_line(node)}: {key}: expected {names}, got {value!r}")
     return value
+
+
+def _efa_counters(path: str, node: yaml.Node) -> tuple[str, ...]:
+    """`efa_counters: default`, `all`, `[default, tx_bytes]` or `rx_drops, cmds_err`: checked item by item."""
+    key = "efa_counters"
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    words: list[str] = []
+    for item in items:
+        value = _scalar(path, key, item, str)
+        for word in (w.strip() for w in value.split(",")):
+            why = counter_word_error(word) if word else "empty name"
+            if why:
+                raise ConfigError(f"{path}:{_line(item)}: {key}: {why}")
+            words.append(word)
+    try:
+        counter_selection(words)
+    except ValueError as exc:
+        raise ConfigError(f"{path}:{_line(node)}: {key}: {exc}") from exc
+    return tuple(words)
 
 
 def _probe(path: str, name: str, node: yaml.Node, base: ProbeSettings) -> ProbeSettings:
@@ -138,6 +161,8 @@ def load_file(path: str, base: Settings | None = None) -> Settings:
                     raise ConfigError(f"{path}:{_line(pk)}: probes.{pk.value}: unknown probe "
                                       f"(known: {', '.join(DEFAULT_PROBES)})")
                 probes[pk.value] = _probe(path, pk.value, pv, probes[pk.value])
+        elif key == "efa_counters":
+            values[key] = _efa_counters(path, vnode)
         elif key in _SCALARS:
             default = getattr(Settings(), key)
             kind: type | tuple[type, ...] = (int, float) if isinstance(default, float) else type(default)

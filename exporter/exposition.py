@@ -1,147 +1,49 @@
-"""Serves /metrics in the Prometheus text format (0.0.4), rendered here rather than by prometheus_client.
+"""Serves /metrics: prometheus_client's own WSGI app and text renderer, in the text format (0.0.4), gzip level 1.
 
-prometheus_client's renderers cost ~10 us a sample (OpenMetrics, which it picks when Prometheus
-asks for it first) or ~5 us (text), and gzip at level 9 another ~1.3 us: on an 8-GPU node with 32
-EFA devices (~1,600 series) a scrape took ~16 ms (docs/benchmarks.md). The output here is byte for
-byte what prometheus_client.exposition.generate_latest writes (tests/test_exposition.py), at ~1 us a
-sample, gzipped at level 1. Prometheus lists the text format in its Accept header, so serving it is
-ordinary content negotiation. Anything unusual (other metric types, timestamps, names that need
-escaping) is rendered by prometheus_client itself.
+Two settings differ from prometheus_client.start_http_server, and only settings:
+- the format: the library picks OpenMetrics when the scraper lists it first, as Prometheus does, and
+  its OpenMetrics renderer costs about twice its text renderer (~10 us a sample against ~5 us,
+  docs/benchmarks.md). Prometheus also lists the text format in its Accept header, so the text
+  format (generate_latest) is served to every client: ordinary content negotiation.
+- gzip: the library compresses at level 9; the body is ~100 bytes a line of repetitive labels,
+  for which level 1 is within ~20% of the size at a fraction of the CPU.
+Everything else (OPTIONS, 405, ?name[]= filtering, the rendering itself) is prometheus_client's.
 """
 
 from __future__ import annotations
 
 import gzip
-import math
-import re
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, cast
-from urllib.parse import parse_qs
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, ThreadingWSGIServer, generate_latest, gzip_accepted
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
-from prometheus_client.utils import floatToGoString
+from prometheus_client.exposition import ThreadingWSGIServer, gzip_accepted, make_wsgi_app
+from prometheus_client.registry import Collector
 
-_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-GZIP_LEVEL = 1  # the body is ~100 bytes a line of repetitive labels: level 1 is within ~20% of 9, at a third the CPU
+TEXT_FORMAT = "text/plain;version=0.0.4"  # what the app is told the client accepts
+GZIP_LEVEL = 1
 
-
-class _One:
-    """A single metric as a registry, for prometheus_client's own renderer."""
-
-    def __init__(self, metric: Metric) -> None:
-        self.metric = metric
-
-    def collect(self) -> Iterable[Metric]:
-        return [self.metric]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def _escape_value(value: str) -> str:
-    if "\\" in value or "\n" in value or '"' in value:
-        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-    return value
+def make_app(registry: Collector) -> WsgiApp:
+    """prometheus_client's WSGI app for `registry`, always in the text format, gzipped at GZIP_LEVEL when accepted."""
+    library_app: WsgiApp = make_wsgi_app(registry, disable_compression=True)
 
-
-# Names already checked: the same few recur in every scrape.
-_good_metric_names: set[str] = set()
-_good_label_names: set[str] = set()
-_go_float = cast(Callable[[float], str], floatToGoString)  # the library's value format, e.g. 1.0, +Inf, 1.5e+06
-
-
-_values: dict[float, str] = {}  # most values are 0.0 and 1.0: format each once
-
-
-def _value(value: float) -> str:
-    if not value:  # 0.0 and -0.0 are one key to a dict, but print differently
-        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    text = _values.get(value)
-    if text is None:
-        text = _go_float(value)
-        if len(_values) >= 4096:
-            _values.clear()
-        _values[value] = text
-    return text
-
-
-def _legacy(names: Iterable[str], pattern: re.Pattern[str], good: set[str]) -> bool:
-    if good.issuperset(names):
-        return True
-    if all(pattern.match(n) for n in names):
-        good.update(names)
-        return True
-    return False
-
-
-def _render_plain(metric: Metric) -> list[str] | None:
-    """The lines of a gauge or counter with legacy names and no timestamps or OpenMetrics-only samples;
-    None for anything else."""
-    if metric.type not in ("gauge", "counter") or not _legacy((metric.name,), _METRIC_NAME, _good_metric_names):
-        return None
-    name = metric.name + "_total" if metric.type == "counter" else metric.name
-    help_text = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-    lines = [f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n"]
-    keys: Any = None
-    order: list[str] = []
-    template = ""
-    for s in metric.samples:
-        if s.timestamp is not None or s.name != name:
-            return None
-        labels = s.labels
-        if keys is None or labels.keys() != keys:  # a family's samples share their label names: one template
-            if not _legacy(labels, _LABEL_NAME, _good_label_names):
-                return None
-            keys, order = labels.keys(), sorted(labels)
-            pairs = ",".join(f'{k}="{{}}"' for k in order)
-            template = f"{name}{{{{{pairs}}}}} {{}}\n" if order else f"{name} {{}}\n"
-        values = [labels[k] for k in order]
-        joined = "".join(values)
-        if "\\" in joined or "\n" in joined or '"' in joined:
-            values = [_escape_value(v) for v in values]
-        lines.append(template.format(*values, _value(s.value)))
-    return lines
-
-
-def render_text(registry: Collector) -> bytes:
-    """The text exposition format of everything `registry` collects."""
-    out: list[str] = []
-    for metric in registry.collect():
-        lines = _render_plain(metric)
-        if lines is not None:
-            out.extend(lines)
-        else:
-            out.append(generate_latest(_One(metric)).decode("utf-8"))
-    return "".join(out).encode("utf-8")
-
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], list[bytes]]
-
-
-def make_app(registry: CollectorRegistry) -> WsgiApp:
-    """prometheus_client's WSGI app, with the text format always and this renderer."""
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        method = environ["REQUEST_METHOD"]
-        headers: list[tuple[str, str]] = [("Allow", "OPTIONS,GET")]
-        if method == "OPTIONS":
-            status, output = "200 OK", b""
-        elif method != "GET":
-            status, output = "405 Method Not Allowed", f"# HTTP 405: {method}; use OPTIONS or GET\n".encode()
-        elif environ.get("PATH_INFO") == "/favicon.ico":
-            status, headers, output = "200 OK", [], b""
-        else:
-            params = parse_qs(environ.get("QUERY_STRING", ""))
-            source = registry.restricted_registry(params["name[]"]) if "name[]" in params else registry
-            status, headers, output = "200 OK", [("Content-Type", CONTENT_TYPE_LATEST)], render_text(source)
-            if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-                output = gzip.compress(output, GZIP_LEVEL)
-                headers.append(("Content-Encoding", "gzip"))
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        gzip_it = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
+        answer: list[Any] = []
+        body = b"".join(library_app({**environ, "HTTP_ACCEPT": TEXT_FORMAT},
+                                    lambda status, headers, *_: answer.extend((status, headers))))
+        status, headers = answer
+        if gzip_it and status.startswith("200") and any(k == "Content-Type" for k, _ in headers):
+            body = gzip.compress(body, GZIP_LEVEL)
+            headers = [*headers, ("Content-Encoding", "gzip")]
         start_response(status, headers)
-        return [output]
+        return [body]
 
     return app
 
@@ -151,8 +53,9 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def start_server(port: int, addr: str, registry: CollectorRegistry) -> WSGIServer:
-    """Serves `registry` on addr:port from a daemon thread, as prometheus_client.start_http_server does."""
+def start_server(port: int, addr: str, registry: Collector) -> WSGIServer:
+    """Serves `registry` on addr:port (IPv4 or IPv6) from a daemon thread, as prometheus_client's
+    start_wsgi_server does, with make_app's settings."""
     family, _, _, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
 
     class Server(ThreadingWSGIServer):

@@ -70,7 +70,7 @@ def test_help_explains_the_probes_and_the_flags() -> None:
     proc = run("--help")
     assert proc.returncode == 0
     for words in ("fail closed", "--once", "--kmsg-file", "--sysfs-root", "--dcgmi", "--dcgm-exporter-url",
-                  "--config", "probes: kmsg"):
+                  "--efa-counters", "--config", "probes: kmsg"):
         assert words in proc.stdout
 
 
@@ -81,6 +81,7 @@ def test_bad_arguments_give_one_clear_line_and_exit_2(tmp_path: Path) -> None:
         (["--once", "--dcgmi", str(tmp_path / "no-dcgmi")], "--dcgmi", "not an executable file"),
         (["--once", "--disable", "gpu"], "--disable", "unknown probe gpu"),
         (["--once", "--gpus-expected", "eight"], "--gpus-expected", "expected a whole number"),
+        (["--once", "--efa-counters", "default,tx_byte"], "--efa-counters", "unknown EFA counter 'tx_byte'"),
         (["--once", "--listen", "localhost"], "--listen", "expected [ADDR]:PORT"),
         (["--once", "--config", str(tmp_path / "none.yaml")], "none.yaml", "cannot read"),
     ]
@@ -90,6 +91,25 @@ def test_bad_arguments_give_one_clear_line_and_exit_2(tmp_path: Path) -> None:
         assert proc.stdout == ""
         lines = [line for line in proc.stderr.splitlines() if "error" in line]
         assert len(lines) == 1 and flag in lines[0] and why in lines[0], proc.stderr
+
+
+def test_efa_counters_by_default_are_the_health_signals_and_the_flag_or_config_widens_them(
+        fixtures: Path, tmp_path: Path) -> None:
+    def exported(*args: str) -> set[str]:
+        proc = run("--once", "--sysfs-root", str(fixtures / "sysfs" / "p4d"), "--disable", "kmsg,nvml,dcgm,diag",
+                   *args)
+        assert proc.returncode == 0, proc.stderr
+        return {dict(k)["counter"] for k in families(proc.stdout)["gpuhealth_efa_hw_counter_total"]}
+
+    default = exported()
+    assert "rdma_read_wr_err" in default and "cmds_err" in default and "tx_bytes" not in default
+    assert len(default) == 17
+    assert exported("--efa-counters", "all") >= default | {"tx_bytes", "keep_alive_rcvd"}
+    assert exported("--efa-counters", "default,tx_bytes") == default | {"tx_bytes"}
+    config = tmp_path / "exporter.yaml"
+    config.write_text("efa_counters: [rx_drops, tx_pkts]\n")
+    assert exported("--config", str(config)) == {"rx_drops", "tx_pkts"}
+    assert exported("--config", str(config), "--efa-counters", "cmds_err") == {"cmds_err"}
 
 
 def test_a_dcgm_exporter_url_turns_its_probe_on_whatever_else_is_disabled(fixtures: Path) -> None:

@@ -35,6 +35,17 @@ probes:
     assert s.probes["nvml"] == DEFAULT_PROBES["nvml"]
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    ("", ("default",)),
+    ("efa_counters: all\n", ("all",)),
+    ("efa_counters: [default, tx_bytes]\n", ("default", "tx_bytes")),
+    ("efa_counters:\n  - rx_drops\n  - cmds_err\n", ("rx_drops", "cmds_err")),
+    ("efa_counters: default, tx_pkts\n", ("default", "tx_pkts")),
+])
+def test_efa_counters_take_default_all_or_names(tmp_path: Path, text: str, words: tuple[str, ...]) -> None:
+    assert load_file(write(tmp_path, text)).efa_counters == words
+
+
 @pytest.mark.parametrize(("text", "where", "why"), [
     ("node: a\nlisten_port: 9\n", ":2:", "listen_port: unknown setting"),
     ("probes:\n  kmsg:\n    intervall: 3\n", ":3:", "probes.kmsg.intervall: unknown key"),
@@ -51,6 +62,12 @@ probes:
     ("condition_interval: 0\n", ":1:", "condition_interval: must be > 0"),
     ("fault_window: -5\n", ":1:", "fault_window: must be > 0"),
     ("efa_expected: -1\n", ":1:", "efa_expected: must be >= 0"),
+    ("node: a\nefa_counters:\n  - rx_drops\n  - tx_byte\n", ":4:", "efa_counters: unknown EFA counter 'tx_byte'"),
+    ("efa_counters: rx_drops,,cmds_err\n", ":1:", "efa_counters: empty name"),
+    ("efa_counters: [all, tx_bytes]\n", ":1:", "efa_counters: all already means every counter"),
+    ("efa_counters: []\n", ":1:", "efa_counters: name at least one counter"),
+    ("efa_counters: 3\n", ":1:", "efa_counters: expected str"),
+    ("efa_counters: {a: 1}\n", ":1:", "efa_counters: expected a single value"),
 ])
 def test_a_bad_file_is_refused_with_file_line_and_reason(tmp_path: Path, text: str, where: str, why: str) -> None:
     path = write(tmp_path, text)

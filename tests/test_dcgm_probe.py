@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import stat
@@ -408,10 +409,11 @@ def serve(body: bytes, status: int = 200, stall: threading.Event | None = None) 
         def do_GET(self) -> None:
             if stall is not None:
                 stall.wait(10)
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(ConnectionError):  # a probe past its deadline has hung up: expected here
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from sysfs_tree import (
     DEVICE_COUNTERS,
     MELLANOX,
@@ -17,16 +21,25 @@ from sysfs_tree import (
 )
 
 from exporter.catalog import FAMILIES
+from exporter.probes import efa
 from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
-from exporter.probes.efa import EfaProbe
+from exporter.probes.efa import DEFAULT_COUNTERS, EfaProbe, counter_selection
 from exporter.samples import ProbeResult, Sample
 
 P4D_TREE = Path(__file__).parent / "fixtures" / "sysfs" / "p4d"
-SHARED_COUNTERS = Path(__file__).parents[2] / "shared" / "fixtures" / "efa" / "efa_hw_counters.txt"
+# The efa driver's counter names (copied from ../shared/fixtures/efa/, with its source lines).
+SHARED_COUNTERS = Path(__file__).parent / "fixtures" / "efa" / "efa_hw_counters.txt"
+ROOT = Path(__file__).resolve().parents[1]
+# The health signals exported by default: what rules, dashboards and on-call read.
+HEALTH_PORT_COUNTERS = {"rx_drops", "rdma_read_wr_err", "rdma_write_wr_err", "retrans_bytes", "retrans_pkts",
+                        "retrans_timeout_events", "unresponsive_remote_events", "impaired_remote_conn_events"}
+HEALTH_DEVICE_COUNTERS = {"cmds_err", "no_completion_cmds", "alloc_pd_err", "create_qp_err", "create_cq_err",
+                          "reg_mr_err", "alloc_ucontext_err", "create_ah_err", "mmap_err"}
+ALL: frozenset[str] | None = None
 
 
-def collect(root: Path) -> ProbeResult:
-    return EfaProbe(sysfs_root=str(root)).collect(deadline=10)
+def collect(root: Path, counters: frozenset[str] | None = DEFAULT_COUNTERS) -> ProbeResult:
+    return EfaProbe(sysfs_root=str(root), counters=counters).collect(deadline=10)
 
 
 def counters(result: ProbeResult, device: str) -> dict[tuple[str, str], float]:
@@ -66,19 +79,104 @@ def test_device_info_per_efa_device(p4d: ProbeResult) -> None:
     ]
 
 
-def test_every_port_and_device_counter_is_exported_but_not_lifespan(p4d: ProbeResult) -> None:
-    assert set(counters(p4d, "rdmap16s27")) == (
+def test_by_default_only_the_health_counters_are_exported(p4d: ProbeResult) -> None:
+    for device in ("rdmap16s27", "rdmap32s27", "rdmap144s27"):
+        assert set(counters(p4d, device)) == (
+            {("1", name) for name in HEALTH_PORT_COUNTERS} | {("", name) for name in HEALTH_DEVICE_COUNTERS})
+    assert counters(p4d, "rdmap32s27")[("1", "rdma_read_wr_err")] == 3
+    assert len([s for s in p4d.samples if s.name == "gpuhealth_efa_hw_counter"]) == 3 * 17
+
+
+def test_all_exports_every_port_and_device_counter_but_not_lifespan() -> None:
+    assert set(counters(collect(P4D_TREE, ALL), "rdmap16s27")) == (
         {("1", name) for name in PORT_COUNTERS} | {("", name) for name in DEVICE_COUNTERS}
     )
 
 
-def test_counter_values_come_from_their_files(p4d: ProbeResult) -> None:
-    faulty = counters(p4d, "rdmap32s27")
+def test_a_given_list_exports_just_those_counters() -> None:
+    chosen = collect(P4D_TREE, frozenset({"tx_pkts", "keep_alive_rcvd", "rdma_read_wr_err"}))
+    assert counters(chosen, "rdmap32s27") == {("1", "tx_pkts"): 1744120, ("", "keep_alive_rcvd"): 5321,
+                                              ("1", "rdma_read_wr_err"): 3}
+
+
+def test_counters_not_exported_are_not_read(one_efa: Path) -> None:
+    counter_file(one_efa, "rdmap0s31", "tx_bytes").write_text("garbage\n")
+    assert ("1", "rx_drops") in counters(collect(one_efa), "rdmap0s31")  # default: tx_bytes is never opened
+    with pytest.raises(ProbeError):
+        collect(one_efa, ALL)
+
+
+def test_counter_values_come_from_their_files() -> None:
+    faulty = counters(collect(P4D_TREE, ALL), "rdmap32s27")
     assert faulty[("1", "rdma_read_wr_err")] == 3
     assert faulty[("1", "retrans_timeout_events")] == 2
     assert faulty[("1", "tx_pkts")] == 1744120
     assert faulty[("", "keep_alive_rcvd")] == 5321
-    assert counters(p4d, "rdmap16s27")[("1", "rdma_read_wr_err")] == 0
+    assert counters(collect(P4D_TREE, ALL), "rdmap16s27")[("1", "rdma_read_wr_err")] == 0
+
+
+# --- which counters: the efa_counters setting, and what rules/ and dashboards/ read ---
+
+def test_the_selection_words() -> None:
+    assert counter_selection(["default"]) == DEFAULT_COUNTERS
+    assert HEALTH_PORT_COUNTERS | HEALTH_DEVICE_COUNTERS | {"alloc_mr_err", "get_dma_mr_err"} == DEFAULT_COUNTERS
+    assert counter_selection(["all"]) is None
+    assert counter_selection(["default", "tx_bytes"]) == DEFAULT_COUNTERS | {"tx_bytes"}
+    assert counter_selection(["tx_bytes", "cmds_err"]) == {"tx_bytes", "cmds_err"}
+
+
+@pytest.mark.parametrize(("words", "why"), [
+    ([], "name at least one counter"),
+    (["tx_byte"], "unknown EFA counter 'tx_byte'"),
+    (["lifespan"], "unknown EFA counter 'lifespan'"),
+    (["all", "tx_bytes"], "give it alone"),
+])
+def test_a_bad_selection_says_why(words: list[str], why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        counter_selection(words)
+
+
+def _exprs(node: object) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "expr" and isinstance(value, str):
+                yield value
+            else:
+                yield from _exprs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _exprs(item)
+
+
+def _hw_counter_selectors() -> Iterator[tuple[str, str]]:
+    """(where, label matchers) of every gpuhealth_efa_hw_counter_total selector in rules/ and dashboards/."""
+    exprs: list[tuple[str, str]] = []
+    for path in sorted((ROOT / "rules").glob("*/*.yaml")):
+        if path.parent.name != "tests":
+            for group in yaml.safe_load(path.read_text())["groups"]:
+                exprs += [(f"{path.name}: {r.get('alert') or r.get('record')}", str(r["expr"]))
+                          for r in group["rules"]]
+    for path in sorted((ROOT / "dashboards" / "json").glob("*.json")):
+        exprs += [(path.name, e) for e in _exprs(json.loads(path.read_text()))]
+    for where, expr in exprs:
+        for m in re.finditer(r"gpuhealth_efa_hw_counter_total\s*(\{[^}]*\})?", expr):
+            yield where, m.group(1) or ""
+
+
+def test_every_counter_rules_and_dashboards_read_is_exported_by_default() -> None:
+    known = set(PORT_COUNTERS) | set(DEVICE_COUNTERS) | {"alloc_mr_err", "get_dma_mr_err"}
+    read: set[str] = set()
+    selectors = list(_hw_counter_selectors())
+    assert len(selectors) >= 3  # the two network alerts and the node dashboard's panel
+    for where, matchers in selectors:
+        found = re.findall(r'\bcounter\s*(=~|!~|!=|=)\s*"((?:\\.|[^"\\])*)"', matchers)
+        assert len(found) == 1 and found[0][0] in ("=", "=~"), f"{where}: reads counters beyond a list: {matchers}"
+        op, value = found[0]
+        names = {n for n in known if re.fullmatch(value, n)} if op == "=~" else {value}
+        assert names, f"{where}: {value!r} selects no EFA counter"
+        read |= names
+    assert read - DEFAULT_COUNTERS == set()
+    assert {"rdma_read_wr_err", "retrans_timeout_events", "cmds_err", "retrans_pkts"} <= read
 
 
 def test_node_without_infiniband_class_has_zero_devices(tmp_path: Path) -> None:
@@ -145,7 +243,7 @@ def test_counter_file_with_garbage_is_bad_output_naming_the_file(one_efa: Path, 
 
 
 def test_counter_that_is_a_broken_symlink_is_not_found(one_efa: Path) -> None:
-    path = counter_file(one_efa, "rdmap0s31", "tx_bytes")
+    path = counter_file(one_efa, "rdmap0s31", "retrans_pkts")
     path.unlink()
     path.symlink_to("gone")
     with pytest.raises(ProbeError) as err:
@@ -179,7 +277,7 @@ def test_unreadable_counter_is_permission_denied(tmp_path: Path) -> None:
         build_efa_sysfs(base, [("rdmap0s31", "0xefa1", {})])
         code = Path(__file__).resolve().parents[1]
         shutil.copytree(code / "exporter", base / "code" / "exporter")
-        path = counter_file(base, "rdmap0s31", "rx_bytes")
+        path = counter_file(base, "rdmap0s31", "retrans_bytes")
         path.chmod(0)
         script = ("import sys; sys.path.insert(0, sys.argv[2]); from exporter.probes.efa import EfaProbe\n"
                   "from exporter.probes.base import ProbeError\n"
@@ -210,7 +308,6 @@ def test_committed_p4d_tree_is_what_the_builder_writes(tmp_path: Path) -> None:
     assert len(P4D_EFA) == 3
 
 
-@pytest.mark.skipif(not SHARED_COUNTERS.exists(), reason="../shared/fixtures not checked out")
 def test_builder_counter_names_match_the_driver_list() -> None:
     sections: dict[str, list[str]] = {}
     current = ""
@@ -222,6 +319,7 @@ def test_builder_counter_names_match_the_driver_list() -> None:
     assert tuple(sections["port"]) == PORT_COUNTERS
     kverbs_only = {"alloc_mr_err", "get_dma_mr_err"}
     assert tuple(n for n in sections["device"] if n not in kverbs_only) == DEVICE_COUNTERS
+    assert (tuple(sections["port"]), tuple(sections["device"])) == (efa.PORT_COUNTERS, efa.DEVICE_COUNTERS)
 
 
 def _snapshot(root: Path) -> dict[str, str]:

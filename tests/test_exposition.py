@@ -1,22 +1,23 @@
-"""/metrics as the exporter serves it: the same bytes prometheus_client would write, served fast."""
+"""/metrics: prometheus_client's own text rendering, in the text format whatever the client prefers, gzip level 1."""
 
 from __future__ import annotations
 
 import gzip
 import socket
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 import pytest
 from fake_nvml import FakeNvml, p5_fleet
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from exporter.collector import Expectations, GpuhealthCollector
-from exporter.exposition import render_text, start_server
+from exporter.exposition import start_server
 from exporter.probes.base import Probe
 from exporter.probes.efa import EfaProbe
 from exporter.probes.kmsg import KmsgProbe
@@ -25,24 +26,29 @@ from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# What Prometheus 2.42 sends: OpenMetrics first, the text format as a fallback.
+PROMETHEUS = {"Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+                        "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+              "Accept-Encoding": "gzip"}
 
 
 class Odd(Collector):
-    """What the fast path must leave to prometheus_client, and label values that need escaping."""
+    """Metric types, values and label values that need more than the plain case (the library renders them)."""
 
     def collect(self) -> list[Metric]:
         g = GaugeMetricFamily("odd_gauge", 'help with \\ and\nnewline', labels=["v", "w"])
         g.add_metric(['quote " back \\ nl \n', "ünïcode ✓"], float("inf"))
         g.add_metric(["nan", ""], float("nan"))
         g.add_metric(["big", "neg"], 1.5e17)
-        g.add_metric(["zero", "neg"], -0.0)
-        g.add_metric(["zero", "pos"], 0)
         c = CounterMetricFamily("odd_events", "a counter", labels=["z", "a"])
         c.add_metric(["1", "2"], 3)
         t = GaugeMetricFamily("odd_stamped", "with a timestamp")
         t.add_metric([], -2.0, timestamp=1700000000.5)
         h = HistogramMetricFamily("odd_seconds", "a histogram", buckets=[("1.0", 2), ("+Inf", 3)], sum_value=4.5)
         return [g, c, t, h]
+
+    def describe(self) -> list[Metric]:
+        return self.collect()  # so that ?name[]= can find it (the exporter's own collector describes nothing)
 
 
 def a_node_registry() -> CollectorRegistry:
@@ -54,22 +60,22 @@ def a_node_registry() -> CollectorRegistry:
         ProbeRunner(probe, snapshot, 15, 10).run_once()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuhealthCollector(snapshot, Expectations(gpus=8, efa_devices=4)))
-    registry.register(ProcessCollector(registry=None))
     registry.register(Odd())
     return registry
 
 
-def test_the_rendered_text_is_byte_for_byte_what_prometheus_client_writes() -> None:
+@pytest.fixture
+def served() -> Iterator[tuple[str, CollectorRegistry]]:
     registry = a_node_registry()
-    rendered = render_text(registry)
-    assert b"gpuhealth_xid_errors_total{" in rendered and b"odd_seconds_bucket" in rendered
-    # process_* values (CPU seconds, RSS) may change between the two renders; nothing else may
-    assert _without_process(rendered) == _without_process(generate_latest(registry))
-    assert rendered.count(b"\nprocess_") == generate_latest(registry).count(b"\nprocess_") > 0
+    port = _free_port()
+    server = start_server(port, "127.0.0.1", registry)
+    yield f"http://127.0.0.1:{port}/metrics", registry
+    _stop(server)
 
 
-def _without_process(body: bytes) -> list[bytes]:
-    return [line for line in body.splitlines() if not line.startswith(b"process_")]
+def _stop(server: WSGIServer) -> None:
+    server.shutdown()
+    server.server_close()
 
 
 def _free_port() -> int:
@@ -88,27 +94,40 @@ def _request(url: str, method: str = "GET", headers: dict[str, str] | None = Non
             return exc.code, dict(exc.headers), exc.read()
 
 
-def test_the_server_answers_prometheus_with_the_text_format_gzipped() -> None:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Odd())
-    port = _free_port()
-    server = start_server(port, "127.0.0.1", registry)
-    try:
-        url = f"http://127.0.0.1:{port}/metrics"
-        prometheus = {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
-                      "Accept-Encoding": "gzip"}
-        status, headers, body = _request(url, headers=prometheus)
-        assert status == 200 and headers["Content-Type"] == CONTENT_TYPE_LATEST
-        assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == generate_latest(registry)
-        status, headers, body = _request(url)
-        assert status == 200 and "Content-Encoding" not in headers and body == generate_latest(registry)
-        status, _, body = _request(f"{url}?name[]=odd_events_total")
-        assert status == 200 and body == generate_latest(registry.restricted_registry(["odd_events_total"]))
-        assert _request(url, method="POST")[0] == 405
-        assert _request(url, method="OPTIONS")[1]["Allow"] == "OPTIONS,GET"
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_prometheus_gets_the_libraries_text_format_gzipped_at_level_1(served: tuple[str, CollectorRegistry]) -> None:
+    url, registry = served
+    status, headers, body = _request(url, headers=PROMETHEUS)
+    assert status == 200 and headers["Content-Type"] == CONTENT_TYPE_PLAIN_0_0_4
+    assert headers["Content-Encoding"] == "gzip"
+    assert body[8] == 4  # the gzip header's XFL byte: 4 = fastest (level 1), 2 = best (the library's level 9)
+    text = gzip.decompress(body)
+    assert text == generate_latest(registry)
+    assert b"gpuhealth_efa_hw_counter_total{" in text and b'odd_stamped -2.0 1700000000500\n' in text
+    assert b"# EOF" not in text  # not OpenMetrics, though Prometheus listed it first
+
+
+def test_without_gzip_the_body_is_plain_and_any_accept_gets_the_text_format(
+        served: tuple[str, CollectorRegistry]) -> None:
+    url, registry = served
+    for accept in ({}, {"Accept": "application/openmetrics-text;version=1.0.0"}):
+        status, headers, body = _request(url, headers=accept)
+        assert status == 200 and headers["Content-Type"] == CONTENT_TYPE_PLAIN_0_0_4
+        assert "Content-Encoding" not in headers and body == generate_latest(registry)
+
+
+def test_the_rest_of_http_is_prometheus_clients(served: tuple[str, CollectorRegistry]) -> None:
+    url, registry = served
+    status, headers, body = _request(f"{url}?name[]=odd_events_total", headers=PROMETHEUS)
+    only = registry.restricted_registry(["odd_events_total"])
+    assert status == 200 and gzip.decompress(body) == generate_latest(only)
+    assert b"odd_events_total" in generate_latest(only) and b"odd_gauge" not in generate_latest(only)
+    status, headers, body = _request(url, method="POST", headers=PROMETHEUS)
+    assert status == 405 and headers["Allow"] == "OPTIONS,GET" and "Content-Encoding" not in headers
+    assert body.startswith(b"# HTTP 405")
+    status, headers, body = _request(url, method="OPTIONS", headers=PROMETHEUS)
+    assert status == 200 and headers["Allow"] == "OPTIONS,GET" and body == b""
+    status, headers, body = _request(url.replace("/metrics", "/favicon.ico"), headers=PROMETHEUS)
+    assert status == 200 and body == b"" and "Content-Encoding" not in headers
 
 
 @pytest.mark.parametrize("addr", ["0.0.0.0", "::"])
@@ -123,5 +142,4 @@ def test_the_server_listens_on_ipv4_and_ipv6_wildcards(addr: str) -> None:
     try:
         assert _request(f"http://127.0.0.1:{port}/metrics")[0] == 200
     finally:
-        server.shutdown()
-        server.server_close()
+        _stop(server)
