@@ -56,11 +56,14 @@ FAULTS = {
 }
 
 
-def exporter_series_per_node(gpus: int = 8, efa_devices: int = 32, nvlinks: int = NVLINKS) -> int:
-    """Every series one healthy node's exporter serves (NVML on Hopper: no retired pages), read or not."""
-    per_gpu = 1 + 4 + 2 + 2 + 1 + 1 + 1 + 9 + 2 + 1 + 4 + nvlinks  # info, ecc, remapped rows, remap flags, temp,
-    # clock reasons, clock active x9, violations, pcie, nvlink errors, link up
-    per_efa = 1 + 13 + 22  # device info, device-level and port-level hw_counters (less lifespan)
+def exporter_series_per_node(gpus: int = 8, efa_devices: int = 32, efa_counters: int | None = None) -> int:
+    """Every series one healthy node's exporter serves (NVML on Hopper: no retired pages), read or not.
+    efa_counters: hw_counters exported per device (default: the exporter's default selection)."""
+    from exporter.probes.efa import DEFAULT_COUNTERS
+
+    per_gpu = 1 + 4 + 2 + 2 + 1 + 1 + 1 + 9 + 2 + 1 + 4 + 2  # info, ecc, remapped rows, remap flags, temp,
+    # clock reasons, clock active x9, violations, pcie, nvlink errors, nvlink links and links down
+    per_efa = 1 + (len(DEFAULT_COUNTERS) if efa_counters is None else efa_counters)  # device info, hw_counters
     per_node = 1 + 6 * 5 + 4 + 1 + 2 + 2 + 1 + 10 + 2  # up, per probe x5 families, node gauges, boot time, kmsg
     # counters, records by origin, dcgm health, diag results, diag summary gauges
     return per_node + gpus * per_gpu + efa_devices * per_efa
@@ -217,9 +220,9 @@ class FleetWriter:
             for reason in HW_REASONS:
                 active = "1" if "g_hw_slowdown" in faults and reason == "hw_slowdown" else "0"
                 self._const(out, "gpuhealth_gpu_clock_event_active", f'{labels},reason="{reason}"', active, stamps)
-            for link in range(NVLINKS):
-                up = "0" if "g_nvlink_down" in faults and link == 3 else "1"
-                self._const(out, "gpuhealth_gpu_nvlink_link_up", f'{labels},link="{link}"', up, stamps)
+            self._const(out, "gpuhealth_gpu_nvlink_links", labels, str(NVLINKS), stamps)
+            self._const(out, "gpuhealth_gpu_nvlink_links_down", labels,
+                        "1" if "g_nvlink_down" in faults else "0", stamps)
             if "g_lost" in faults:
                 self._const(out, "gpuhealth_gpu_lost", labels, "1", stamps)
 

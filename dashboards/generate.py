@@ -225,8 +225,8 @@ def fleet() -> Dash:
                           (rate(gpuhealth_gpu_nvlink_errors_total{{{p}}}[$__rate_interval])))""", "{{type}}")],
                       "NVLink CRC, replay and recovery errors per second across the fleet.", min=0),
                 Panel("timeseries", "NVLink links down", "short", [
-                    q(f"""count by (pool) (max by (node, pool, pci_bus_id, link) (gpuhealth_gpu_nvlink_link_up{{{p}}})
-                          == 0) or 0 * group by (pool) (gpuhealth_probe_success{{{p}}})""", "{{pool}}")],
+                    q(f"""sum by (pool) (max by (node, pool, pci_bus_id) (gpuhealth_gpu_nvlink_links_down{{{p}}}))
+                          or 0 * group by (pool) (gpuhealth_probe_success{{{p}}})""", "{{pool}}")],
                       "Links reported down (a PCIe GPU without a bridge has all its links down from the start).",
                       min=0),
                 Panel("timeseries", "Time held below clocks (thermal / power)", "percentunit", [
@@ -380,7 +380,7 @@ def node() -> Dash:
                     q(f"max by (gpu, type) (rate(gpuhealth_gpu_nvlink_errors_total{{{g}}}[$__rate_interval]))",
                       "GPU {{gpu}} {{type}}")], min=0),
                 Panel("timeseries", "NVLink links down", "short", [
-                    q(f"""count by (gpu) (max by (gpu, link) (gpuhealth_gpu_nvlink_link_up{{{g}}}) == 0)
+                    q(f"""max by (gpu) (gpuhealth_gpu_nvlink_links_down{{{g}}})
                           or 0 * max by (gpu) (gpuhealth_gpu_info{{{g}}})""", "GPU {{gpu}}")],
                       "Links down per GPU; 0 for a GPU with none down.", min=0),
                 Panel("timeseries", "PCIe replays", "cpm", [

@@ -107,8 +107,11 @@ _FAMILIES = [
            BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_nvlink_errors", "counter", (*GPU_SOURCED, "type"),
            "NVLink errors summed over links; type crc_flit|crc_data|replay|recovery.", BOTH_GPU_SOURCES),
-    Family("gpuhealth_gpu_nvlink_link_up", "gauge", (*GPU_SOURCED, "link"),
-           "1 if the NVLink link is active, 0 if down (only links the GPU has).", "nvml"),
+    Family("gpuhealth_gpu_nvlink_links", "gauge", GPU_SOURCED,
+           "NVLink links the GPU has (absent for a GPU without NVLink).", "nvml"),
+    Family("gpuhealth_gpu_nvlink_links_down", "gauge", GPU_SOURCED,
+           "NVLink links of the GPU that are not active; which ones: the GpuhealthNVLinkHealthy condition's "
+           "message.", "nvml"),
     Family("gpuhealth_gpu_lost", "gauge", GPU_SOURCED,
            "1 if the driver reports the GPU lost (NVML_ERROR_GPU_IS_LOST).", "nvml"),
     # --- DCGM ---

@@ -48,5 +48,5 @@ def test_bench_times_every_rule_group_of_the_project(bench_output: str) -> None:
 def test_rules_evaluate_without_failures_over_the_synthetic_fleet(bench_output: str) -> None:
     pairs = _pairs(bench_output)
     assert pairs["rules_4_evaluation_failures"] == 0
-    assert pairs["rules_4_series"] > 4 * 400  # every family the rules read, 8 GPUs and 32 EFA devices per node
+    assert pairs["rules_4_series"] > 4 * 300  # every family the rules read, 8 GPUs and 32 EFA devices per node
     assert pairs["rules_4_samples"] > pairs["rules_4_series"]

@@ -135,21 +135,26 @@ def test_clock_events_fall_back_to_throttle_reasons_on_older_drivers() -> None:
     assert value(result, "gpuhealth_gpu_clock_event_reasons", 0) == 0x4
 
 
-def test_nvlink_state_is_exported_per_link_and_a_link_going_down_is_a_problem() -> None:
+def test_nvlink_links_are_counted_per_gpu_and_a_link_going_down_is_a_problem_naming_it() -> None:
     fleet = p5_fleet()
     fleet[6].nvlink_up[17] = 1
     probe = NvmlProbe(FakeNvml(fleet))
-    assert probe.collect(deadline=10).facts["nvlink_problems"] == []
-    fleet[6].nvlink_up[17] = 0
     result = probe.collect(deadline=10)
-    links = values(result, "gpuhealth_gpu_nvlink_link_up", 6, "link")
-    assert links == {str(link): (0 if link == 17 else 1) for link in range(18)}
-    assert result.facts["nvlink_problems"] == [f"gpu 6 {uuid_of(6)} {P5_BUS_IDS[6]}: NVLink link 17 down"]
+    assert result.facts["nvlink_problems"] == []
+    links = (value(result, "gpuhealth_gpu_nvlink_links", 6), value(result, "gpuhealth_gpu_nvlink_links_down", 6))
+    assert links == (18, 0)
+    fleet[6].nvlink_up[17] = 0
+    fleet[6].nvlink_up[3] = 0
+    result = probe.collect(deadline=10)
+    assert value(result, "gpuhealth_gpu_nvlink_links_down", 6) == 2
+    assert value(result, "gpuhealth_gpu_nvlink_links_down", 4) == 0
+    assert result.facts["nvlink_problems"] == [f"gpu 6 {uuid_of(6)} {P5_BUS_IDS[6]}: NVLink link {link} down"
+                                               for link in (3, 17)]
 
 
 def test_a_link_down_since_start_is_exported_but_not_a_condition_problem(p5: ProbeResult) -> None:
     # A PCIe GPU without an NVLink bridge reports its unused links as down from the start.
-    assert values(p5, "gpuhealth_gpu_nvlink_link_up", 6, "link")["17"] == 0
+    assert value(p5, "gpuhealth_gpu_nvlink_links_down", 6) == 1
     assert p5.facts["nvlink_problems"] == []
 
 
@@ -160,7 +165,7 @@ def test_nvlink_errors_are_summed_over_links(p5: ProbeResult) -> None:
 
 def test_gpu_without_nvlink_has_no_link_samples() -> None:
     result = collect([FakeGpu(uuid_of(0), P5_BUS_IDS[0], name="NVIDIA A10G", nvlink_up=[])])
-    assert samples(result, "gpuhealth_gpu_nvlink_link_up") == []
+    assert samples(result, "gpuhealth_gpu_nvlink_links") == samples(result, "gpuhealth_gpu_nvlink_links_down") == []
     assert samples(result, "gpuhealth_gpu_nvlink_errors") == []
     assert result.facts["nvlink_problems"] == []
 

@@ -269,12 +269,14 @@ class _GpuReader:
     def read_nvlink(self) -> None:
         no_such_link = (self.nv.NVMLError_InvalidArgument,)
         totals: dict[str, int] = {}
+        links = down = 0
         for link in range(self.const("NVML_NVLINK_MAX_LINKS")):
             state = self.dev("nvmlDeviceGetNvLinkState", link, skip=no_such_link)
             if state is None:
                 continue
             up = state == self.const("NVML_FEATURE_ENABLED")
-            self.add("gpuhealth_gpu_nvlink_link_up", 1 if up else 0, link=str(link))
+            links += 1
+            down += 0 if up else 1
             key = (self.labels["uuid"], link)
             if up:
                 self.links_seen_up.add(key)
@@ -285,6 +287,9 @@ class _GpuReader:
                                  skip=no_such_link)
                 if count is not None:
                     totals[type_label] = totals.get(type_label, 0) + count
+        if links:  # counts per GPU, not a series per link: 2 series instead of 18 on an H100 (docs/scaling.md)
+            self.add("gpuhealth_gpu_nvlink_links", links)
+            self.add("gpuhealth_gpu_nvlink_links_down", down)
         for type_label, _ in _NVLINK_ERRORS:
             if type_label in totals:
                 self.add("gpuhealth_gpu_nvlink_errors", totals[type_label], type=type_label)
