@@ -18,17 +18,25 @@ from pathlib import Path
 AMAZON = "0x1d0f"
 MELLANOX = "0x15b3"
 
-PORT_COUNTERS = (
-    "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs", "recv_bytes",
-    "recv_wrs", "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes",
-    "rdma_write_wrs", "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes", "retrans_bytes",
-    "retrans_pkts", "retrans_timeout_events", "unresponsive_remote_events", "impaired_remote_conn_events",
-)
-# alloc_mr_err and get_dma_mr_err exist only in kernel-verbs builds of the driver; not written here.
-DEVICE_COUNTERS = (
-    "submitted_cmds", "completed_cmds", "cmds_err", "no_completion_cmds", "keep_alive_rcvd", "alloc_pd_err",
-    "create_qp_err", "create_cq_err", "reg_mr_err", "alloc_ucontext_err", "create_ah_err", "mmap_err",
-)
+COUNTER_NAMES = Path(__file__).parent / "fixtures" / "efa" / "efa_hw_counters.txt"
+
+
+def _driver_counters() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The port- and device-level names in the driver's list (the kernel-verbs-only ones left out, as in
+    the usual build)."""
+    sections: dict[str, list[str]] = {"port": [], "device": []}
+    section = ""
+    for line in COUNTER_NAMES.read_text().splitlines():
+        if line.startswith("# kernel-verbs builds only"):
+            break
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif line and not line.startswith("#"):
+            sections[section].append(line.strip())
+    return tuple(sections["port"]), tuple(sections["device"])
+
+
+PORT_COUNTERS, DEVICE_COUNTERS = _driver_counters()
 LIFESPAN_MS = "12"
 
 Device = tuple[str, str, Mapping[str, int | str]]  # (ibdev name, PCI device id, counter -> value)
