@@ -383,6 +383,8 @@ class Remediator:
             return self.kube.list_nodes()
         if not cache.synced:
             raise RuntimeError("the watch cache has not listed the fleet yet")
+        if not cache.nodes.healthy:  # its watch is failing: it may be any age, and budgets come from the cluster
+            return self.kube.list_nodes()
         return cache.nodes.items()
 
     def _job_status_lookup(self) -> Callable[[str], str]:

@@ -8,14 +8,20 @@ elected remediator carries on counting. What "in a row" means:
 - progress is the Job's succeeded count growing (a completion, or an index of an indexed Job);
 - infra and unknown failures neither add nor break the run: they are not the job's doing;
 - a Job a person resumed after gpuhealth suspended it starts again at 0 (they have looked at it);
-- the same pod counted twice (a re-delivered watch event, a second pass) changes nothing.
+- the same pod counted twice (a re-delivered watch event, a second pass) changes nothing;
+- one attempt is one failure: a pod that started before the last counted failure ended is a sibling
+  of that attempt (the other ranks of a parallel or indexed Job failing on the same bad flag), not a
+  restart, so it adds nothing.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Any
+
+from remediator.nodestate import fmt_time, parse_time
 
 LOOP_ANNOTATION = "gpuhealth.io/restart-loop"
 KEEP_PODS = 5  # pods remembered (idempotency, and what on-call reads)
@@ -28,6 +34,7 @@ class LoopState:
     succeeded: int = 0  # the Job's status.succeeded at the last counted failure
     pods: tuple[str, ...] = ()
     suspended: bool = False  # gpuhealth suspended the Job for this loop
+    last_failed_at: str = ""  # when the last counted failure ended (RFC 3339)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -46,14 +53,14 @@ class LoopState:
         try:
             return cls(cause=str(data.get("cause") or ""), count=int(data.get("count") or 0),
                        succeeded=int(data.get("succeeded") or 0), pods=tuple(str(p) for p in data.get("pods") or ()),
-                       suspended=bool(data.get("suspended")))
+                       suspended=bool(data.get("suspended")), last_failed_at=str(data.get("last_failed_at") or ""))
         except (TypeError, ValueError):
             return cls()
 
 
 def count_failure(state: LoopState, pod: str, cls: str, cause: str, succeeded: int,
-                  suspended_now: bool) -> LoopState:
-    """The state after one classified failure of the workload."""
+                  suspended_now: bool, started: datetime | None = None, failed_at: datetime | None = None) -> LoopState:
+    """The state after one classified failure of the workload (started/failed_at: the pod's, when known)."""
     if pod in state.pods:
         return state
     if state.suspended and not suspended_now:  # a person resumed the Job
@@ -61,9 +68,13 @@ def count_failure(state: LoopState, pod: str, cls: str, cause: str, succeeded: i
     if cls != "app":
         return state
     pods = (*state.pods, pod)[-KEEP_PODS:]
+    last = parse_time(state.last_failed_at) if state.last_failed_at else None
+    if state.count and state.cause == cause and started is not None and last is not None and started < last:
+        return replace(state, pods=pods)  # a sibling of the attempt already counted
+    ended = fmt_time(failed_at) if failed_at is not None else ""
     if state.count and state.cause == cause and succeeded <= state.succeeded:
-        return replace(state, count=state.count + 1, succeeded=succeeded, pods=pods)
-    return LoopState(cause=cause, count=1, succeeded=succeeded, pods=pods, suspended=False)
+        return replace(state, count=state.count + 1, succeeded=succeeded, pods=pods, last_failed_at=ended)
+    return LoopState(cause=cause, count=1, succeeded=succeeded, pods=pods, suspended=False, last_failed_at=ended)
 
 
 def in_loop(state: LoopState, threshold: int) -> bool:

@@ -77,6 +77,7 @@ class WatchCache:
         self._progress = threading.Condition(self._lock)
         self._resource_version = ""  # the last one the list, an event or a bookmark brought
         self._response: Any = None
+        self._deleted: dict[tuple[str, str], str] = {}  # key -> resourceVersion of its deletion, since the last list
         self.failures = 0  # consecutive failed requests
         self.stats = {"lists": 0, "watches": 0, "events": 0, "bookmarks": 0, "expired": 0, "errors": 0}
 
@@ -126,7 +127,7 @@ class WatchCache:
     def apply(self, obj: Obj) -> None:
         """An object the caller just wrote, as the API answered it: in the cache now, unless it already
         holds a newer version."""
-        self._store("MODIFIED", self.transform(obj) if self.transform else obj)
+        self._store("MODIFIED", self.transform(obj) if self.transform else obj, only_known=True)
 
     # --- the loop --------------------------------------------------------------------------
     def start(self, stop: threading.Event) -> threading.Thread:
@@ -181,8 +182,14 @@ class WatchCache:
         self.failures = 0
         items = body.get("items") or []
         listed = {key_of(o): o for o in (map(self.transform, items) if self.transform else items)}
+        list_rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
         with self._lock:
-            gone = [o for k, o in self._items.items() if k not in listed]
+            # A list may be older than what the watch has applied meanwhile (the leader lists on its own
+            # thread): an object changed after the list is not gone, and one deleted after it does not return.
+            gone = [o for k, o in self._items.items() if k not in listed and not (list_rv and _older(list_rv, _rv(o)))]
+            for k in [k for k, rv in self._deleted.items() if list_rv and _older(list_rv, rv)]:
+                listed.pop(k, None)
+            self._deleted = {k: rv for k, rv in self._deleted.items() if list_rv and _older(list_rv, rv)}
         for obj in listed.values():
             self._store("ADDED", obj)
         for obj in gone:
@@ -236,10 +243,14 @@ class WatchCache:
                 self._resource_version = rv
             self._progress.notify_all()
 
-    def _store(self, etype: str, obj: Obj) -> None:
+    def _store(self, etype: str, obj: Obj, only_known: bool = False) -> None:
         key = key_of(obj)
         with self._lock:
             old = self._items.get(key)
+            if only_known and old is None:
+                return  # our write's answer for an object the watch has since deleted: it must not come back
+            if etype == "DELETED":
+                self._deleted[key] = _rv(obj)
             if old is not None and _rv(old) == _rv(obj) and etype != "DELETED":
                 return  # nothing new (a relist, or our own write coming back)
             if old is not None and _older(_rv(obj), _rv(old)):

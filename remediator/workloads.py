@@ -370,7 +370,8 @@ class WorkloadWatcher:
         in_memory = job is None or self.dry_run
         before = self.loops.get(workload, stored) if in_memory else stored
         after = count_failure(before, str(pod["metadata"]["name"]), verdict.cls, verdict.cause,
-                              int(status.get("succeeded") or 0), suspended)
+                              int(status.get("succeeded") or 0), suspended, started=pod_facts(pod).started,
+                              failed_at=verdict.failed_at)
         suspend = job is not None and in_loop(after, w.restart_loop_threshold) and w.restart_loop_suspend \
             and not suspended
         if suspend and not self.dry_run:  # (a dry run suspends nothing, so nothing is resumed either)

@@ -363,6 +363,11 @@ class FakeCluster:
             self.nodes[name] = node
             return copy.deepcopy(node)
 
+    def delete_node(self, name: str) -> None:
+        """The Node is gone (Karpenter deleted it): watches see DELETED."""
+        with self.lock:
+            self._emit("nodes", self.nodes.pop(name), None, deleted=True)
+
     def update_pod(self, namespace: str, name: str, change: Callable[[Obj], None]) -> Obj:
         """As update_node, for a Pod (a phase change, a condition)."""
         with self.lock:

@@ -203,3 +203,37 @@ def test_stopping_ends_a_waiting_watch(core: tuple[FakeCluster, client.CoreV1Api
     stop.set()
     thread.join(3)
     assert not thread.is_alive()
+
+
+def test_a_write_answered_for_an_object_the_watch_has_deleted_does_not_bring_it_back(
+        core: tuple[FakeCluster, client.CoreV1Api], stop: threading.Event) -> None:
+    _, api = core
+    cache = WatchCache(api.list_node)
+    cache.start(stop)
+    assert cache.wait_synced(5)
+    gone = json.loads(cast(Any, api.read_node("gpu-2", _preload_content=False)).data)
+    gone["metadata"]["name"] = "gpu-deleted"  # as if its DELETED had come before our PATCH's answer
+    cache.apply(gone)
+    assert cache.get("gpu-deleted") is None and names(cache) == ["gpu-0", "gpu-1", "gpu-2"]
+
+
+def test_a_list_older_than_the_watch_neither_drops_a_new_object_nor_revives_a_deleted_one(
+        core: tuple[FakeCluster, client.CoreV1Api], stop: threading.Event) -> None:
+    cluster, api = core
+    stale = cast(Any, api.list_node(_preload_content=False)).data  # the fleet as it was: gpu-0..2
+    answers = iter([stale])
+
+    def list_node(**kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            return api.list_node(**kwargs)
+        return type("Answer", (), {"data": next(answers, None) or cast(Any, api.list_node(**kwargs)).data})()
+
+    cache = WatchCache(list_node)
+    cache.start(stop)
+    assert cache.wait_synced(5)
+    cluster.add_node("gpu-new")
+    cluster.delete_node("gpu-2")
+    eventually(lambda: names(cache) == ["gpu-0", "gpu-1", "gpu-new"])
+    answers = iter([stale])
+    cache.relist()  # a list answered before those events (the leader lists beside the running watch)
+    assert names(cache) == ["gpu-0", "gpu-1", "gpu-new"]

@@ -86,11 +86,12 @@ def env(cluster: FakeCluster) -> Iterator[Env]:
     e.close()
 
 
-def start_pod(cluster: FakeCluster, name: str, node: str = "gpu-3", job: str | None = "train") -> None:
+def start_pod(cluster: FakeCluster, name: str, node: str = "gpu-3", job: str | None = "train",
+              started: Any = None) -> None:
     cluster.add_pod(node, name, namespace=NS, owner_kind=None, gpus=8)
 
     def change(pod: dict[str, Any]) -> None:
-        pod["status"]["startTime"] = _stamp(T0 - timedelta(hours=1))
+        pod["status"]["startTime"] = _stamp(started if started is not None else T0 - timedelta(hours=1))
         if job:
             pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
                                                    "uid": f"uid-job-{job}", "controller": True}]
@@ -123,7 +124,7 @@ def fire_on_node(cluster: FakeCluster, node: str, name: str, remediation: str, s
 
 def fail_job_pods(env: Env, names: list[str], exit_code: int = 2, job: str = "train") -> None:
     for i, name in enumerate(names):
-        start_pod(env.cluster, name, node=f"gpu-{i}", job=job)
+        start_pod(env.cluster, name, node=f"gpu-{i}", job=job, started=env.now - timedelta(minutes=1))  # a retry
         end_pod(env.cluster, name, exit_code=exit_code, at=env.now)
         env.now += timedelta(minutes=6)  # past the look-ahead: the app verdict is final
         env.step()
@@ -292,6 +293,21 @@ def test_three_app_failures_in_a_row_raise_the_restart_loop_gauge_and_count_on_t
     assert (loop.count, loop.cause) == (3, "app_exit_code:2")
     assert env.cluster.jobs[(NS, "train")]["spec"]["suspend"] is False  # suspend is off by default
     assert "RestartLoop" in env.cluster.reasons("train")
+
+
+def test_the_ranks_of_one_attempt_failing_together_are_one_failure_not_a_loop(env: Env) -> None:
+    env.cluster.add_job(NS, "train")
+    started = env.now - timedelta(minutes=1)
+    for rank in range(4):  # an indexed Job's four ranks, all started together, all failing on the same bad flag
+        start_pod(env.cluster, f"train-{rank}", node=f"gpu-{rank}", started=started)
+        end_pod(env.cluster, f"train-{rank}", exit_code=2, at=env.now + timedelta(seconds=rank))
+    env.now += timedelta(minutes=6)
+    env.step()
+    loop = LoopState.from_json(env.cluster.jobs[(NS, "train")]["metadata"]["annotations"][LOOP_ANNOTATION])
+    assert loop.count == 1 and env.metric("gpuhealth_workload_restart_loop", namespace=NS, workload="train") == 0
+    fail_job_pods(env, ["train-4"])  # the retry, started after they failed: the second failure in a row
+    loop = LoopState.from_json(env.cluster.jobs[(NS, "train")]["metadata"]["annotations"][LOOP_ANNOTATION])
+    assert loop.count == 2
 
 
 def test_a_different_cause_or_progress_starts_the_count_again(env: Env) -> None:
