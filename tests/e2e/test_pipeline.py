@@ -246,8 +246,9 @@ def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def run_workload_pod(stack: Stack, name: str, node: str, job: str, phase: str, exit_code: int = 0) -> None:
-    """A GPU pod of Job `job` in namespace research that ran for ten minutes and ended as the kubelet reports it."""
+def run_workload_pod(stack: Stack, name: str, node: str, job: str, phase: str, exit_code: int = 0,
+                     started_ago: float = 600, ended_ago: float = 0) -> None:
+    """A GPU pod of Job `job` in namespace research that ran and ended as the kubelet reports it."""
     stack.cluster.add_pod(node, name, namespace="research", owner_kind=None, gpus=8)
     now = time.time()
 
@@ -255,8 +256,8 @@ def run_workload_pod(stack: Stack, name: str, node: str, job: str, phase: str, e
         pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
                                                "uid": f"uid-job-{job}", "controller": True}]
         terminated = {"exitCode": exit_code, "reason": "Completed" if phase == "Succeeded" else "Error",
-                      "startedAt": _stamp(now - 600), "finishedAt": _stamp(now)}
-        pod["status"].update(phase=phase, startTime=_stamp(now - 600), containerStatuses=[
+                      "startedAt": _stamp(now - started_ago), "finishedAt": _stamp(now - ended_ago)}
+        pod["status"].update(phase=phase, startTime=_stamp(now - started_ago), containerStatuses=[
             {"name": "c", "image": "x", "imageID": "x@sha256:1", "ready": False, "restartCount": 0,
              "state": {"terminated": terminated}}])
     stack.cluster.update_pod("research", name, end)
@@ -328,8 +329,9 @@ def test_every_dashboard_query_returns_data(dashboard_stack: Stack, tmp_path: Pa
     stack.cluster.add_job("research", "sweep")
     run_workload_pod(stack, "eval-0", "pool-a-gpu-5", job="eval", phase="Succeeded")
     run_workload_pod(stack, "pretrain-0", "pool-a-gpu-1", job="pretrain", phase="Failed", exit_code=1)
-    for i in range(3):
-        run_workload_pod(stack, f"sweep-{i}", f"pool-a-gpu-{3 + i}", job="sweep", phase="Failed", exit_code=2)
+    for i in range(3):  # each retry starts after the one before it failed: three attempts, not three ranks
+        run_workload_pod(stack, f"sweep-{i}", f"pool-a-gpu-{3 + i}", job="sweep", phase="Failed", exit_code=2,
+                         started_ago=600 - 200 * i, ended_ago=500 - 200 * i)
     wait_for("the slow rank flagged", lambda: stack.firing("TrainingRankSlow", HELD), timeout=90, every=1)
     wait_for("the sweep's restart loop", lambda: stack.query_value(
         'max(gpuhealth_workload_restart_loop{namespace="research", workload="sweep"})') == 1, timeout=60)
