@@ -207,15 +207,18 @@ class Remediator:
         if raw is None or self.dry_run:
             return None
         key = (meta.get("name", ""), meta.get("resourceVersion", ""))
-        if key not in self._readable:  # parsed once per version of the Node, not once per post
-            if len(self._readable) > 50_000:
-                self._readable.clear()
+        memo = self._readable  # shared by the request threads: one lookup, and a local result
+        if key in memo:  # parsed once per version of the Node, not once per post
+            error = memo.get(key)
+        else:
+            if len(memo) > 50_000:
+                memo.clear()
             try:
                 NodeState.from_json(raw)
-                self._readable[key] = None
+                error = None
             except ValueError as exc:
-                self._readable[key] = str(exc)
-        error = self._readable[key]
+                error = str(exc)
+            memo[key] = error
         if error is not None:
             self.metrics.alerts_ignored.labels("unreadable state").inc(alerts)
             return f"state annotation unreadable ({error}): node left alone"
