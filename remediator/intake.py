@@ -35,6 +35,7 @@ EXIT_FLUSH_SECONDS = 10.0  # within gunicorn's graceful timeout (30 s)
 class Outcome:
     recorded: list[str]
     failed: list[tuple[str, str]]  # (node, error)
+    api_failing: bool = False  # some failure was the API's (5xx, no answer), not a node's own 4xx
 
 
 class Intake:
@@ -133,10 +134,9 @@ class Intake:
             if not outcome.failed:
                 self._failure = None
                 return
-            systemic = [(n, e) for n, e in outcome.failed if not e.startswith("HTTP 4") and e != "conflict"]
-            if systemic:  # the API is failing (5xx, unreachable): refuse webhooks so Alertmanager retries; one
-                # node's 4xx (an admission webhook's 403, a 422) is that node's, not a reason to refuse the rest
-                self._failure = (time.monotonic(), "; ".join(f"{n}: {e}" for n, e in systemic[:3]))
+            if outcome.api_failing:  # refuse webhooks so Alertmanager retries; one node's 4xx (an admission
+                # webhook's 403, a 422) is that node's, not a reason to refuse the rest
+                self._failure = (time.monotonic(), "; ".join(f"{n}: {e}" for n, e in outcome.failed[:3]))
             failed = {n for n, _ in outcome.failed}
             batch = Batch(alerts=[a for a in batch.alerts if a.node in failed])
             if attempt == len(self.retry) or self._stop.wait(self.retry[attempt]):

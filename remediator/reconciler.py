@@ -80,6 +80,7 @@ class RecordResult:
     recorded: list[str] = field(default_factory=list)
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (node, reason): unknown node, unreadable state
     failed: list[tuple[str, str]] = field(default_factory=list)  # (node, error): answer 5xx, Alertmanager retries
+    api_failing: bool = False  # a failure was the API's (5xx, no answer), not one node's rejection (4xx)
 
 
 def evaluate(views: list[NodeView], policy: Policy, now: datetime, breaker_trips: dict[str, str] | None = None,
@@ -159,7 +160,7 @@ class Remediator:
                      hold_off: float = 5.0) -> Intake:
         def record(batch: Batch, received: datetime) -> Outcome:
             result = self.record(batch, received)
-            return Outcome(result.recorded, result.failed)
+            return Outcome(result.recorded, result.failed, result.api_failing)
 
         def dropped(node: str, error: str) -> None:
             self.metrics.webhook_errors.labels("record_failed").inc()
@@ -240,12 +241,15 @@ class Remediator:
                 result.ignored.append((node, outcome[1]))
             else:
                 result.failed.append((node, outcome[1]))
+                result.api_failing = result.api_failing or outcome[0] == "failed"
         if wrote:  # something new for the loop to decide on
             self.wake.set()
         return result
 
     def _record(self, node: str, alerts: list[Any], now: datetime) -> tuple[str, str] | None:
-        error = "conflict"
+        """None (written), or (kind, detail): unchanged, ignored, rejected (a 4xx for this node, conflicts
+        that outlasted the retries) or failed (the API: 5xx, no answer)."""
+        error, kind = "conflict", "rejected"
         cache = self.kube.cache
         for attempt in range(3):
             try:
@@ -274,6 +278,7 @@ class Remediator:
                 error = f"HTTP {exc.status} {exc.reason}"
                 if exc.status != 409:
                     self.api_ok = exc.status < 500
+                    kind = "rejected" if exc.status < 500 else "failed"
                     break
             except ValueError as exc:  # the state annotation cannot be read: never overwrite it
                 log.error("recording alerts on %s: %s", node, exc)
@@ -283,9 +288,9 @@ class Remediator:
                 self.metrics.api_errors.labels("record").inc()
                 log.warning("recording alerts on %s: %s", node, exc)
                 self.api_ok = False
-                error = str(exc)
+                error, kind = str(exc), "failed"
                 break
-        return "failed", error
+        return kind, error
 
     # --- the pass --------------------------------------------------------------------------
     def run_once(self) -> list[NodePlan] | None:
