@@ -12,10 +12,12 @@ import json
 import logging
 import secrets
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from remediator.fleet_cache import FleetCache
 from remediator.nodestate import (
@@ -46,6 +48,18 @@ def api_client_from(kubeconfig: str | None) -> client.ApiClient:
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     return client.ApiClient()
+
+
+def read_or_none(read: Callable[..., Any], *args: Any, timeout: float) -> dict[str, Any] | None:
+    """`read` (a client's read_namespaced_*) as plain JSON; None when the object does not exist."""
+    try:
+        response: Any = read(*args, _preload_content=False, _request_timeout=timeout)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    obj: dict[str, Any] = json.loads(response.data)
+    return obj
 
 
 class Kube:

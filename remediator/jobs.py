@@ -67,21 +67,3 @@ def job_statuses(batch: client.BatchV1Api, namespace: str, timeout: float = 10.0
             value = "running"
         out[(job.get("metadata") or {}).get("name", "")] = value
     return out
-
-
-def job_status(batch: client.BatchV1Api, namespace: str, name: str, timeout: float = 10.0) -> str:
-    """succeeded | failed | running | missing."""
-    try:
-        job = batch.read_namespaced_job(name, namespace, _request_timeout=timeout)
-    except ApiException as exc:
-        if exc.status == 404:
-            return "missing"
-        raise
-    status = job.status
-    if status is None:
-        return "running"
-    if status.succeeded:
-        return "succeeded"
-    if status.failed or any(c.type == "Failed" and c.status == "True" for c in status.conditions or []):
-        return "failed"
-    return "running"

@@ -26,6 +26,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediator.actions import read_or_none
 from remediator.nodestate import fmt_time
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -69,15 +70,7 @@ class LeaderElector:
 
     # --- reading ---------------------------------------------------------------------------
     def _read(self) -> dict[str, Any] | None:
-        try:
-            resp: Any = self.api.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
-                                                       _request_timeout=self.timeout)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        lease: dict[str, Any] = json.loads(resp.data)
-        return lease
+        return read_or_none(self.api.read_namespaced_lease, self.name, self.namespace, timeout=self.timeout)
 
     def peek(self) -> dict[str, Any] | None:
         """The Lease as it is, without taking part (dry run): for the breaker state."""

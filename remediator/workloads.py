@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.actions import MERGE_PATCH, Kube
+from remediator.actions import MERGE_PATCH, Kube, read_or_none
 from remediator.classify import (
     APP,
     NODE_SUSPECT_REASONS,
@@ -390,15 +390,7 @@ class WorkloadWatcher:
         return after
 
     def _job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            resp: Any = self.kube.batch.read_namespaced_job(name, namespace, _preload_content=False,
-                                                            _request_timeout=self.kube.timeout)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        job: dict[str, Any] = json.loads(resp.data)
-        return job
+        return read_or_none(self.kube.batch.read_namespaced_job, name, namespace, timeout=self.kube.timeout)
 
     def _report_loop(self, workload: Workload, before: LoopState, after: LoopState, suspend: bool,
                      job_name: str | None, now: datetime) -> None:
