@@ -31,14 +31,11 @@ Targets (DESIGN.md, for 8 GPUs / 32 EFA): median scrape < 5 ms, p99 < 20 ms, RSS
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import http.client
 import multiprocessing
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from processes import free_port, stop_group
 from synthetic_log import append_at_rate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,12 +64,6 @@ HEADERS = {
 }
 TARGETS = {"scrape_median_ms": 5.0, "scrape_p99_ms": 20.0, "rss_mb": 80.0, "cpu_rest_percent": 1.0}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -118,15 +110,7 @@ class Target:
         log.close()
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc, grace=5)
 
     def alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

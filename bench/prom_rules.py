@@ -13,11 +13,8 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -27,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from processes import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -35,12 +33,6 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 def rule_files() -> list[Path]:
     """Every alert and recording rule file of the project, whoever added it."""
     return sorted([*(ROOT / "rules" / "alerts").glob("*.yaml"), *(ROOT / "rules" / "recording").glob("*.yaml")])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, timeout: float = 10.0) -> bytes:
@@ -116,7 +108,7 @@ class Prometheus:
         self.workdir, self.data, self.eval_interval, self.rules = workdir, data, eval_interval, rules
         self.group_interval = group_interval  # every group's interval, replacing the rule files' own (tests)
         workdir.mkdir(exist_ok=True)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -144,15 +136,7 @@ class Prometheus:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc, grace=30)
 
     def log_tail(self) -> str:
         return (self.workdir / "prometheus.log").read_text(errors="replace")[-3000:]

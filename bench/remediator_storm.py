@@ -37,8 +37,6 @@ import http.client
 import json
 import multiprocessing
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +55,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from fake_cluster import FakeCluster  # noqa: E402
+from processes import free_port, stop_group  # noqa: E402
 
 from remediator.nodestate import DISRUPTIVE, STATE_ANNOTATION, TAINT_KEY  # noqa: E402
 from remediator.policy import parse_policy  # noqa: E402
@@ -87,13 +86,6 @@ class Run:
     passes: float = 0.0
     rss_mb: float = 0.0
     pass_ms: float = 0.0  # the decisions of one pass over the whole fleet (views, budget, ladder), CPU ms
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def policy_text() -> str:
@@ -363,13 +355,7 @@ def run_size(nodes: int, pools: int, workdir: Path, timeout: float) -> Run:
             run.resolved_s = time.monotonic() - started
             run.rss_mb = proc_rss_mb(proc.pid)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc, grace=10)
         replay_budgets(cluster, cordon_limit, disrupt_limit, run)
         run.pass_ms = decision_cpu_ms(cluster, policy)
     return run
