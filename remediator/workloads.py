@@ -220,7 +220,8 @@ class WorkloadWatcher:
                                   for c in status.get("conditions") or [])
 
     def pending(self) -> list[dict[str, Any]]:
-        with self._lock:
+        with self._lock:  # a deleted pod that ended over HISTORY ago is history: forget it, as a live one
+            self.gone = {uid: p for uid, p in self.gone.items() if self._counts(p)}
             gone = list(self.gone.values())
         live = [p for p in self._all() if self._counts(p)]
         seen = {_uid(p) for p in live}

@@ -206,6 +206,20 @@ def test_an_evicted_pod_deleted_before_the_pass_is_still_counted_once(env: Env) 
     assert "WorkloadFailureClassified" in env.cluster.reasons("train-0")
 
 
+def test_a_deleted_pod_not_counted_within_the_hour_is_forgotten_not_kept_forever(env: Env) -> None:
+    env.leader = False  # no replica leads while it ends and is deleted
+    start_pod(env.cluster, "train-0")
+    end_pod(env.cluster, "train-0", exit_code=143, conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}])
+    env.cluster.update_pod(NS, "train-0", lambda p: p["metadata"].update(deletionTimestamp=_stamp(T0)))
+    env.kube.core.delete_namespaced_pod("train-0", NS, grace_period_seconds=0)
+    env.step()
+    assert list(env.watcher.gone)  # kept, as last seen, for the leader to count
+    env.now += timedelta(hours=2)
+    env.leader = True
+    assert env.step() == [] and env.watcher.gone == {}
+
+
 def test_a_pod_its_controller_deleted_is_not_a_failure_of_its_own(env: Env) -> None:
     """A JobSet restarting (or a Job past its backoffLimit) deletes the other pods: they end, but did not fail."""
     start_pod(env.cluster, "train-1")
