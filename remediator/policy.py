@@ -149,11 +149,24 @@ class _Reader:
             self.data = {}
 
     def _index(self, node: yaml.Node, prefix: str) -> None:
+        """Each key's line; and no key twice in one mapping, at any depth (YAML keeps the later value
+        silently: `max_disrupted: 1` and then `max_disrupted: 50` would be read as 50)."""
         if isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], int] = {}
             for key, value in node.value:
-                path = f"{prefix}.{key.value}" if prefix else str(key.value)
-                self.lines[path] = key.start_mark.line + 1
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "<complex key>"
+                path = f"{prefix}.{name}" if prefix else name
+                line = key.start_mark.line + 1
+                first = seen.get((key.tag, name))
+                if first is not None:
+                    raise PolicyError(self.source, path, line, f"set twice, on lines {first} and {line}: YAML "
+                                      "would keep the later value silently; remove one")
+                seen[(key.tag, name)] = line
+                self.lines[path] = line
                 self._index(value, path)
+        elif isinstance(node, yaml.SequenceNode):  # e.g. exclude: [{label: value}, ...]
+            for i, item in enumerate(node.value):
+                self._index(item, f"{prefix}[{i}]")
 
     def fail(self, key: str, reason: str) -> PolicyError:
         return PolicyError(self.source, key, self.lines.get(key), reason)
@@ -400,7 +413,13 @@ def load_policy(path: str | Path | None) -> Policy:
         return Policy()
     p = Path(path)
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as exc:
         raise PolicyError(str(p), "<file>", None, f"cannot read: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise PolicyError(str(p), "<file>", line, f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+                          f"({exc.reason}); save the file as UTF-8") from exc
     return parse_policy(text, str(p))

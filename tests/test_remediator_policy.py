@@ -90,3 +90,33 @@ def test_workloads_section_overrides_only_what_it_names() -> None:
                                                                                   True)
     assert (w.look_behind, w.look_ahead, w.restart_loop_threshold) == (timedelta(minutes=10), timedelta(minutes=5), 3)
     assert Policy().workloads.enabled is False
+
+
+@pytest.mark.parametrize(("text", "key", "lines"), [
+    ("budget:\n  max_disrupted: 1\n  max_cordoned: 5\n  max_disrupted: 50\n", "budget.max_disrupted", (2, 4)),
+    ("budget: {max_disrupted: 1}\nbreaker: {}\nbudget: {max_disrupted: 50}\n", "budget", (1, 3)),
+    ("ladder:\n  reboot:\n    timeout: 30m\n    timeout: 1h\n", "ladder.reboot.timeout", (3, 4)),
+    ("exclude:\n  - {team: a, team: b}\n", "exclude[0].team", (2, 2)),
+])
+def test_a_key_set_twice_is_refused_with_both_lines(tmp_path: Path, text: str, key: str,
+                                                    lines: tuple[int, int]) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert err.value.key == key and err.value.line == lines[1]
+    assert str(err.value).startswith(f"{path}: {key} (line {lines[1]}): set twice, on lines {lines[0]} and {lines[1]}")
+
+
+def test_the_same_key_in_different_mappings_is_not_a_duplicate() -> None:
+    p = parse_policy("ladder:\n  reboot: {timeout: 40m}\n  reset_gpu: {timeout: 5m}\n")
+    assert p.rung("reboot").timeout == timedelta(minutes=40) and p.rung("reset_gpu").timeout == timedelta(minutes=5)
+
+
+def test_a_policy_file_that_is_not_utf8_names_the_file_and_why(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_bytes("budget:\n  # r\u00e9serv\u00e9 aux GPU\n  max_disrupted: 1\n".encode("latin-1"))
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert err.value.line == 2
+    assert str(err.value).startswith(f"{path}: <file> (line 2): not UTF-8: byte 0xe9")
