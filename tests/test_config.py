@@ -75,3 +75,51 @@ def test_a_bad_file_is_refused_with_file_line_and_reason(tmp_path: Path, text: s
         load_file(path)
     assert str(err.value).startswith(path + where), str(err.value)
     assert why in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "line", "key", "lines"), [
+    ("node: a\nlog_level: info\nnode: b\n", 3, "node", (1, 3)),
+    ("probes:\n  kmsg:\n    deadline: 5\n    interval: 1\n    deadline: 500\n", 5, "probes.kmsg.deadline", (3, 5)),
+    ("probes:\n  dcgm: {enabled: true}\n  diag: {}\n  dcgm: {enabled: false}\n", 4, "probes.dcgm", (2, 4)),
+    ("probes: {nvml: {interval: 1, interval: 2}}\n", 1, "probes.nvml.interval", (1, 1)),
+    ("node: a\nprobes:\n  kmsg: {}\nprobes:\n  kmsg: {}\n", 4, "probes", (2, 4)),
+])
+def test_a_key_set_twice_is_refused_with_both_lines_and_its_path(
+        tmp_path: Path, text: str, line: int, key: str, lines: tuple[int, int]) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_file(path)
+    assert str(err.value).startswith(f"{path}:{line}: {key}: set twice, on lines {lines[0]} and {lines[1]}"), \
+        str(err.value)
+
+
+def test_a_duplicate_key_is_refused_even_where_the_value_would_be_refused_anyway(tmp_path: Path) -> None:
+    """The duplicate is the mistake to show: the file as a whole is checked before any value is read."""
+    path = write(tmp_path, "probes:\n  efa:\n    bogus: 1\n    bogus: 2\n")
+    with pytest.raises(ConfigError, match=r":4: probes\.efa\.bogus: set twice, on lines 3 and 4"):
+        load_file(path)
+
+
+def test_the_same_key_in_different_mappings_is_not_a_duplicate(tmp_path: Path) -> None:
+    s = load_file(write(tmp_path, "probes:\n  kmsg: {interval: 2, deadline: 1}\n  nvml: {interval: 3, deadline: 1}\n"))
+    assert (s.probes["kmsg"].interval, s.probes["nvml"].interval) == (2, 3)
+
+
+def test_a_self_referencing_alias_is_refused_and_does_not_loop(tmp_path: Path) -> None:
+    path = write(tmp_path, "efa_counters: &x [*x]\n")
+    with pytest.raises(ConfigError, match="efa_counters: expected a single value"):
+        load_file(path)
+
+
+def test_a_file_that_is_not_utf8_names_the_file_the_line_and_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "exporter.yaml"
+    path.write_bytes(b"node: a\n# caf\xe9 (latin-1)\nlog_level: info\n")
+    with pytest.raises(ConfigError) as err:
+        load_file(str(path))
+    assert str(err.value).startswith(f"{path}:2: not UTF-8 text (byte 0xe9"), str(err.value)
+
+
+def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "exporter.yaml"
+    path.write_bytes("\ufeffnode: gpu-node-1\n".encode())
+    assert load_file(str(path)).node == "gpu-node-1"
