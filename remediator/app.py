@@ -21,7 +21,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from remediator.leader import leader_identity
 from remediator.policy import Policy, load_policy
@@ -94,7 +94,10 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         start_loop = True if start_loop is None else start_loop
     rem = remediator
     app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    # One byte over the limit: for a chunked body (no Content-Length) werkzeug reads at most MAX_CONTENT_LENGTH
+    # bytes and stops there without a word, so a body of exactly limit + 1 bytes read means "larger" (413),
+    # not a cut-off body that fails to parse (400).
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes + 1
     app.extensions["remediator"] = rem
     expected = f"Bearer {config.token}".encode() if config.token else None
 
@@ -107,6 +110,16 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(_: Any) -> tuple[Response, int]:
         return reject(413, f"body larger than {config.max_body_bytes} bytes", "too_large")
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> tuple[Response, int]:  # 404, 405...: JSON too, not Flask's HTML page
+        code = exc.code or 500
+        return jsonify({"error": f"{code} {exc.name}: {exc.description}"}), code
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception) -> tuple[Response, int]:  # a bug: logged with its traceback once
+        log.error("unhandled error serving %s %s", request.method, request.path, exc_info=exc)
+        return jsonify({"error": f"internal error ({type(exc).__name__}); see the remediator's log"}), 500
 
     @app.post("/alerts")
     def alerts() -> tuple[Response, int]:
@@ -125,7 +138,7 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         try:
             batch = parse_webhook(raw, rem.policy)
         except WebhookError as exc:
-            return reject(400 if "not JSON" in str(exc) else 422, str(exc), "invalid")
+            return reject(exc.status, str(exc), "invalid")
         for fp, why in batch.ignored:
             rem.metrics.alerts_ignored.labels(why.split(" ")[0] if why.startswith("no ") else "unusable").inc()
             audit("alert_ignored", fingerprint=fp, reason=why)

@@ -21,7 +21,12 @@ _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 class WebhookError(ValueError):
-    """The body is not a valid Alertmanager v4 webhook; the message says why."""
+    """The body is not a valid Alertmanager v4 webhook; the message says why. `status`: the answer, 400 for
+    a body that is not JSON (or nested past what the parser takes), 422 for JSON of the wrong shape."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,10 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise WebhookError(f"body is not JSON: {exc}") from exc
+        raise WebhookError(f"body is not JSON: {exc}", 400) from exc
+    except RecursionError:  # "[" * 100000: the C parser stops at the interpreter's depth limit (~1,000 levels)
+        raise WebhookError("body is nested too deeply: more levels than the JSON parser allows (an "
+                           "Alertmanager v4 body has 4)", 400) from None
     if not isinstance(body, dict):
         raise WebhookError("body: expected a JSON object")
     version = _require(body, "version", str, "body")

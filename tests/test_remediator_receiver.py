@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -98,6 +99,39 @@ def test_body_over_the_size_limit_is_413(cluster: FakeCluster) -> None:
     h = Harness(cluster)
     response = h.post(b'{"pad": "' + b"x" * (2 << 20) + b'"}')
     assert response.status_code == 413 and cluster.writes() == []
+
+
+def test_a_chunked_body_over_the_size_limit_is_413_not_a_cut_off_body(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    body = json.dumps(webhook("gpu-1", "reboot")).encode()
+    pad = b" " * ((1 << 20) - len(body) + 1)  # JSON with trailing spaces: one byte over the limit
+    for data, code in ((body + pad, 413), (body + pad[:-1], 202)):
+        response = h.http.post("/alerts", headers={"Authorization": f"Bearer {TOKEN}", "Transfer-Encoding": "chunked",
+                                                   "Content-Type": "application/json"},
+                               environ_overrides={"wsgi.input": io.BytesIO(data), "wsgi.input_terminated": True})
+        assert response.status_code == code, response.get_json()
+        if code == 413:
+            assert "larger than 1048576 bytes" in response.get_json()["error"]
+    assert h.intake.join() and h.state("gpu-1").active  # only the post within the limit was recorded
+
+
+def test_deeply_nested_json_is_400_with_a_reason_and_one_log_line(cluster: FakeCluster,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(cluster)
+    with caplog.at_level("INFO"):
+        response = h.post("[" * 100_000 + "]" * 100_000)
+    assert response.status_code == 400 and response.is_json
+    assert "nested too deeply" in response.get_json()["error"]
+    rejected = [r for r in caplog.records if "webhook_rejected" in r.getMessage()]
+    assert len(rejected) == 1 and not any(r.exc_info for r in caplog.records)
+    assert "RecursionError" not in caplog.text
+    assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="invalid") == 1
+
+
+def test_unknown_paths_and_methods_are_answered_in_json(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    for response, code in ((h.http.get("/nope"), 404), (h.http.get("/alerts"), 405)):
+        assert response.status_code == code and response.is_json and str(code) in response.get_json()["error"]
 
 
 def test_unusable_alerts_are_ignored_without_blocking_the_rest(cluster: FakeCluster) -> None:
