@@ -9,16 +9,18 @@ import logging
 import os
 import sys
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from remediator.clock import Clock, utcnow
 from remediator.leader import breaker_trips_of, leader_identity
 from remediator.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
 from remediator.policy import PolicyError, load_policy
-from remediator.reconciler import plan_from_json, utcnow
-from remediator.webhook import WebhookError, parse_webhook
+from remediator.reconciler import plan_from_json
+from remediator.webhook import Batch, WebhookError, parse_webhook
 
 
 def _load_json(path: str) -> Any:
@@ -45,25 +47,58 @@ def _items(path: str) -> list[dict[str, Any]]:
     return items
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def _batches_from_alertmanager(url: str, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:
+    """What serve's sync with Alertmanager would record and resolve on these Nodes now (alert_sync.py)."""
+    from remediator.alert_sync import active_alerts, sync_batch
+    from remediator.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
+
+    am = AlertmanagerClient([url], policy.alertmanager_timeout, policy.alertmanager_token_file,
+                            policy.alertmanager_ca_file)
+    try:
+        answer = am.alerts(policy.alertmanager_filters, policy.alertmanager_receiver)
+        active, ignored = active_alerts(answer.data, policy)
+        started = am.started(url) if policy.alertmanager_min_uptime else None
+    except AlertmanagerUnavailable as exc:
+        raise ValueError(f"Alertmanager: {exc}") from exc
+    states = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        try:
+            states[meta.get("name", "")] = NodeState.from_json((meta.get("annotations") or {}).get(STATE_ANNOTATION))
+        except ValueError:
+            continue  # the view reports it (fail closed)
+    young = started is not None and now - started < policy.alertmanager_min_uptime
+    if started is not None and young:
+        print(json.dumps({"alertmanager": url, "not_resolving": f"started {fmt_time(started)}, less than "
+                          "alertmanager.min_uptime ago"}), file=sys.stderr)
+    plan = sync_batch(states, active, now, now, policy, resolve=not young)
+    plan.batch.ignored = ignored
+    return plan.batch
+
+
+def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     policy = load_policy(args.policy)
-    now = parse_time(args.now) if args.now else utcnow()
+    now = parse_time(args.now) if args.now else clock()
+    nodes = _items(args.nodes)
     batches = []
-    for path in args.alerts:
+    if args.from_alertmanager:
+        batches.append(_batches_from_alertmanager(args.from_alertmanager, nodes, policy, now))
+    for path in args.alerts or []:
         try:
             batches.append(parse_webhook(Path(path).read_bytes(), policy))
         except WebhookError as exc:
             print(f"{path}: {exc}", file=sys.stderr)
             return 2
     silences = None
-    if args.alertmanager:
+    silence_url = args.alertmanager or args.from_alertmanager
+    if silence_url:
         from remediator.silences import SilenceChecker
-        silences = SilenceChecker(args.alertmanager, policy.label_node, policy.alertmanager_timeout)
+        silences = SilenceChecker(silence_url, policy.label_node, policy.alertmanager_timeout)
     for batch in batches:
         for fp, why in batch.ignored:
             print(json.dumps({"fingerprint": fp, "ignored": why}), file=sys.stderr)
     trips = breaker_trips_of(_load_json(args.lease)) if args.lease else None
-    decisions = plan_from_json(_items(args.nodes), _items(args.pods) if args.pods else None, batches, policy, now,
+    decisions = plan_from_json(nodes, _items(args.pods) if args.pods else None, batches, policy, now,
                                silences, trips)
     for d in decisions:
         print(json.dumps(d.line()))
@@ -109,7 +144,7 @@ def _classify_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any
     return pod, signals
 
 
-def cmd_classify(args: argparse.Namespace) -> int:
+def cmd_classify(args: argparse.Namespace, clock: Clock) -> int:
     from remediator.classify import classify, pod_gpus
     from remediator.workloads import settings_of
 
@@ -131,9 +166,9 @@ def _kube(args: argparse.Namespace) -> Any:
     return Kube(api), policy
 
 
-def cmd_hold(args: argparse.Namespace) -> int:
+def cmd_hold(args: argparse.Namespace, clock: Clock) -> int:
     kube, _ = _kube(args)
-    now = utcnow()
+    now = clock()
     if args.dry_run:
         kube.get_node(args.node)  # it must exist
         print(f"{args.node}: would hold ({args.reason}) [dry run: nothing changed]")
@@ -144,9 +179,9 @@ def cmd_hold(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_release(args: argparse.Namespace) -> int:
+def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
     kube, policy = _kube(args)
-    now = utcnow()
+    now = clock()
     node = kube.get_node(args.node)
     raw = (node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
     state = NodeState.from_json(raw)
@@ -166,7 +201,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
     from remediator.app import ServeConfig, create_app, read_token
 
     policy = load_policy(args.policy)
@@ -217,9 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "pods unknown)")
     pl.add_argument("--lease", help="kubectl get lease -n NS NAME -o json: the circuit breakers' state, as serve "
                     "reads it")
-    pl.add_argument("--alerts", required=True, nargs="+", help="Alertmanager webhook bodies, oldest first")
+    source = pl.add_mutually_exclusive_group(required=True)
+    source.add_argument("--alerts", nargs="+", help="Alertmanager webhook bodies, oldest first")
+    source.add_argument("--from-alertmanager", metavar="URL",
+                        help="decide from the alerts this Alertmanager lists as active now, as serve's sync does: "
+                        "the Nodes' recorded alerts it no longer has are resolved, those it has are recorded "
+                        "(receiver, filters, token and CA from the policy's alertmanager section); silences are "
+                        "checked there too")
     pl.add_argument("--now", help="evaluate at this RFC 3339 time (default: now)")
-    pl.add_argument("--alertmanager", help="Alertmanager URL to check silences (default: not checked)")
+    pl.add_argument("--alertmanager", metavar="URL", help="Alertmanager URL to check silences (default: not checked, "
+                    "or the --from-alertmanager URL)")
     pl.set_defaults(func=cmd_plan)
 
     c = sub.add_parser(
@@ -266,11 +308,12 @@ def _api_message(exc: ApiException) -> str:
     return f": {message}" if message else ""
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, clock: Clock = utcnow) -> int:
+    """clock: what time it is for every command (tests pass their own; `plan --now` overrides it)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        return int(args.func(args, clock))
     except PolicyError as exc:
         print(f"policy error: {exc}", file=sys.stderr)
         return 2

@@ -39,6 +39,16 @@ class Metrics:
         self.rung_timeouts = Counter("gpuhealth_remediator_rung_timeouts", "Rungs that passed their timeout",
                                      ["rung"], registry=r)
         self.passes = Counter("gpuhealth_remediator_reconcile_passes", "Reconcile passes run as leader", registry=r)
+        # Level-triggered reconciliation against Alertmanager's active alerts (remediator/alert_sync.py).
+        self.am_syncs = Counter("gpuhealth_remediator_alertmanager_syncs", "Reads of Alertmanager's active alerts "
+                                "to reconcile the Nodes' records, by result (ok, error)", ["result"], registry=r)
+        self.am_sync_changes = Counter("gpuhealth_remediator_alertmanager_sync_changes", "Alert records the "
+                                       "Alertmanager sync wrote: recorded (a webhook was lost), resolved (a resolution "
+                                       "was lost), refreshed (still active)", ["change"], registry=r)
+        self.am_up = Gauge("gpuhealth_remediator_alertmanager_up", "1 if the last sync read Alertmanager's active "
+                           "alerts, 0 if no member answered (webhooks and the quiet timeout only)", registry=r)
+        self.am_last_sync = Gauge("gpuhealth_remediator_alertmanager_last_sync_timestamp_seconds",
+                                  "When the Nodes' records last agreed with Alertmanager (Unix time)", registry=r)
         # Workload failures (remediator/workloads.py; names fixed: the job-reliability dashboard reads them).
         self.workload_failures = Counter("gpuhealth_workload_failures", "Failed workload pods by class "
                                          "(infra, app, unknown) and reason", ["class", "reason", "namespace"],
@@ -57,7 +67,9 @@ class Metrics:
                                 (self.alerts_ignored, ALERT_IGNORED_REASONS),
                                 (self.api_errors, API_OPERATIONS),
                                 (self.passes_aborted, PASS_ABORT_REASONS),
-                                (self.rung_timeouts, RUNGS)):
+                                (self.rung_timeouts, RUNGS),
+                                (self.am_syncs, ("ok", "error")),
+                                (self.am_sync_changes, ("recorded", "resolved", "refreshed"))):
             for value in values:
                 counter.labels(value)
 

@@ -86,7 +86,14 @@ class Policy:
     label_remediation: str = "remediation"
     label_gpu: str = "gpu"
     alertmanager_url: str | None = None  # None: not set (serve refuses); "none": silences deliberately not checked
+    alertmanager_peers: tuple[str, ...] = ()  # every member of an HA Alertmanager, when url is a list
     alertmanager_timeout: float = 5.0
+    alertmanager_sync_interval: timedelta | None = timedelta(seconds=30)  # None: webhooks only (edge-triggered)
+    alertmanager_receiver: str | None = "(.+/)?gpuhealth-remediator"  # the route's receiver (a regex), or any
+    alertmanager_filters: tuple[str, ...] = ('node=~".+"',)  # matchers, as the route's
+    alertmanager_min_uptime: timedelta = timedelta(minutes=5)  # a younger Alertmanager never resolves
+    alertmanager_token_file: str | None = None
+    alertmanager_ca_file: str | None = None
     silence_on_error: str = "defer"
     jobs_namespace: str = "gpuhealth"
     jobs_image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
@@ -107,6 +114,14 @@ class Policy:
     def silences_url(self) -> str | None:
         """Where to check silences; None when not set or opted out with `alertmanager.url: none`."""
         return None if self.alertmanager_url in (None, "none") else self.alertmanager_url
+
+    @property
+    def alertmanager_members(self) -> tuple[str, ...]:
+        """The Alertmanager URLs to ask, in order (an HA pair: any member that answers)."""
+        first = self.silences_url
+        if first is None:
+            return ()
+        return self.alertmanager_peers if first in self.alertmanager_peers else (first,)
 
     def check_serve(self, interval: float) -> None:
         """What `serve` needs beyond a valid file: a silence source (or an explicit opt-out), and passes
@@ -313,16 +328,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         if key in labels:
             kw[f"label_{key}"] = r.string(f"alert_labels.{key}", labels[key])
 
-    am = r.section("alertmanager", {"url", "timeout", "on_error"}, top.get("alertmanager"))
-    if "url" in am:
-        url = r.string("alertmanager.url", am["url"], optional=True)
-        if url is not None and url != "none" and not re.match(r"^https?://", url):
-            raise r.fail("alertmanager.url", f"expected an http(s) URL or none, got {url!r}")
-        kw["alertmanager_url"] = url.rstrip("/") if url else None
-    if "timeout" in am:
-        kw["alertmanager_timeout"] = (r.duration("alertmanager.timeout", am["timeout"]) or timedelta()).total_seconds()
-    if "on_error" in am:
-        kw["silence_on_error"] = r.string("alertmanager.on_error", am["on_error"], ("defer", "proceed"))
+    _alertmanager(r, kw, top.get("alertmanager"))
 
     jobs = r.section("jobs", {"namespace", "image", "service_account", "ttl_seconds_after_finished"}, top.get("jobs"))
     if "namespace" in jobs:
@@ -363,6 +369,48 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 
 _LABEL_TERM = re.compile(r"^[A-Za-z0-9_./-]+(=|==|!=)[A-Za-z0-9_.-]*$|^!?[A-Za-z0-9_./-]+$")
 
+
+def _alertmanager(r: _Reader, kw: dict[str, Any], value: Any) -> None:
+    am = r.section("alertmanager", {"url", "timeout", "on_error", "sync_interval", "receiver", "filters",
+                                    "min_uptime", "bearer_token_file", "ca_file"}, value)
+    if "url" in am:
+        urls = am["url"] if isinstance(am["url"], list) else [am["url"]]
+        if not urls:
+            raise r.fail("alertmanager.url", "expected an http(s) URL, a list of them (an HA Alertmanager), or none")
+        checked = []
+        for url in urls:
+            url = r.string("alertmanager.url", url, optional=len(urls) == 1)
+            if url is not None and (url != "none" or len(urls) > 1) and not re.match(r"^https?://", url):
+                raise r.fail("alertmanager.url", f"expected an http(s) URL or none, got {url!r}")
+            checked.append(url.rstrip("/") if url else None)
+        kw["alertmanager_url"] = checked[0]
+        if len(checked) > 1:
+            kw["alertmanager_peers"] = tuple(u for u in checked if u)
+    if "timeout" in am:
+        kw["alertmanager_timeout"] = (r.duration("alertmanager.timeout", am["timeout"]) or timedelta()).total_seconds()
+    if "on_error" in am:
+        kw["silence_on_error"] = r.string("alertmanager.on_error", am["on_error"], ("defer", "proceed"))
+    if "sync_interval" in am:
+        off = am["sync_interval"] in (None, "off") or am["sync_interval"] is False
+        kw["alertmanager_sync_interval"] = None if off else r.duration("alertmanager.sync_interval",
+                                                                        am["sync_interval"])
+    if "receiver" in am:
+        receiver = r.string("alertmanager.receiver", am["receiver"], optional=True)
+        try:
+            re.compile(receiver or "")
+        except re.error as exc:
+            raise r.fail("alertmanager.receiver", f"not a regular expression: {exc}") from exc
+        kw["alertmanager_receiver"] = receiver
+    if "filters" in am:
+        filters = am["filters"] or []
+        if not isinstance(filters, list):
+            raise r.fail("alertmanager.filters", 'expected a list of matchers like node=~".+"')
+        kw["alertmanager_filters"] = tuple(r.string("alertmanager.filters", f) for f in filters)
+    if "min_uptime" in am:
+        kw["alertmanager_min_uptime"] = r.duration("alertmanager.min_uptime", am["min_uptime"])
+    for key in ("bearer_token_file", "ca_file"):
+        if key in am:
+            kw[f"alertmanager_{key.replace('bearer_', '')}"] = r.string(f"alertmanager.{key}", am[key], optional=True)
 
 def _workloads(r: _Reader, value: Any) -> WorkloadPolicy:
     w = r.section("workloads", {"enabled", "namespaces", "selector", "app_exit_codes", "look_behind", "look_ahead",

@@ -20,13 +20,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from remediator.actions import Kube, cordon_body, state_body, uncordon_body
+from remediator.alert_sync import SyncPlan, active_alerts, sync_batch
+from remediator.alertmanager import AlertmanagerUnavailable, client_from
 from remediator.budget import Ledger
+from remediator.clock import Clock, utcnow
 from remediator.cluster import NodeView, build_views, evictable_pods
 from remediator.drain import OutOfTime, drain_pass
 from remediator.intake import Intake, Outcome
@@ -49,13 +52,6 @@ from remediator.silences import SilenceChecker
 from remediator.webhook import Batch
 
 log = logging.getLogger("gpuhealth.remediator")
-
-Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
 
 def audit(event: str, **fields: Any) -> None:
     """One structured (JSON) log line per decision or action."""
@@ -81,6 +77,7 @@ class RecordResult:
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (node, reason): unknown node, unreadable state
     failed: list[tuple[str, str]] = field(default_factory=list)  # (node, error): answer 5xx, Alertmanager retries
     api_failing: bool = False  # a failure was the API's (5xx, no answer), not one node's rejection (4xx)
+    rejected: list[str] = field(default_factory=list)  # failed nodes whose own 4xx it was: retrying cannot help
 
 
 def evaluate(views: list[NodeView], policy: Policy, now: datetime, breaker_trips: dict[str, str] | None = None,
@@ -138,8 +135,9 @@ class Remediator:
         self.kube, self.policy, self.identity, self.dry_run = kube, policy, identity, dry_run
         self.clock, self.sleep = clock, sleep
         self.metrics = metrics or Metrics()
-        if silences is None and policy.silences_url:
-            silences = SilenceChecker(policy.silences_url, policy.label_node, policy.alertmanager_timeout)
+        self.alertmanager = client_from(policy)  # None: `alertmanager.url: none`
+        if silences is None and self.alertmanager is not None:
+            silences = SilenceChecker(self.alertmanager, policy.label_node)
         if silences is None and policy.alertmanager_url != "none":
             raise ValueError("alertmanager.url is required: an http(s) URL to check silences, or `none` to opt out")
         self.silences = silences
@@ -154,13 +152,14 @@ class Remediator:
         self._was_leader = False
         self.intake: Intake | None = None  # None: webhooks are recorded before they are answered
         self._readable: dict[tuple[str, str], str | None] = {}  # (node, resourceVersion) -> state parse error
+        self._am_synced: datetime | None = None  # when the last sync with Alertmanager was tried (None: due now)
 
     # --- intake: answered first, recorded by the intake's workers (intake.py) ---------------
     def start_intake(self, stop: threading.Event | None = None, retry: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0),
                      hold_off: float = 5.0) -> Intake:
         def record(batch: Batch, received: datetime) -> Outcome:
             result = self.record(batch, received)
-            return Outcome(result.recorded, result.failed, result.api_failing)
+            return Outcome(result.recorded, result.failed, result.api_failing, frozenset(result.rejected))
 
         def dropped(node: str, error: str) -> None:
             self.metrics.webhook_errors.labels("record_failed").inc()
@@ -242,14 +241,16 @@ class Remediator:
             else:
                 result.failed.append((node, outcome[1]))
                 result.api_failing = result.api_failing or outcome[0] == "failed"
+                if outcome[0] == "rejected":
+                    result.rejected.append(node)
         if wrote:  # something new for the loop to decide on
             self.wake.set()
         return result
 
     def _record(self, node: str, alerts: list[Any], now: datetime) -> tuple[str, str] | None:
-        """None (written), or (kind, detail): unchanged, ignored, rejected (a 4xx for this node, conflicts
-        that outlasted the retries) or failed (the API: 5xx, no answer)."""
-        error, kind = "conflict", "rejected"
+        """None (written), or (kind, detail): unchanged, ignored, rejected (a 4xx for this node), conflict
+        (409s that outlasted the retries: worth another try later) or failed (the API: 5xx, no answer)."""
+        error, kind = "conflict", "conflict"
         cache = self.kube.cache
         for attempt in range(3):
             try:
@@ -292,6 +293,62 @@ class Remediator:
                 break
         return kind, error
 
+    # --- level-triggered: the Nodes' records against Alertmanager's active alerts (alert_sync.py) ----
+    def sync_due(self, now: datetime) -> bool:
+        interval = self.policy.alertmanager_sync_interval
+        if self.alertmanager is None or interval is None:
+            return False
+        return self._am_synced is None or now - self._am_synced >= interval
+
+    def sync_alertmanager(self, nodes: list[dict[str, Any]]) -> SyncPlan | None:
+        """Record what webhooks lost, resolve what Alertmanager no longer has. None when Alertmanager could
+        not be read: then nothing is resolved (missing data is never a resolution) and the webhooks and
+        episode.quiet_timeout carry on alone."""
+        assert self.alertmanager is not None
+        asked_at = self._am_synced = self.clock()
+        policy = self.policy
+        try:
+            answer = self.alertmanager.alerts(policy.alertmanager_filters, policy.alertmanager_receiver)
+            active, ignored = active_alerts(answer.data, policy)
+            young = None
+            if policy.alertmanager_min_uptime:
+                started = self.alertmanager.started(answer.member)
+                if asked_at - started < policy.alertmanager_min_uptime:
+                    young = fmt_time(started)
+        except (AlertmanagerUnavailable, ValueError) as exc:
+            self.metrics.am_syncs.labels("error").inc()
+            self.metrics.am_up.set(0)
+            log.warning("Alertmanager sync: %s: nothing is resolved until it answers (webhooks and "
+                        "episode.quiet_timeout only)", exc)
+            audit("alertmanager_sync", result="error", error=str(exc))
+            return None
+        states: dict[str, NodeState] = {}
+        with self.overlay_lock:
+            overlay = dict(self.overlay) if self.dry_run else {}
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            name = meta.get("name", "")
+            try:
+                states[name] = overlay.get(name) or NodeState.from_json((meta.get("annotations") or {}).get(
+                    STATE_ANNOTATION))
+            except ValueError:
+                continue  # unreadable: left alone, as webhooks leave it
+        plan = sync_batch(states, active, asked_at, self.clock(), policy, resolve=young is None)
+        failed: list[tuple[str, str]] = []
+        if plan.batch.alerts:
+            failed = self.record(plan.batch, self.clock()).failed
+        self.metrics.am_syncs.labels("ok").inc()
+        self.metrics.am_up.set(1)
+        for change, count in plan.changes().items():
+            self.metrics.am_sync_changes.labels(change).inc(count)
+        if not failed:
+            self.metrics.am_last_sync.set(asked_at.timestamp())
+        if plan.recorded or plan.resolved or failed or young:
+            audit("alertmanager_sync", result="ok", member=answer.member, active=len(active), ignored=len(ignored),
+                  unknown_nodes=plan.unknown_nodes, not_resolving_young_alertmanager=young,
+                  failed=[n for n, _ in failed], dry_run=self.dry_run, **plan.changes())
+        return plan
+
     # --- the pass --------------------------------------------------------------------------
     def run_once(self) -> list[NodePlan] | None:
         """Reconcile if leader (None when not). A dry run takes no part in leader election: it only reads."""
@@ -302,6 +359,8 @@ class Remediator:
         was_leader, self._was_leader = self._was_leader, leader
         if not leader:
             return None
+        if not was_leader:
+            self._am_synced = None  # a new leader agrees with Alertmanager before its first action
         if not was_leader and self.kube.cache is not None and self.kube.cache.synced:
             try:  # a new leader counts budgets from a fresh list, whatever its watch may still be bringing
                 self.kube.cache.nodes.relist()
@@ -356,6 +415,10 @@ class Remediator:
             log.warning("listing nodes: %s", exc)
             return []
         self.api_ok = True
+        if self.sync_due(now):
+            synced = self.sync_alertmanager(nodes)
+            if synced is not None and synced.batch.alerts:
+                nodes = self._nodes()  # with what the sync wrote (our writes are in the cache at once)
         by_name = {n["metadata"]["name"]: n for n in nodes}
         with self.overlay_lock:
             overlay = dict(self.overlay) if self.dry_run else None

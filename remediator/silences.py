@@ -9,34 +9,24 @@ answer carries the error and the policy (alertmanager.on_error) decides; by defa
 
 from __future__ import annotations
 
-import json
-import urllib.parse
-import urllib.request
-from typing import Any
-
+from remediator.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
 from remediator.ladder import SilenceAnswer
 
 
 class SilenceChecker:
-    def __init__(self, base_url: str, node_label: str = "node", timeout: float = 5.0) -> None:
-        self.base_url, self.node_label, self.timeout = base_url.rstrip("/"), node_label, timeout
+    def __init__(self, alertmanager: AlertmanagerClient | str, node_label: str = "node", timeout: float = 5.0) -> None:
+        if isinstance(alertmanager, str):
+            alertmanager = AlertmanagerClient([alertmanager], timeout)
+        self.alertmanager, self.node_label = alertmanager, node_label
 
     def __call__(self, node: str, fingerprints: list[str]) -> SilenceAnswer:
-        query = urllib.parse.urlencode({"filter": f'{self.node_label}="{node}"', "silenced": "true",
-                                        "inhibited": "true", "active": "true"})
         try:
-            with urllib.request.urlopen(f"{self.base_url}/api/v2/alerts?{query}",
-                                        timeout=self.timeout) as response:
-                alerts: Any = json.loads(response.read())
-        except (OSError, ValueError) as exc:
-            return SilenceAnswer(error=f"{type(exc).__name__}: {exc}")
-        if not isinstance(alerts, list):
-            return SilenceAnswer(error="unexpected answer from /api/v2/alerts")
+            alerts = self.alertmanager.alerts([f'{self.node_label}="{node}"']).data
+        except AlertmanagerUnavailable as exc:
+            return SilenceAnswer(error=str(exc))
         wanted = set(fingerprints)
         silenced: set[str] = set()
         for alert in alerts:
-            if not isinstance(alert, dict):
-                continue
             status = alert.get("status") or {}
             labels = alert.get("labels") or {}
             if labels.get(self.node_label) != node:

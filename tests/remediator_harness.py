@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import threading
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +26,21 @@ from remediator.reconciler import Remediator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alertmanager"
 TOKEN = "s3cret-token"
-T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+def _start() -> datetime:
+    """The tests' start time. `make clock-shift` runs the tests that fix a start time again with it a year
+    back and a year ahead (GPUHEALTH_TEST_T0): nothing may depend on the wall clock being near it."""
+    raw = os.environ.get("GPUHEALTH_TEST_T0")
+    if not raw:
+        return datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    start = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    if start.tzinfo is None:
+        raise ValueError(f"GPUHEALTH_TEST_T0={raw!r}: give a UTC offset (e.g. 2025-12-02T10:00:00Z)")
+    return start
+
+
+T0 = _start()
 
 
 def utc_now_clock() -> datetime:

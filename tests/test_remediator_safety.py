@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -174,28 +173,31 @@ def test_hold_stops_escalation_and_release_resumes_it(cluster: FakeCluster, tmp_
     kubeconfig = _kubeconfig(tmp_path, cluster.url)
     h.fire("gpu-5", "cordon")
     h.step()
-    assert main(["hold", "gpu-5", "--reason", "debugging Xid 79", "--by", "alice", "--kubeconfig", kubeconfig]) == 0
+    clock = lambda: h.now  # noqa: E731  the CLI reads the test's clock, as the remediator does
+    assert main(["hold", "gpu-5", "--reason", "debugging Xid 79", "--by", "alice", "--kubeconfig", kubeconfig],
+                clock) == 0
     assert "alice" in cluster.annotations("gpu-5")[HOLD_ANNOTATION]
     h.fire("gpu-5", "reboot")
     plans = h.step()
     assert h.decisions(plans) == [("gpu-5", "none", "skipped")]
     assert "debugging Xid 79" in h.decided(plans)[0].reason
-    assert main(["release", "gpu-5", "--kubeconfig", kubeconfig]) == 0
+    h.advance(hours=1)  # the person took a while: the alerts are still recent (quiet_timeout is 6 h)
+    assert main(["release", "gpu-5", "--kubeconfig", kubeconfig], clock) == 0
     assert HOLD_ANNOTATION not in cluster.annotations("gpu-5")
     assert h.decisions(h.step())[-1] == ("gpu-5", "reboot", "execute")
     assert {"HoldSet", "HoldReleased"} <= set(cluster.reasons("gpu-5"))
 
 
 def test_release_after_a_quiet_episode_returns_the_node(cluster: FakeCluster, tmp_path: Path) -> None:
-    h = Harness(cluster, "return_to_service: {healthy_delay: 0s}", start=datetime.now(UTC) - timedelta(hours=8))
+    h = Harness(cluster, "return_to_service: {healthy_delay: 0s}")
     h.fire("gpu-5", "cordon", starts=h.now)
     h.step()
     h.advance(hours=7)
     h.step()
     assert cluster.taints("gpu-5")
-    # release uses the real clock: an hour later than the harness clock
-    assert main(["release", "gpu-5", "--kubeconfig", _kubeconfig(tmp_path, cluster.url)]) == 0
-    h.advance(hours=1, minutes=1)
+    h.advance(hours=1)  # released an hour later: past episode.quiet_timeout (6 h), so the alert is dropped
+    assert main(["release", "gpu-5", "--kubeconfig", _kubeconfig(tmp_path, cluster.url)], lambda: h.now) == 0
+    h.advance(minutes=1)
     assert h.decisions(h.step()) == [("gpu-5", "uncordon", "execute")]
 
 

@@ -7,13 +7,13 @@ import copy
 import csv
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from remediator_harness import webhook
+from remediator_harness import T0, webhook
 
 from remediator.classify import APP, INFRA, REASONS, UNKNOWN, NodeSignal, Settings, classify, pod_gpus
 from remediator.cli import main
@@ -22,7 +22,7 @@ from remediator.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_t
 
 FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
 ROOT = Path(__file__).resolve().parent.parent
-FAILED_AT = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+FAILED_AT = T0
 NODE = "gpu-node-7"
 
 
@@ -39,8 +39,8 @@ def failed_pod(exit_code: int = 1, reason: str = "Error", message: str = "", nod
     pod["metadata"]["annotations"] = dict(annotations or {})
     pod["spec"]["nodeName"] = node
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    terminated = {"exitCode": exit_code, "reason": reason, "startedAt": "2026-12-02T06:00:09Z",
-                  "finishedAt": _stamp(finished)}
+    terminated = {"exitCode": exit_code, "reason": reason,
+                  "startedAt": _stamp(FAILED_AT - timedelta(hours=4)), "finishedAt": _stamp(finished)}
     if message:
         terminated["message"] = message
     pod["status"]["containerStatuses"][0]["state"] = {"terminated": terminated}
@@ -214,7 +214,7 @@ def test_an_nccl_timeout_alone_is_unknown_even_with_an_app_exit_code() -> None:
 
 def test_an_nccl_timeout_with_a_node_fault_is_infra() -> None:
     pod = json.loads((FIXTURES / "pod_nccl_timeout.json").read_text())
-    signal = alert("NVLinkDown", "reset_gpu", datetime(2026, 12, 2, 9, 33, tzinfo=UTC), component="nvlink",
+    signal = alert("NVLinkDown", "reset_gpu", FAILED_AT - timedelta(minutes=27), component="nvlink",
                    node="gpu-node-7")
     assert classify(pod, [signal]).cls == INFRA
 
