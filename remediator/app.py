@@ -99,6 +99,7 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     # not a cut-off body that fails to parse (400).
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes + 1
     app.extensions["remediator"] = rem
+    rem.metrics.watch_events(rem.kube.events)  # Events kept while the API fails: pending, sent late, dropped
     expected = f"Bearer {config.token}".encode() if config.token else None
 
     def reject(code: int, reason: str, label: str) -> tuple[Response, int]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+if TYPE_CHECKING:
+    from remediator.actions import EventOutbox
 
 # The label values the remediator's error and timeout counters can take (see app.py and reconciler.py).
 # Each series is created at 0 when the remediator starts, so increase() sees the first event and a
@@ -12,6 +17,7 @@ ALERT_IGNORED_REASONS = ("no", "unusable", "unknown node", "unreadable state")
 API_OPERATIONS = ("record", "list_nodes", "execute", "workloads")
 PASS_ABORT_REASONS = ("lost the Lease", "pass ran past its deadline")
 RUNGS = ("reset_gpu", "drain", "reboot", "replace")
+EVENT_DROP_REASONS = ("rejected", "outbox_full")
 
 
 class Metrics:
@@ -39,6 +45,13 @@ class Metrics:
         self.rung_timeouts = Counter("gpuhealth_remediator_rung_timeouts", "Rungs that passed their timeout",
                                      ["rung"], registry=r)
         self.passes = Counter("gpuhealth_remediator_reconcile_passes", "Reconcile passes run as leader", registry=r)
+        # The audit trail (actions.EventOutbox): Events the API could not take yet, sent late, or lost.
+        self.events_pending = Gauge("gpuhealth_remediator_events_pending", "Kubernetes Events kept to send again "
+                                    "after the API failed to take them", registry=r)
+        self.events_sent_late = Counter("gpuhealth_remediator_events_sent_late", "Kept Events sent once the API "
+                                        "took them again", registry=r)
+        self.events_dropped = Counter("gpuhealth_remediator_events_dropped", "Events never sent: refused by the API "
+                                      "(a 4xx) or pushed out of a full outbox", ["reason"], registry=r)
         # Level-triggered reconciliation against Alertmanager's active alerts (remediator/alert_sync.py).
         self.am_syncs = Counter("gpuhealth_remediator_alertmanager_syncs", "Reads of Alertmanager's active alerts "
                                 "to reconcile the Nodes' records, by result (ok, error)", ["result"], registry=r)
@@ -68,10 +81,17 @@ class Metrics:
                                 (self.api_errors, API_OPERATIONS),
                                 (self.passes_aborted, PASS_ABORT_REASONS),
                                 (self.rung_timeouts, RUNGS),
+                                (self.events_dropped, EVENT_DROP_REASONS),
                                 (self.am_syncs, ("ok", "error")),
                                 (self.am_sync_changes, ("recorded", "resolved", "refreshed"))):
             for value in values:
                 counter.labels(value)
+
+    def watch_events(self, outbox: EventOutbox) -> None:
+        """Report a Kube's Event outbox (pending, sent late, dropped) in these metrics."""
+        self.events_pending.set_function(lambda: len(outbox))
+        outbox.on_drop = lambda reason: self.events_dropped.labels(reason).inc()
+        outbox.on_sent_late = self.events_sent_late.inc
 
     def init_workloads(self, namespaces: tuple[str, ...]) -> None:
         """The workload counters at 0 for every label value they can take (namespaces from the policy)."""
