@@ -24,6 +24,14 @@ and behaves like the API server where the remediator depends on it:
   resourceVersion is older than the `watch_history` kept. Changes go through the API or the helpers
   (`add_node`, `add_pod`, `update_node`, `update_pod`): a test that edits `nodes[...]` in place is not seen
   by watches. `calls` counts requests by (verb, resource), as the API server's metrics do.
+- authentication: bearer tokens map to identities (`add_token`, `add_service_account_token`: a pod-bound
+  service-account token carries its pod's node name, as on Kubernetes 1.30+). Once any token is known, a
+  request without a known one gets 401 Unauthorized; a cluster that knows no token checks none (every
+  request is anonymous), as the remediator tests expect;
+- admission: `load_admission` takes rendered manifests and enforces their ValidatingAdmissionPolicies and
+  Bindings on every write, with the policies' own CEL (tests/fake_admission.py); a node PATCH is admitted
+  with the patched Node as `object` and the stored one as `oldObject`, as on the API server. A denial is
+  the API server's Status (its reason and code, its "... denied request: ..." message).
 The kubernetes client sends POST bodies without Content-Type; as the API server does, we read JSON.
 """
 
@@ -43,6 +51,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from fake_admission import ANONYMOUS, AdmissionPolicies, Attributes, Identity, attributes, service_account
 
 Obj = dict[str, Any]
 
@@ -167,6 +177,8 @@ def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str]:
 class FakeCluster:
     def __init__(self, token: str = "") -> None:
         self.token = token  # when set, requests without `Authorization: Bearer <token>` get 401
+        self.identities: dict[str, Identity] = {}  # bearer token -> who it authenticates as
+        self.admission: AdmissionPolicies | None = None  # ValidatingAdmissionPolicies enforced on writes
         self.clock: Callable[[], float] = time.time  # seconds since the epoch; pods' termination runs on it
         self.pod_grace = 1.0  # seconds an evicted pod stays Terminating, unless the pod says otherwise
         self.lock = threading.RLock()
@@ -216,7 +228,8 @@ class FakeCluster:
                     cluster.requests.append((method, url.path))
                     cluster.calls[_verb(method, url.path, query)] += 1
                     fault = cluster._take_fault(method, url.path)
-                if cluster.token and self.headers.get("Authorization") != f"Bearer {cluster.token}":
+                identity = cluster.authenticate(self.headers.get("Authorization"))
+                if identity is None:
                     return self._send(401, _status(401, "Unauthorized"))
                 if fault and fault.get("delay"):
                     time.sleep(fault["delay"])
@@ -231,7 +244,7 @@ class FakeCluster:
                 with cluster.lock:
                     try:
                         code, out = cluster._route(method, url.path, query, body,
-                                                   self.headers.get("Content-Type") or "")
+                                                   self.headers.get("Content-Type") or "", identity)
                     except ValueError as exc:
                         code, out = 400, _status(400, "BadRequest", str(exc))
                 self._send(code, out)
@@ -307,6 +320,42 @@ class FakeCluster:
             self._changed.notify_all()
         self.server.shutdown()
         self.server.server_close()
+
+    # --- authentication and admission ---------------------------------------------------------
+    def add_token(self, token: str, identity: Identity) -> Identity:
+        with self.lock:
+            self.identities[token] = identity
+        return identity
+
+    def add_service_account_token(self, token: str, namespace: str, name: str, node: str | None = None,
+                                  pod: str | None = None) -> Identity:
+        """A projected service-account token of a pod on `node` (None: a token that names no node)."""
+        return self.add_token(token, service_account(namespace, name, node, pod))
+
+    def load_admission(self, manifests: list[Obj]) -> None:
+        """Enforce the ValidatingAdmissionPolicies (and Bindings) among these manifests from now on."""
+        policies = AdmissionPolicies(manifests)
+        with self.lock:
+            self.admission = policies
+
+    def authenticate(self, authorization: str | None) -> Identity | None:
+        """Who a request is, from its Authorization header; None: 401."""
+        scheme, _, token = (authorization or "").partition(" ")
+        with self.lock:
+            if not self.token and not self.identities:
+                return ANONYMOUS  # a cluster that knows no token checks none (the remediator tests)
+            if scheme == "Bearer" and token in self.identities:
+                return self.identities[token]
+            if self.token and authorization == f"Bearer {self.token}":
+                return Identity("test-user", ("system:authenticated",))
+        return None
+
+    def _admit(self, attrs: Attributes | None, identity: Identity, obj: Obj | None,
+               old: Obj | None) -> tuple[int, Obj] | None:
+        if attrs is None or self.admission is None:
+            return None
+        denial = self.admission.admit(attrs, identity, obj, old)
+        return None if denial is None else (denial.code, denial.status)
 
     # --- test helpers ----------------------------------------------------------------------
     def _next_rv(self) -> str:
@@ -552,12 +601,18 @@ class FakeCluster:
 
     # --- the API ---------------------------------------------------------------------------
     def _route(self, method: str, path: str, query: dict[str, str], body: Any,
-               content_type: str) -> tuple[int, Obj]:
+               content_type: str, identity: Identity = ANONYMOUS) -> tuple[int, Obj]:
         fs, ls = query.get("fieldSelector"), query.get("labelSelector")
         self._reap()
         parts = path.strip("/").split("/")
+        attrs = attributes(method, path, body)
         if parts[:3] == ["api", "v1", "nodes"]:
-            return self._nodes(method, parts[3:], body, content_type, fs, ls)
+            return self._nodes(method, parts[3:], body, content_type, fs, ls, attrs, identity)
+        # Other writes are admitted before their object is looked up: `object` is the body sent (CREATE,
+        # PUT) or null (PATCH, DELETE). The chart's policies are about Nodes, admitted exactly below.
+        denied = self._admit(attrs, identity, body if method in ("POST", "PUT") else None, None)
+        if denied is not None:
+            return denied
         if parts[:3] == ["api", "v1", "pods"] and method == "GET":
             return 200, self._list("PodList", self._pods_for(fs), fs, ls)
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 5:
@@ -592,7 +647,8 @@ class FakeCluster:
                 "items": [copy.deepcopy(o) for o in items if _selected(o, fs, ls)]}
 
     def _nodes(self, method: str, rest: list[str], body: Any, content_type: str, fs: str | None,
-               ls: str | None) -> tuple[int, Obj]:
+               ls: str | None, attrs: Attributes | None = None,
+               identity: Identity = ANONYMOUS) -> tuple[int, Obj]:
         if not rest:
             if method == "GET":
                 return 200, self._list("NodeList", self.nodes.values(), fs, ls)
@@ -619,6 +675,9 @@ class FakeCluster:
                 merged = {**node, "status": merged.get("status", node.get("status"))}
             else:
                 merged["status"] = node.get("status")
+            denied = self._admit(attrs, identity, merged, node)  # after the patch is applied, before it is stored
+            if denied is not None:
+                return denied
             merged["metadata"]["resourceVersion"] = self._next_rv()
             self._emit("nodes", merged, node)
             self.nodes[rest[0]] = merged
