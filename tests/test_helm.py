@@ -6,7 +6,11 @@
   ServiceMonitor, AlertmanagerConfig) have no schema in kubernetes-validate: they are validated here
   against structural JSON schemas of the fields the chart uses (unknown fields fail), and the
   PrometheusRule's groups go through `promtool check rules` and must equal rules/.
-- RBAC: no wildcard, and no verb beyond those docs/remediation.md and docs/metrics.md need.
+- RBAC: no wildcard, and no verb beyond those docs/remediation.md and docs/metrics.md need; pods delete
+  only for a policy that force-deletes; every request the remediator's caches and the exporter make is
+  granted. Each exporter patching only its own Node (the ValidatingAdmissionPolicy): test_node_binding.py.
+- The exporter's securityContext is the narrowest the enabled probes need; the optional NetworkPolicy
+  admits only Prometheus (and Alertmanager to the remediator).
 - The rendered exporter config and remediator policy load with the programs' own parsers, and the
   flags the chart passes exist in their CLIs (read at test time: flags may change).
 """
@@ -17,6 +21,8 @@ import base64
 import json
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,21 +32,27 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from fake_cluster import FakeCluster
+from kubernetes import client
 
 from exporter import cli as exporter_cli
-from exporter.config import load_file
+from exporter.conditions import Condition
+from exporter.config import DEFAULT_PROBES, load_file
+from exporter.node_status import NodeConditionWriter
 from remediator import cli as remediator_cli
+from remediator.actions import Kube
 from remediator.policy import load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "gpuhealth"
 RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])
 DASHBOARDS = sorted((ROOT / "dashboards" / "json").glob("*.json"))
-KUBE_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0"]
+KUBE_VERSIONS = ["1.30.0", "1.31.0", "1.32.0", "1.33.0"]  # Chart.yaml kubeVersion: >=1.30 (VAP v1)
 RELEASE, NAMESPACE = "gpuhealth", "gpuhealth"
 
-# Every monitoring object on, a token from an existing Secret, policy overrides that move the Jobs,
-# other scheduling and exporter privileges, a dry run.
+# Every monitoring object on, a token from an existing Secret, policy overrides that move the Jobs and
+# force-delete pods a drain could not evict, other scheduling and exporter privileges, a dry run, the
+# NetworkPolicy.
 CUSTOM: dict[str, Any] = {
     "image": {"repository": "registry.example/gpuhealth", "tag": "0.1.0-rc1"},
     "exporter": {
@@ -61,6 +73,7 @@ CUSTOM: dict[str, Any] = {
         "webhookToken": {"existingSecret": "gpuhealth-webhook"},
         "rbac": {"karpenter": False},
         "policy": {"jobs": {"namespace": "gpuhealth-jobs"}, "budget": {"max_disrupted": 2},
+                   "drain": {"on_timeout": "force"},
                    "pools": {"label": "eks.amazonaws.com/nodegroup", "default": "unpooled"},
                    "workloads": {"enabled": True, "namespaces": ["ml", "research"],
                                  "restart_loop": {"suspend": True}}},
@@ -74,14 +87,20 @@ CUSTOM: dict[str, Any] = {
         "alertmanagerConfig": {"enabled": True, "labels": {"alertmanagerConfig": "gpuhealth"}},
     },
     "dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "GPU fleet"}},
+    "networkPolicy": {"enabled": True, "prometheus": {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}}}},
 }
-VALUES = {"default": None, "custom": CUSTOM}
+# The exporter's kernel log from a device plugin (no hostPath /dev/kmsg), and with the kernel log off.
+KMSG_INJECTED: dict[str, Any] = {"exporter": {"kmsg": {"hostPath": False}}}
+KMSG_OFF: dict[str, Any] = {"exporter": {"config": {"probes": {"kmsg": {"enabled": False}}}}}
+VALUES = {"default": None, "custom": CUSTOM, "kmsg-injected": KMSG_INJECTED, "kmsg-off": KMSG_OFF}
 
 # RBAC the programs need (docs/remediation.md, docs/metrics.md): (apiGroup, resource) -> verbs.
 REMEDIATOR_CLUSTER = {
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "nodes/status"): {"patch"},
-    ("", "pods"): {"list", "delete"},
+    ("", "pods"): {"list", "watch", "delete"},  # delete only with drain.on_timeout: force
     ("", "pods/eviction"): {"create"},
     ("karpenter.sh", "nodeclaims"): {"list", "delete"},
 }
@@ -143,7 +162,7 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 @pytest.mark.parametrize("key", sorted(VALUES))
 def test_chart_lints_strictly(key: str) -> None:
-    for kube in ("v1.29.0", "v1.32.0"):
+    for kube in ("v1.30.0", "v1.33.0"):
         report = helm.lint(CHART, VALUES[key], strict=True, namespace=NAMESPACE, kube_version=kube)
         problems = [m for m in report["messages"] if m["severity"] >= 2]
         assert not report["errors"] and not problems, report
@@ -191,7 +210,8 @@ def test_values_schema_rejects_unknown_and_wrong_values() -> None:
 
 # --- Kubernetes schemas ---
 
-BUILTIN = ("v1", "apps/v1", "policy/v1", "rbac.authorization.k8s.io/v1")
+BUILTIN = ("v1", "apps/v1", "policy/v1", "rbac.authorization.k8s.io/v1", "admissionregistration.k8s.io/v1",
+           "networking.k8s.io/v1")
 
 
 @pytest.mark.parametrize("version", KUBE_VERSIONS)
@@ -365,6 +385,7 @@ def test_exporter_may_only_read_nodes_and_patch_their_status() -> None:
 def test_remediator_holds_exactly_what_it_needs() -> None:
     grants = _grants(RENDERED["default"], "gpuhealth-remediator")
     expected = {("*", g, r): v for (g, r), v in REMEDIATOR_CLUSTER.items()}
+    expected[("*", "", "pods")] = {"list", "watch"}  # drain.on_timeout: wait (the default) deletes no pod
     expected[(NAMESPACE, "coordination.k8s.io", "leases")] = {"get", "create", "update"}
     expected[(NAMESPACE, "batch", "jobs")] = {"create", "get"}
     expected[("default", "", "events")] = {"create"}  # Events about Nodes
@@ -390,9 +411,36 @@ def test_workload_classification_is_granted_in_its_namespaces_only() -> None:
         assert grants[(ns, "", "events")] == {"create"}
         assert grants[(ns, "batch", "jobs")] == {"get", "patch"}
     assert grants[("default", "", "events")] == {"create", "list"}
-    assert grants[("*", "", "pods")] == REMEDIATOR_CLUSTER[("", "pods")]  # no cluster-wide watch or patch
+    assert grants[("*", "", "pods")] == REMEDIATOR_CLUSTER[("", "pods")]  # no cluster-wide patch
     default = _grants(RENDERED["default"], "gpuhealth-remediator")  # workloads off: nothing of it
     assert not {k for k in default if k[0] in ("ml", "research")} and default[("default", "", "events")] == {"create"}
+
+
+def test_pods_delete_is_granted_only_when_the_policy_force_deletes() -> None:
+    # remediator/drain.py deletes pods only for drain.on_timeout: force; wait and escalate only evict.
+    assert _grants(RENDERED["default"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
+    assert _grants(RENDERED["custom"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch", "delete"}
+    escalate = render({"remediator": {"policy": {"drain": {"on_timeout": "escalate"}}}})
+    assert _grants(escalate, "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
+
+
+def test_every_request_of_the_remediators_watch_caches_is_granted() -> None:
+    # The remediator keeps Nodes and Pods in watch caches (remediator/fleet_cache.py): list, then watch.
+    grants = _grants(RENDERED["default"], "gpuhealth-remediator")
+    with FakeCluster() as cluster:
+        cluster.add_node("gpu-a")
+        cluster.add_pod("gpu-a", "job-0")
+        stop = threading.Event()
+        cluster.on_close.append(stop.set)
+        kube = Kube(client.ApiClient(client.Configuration(host=cluster.url)), request_timeout=2.0)
+        assert kube.start_cache(stop).wait_synced(10)
+        deadline = time.monotonic() + 10
+        while not {("watch", "nodes"), ("watch", "pods")} <= set(cluster.calls) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        calls = set(cluster.calls)
+    assert {("list", "nodes"), ("watch", "nodes"), ("list", "pods"), ("watch", "pods")} <= calls
+    for verb, resource in calls:
+        assert verb in grants.get(("*", "", resource), set()), f"the remediator's {verb} {resource} is not granted"
 
 
 def test_lease_get_and_update_are_limited_to_the_lease() -> None:
@@ -436,14 +484,79 @@ def test_exporter_gets_its_node_name_from_the_downward_api() -> None:
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
-def test_exporter_privileges_are_stated_and_overridable() -> None:
-    default = _exporter("default")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
-    assert default == {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True}
-    custom = _exporter("custom")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
-    assert custom["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]} and custom["privileged"] is False
+def _security(key: str) -> dict[str, Any]:
+    context: dict[str, Any] = _exporter(key)["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    return context
+
+
+def _mounts(key: str) -> set[str]:
+    spec = _exporter(key)["spec"]["template"]["spec"]
+    mounts = {m["name"] for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts == {v["name"] for v in spec["volumes"]}
+    return mounts
+
+
+def test_exporter_is_privileged_only_for_the_kernel_log_from_a_host_path() -> None:
+    # The default: /dev/kmsg from the host, which an unprivileged container cannot open.
+    assert _security("default") == {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True}
+    assert "kmsg" in _mounts("default")
+
+
+def test_exporter_with_an_injected_kmsg_device_holds_cap_syslog_only() -> None:
+    assert _security("kmsg-injected") == {
+        "privileged": False, "allowPrivilegeEscalation": False, "runAsUser": 0, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert _mounts("kmsg-injected") == {"config", "sys", "state"}  # no hostPath /dev/kmsg
+
+
+def test_exporter_without_the_kernel_log_runs_as_non_root_with_no_capability() -> None:
+    context = _security("kmsg-off")
+    assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
+    assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
+    assert context["capabilities"] == {"drop": ["ALL"]} and context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert _mounts("kmsg-off") == {"config", "sys"}  # no /dev/kmsg, no kernel-log state on the host
+
+
+def test_exporter_security_context_given_in_values_is_used_as_is() -> None:
+    assert _security("custom") == CUSTOM["exporter"]["securityContext"]
     template = (CHART / "templates" / "exporter-daemonset.yaml").read_text()
     for reason in ("privileged:", "CAP_SYSLOG", "runAsUser 0", "readOnlyRootFilesystem"):
         assert reason in template, f"the DaemonSet must justify {reason}"
+
+
+def test_install_doc_says_what_each_probe_needs() -> None:
+    doc = (ROOT / "docs" / "install.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in doc.splitlines() if line.startswith("| `")}
+    assert set(DEFAULT_PROBES) <= rows, f"docs/install.md has no row for {set(DEFAULT_PROBES) - rows}"
+    for need in ("CAP_SYSLOG", "privileged", "kernel.dmesg_restrict", "NVIDIA_VISIBLE_DEVICES"):
+        assert need in doc
+
+
+# --- each exporter patches only its own Node (behaviour: test_node_binding.py) ---
+
+def test_exporter_node_binding_is_rendered_by_default_and_can_be_turned_off() -> None:
+    policy = one(RENDERED["default"], "ValidatingAdmissionPolicy")
+    binding = one(RENDERED["default"], "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"] and policy["spec"]["failurePolicy"] == "Fail"
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert any("nodes/status" in r["resources"] and "UPDATE" in r["operations"] for r in rules)
+    off = render({"exporter": {"nodeBinding": {"enabled": False}}})
+    assert not kinds(off, "ValidatingAdmissionPolicy") and not kinds(off, "ValidatingAdmissionPolicyBinding")
+
+
+def test_every_request_the_exporter_makes_is_granted(tmp_path: Path) -> None:
+    grants = _grants(RENDERED["default"], "gpuhealth-exporter")
+    (tmp_path / "token").write_text("t")
+    with FakeCluster(token="t") as cluster:
+        cluster.add_node("gpu-a")
+        writer = NodeConditionWriter(cluster.url, "gpu-a", sa_dir=str(tmp_path))
+        writer.node_labels()
+        assert writer.sync([Condition("GpuhealthGPUHealthy", "True", "GPUsHealthy", "ok")])
+        calls = set(cluster.calls)
+    assert calls == {("get", "nodes"), ("patch", "nodes/status")}
+    for verb, resource in calls:
+        assert verb in grants.get(("*", "", resource), set()), f"the exporter's {verb} {resource} is not granted"
 
 
 @pytest.mark.parametrize("key", sorted(VALUES))
@@ -554,6 +667,44 @@ def test_podmonitor_relabels_node_pool_and_job() -> None:
     pool = [r for r in one(default_meta, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["relabelings"]
             if r["targetLabel"] == "pool"]
     assert pool[1]["sourceLabels"] == ["__meta_kubernetes_node_label_karpenter_sh_nodepool"]
+
+
+def test_network_policy_is_off_by_default() -> None:
+    assert not kinds(RENDERED["default"], "NetworkPolicy")
+
+
+def _pod_of(doc: dict[str, Any]) -> tuple[dict[str, str], set[str]]:
+    template = doc["spec"]["template"]
+    return template["metadata"]["labels"], {p["name"] for c in template["spec"]["containers"] for p in c["ports"]}
+
+
+def test_network_policy_admits_only_prometheus_to_the_exporters_metrics() -> None:
+    docs = RENDERED["custom"]
+    policy = one(docs, "NetworkPolicy", "gpuhealth-exporter")["spec"]
+    labels, ports = _pod_of(one(docs, "DaemonSet"))
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [{"namespaceSelector": CUSTOM["networkPolicy"]["prometheus"]["namespaceSelector"],
+                             "podSelector": CUSTOM["networkPolicy"]["prometheus"]["podSelector"]}]
+    assert [p["port"] for p in rule["ports"]] == ["metrics"] and "metrics" in ports
+
+
+def test_network_policy_admits_prometheus_and_alertmanager_to_the_remediator() -> None:
+    docs = RENDERED["custom"]
+    policy = one(docs, "NetworkPolicy", "gpuhealth-remediator")["spec"]
+    labels, ports = _pod_of(one(docs, "Deployment"))
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    (rule,) = policy["ingress"]
+    # the chart's defaults match kube-prometheus-stack's Alertmanager pods in namespace monitoring
+    alertmanager = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}}}
+    assert rule["from"] == [{"namespaceSelector": CUSTOM["networkPolicy"]["prometheus"]["namespaceSelector"],
+                             "podSelector": CUSTOM["networkPolicy"]["prometheus"]["podSelector"]}, alertmanager]
+    assert {p["port"] for p in rule["ports"]} <= ports and rule["ports"][0]["port"] == "http"
+    # the Service Alertmanager posts to, and the ServiceMonitor's scrape, reach that same port
+    assert one(docs, "Service", "gpuhealth-remediator")["spec"]["ports"][0]["targetPort"] == "http"
+    assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "http"
 
 
 def test_rules_expect_the_job_the_podmonitor_sets() -> None:

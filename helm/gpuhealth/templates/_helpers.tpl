@@ -81,3 +81,52 @@ Roles follow the namespaces the policy names.
 {{- $label := dig "pools" "label" "karpenter.sh/nodepool" $policy -}}
 {{- printf "__meta_kubernetes_node_label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" $label "_") -}}
 {{- end -}}
+
+{{/*
+The exporter's kernel log: "hostPath" (the host's /dev/kmsg mounted: the default), "runtime" (something
+else gives the container /dev/kmsg: a device plugin or CDI) or "off" (probes.kmsg.enabled: false).
+*/}}
+{{- define "gpuhealth.exporter.kmsg" -}}
+{{- if not (dig "probes" "kmsg" "enabled" true .Values.exporter.config) -}}
+off
+{{- else if .Values.exporter.kmsg.hostPath -}}
+hostPath
+{{- else -}}
+runtime
+{{- end -}}
+{{- end -}}
+
+{{/*
+The exporter container's securityContext: exporter.securityContext as given, else the narrowest that the
+enabled probes need (docs/install.md, "What each probe needs"). Only the kernel log read from a hostPath
+/dev/kmsg needs privileged: the runtime's device cgroup lets an unprivileged container open no host
+device, whatever its capabilities. NVML, DCGM, EFA and diag need no capability.
+*/}}
+{{- define "gpuhealth.exporter.securityContext" -}}
+{{- $kmsg := include "gpuhealth.exporter.kmsg" . -}}
+{{- if .Values.exporter.securityContext -}}
+{{- toYaml .Values.exporter.securityContext -}}
+{{- else if eq $kmsg "hostPath" -}}
+privileged: true
+runAsUser: 0
+readOnlyRootFilesystem: true
+{{- else -}}
+privileged: false
+allowPrivilegeEscalation: false
+{{- if eq $kmsg "runtime" }}
+runAsUser: 0
+{{- else }}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+{{- end }}
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+  {{- if eq $kmsg "runtime" }}
+  add: [SYSLOG]
+  {{- end }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+{{- end -}}
