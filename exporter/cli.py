@@ -26,7 +26,7 @@ from exporter.exposition import start_server
 from exporter.instance_types import lookup
 from exporter.kernel_events import KernelEventMatcher, PatternError, load_patterns
 from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
-from exporter.probes.base import Probe
+from exporter.probes.base import Probe, adopt_tool_orphans, stop_tools
 from exporter.probes.dcgm import DcgmDiagProbe, DcgmExporterProbe, DcgmHealthProbe
 from exporter.probes.efa import EfaProbe, counter_selection
 from exporter.probes.kmsg import KmsgProbe
@@ -301,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from_args(args, dict(os.environ))
         logging.getLogger().setLevel(settings.log_level.upper())
         check_settings(settings)
+        adopt_tool_orphans()
         if args.once:
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
             sys.stdout.buffer.write(run_once(settings, args.show_conditions))
             return 0
         serve(settings)
@@ -309,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, PatternError, UsageError) as exc:
         print(f"gpuhealth-exporter: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        stop_tools()  # a dcgmi still running (hung, or mid-run at SIGTERM) must not outlive the exporter
 
 
 if __name__ == "__main__":

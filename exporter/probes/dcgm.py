@@ -37,8 +37,12 @@ PROBLEMS = "gpu_problems"  # facts key: list[str] of human-readable failures
 _MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
+_DETAIL_CHARS = 300  # the detail goes into log lines and node conditions: a tool's output need not fit
+
+
 def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+    line = next((line.strip() for line in text[:64 * 1024].splitlines() if line.strip()), "")
+    return line if len(line) <= _DETAIL_CHARS else line[:_DETAIL_CHARS] + "..."
 
 
 def _load_json(proc: subprocess.CompletedProcess[str], tool: str) -> dict[str, Any]:
