@@ -456,6 +456,11 @@ class FakeCluster:
             self._faults.append({"method": method, "path": re.compile(path), "status": status, "times": times,
                                  "reason": reason})
 
+    def heal(self) -> None:
+        """The outage is over: drop every injected failure and delay not yet used."""
+        with self.lock:
+            self._faults.clear()
+
     def delay(self, method: str, path: str, seconds: float, times: int = 1) -> None:
         with self.lock:
             self._faults.append({"method": method, "path": re.compile(path), "delay": seconds, "times": times})

@@ -7,7 +7,7 @@ import copy
 import csv
 import json
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +214,8 @@ def test_an_nccl_timeout_alone_is_unknown_even_with_an_app_exit_code() -> None:
 
 def test_an_nccl_timeout_with_a_node_fault_is_infra() -> None:
     pod = json.loads((FIXTURES / "pod_nccl_timeout.json").read_text())
-    signal = alert("NVLinkDown", "reset_gpu", FAILED_AT - timedelta(minutes=27), component="nvlink",
+    # the recorded pod failed at its own (real) time; the node fault is 27 minutes before it
+    signal = alert("NVLinkDown", "reset_gpu", datetime(2026, 12, 2, 9, 33, tzinfo=UTC), component="nvlink",
                    node="gpu-node-7")
     assert classify(pod, [signal]).cls == INFRA
 

@@ -1,0 +1,143 @@
+"""Debian's real Alertmanager on 127.0.0.1, routed by the project's examples/alertmanager.yml, with alerts
+pushed through its own API (POST /api/v2/alerts), as Prometheus pushes them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stamp(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class RealAlertmanager:
+    """`webhook_url`: where the gpuhealth-remediator receiver posts (None: a receiver with no webhook, so only
+    the API tells the remediator anything). `group_wait`: how long a new group waits before its first post."""
+
+    def __init__(self, webhook_url: str | None = None, token_file: str | None = None,
+                 group_wait: str = "1s") -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="gpuhealth-am-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())
+        for route in config["route"]["routes"]:
+            route.update(group_wait=group_wait, group_interval="2s", repeat_interval="1h")
+        for receiver in config["receivers"]:
+            if "webhook_configs" not in receiver:
+                continue
+            if webhook_url is None:
+                del receiver["webhook_configs"]
+                continue
+            for hook in receiver["webhook_configs"]:
+                hook["url"] = webhook_url
+                if token_file:
+                    hook["http_config"]["authorization"]["credentials_file"] = token_file
+                else:
+                    del hook["http_config"]
+        path = self.workdir / "alertmanager.yml"
+        path.write_text(yaml.safe_dump(config))
+        self.argv = ["prometheus-alertmanager", f"--config.file={path}", f"--storage.path={self.workdir}/data",
+                     f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
+                     f"--web.external-url={self.url}", "--log.level=warn"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> RealAlertmanager:
+        log = open(self.workdir / "alertmanager.log", "ab")
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log)
+        log.close()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Alertmanager did not start:\n{(self.workdir / 'alertmanager.log').read_text()}")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+    # --- the API, as Prometheus and on-call use it ---
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as r:
+            raw = r.read()
+        return json.loads(raw) if raw else None
+
+    def push(self, node: str, alertname: str = "GPUXidFatal", remediation: str = "cordon", gpu: str = "0",
+             starts: datetime | None = None, resolved: bool = False) -> None:
+        """One alert as Prometheus sends it: firing (endsAt a few minutes ahead) or resolved (endsAt now)."""
+        now = datetime.now(UTC)
+        labels = {"alertname": alertname, "node": node, "remediation": remediation, "severity": "critical",
+                  "component": "gpu", "gpu": gpu}
+        self._call("POST", "/api/v2/alerts", [{
+            "labels": labels, "annotations": {"summary": f"{alertname} on {node}"},
+            "startsAt": stamp(starts or now - timedelta(minutes=1)),
+            "endsAt": stamp(now - timedelta(milliseconds=1) if resolved else now + timedelta(minutes=5)),
+            "generatorURL": "http://prometheus.example/graph"}])
+
+    def alerts(self, node: str | None = None) -> list[dict[str, Any]]:
+        path = "/api/v2/alerts"
+        if node is not None:
+            path += "?" + urllib.parse.urlencode({"filter": f'node="{node}"'})
+        answer: list[dict[str, Any]] = self._call("GET", path)
+        return answer
+
+    def wait_listed(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            listed = self.alerts()
+            if len(listed) == count or time.monotonic() > deadline:
+                assert len(listed) == count, f"Alertmanager lists {len(listed)} alerts, expected {count}"
+                return listed
+            time.sleep(0.05)
+
+    def silence(self, node: str, minutes: int = 60) -> str:
+        now = datetime.now(UTC)
+        answer = self._call("POST", "/api/v2/silences", {
+            "matchers": [{"name": "node", "value": node, "isRegex": False, "isEqual": True}],
+            "startsAt": stamp(now), "endsAt": stamp(now + timedelta(minutes=minutes)),
+            "createdBy": "on-call", "comment": "taking over"})
+        return str(answer["silenceID"])
+
+
+def webhook_of(listed: list[dict[str, Any]], status: str = "firing") -> dict[str, Any]:
+    """The v4 body Alertmanager would post for these listed alerts (same fingerprints, same times)."""
+    alerts = [{"status": status, "labels": a["labels"], "annotations": a.get("annotations", {}),
+               "startsAt": a["startsAt"],
+               "endsAt": stamp(datetime.now(UTC)) if status == "resolved" else "0001-01-01T00:00:00Z",
+               "generatorURL": a.get("generatorURL", ""), "fingerprint": a["fingerprint"]} for a in listed]
+    return {"version": "4", "groupKey": "{}:{node=\"x\"}", "truncatedAlerts": 0, "status": status,
+            "receiver": "gpuhealth-remediator", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+            "externalURL": "http://alertmanager.example", "alerts": alerts}

@@ -1,0 +1,182 @@
+"""Level-triggered: the leader makes the Nodes' records agree with the alerts Debian's real Alertmanager lists
+as active, so a webhook lost after its 202, or a resolution answered while the API was down, is recovered
+within one sync interval; and an Alertmanager that cannot be read (or has just started) resolves nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fake_cluster import FakeCluster
+from real_alertmanager import RealAlertmanager, free_port, webhook_of
+from remediator_harness import Harness
+
+from remediator.cli import main
+from remediator.nodestate import STATE_ANNOTATION
+
+
+def policy(url: str, **alertmanager: Any) -> str:
+    settings = {"url": url, "sync_interval": "30s", "min_uptime": "0s", **alertmanager}
+    return yaml.safe_dump({"alertmanager": settings, "return_to_service": {"healthy_delay": "0s"}})
+
+
+@pytest.fixture(scope="module")
+def am() -> Iterator[RealAlertmanager]:
+    with RealAlertmanager() as alertmanager:  # no webhook: the tests post what Alertmanager would have posted
+        yield alertmanager
+
+
+@pytest.fixture
+def fresh_am() -> Iterator[RealAlertmanager]:
+    with RealAlertmanager() as alertmanager:
+        yield alertmanager
+
+
+def now() -> datetime:
+    """These tests share Alertmanager's clock (it decides what is active by the wall clock), so the harness
+    starts from it; nothing here depends on the date."""
+    return datetime.now(UTC)
+
+
+def firing(h: Harness, node: str) -> dict[str, str]:
+    return {a.name: a.status for a in h.state(node).alerts.values()}
+
+
+def test_a_resolution_lost_while_the_api_was_down_is_recovered_by_the_next_sync(cluster: FakeCluster,
+                                                                                  am: RealAlertmanager) -> None:
+    h = Harness(cluster, policy(am.url), start=now())
+    am.push("gpu-5", "GPULostResolution")
+    listed = [a for a in am.alerts("gpu-5") if a["labels"]["alertname"] == "GPULostResolution"]
+    h.post(webhook_of(listed))
+    assert ("gpu-5", "cordon", "execute") in h.decisions(h.step())
+
+    cluster.fail("PATCH", "/api/v1/nodes/gpu-5$", 503, times=1000)  # the API server is down for this node
+    am.push("gpu-5", "GPULostResolution", starts=datetime.fromisoformat(listed[0]["startsAt"].replace("Z", "+00:00")),
+            resolved=True)
+    assert h.post(webhook_of(listed, "resolved")).status_code == 202  # answered, then lost: Alertmanager won't resend
+    assert firing(h, "gpu-5") == {"GPULostResolution": "firing"}
+    cluster.heal()
+
+    h.advance(seconds=10)  # within the interval: only webhooks count, and none is coming
+    h.step()
+    assert firing(h, "gpu-5") == {"GPULostResolution": "firing"} and cluster.taints("gpu-5")
+
+    h.advance(seconds=20)  # one sync interval after the first pass
+    plans = h.step()
+    assert ("gpu-5", "uncordon", "execute") in h.decisions(plans)  # resolved, healthy, returned (the episode ends)
+    assert not cluster.taints("gpu-5")
+    assert h.metric("gpuhealth_remediator_alertmanager_sync_changes_total", change="resolved") == 1
+
+
+def test_a_new_leader_records_a_lost_webhook_and_resolves_a_lost_resolution_before_acting(
+        cluster: FakeCluster, am: RealAlertmanager) -> None:
+    first = Harness(cluster, policy(am.url, sync_interval="off"), identity="replica-a", start=now())
+    am.push("gpu-4", "GPUResolvedWhileDown")
+    listed = [a for a in am.alerts("gpu-4") if a["labels"]["alertname"] == "GPUResolvedWhileDown"]
+    first.post(webhook_of(listed))
+    first.step()
+    assert cluster.taints("gpu-4")
+    # replica-a stops; meanwhile gpu-4's alert resolves and gpu-3's fires, and neither webhook is recorded
+    am.push("gpu-4", "GPUResolvedWhileDown",
+            starts=datetime.fromisoformat(listed[0]["startsAt"].replace("Z", "+00:00")), resolved=True)
+    am.push("gpu-3", "GPUWebhookLost")
+
+    second = Harness(cluster, policy(am.url), identity="replica-b", start=first.now)
+    assert second.step() is None  # it sees replica-a's Lease, and waits it out on its own clock
+    second.advance(seconds=16)
+    plans = second.step()
+    assert ("gpu-3", "cordon", "execute") in second.decisions(plans)
+    assert ("gpu-4", "uncordon", "execute") in second.decisions(plans)
+    assert firing(second, "gpu-3") == {"GPUWebhookLost": "firing"}
+    assert "firing" not in firing(second, "gpu-4").values()
+
+
+def test_an_unreachable_alertmanager_resolves_nothing_and_says_so(cluster: FakeCluster,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(cluster, policy(f"http://127.0.0.1:{free_port()}"), start=now())
+    h.fire("gpu-2", "cordon")
+    h.step()
+    with caplog.at_level(logging.WARNING, "gpuhealth.remediator"):
+        h.advance(minutes=5)
+        h.step()
+    assert firing(h, "gpu-2") == {"GPUFault": "firing"} and cluster.taints("gpu-2")
+    assert h.metric("gpuhealth_remediator_alertmanager_up") == 0
+    assert h.metric("gpuhealth_remediator_alertmanager_syncs_total", result="error") == 2
+    assert any("nothing is resolved until it answers" in r.getMessage() for r in caplog.records)
+
+
+def test_an_alertmanager_that_just_started_records_but_never_resolves(cluster: FakeCluster,
+                                                                      fresh_am: RealAlertmanager) -> None:
+    h = Harness(cluster, policy(fresh_am.url, min_uptime="5m"), start=now())
+    h.fire("gpu-1", "cordon", alertname="GPUBeforeRestart")  # fired before Alertmanager restarted, not re-sent yet
+    fresh_am.push("gpu-8", "GPUAfterRestart")
+    fresh_am.wait_listed(1)
+    h.step()
+    assert firing(h, "gpu-1") == {"GPUBeforeRestart": "firing"}  # absent from a young Alertmanager: kept
+    assert firing(h, "gpu-8") == {"GPUAfterRestart": "firing"}
+
+
+def test_a_silenced_alert_is_kept_but_never_recorded_from_the_list(cluster: FakeCluster,
+                                                                   am: RealAlertmanager) -> None:
+    h = Harness(cluster, policy(am.url), start=now())
+    am.push("gpu-7", "GPUSilencedLater")
+    h.post(webhook_of([a for a in am.alerts("gpu-7") if a["labels"]["alertname"] == "GPUSilencedLater"]))
+    am.push("gpu-6", "GPUSilencedFirst")
+    am.silence("gpu-6")
+    am.silence("gpu-7")
+    h.step()
+    assert firing(h, "gpu-7") == {"GPUSilencedLater": "firing"}  # still active in Alertmanager: not resolved
+    assert firing(h, "gpu-6") == {}  # Alertmanager would never have sent it
+    assert not cluster.taints("gpu-6")
+
+
+def _nodes_file(cluster: FakeCluster, tmp_path: Path) -> str:
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"kind": "List", "items": [cluster.node(f"gpu-{i}") for i in range(10)]}))
+    return str(path)
+
+
+def test_plan_from_alertmanager_decides_as_the_same_alerts_posted_would(
+        cluster: FakeCluster, fresh_am: RealAlertmanager, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fresh_am.push("gpu-9", "GPUFallenOffBus", remediation="reboot")
+    fresh_am.push("gpu-8", "GPUTemperatureHigh", remediation="none")
+    listed = fresh_am.wait_listed(2)
+    (tmp_path / "policy.yaml").write_text(policy("none", min_uptime="0s"))
+    (tmp_path / "webhook.json").write_text(json.dumps(webhook_of(listed)))
+    common = ["plan", "--policy", str(tmp_path / "policy.yaml"), "--nodes", _nodes_file(cluster, tmp_path)]
+    assert main([*common, "--alerts", str(tmp_path / "webhook.json")]) == 0
+    from_webhook = capsys.readouterr().out
+    assert main([*common, "--from-alertmanager", fresh_am.url]) == 0
+    from_alertmanager = capsys.readouterr().out
+    lines = [json.loads(line) for line in from_alertmanager.splitlines()]
+    assert {(d["node"], d["action"], d["decision"]) for d in lines} >= {("gpu-9", "cordon", "execute")}
+    assert from_alertmanager == from_webhook
+
+
+def test_plan_from_alertmanager_resolves_what_alertmanager_no_longer_lists(
+        cluster: FakeCluster, fresh_am: RealAlertmanager, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    h = Harness(cluster, policy(fresh_am.url, sync_interval="off"), start=now())
+    h.fire("gpu-2", "cordon", alertname="GPUGone")
+    h.step()
+    assert cluster.taints("gpu-2")
+    (tmp_path / "policy.yaml").write_text(policy("none", min_uptime="0s"))
+    later = (h.now + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert main(["plan", "--policy", str(tmp_path / "policy.yaml"), "--nodes", _nodes_file(cluster, tmp_path),
+                 "--from-alertmanager", fresh_am.url, "--now", later]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert ("gpu-2", "uncordon", "execute") in {(d["node"], d["action"], d["decision"]) for d in lines}
+    assert json.loads(cluster.annotations("gpu-2")[STATE_ANNOTATION])["alerts"]  # plan changed nothing
+
+
+def test_plan_from_an_unreachable_alertmanager_fails_in_one_line(cluster: FakeCluster, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--nodes", _nodes_file(cluster, tmp_path), "--from-alertmanager",
+                 f"http://127.0.0.1:{free_port()}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Alertmanager: http://127.0.0.1:") and err.count("\n") == 1
