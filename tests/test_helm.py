@@ -69,7 +69,8 @@ CUSTOM: dict[str, Any] = {
     },
     "remediator": {
         "replicas": 3, "dryRun": True, "interval": 10,
-        "alertmanagerURL": "http://kps-alertmanager.monitoring.svc:9093",
+        "alertmanagerURL": "https://kps-alertmanager.monitoring.svc:9093",
+        "alertmanager": {"bearerTokenSecret": {"name": "am-reader"}, "caSecret": {"name": "am-ca", "key": "root.pem"}},
         "webhookToken": {"existingSecret": "gpuhealth-webhook"},
         "rbac": {"karpenter": False},
         "policy": {"jobs": {"namespace": "gpuhealth-jobs"}, "budget": {"max_disrupted": 2},
@@ -608,6 +609,25 @@ def test_remediator_policy_loads(key: str, tmp_path: Path) -> None:
     assert policy.alertmanager_url
     if hasattr(policy, "check_serve"):
         policy.check_serve(10.0)
+
+
+@pytest.mark.parametrize("key", sorted(VALUES))
+def test_the_alertmanager_token_and_ca_the_policy_names_are_mounted_there(key: str, tmp_path: Path) -> None:
+    text = one(RENDERED[key], "ConfigMap", "gpuhealth-remediator")["data"]["policy.yaml"]
+    (tmp_path / "policy.yaml").write_text(text)
+    policy = load_policy(str(tmp_path / "policy.yaml"))
+    pod = _remediator(key)["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    secrets = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    files = {}
+    for volume, secret in secrets.items():
+        for item in secret.get("items", []):
+            files[f"{mounts[volume]}/{item['path']}"] = (secret["secretName"], item["key"])
+    if key != "custom":
+        assert policy.alertmanager_token_file is None and policy.alertmanager_ca_file is None
+        return
+    assert files[str(policy.alertmanager_token_file)] == ("am-reader", "token")
+    assert files[str(policy.alertmanager_ca_file)] == ("am-ca", "root.pem")
 
 
 def test_remediator_runs_two_replicas_with_a_pdb_and_a_service() -> None:

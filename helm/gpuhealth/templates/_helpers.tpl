@@ -72,6 +72,14 @@ Roles follow the namespaces the policy names.
   "jobs" (dict "namespace" .Release.Namespace "service_account" (include "gpuhealth.nodeAction.fullname" .))
   "leader" (dict "namespace" .Release.Namespace "name" (include "gpuhealth.remediator.fullname" .))
   "alertmanager" (dict "url" .Values.remediator.alertmanagerURL) -}}
+{{- with .Values.remediator.alertmanager }}
+{{- if .bearerTokenSecret.name }}
+{{- $_ := set $derived.alertmanager "bearer_token_file" (printf "/var/run/secrets/alertmanager-token/%s" .bearerTokenSecret.key) }}
+{{- end }}
+{{- if .caSecret.name }}
+{{- $_ := set $derived.alertmanager "ca_file" (printf "/var/run/secrets/alertmanager-ca/%s" .caSecret.key) }}
+{{- end }}
+{{- end }}
 {{- toYaml (mustMergeOverwrite $derived (deepCopy .Values.remediator.policy)) -}}
 {{- end -}}
 
