@@ -80,6 +80,12 @@ _FAMILIES = [
            "Records that mention an NVRM Xid but match no Xid pattern (a new line shape: never silent).", "kmsg"),
     Family("gpuhealth_kmsg_records_missed", "counter", (),
            "Records lost before they could be read (ring buffer overwritten, seen as a sequence gap).", "kmsg"),
+    Family("gpuhealth_kmsg_lines_unrecognised", "counter", (),
+           "Lines of a --kmsg-file input in no kernel-log shape and not text (binary, corrupt): never parsed. "
+           "While they outnumber the records read, the probe fails (bad_output: not a kernel log).", "kmsg"),
+    Family("gpuhealth_kmsg_lines_truncated", "counter", (),
+           "Lines of a --kmsg-file input longer than 64 KiB (no kernel record is): cut there, the rest skipped "
+           "up to the next newline.", "kmsg"),
     # --- GPU state (NVML and/or DCGM; `source` tells which) ---
     Family("gpuhealth_gpu_info", "gauge", (*GPU_SOURCED, "model"), "Always 1 per GPU a source sees.", BOTH_GPU_SOURCES),
     Family("gpuhealth_gpu_ecc_errors", "counter", (*GPU_SOURCED, "type", "scope"),

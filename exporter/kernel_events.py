@@ -37,6 +37,10 @@ class Pattern:
     event: str = ""
     xid: str = ""
     extract: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    # One event printed over several lines: this line is part of the event that a line of one of these
+    # patterns just before it reported (an AER detail after its header), or, for `announces`, just after it.
+    part_of: tuple[str, ...] = ()
+    announces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Match:
     kind: str
     fields: dict[str, str]
     implied: bool = False  # the Xid comes from the pattern (a "fallen off the bus" line), not the text
+    part_of: tuple[str, ...] = ()
+    announces: tuple[str, ...] = ()
 
 
 def default_pattern_file() -> Path:
@@ -64,7 +70,7 @@ def _pattern(path: Path, i: int, entry: Any) -> Pattern:
     where = f"{path}: patterns[{i}]"
     if not isinstance(entry, dict):
         raise PatternError(f"{where}: must be a mapping")
-    unknown = set(entry) - {"name", "kind", "regex", "event", "xid", "extract"}
+    unknown = set(entry) - {"name", "kind", "regex", "event", "xid", "extract", "part_of", "announces"}
     if unknown:
         raise PatternError(f"{where}: unknown key(s) {sorted(unknown)}")
     name = entry.get("name")
@@ -85,6 +91,9 @@ def _pattern(path: Path, i: int, entry: Any) -> Pattern:
     missing = sorted(REQUIRED_GROUPS.get(kind, set()) - set(regex.groupindex))
     if missing:
         raise PatternError(f"{where}: a {kind} pattern needs the group(s) {', '.join(missing)}")
+    related = {key: _names(where, key, entry.get(key)) for key in ("part_of", "announces")}
+    if kind != "event" and any(related.values()):
+        raise PatternError(f"{where}: part_of/announces are for event patterns")
     return Pattern(
         name=name,
         kind=kind,
@@ -92,7 +101,17 @@ def _pattern(path: Path, i: int, entry: Any) -> Pattern:
         event=str(entry.get("event", "")),
         xid=str(entry.get("xid", "")),
         extract={k: _compile(f"{where} extract.{k}", v) for k, v in extract.items()},
+        part_of=related["part_of"],
+        announces=related["announces"],
     )
+
+
+def _names(where: str, key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PatternError(f"{where}: {key} must be a list of pattern names")
+    return tuple(value)
 
 
 def load_patterns(path: Path | None = None) -> list[Pattern]:
@@ -105,7 +124,13 @@ def load_patterns(path: Path | None = None) -> list[Pattern]:
         raise PatternError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):
         raise PatternError(f"{path}: needs a top-level `patterns:` list")
-    return [_pattern(path, i, entry) for i, entry in enumerate(doc["patterns"])]
+    patterns = [_pattern(path, i, entry) for i, entry in enumerate(doc["patterns"])]
+    names = {p.name for p in patterns}
+    for p in patterns:
+        unknown = sorted(set(p.part_of + p.announces) - names)
+        if unknown:
+            raise PatternError(f"{path}: pattern {p.name!r}: part_of/announces name no pattern: {', '.join(unknown)}")
+    return patterns
 
 
 class KernelEventMatcher:
@@ -139,5 +164,5 @@ class KernelEventMatcher:
                 em = rx.search(text)
                 if em:
                     fields.update({f"{key}_{g}" if g != "v" else key: v for g, v in em.groupdict().items() if v})
-            return Match(p.name, p.kind, fields, implied=bool(p.xid))
+            return Match(p.name, p.kind, fields, bool(p.xid), p.part_of, p.announces)
         return None

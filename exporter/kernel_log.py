@@ -7,7 +7,11 @@ continuation lines that start with a space and carry KEY=value metadata), `dmesg
 message text. In the text shapes an indented line continues the previous record's message.
 
 Only kernel records count: a /dev/kmsg record whose facility is not 0, an ISO line from another
-facility, or a syslog line from another program is marked `kernel=False`.
+facility, a syslog line from another program, or a container runtime's log line (CRI `<time> stdout F`,
+Docker's `{"log":...}`: an application echoing a kernel line) is marked `kernel=False`. A dmesg prefix is
+a dmesg time stamp in brackets, not any bracketed word (`[INFO] NVRM: Xid ...` is an application's).
+A line in no shape that is not text either (control characters, bytes that are not UTF-8: a binary
+file, a corrupt log) is marked `known=False`: it is counted as such, never parsed.
 """
 
 from __future__ import annotations
@@ -19,8 +23,20 @@ from typing import NamedTuple
 KERNEL_FACILITY = 0
 
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)$", re.DOTALL)
-_BRACKET = re.compile(r"^\[(?P<stamp>[^\]]*)\]\s?(?P<text>.*)$")
-_MONOTONIC = re.compile(r"^\s*(?P<sec>\d+)\.(?P<frac>\d+)\s*$")
+# dmesg's time stamps (util-linux): default `[ 1843.308145]`, -T `[Sun Jan  5 18:28:55 2025]`, --time-format
+# reltime `[Feb23 16:24]` / `[  +0.000123]`, -d `[ 1843.308145 <    0.000123>]` and delta `[<    0.000123>]`;
+# then, from a kernel built with CONFIG_PRINTK_CALLER, the caller (`[  T123]`, `[    C2]`).
+_BRACKET = re.compile(
+    r"^\[(?:\s*(?P<sec>\d+)\.(?P<frac>\d+)(?:\s+<\s*\d+\.\d+>)?"
+    r"|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+    r"|[A-Z][a-z]{2}\d\d \d\d:\d\d|\s*[+-]\d+\.\d+|<\s*\d+\.\d+>)\]\s?(?:\[\s*[TC]\d+\]\s?)?(?P<text>.*)$"
+)
+# `journalctl -o short-monotonic`: the dmesg stamp, then the host and the program.
+_MONOTONIC_JOURNAL = re.compile(r"^\S+ kernel: (?P<text>.*)$")
+# `dmesg --time-format iso` without -x: the stamp alone (comma before the microseconds, as dmesg prints it).
+_DMESG_ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d (?P<text>.*)$")
+# Container logs: CRI (containerd, CRI-O: `<RFC 3339 time> stdout|stderr F|P <line>`) and Docker's json-file.
+_CONTAINER = re.compile(r'^(?:\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] |\{"log":")')
 # `dmesg -x` decodes facility and level before whatever time format follows (ISO, [monotonic], -T).
 _DECODED = re.compile(
     r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s+(?:\d{4}-\d\d-\d\dT\S+\s|\[[^\]]*\]\s?)?(?P<text>.*)$"
@@ -45,6 +61,12 @@ class KernelRecord(NamedTuple):  # a NamedTuple: built once per record, at under
     kernel: bool = True
     seq: int | None = None
     usec: int | None = None
+    known: bool = True  # False: a line in no kernel-log shape, and not text (see the module's docstring)
+
+
+def _is_text(line: str) -> bool:
+    """Printable apart from tabs, and decoded without a replacement character."""
+    return (line.isprintable() or line.replace("\t", " ").isprintable()) and "\ufffd" not in line
 
 
 def parse_kmsg_record(raw: str) -> KernelRecord | None:
@@ -68,9 +90,10 @@ def _parse_other_shape(line: str) -> KernelRecord:
     """A text line that is not a /dev/kmsg record."""
     m = _BRACKET.match(line)
     if m:
-        mono = _MONOTONIC.match(m.group("stamp"))
-        usec = int(mono.group("sec")) * 1_000_000 + int(mono.group("frac")[:6].ljust(6, "0")) if mono else None
-        return KernelRecord(text=m.group("text").strip(), usec=usec)
+        sec, frac, text = m.groups()
+        usec = int(sec) * 1_000_000 + int(frac[:6].ljust(6, "0")) if sec is not None else None
+        journal = _MONOTONIC_JOURNAL.match(text)
+        return KernelRecord((journal.group("text") if journal else text).strip(), usec=usec)
     m = _DECODED.match(line)
     if m and (m.group("facility") in _ISO_FACILITIES or m.group("facility").startswith("local")):
         facility = _ISO_FACILITIES.get(m.group("facility"), -1)
@@ -81,9 +104,16 @@ def _parse_other_shape(line: str) -> KernelRecord:
     m = _SYSLOG_KERNEL.match(line)
     if m:
         return KernelRecord(text=m.group("text").strip())
+    m = _DMESG_ISO.match(line)
+    if m:
+        return KernelRecord(text=m.group("text").strip())
     m = _SYSLOG_OTHER.match(line)
     if m:
         return KernelRecord(text=m.group("text").strip(), kernel=False)
+    if _CONTAINER.match(line):
+        return KernelRecord(text=line.strip(), kernel=False)
+    if not _is_text(line):
+        return KernelRecord(text="", kernel=False, known=False)
     return KernelRecord(text=line.strip())
 
 
@@ -98,7 +128,7 @@ def iter_text_records(lines: Iterable[str]) -> Iterator[KernelRecord]:
         line = raw.rstrip("\r\n")
         if line.startswith("#"):
             continue
-        if line[:1] in (" ", "\t") and pending is not None and line.strip():
+        if line[:1] in (" ", "\t") and pending is not None and pending.known and line.strip() and _is_text(line):
             if pending.seq is not None:
                 continue  # /dev/kmsg metadata (" SUBSYSTEM=pci"), not message text
             pending = KernelRecord(f"{pending.text} {line.strip()}", pending.kernel, pending.seq, pending.usec)

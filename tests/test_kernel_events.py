@@ -59,8 +59,8 @@ EXPECTED_SAMPLES: list[tuple[str | None, dict[str, str]]] = [
 ]
 
 EXPECTED_CONSTRUCTED: list[tuple[str | None, dict[str, str]]] = [
-    (None, {}),  # "error message received" summary: the per-device line below is the one counted
-    ("event", {"event": "pcie_aer_fatal", "device": "0000:17:00.0"}),
+    ("event", {"event": "pcie_aer_fatal", "device": "0000:17:00.0"}),  # the header names the source device
+    ("event", {"event": "pcie_aer_fatal", "device": "0000:17:00.0"}),  # its detail: part of it (the probe)
     ("event", {"event": "pcie_aer_nonfatal", "device": "0000:18:00.0"}),
     ("event", {"event": "pcie_aer_corrected", "device": "0000:00:03.0"}),
     ("event", {"event": "mce"}),

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from exporter.kernel_events import RECOVERY_ACTIONS, KernelEventMatcher, Match
 from exporter.kernel_log import KernelRecord
 from exporter.pci import normalize_bus_id
-from exporter.probes.kmsg_sources import DeviceSource, FileSource, Position
+from exporter.probes.base import BAD_OUTPUT, ProbeError
+from exporter.probes.kmsg_sources import Batch, DeviceSource, FileSource, Position
 from exporter.samples import ProbeResult
 
 log = logging.getLogger(__name__)
@@ -31,13 +32,16 @@ RECENT_EVENTS = 1000  # recent faults kept for node conditions
 # the two lines for one GPU within this many seconds are one event.
 SAME_EVENT_SECONDS = 10.0
 SAME_EVENT_RECORDS = 8
+# The lines of one multi-line report (an AER header and its details, a machine check record) come within
+# microseconds: within this many seconds, where both lines carry the kernel's time, and SAME_EVENT_RECORDS.
+SAME_REPORT_SECONDS = 1.0
 
 
 class Source(Protocol):
     kind: str
     path: str
 
-    def read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]: ...
+    def read(self, position: Position, until: float) -> Batch: ...
 
     def close(self) -> None: ...
 
@@ -69,6 +73,9 @@ def _key(family: str, labels: dict[str, str]) -> Key:
 
 _KERNEL_RECORDS = _key("gpuhealth_kmsg_records", {"origin": "kernel"})
 _USERSPACE_RECORDS = _key("gpuhealth_kmsg_records", {"origin": "userspace"})
+_UNRECOGNISED = _key("gpuhealth_kmsg_lines_unrecognised", {})
+_TRUNCATED = _key("gpuhealth_kmsg_lines_truncated", {})
+Stamp = tuple[int, float | None]  # (kernel record number, kernel time in seconds) of a line
 
 
 class KmsgProbe:
@@ -95,6 +102,8 @@ class KmsgProbe:
         self._state_warned = False
         self._records_seen = 0
         self._last_79: dict[str, tuple[float | None, int, bool]] = {}  # pci -> (time, record number, implied)
+        self._last_line: dict[str, Stamp] = {}  # event pattern -> its last line (or a line of its event)
+        self._announced: list[tuple[Match, KernelRecord, Stamp]] = []  # `announces` lines not yet settled
         self._load_state()
 
     @classmethod
@@ -120,7 +129,8 @@ class KmsgProbe:
             log.info("kmsg state %s is from another boot or source: starting afresh", self.state_file)
             return
         try:
-            position = Position(doc.get("last_seq"), doc.get("inode"), int(doc.get("offset", 0)))
+            position = Position(doc.get("last_seq"), doc.get("inode"), int(doc.get("offset", 0)),
+                                bool(doc.get("skipping", False)))
             counts = {_key(str(f), dict(labels)): float(v) for f, labels, v in doc.get("counts", [])}
             recovery = {str(k): (int(v[0]), str(v[1]), float(v[2])) for k, v in doc.get("recovery", {}).items()}
             recent = [dict(e) for e in doc.get("recent", [])]
@@ -142,6 +152,7 @@ class KmsgProbe:
             "last_seq": self.position.last_seq,
             "inode": self.position.inode,
             "offset": self.position.offset,
+            "skipping": self.position.skipping,
             "counts": [[family, dict(labels), value] for (family, labels), value in self.counts.items()],
             "gpu_uuids": self.gpu_uuids,
             "recovery": self.recovery,
@@ -175,11 +186,14 @@ class KmsgProbe:
         self.recent.append({"time": self._event_time(record), "kind": kind, **labels})
 
     def _handle(self, record: KernelRecord) -> None:
-        key = _KERNEL_RECORDS if record.kernel else _USERSPACE_RECORDS  # every record: no per-record label dict
-        self.counts[key] = self.counts.get(key, 0) + 1
-        if not record.kernel:
+        if not record.kernel:  # every record is counted: no per-record label dict
+            key = _USERSPACE_RECORDS if record.known else _UNRECOGNISED
+            self.counts[key] = self.counts.get(key, 0) + 1
             return  # user space can write anything to /dev/kmsg; only the kernel is believed
+        self.counts[_KERNEL_RECORDS] = self.counts.get(_KERNEL_RECORDS, 0) + 1
         self._records_seen += 1
+        if self._announced:
+            self._settle_announced(None, (self._records_seen, record.usec / 1e6 if record.usec is not None else None))
         match = self.matcher.match(record.text)
         if match is None or match.kind == "ignore":
             return
@@ -193,11 +207,51 @@ class KmsgProbe:
             self._count("gpuhealth_nvswitch_sxid_errors", labels)
             self._remember(record, "sxid", labels)
         elif match.kind == "event":
-            labels = {"event": match.fields["event"], "device": normalize_bus_id(match.fields.get("device", ""))}
-            self._count("gpuhealth_kernel_events", labels)
-            self._remember(record, "event", labels)
+            self._on_event(match, record)
         elif match.kind == "unparsed_xid":
             self._count("gpuhealth_kmsg_unparsed_xid_records", {})
+
+    def _on_event(self, m: Match, record: KernelRecord) -> None:
+        stamp: Stamp = (self._records_seen, record.usec / 1e6 if record.usec is not None else None)
+        if m.part_of:
+            for name in m.part_of:
+                last = self._last_line.get(name)
+                if last is not None and self._same_report(last, stamp):
+                    self._last_line[name] = stamp  # the event goes on: its next detail block is part of it too
+                    return
+        self._last_line[m.pattern] = stamp
+        if m.announces:
+            self._announced.append((m, record, stamp))
+            return
+        if self._announced:
+            self._settle_announced(m.pattern, stamp)
+        self._count_event(m, record)
+
+    def _count_event(self, m: Match, record: KernelRecord) -> None:
+        labels = {"event": m.fields["event"], "device": normalize_bus_id(m.fields.get("device", ""))}
+        self._count("gpuhealth_kernel_events", labels)
+        self._remember(record, "event", labels)
+
+    def _same_report(self, earlier: Stamp, later: Stamp) -> bool:
+        if later[0] - earlier[0] > SAME_EVENT_RECORDS:
+            return False
+        return earlier[1] is None or later[1] is None or abs(later[1] - earlier[1]) <= SAME_REPORT_SECONDS
+
+    def _settle_announced(self, announced: str | None, stamp: Stamp) -> None:
+        """Drop an announcing line when the line it announces (`announced`) follows; count it once none can."""
+        waiting = []
+        for m, record, at in self._announced:
+            same = self._same_report(at, stamp)
+            if not same:
+                self._count_event(m, record)
+            elif announced not in m.announces:
+                waiting.append((m, record, at))
+        self._announced = waiting
+
+    def _flush_announced(self) -> None:
+        for m, record, _ in self._announced:
+            self._count_event(m, record)
+        self._announced = []
 
     def _same_fall_off_the_bus(self, m: Match, pci: str, record: KernelRecord) -> bool:
         """The driver reports one GPU falling off the bus as "Xid 79" and as a plain line: count it once.
@@ -233,21 +287,35 @@ class KmsgProbe:
         """Read what is new and count it; all or nothing, so a failure part-way loses no record."""
         until = time.monotonic() + deadline * 0.8
         position = replace(self.position)
-        records, missed = self.source.read(position, until)
+        records, missed, truncated = self.source.read(position, until)
         saved = (dict(self.counts), dict(self.gpu_uuids), dict(self.recovery), deque(self.recent, RECENT_EVENTS))
         try:
             for record in records:
                 self._handle(record)
+            # Lines a report printed later than this batch are taken as another report.
+            self._flush_announced()
         except Exception:
             self.counts, self.gpu_uuids, self.recovery, self.recent = saved
+            self._announced = []
             self.source.close()  # the device is re-read from the committed position
             raise
-        self.position = position
+        moved, self.position = position != self.position, position
         if missed:
             self._count("gpuhealth_kmsg_records_missed", {}, missed)
-        if records or missed:
+        if truncated:
+            self._count("gpuhealth_kmsg_lines_truncated", {}, truncated)
+        if records or missed or truncated or moved:
             self._save_state()
+        self._fail_unless_a_kernel_log()
         return self._result()
+
+    def _fail_unless_a_kernel_log(self) -> None:
+        """Fail closed on input that is mostly not a kernel log (a binary file, the wrong file)."""
+        garbage = self.counts.get(_UNRECOGNISED, 0)
+        records = self.counts.get(_KERNEL_RECORDS, 0) + self.counts.get(_USERSPACE_RECORDS, 0)
+        if garbage > records:
+            raise ProbeError(BAD_OUTPUT, f"{self.source.path}: not a kernel log: {garbage:.0f} of "
+                                         f"{garbage + records:.0f} lines are in no kernel-log shape")
 
     def _result(self) -> ProbeResult:
         # Series that exist from the start, so that increase() sees the first event.
@@ -256,6 +324,8 @@ class KmsgProbe:
             _key("gpuhealth_kmsg_unparsed_xid_records", {}): 0.0,
             _key("gpuhealth_kmsg_records", {"origin": "kernel"}): 0.0,
             _key("gpuhealth_kmsg_records", {"origin": "userspace"}): 0.0,
+            _UNRECOGNISED: 0.0,
+            _TRUNCATED: 0.0,
         }
         totals.update(self.counts)
         result = ProbeResult()

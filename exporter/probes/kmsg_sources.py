@@ -6,6 +6,7 @@ import errno
 import os
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from exporter.kernel_log import KernelRecord, iter_text_records, parse_kmsg_record
 from exporter.probes.base import NOT_FOUND, ProbeError
@@ -15,6 +16,12 @@ _READ_SIZE = 16384  # larger than any /dev/kmsg record (the kernel caps one at ~
 
 _CHUNK = 1 << 20
 _MAX_CHUNKS_PER_RUN = 16
+# No kernel record is near this long (printk caps a message at 1-2 KiB, /dev/kmsg a record with its metadata
+# at ~8 KiB): a longer line is cut here and the rest skipped, so one runaway line cannot stop the reader.
+MAX_LINE = 64 * 1024
+# A last line without its newline is taken as whole once the file has not changed for this long: a writer
+# appends a line in one write, while a pasted capture often just ends without one.
+SETTLED_SECONDS = 2.0
 
 
 @dataclass
@@ -24,6 +31,13 @@ class Position:
     last_seq: int | None = None  # /dev/kmsg: sequence number of the last record handled
     inode: int | None = None  # file: identity of the file followed
     offset: int = 0  # file: bytes consumed
+    skipping: bool = False  # file: inside an over-long line, whose rest is skipped up to its newline
+
+
+class Batch(NamedTuple):
+    records: list[KernelRecord]
+    missed: int = 0  # lost to ring-buffer overwrites (/dev/kmsg)
+    truncated: int = 0  # lines cut at MAX_LINE (file)
 
 
 class DeviceSource:
@@ -43,7 +57,7 @@ class DeviceSource:
                 raise ProbeError(NOT_FOUND, f"{self.path}: no such device") from exc
         return self._fd
 
-    def read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]:
+    def read(self, position: Position, until: float) -> Batch:
         """New records (sequence > position.last_seq) and how many were lost to ring-buffer overwrites.
 
         On an error the device is closed, so the next read starts again from the oldest record and
@@ -55,7 +69,7 @@ class DeviceSource:
             self.close()
             raise
 
-    def _read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]:
+    def _read(self, position: Position, until: float) -> Batch:
         fd = self._open()
         records: list[KernelRecord] = []
         missed = 0
@@ -81,7 +95,7 @@ class DeviceSource:
                 missed += record.seq - position.last_seq - 1
             position.last_seq = record.seq
             records.append(record)
-        return records, missed
+        return Batch(records, missed)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -92,38 +106,60 @@ class DeviceSource:
 class FileSource:
     """A log file in any text shape (a dmesg capture, a journal export), read from where it stopped.
 
-    Only whole lines are consumed; a file that was replaced or truncated is read again from its start.
+    Whole lines are consumed, and a last line without a newline once the file has settled; a line longer
+    than MAX_LINE is cut there and counted. A file that was replaced or truncated is read again from its start.
     """
 
     kind = "file"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, settled_seconds: float = SETTLED_SECONDS) -> None:
         self.path = path
+        self.settled_seconds = settled_seconds
 
-    def read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]:
+    def read(self, position: Position, until: float) -> Batch:
         chunks: list[bytes] = []
+        at_end = False
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 if position.inode != st.st_ino or st.st_size < position.offset:
-                    position.inode, position.offset = st.st_ino, 0
+                    position.inode, position.offset, position.skipping = st.st_ino, 0, False
                 f.seek(position.offset)
                 # Bounded per run, so a multi-gigabyte log is worked through over several runs.
                 while len(chunks) < _MAX_CHUNKS_PER_RUN and time.monotonic() < until:
                     chunk = f.read(_CHUNK)
                     if not chunk:
+                        at_end = True
                         break
                     chunks.append(chunk)
+                settled = at_end and time.time() - os.fstat(f.fileno()).st_mtime >= self.settled_seconds
         except FileNotFoundError as exc:
             raise ProbeError(NOT_FOUND, f"{self.path}: no such file") from exc
         data = b"".join(chunks)
-        end = data.rfind(b"\n") + 1
-        if end == 0:
-            return [], 0
+        start = 0
+        if position.skipping:
+            newline = data.find(b"\n")
+            if newline < 0:
+                position.offset += len(data)
+                return Batch([])
+            start, position.skipping = newline + 1, False
+        end = max(data.rfind(b"\n") + 1, start)
+        lines: list[str] = []
+        if end > start:
+            # Split on newlines only: str.splitlines() would also split on \r, \x0b, \x1c... inside a message.
+            lines = data[start:end - 1].decode("utf-8", errors="replace").split("\n")
+        tail = len(data) - end
+        truncated = 0
+        if tail > MAX_LINE or (tail and settled):
+            lines.append(data[end:end + MAX_LINE].decode("utf-8", errors="replace"))
+            position.skipping = tail > MAX_LINE
+            end = len(data)
+        if len(data) - start > MAX_LINE and any(len(line) > MAX_LINE for line in lines):
+            truncated = sum(len(line) > MAX_LINE for line in lines)
+            lines = [line[:MAX_LINE] for line in lines]
+        truncated += int(position.skipping)
         position.offset += end
-        # Split on newlines only: str.splitlines() would also split on \r, \x0b, \x1c... inside a message.
-        lines = data[: end - 1].decode("utf-8", errors="replace").split("\n")
-        return list(iter_text_records(lines)), 0
+        return Batch(list(iter_text_records(lines)), 0, truncated)
 
     def close(self) -> None:
         pass
