@@ -120,3 +120,18 @@ def test_a_policy_file_that_is_not_utf8_names_the_file_and_why(tmp_path: Path) -
         load_policy(path)
     assert err.value.line == 2
     assert str(err.value).startswith(f"{path}: <file> (line 2): not UTF-8: byte 0xe9")
+
+
+def test_an_ha_alertmanager_is_a_list_of_members_asked_in_order() -> None:
+    policy = parse_policy("alertmanager: {url: [http://am-0:9093/, http://am-1:9093]}")
+    assert policy.alertmanager_members == ("http://am-0:9093", "http://am-1:9093")
+    assert parse_policy("alertmanager: {url: none}").alertmanager_members == ()
+
+
+def test_the_alertmanager_sync_can_be_turned_off_and_its_settings_are_checked() -> None:
+    assert parse_policy("alertmanager: {sync_interval: off}").alertmanager_sync_interval is None
+    assert parse_policy("alertmanager: {sync_interval: 1m}").alertmanager_sync_interval == timedelta(minutes=1)
+    with pytest.raises(PolicyError, match=r"alertmanager\.receiver.*not a regular expression"):
+        parse_policy("alertmanager:\n  receiver: '(unclosed'\n")
+    with pytest.raises(PolicyError, match=r"alertmanager\.url.*expected an http\(s\) URL"):
+        parse_policy("alertmanager: {url: [http://am-0:9093, am-1:9093]}")
