@@ -13,6 +13,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,8 +40,10 @@ def in_cluster_api() -> str:
 
 
 class NodeConditionWriter:
-    def __init__(self, api: str, node: str, sa_dir: str = SA_DIR, timeout: float = 10.0) -> None:
+    def __init__(self, api: str, node: str, sa_dir: str = SA_DIR, timeout: float = 10.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.api = api.rstrip("/")
+        self.clock = clock  # wall-clock seconds, for the conditions' heartbeat and transition times
         self.node = node
         self.sa_dir = sa_dir
         self.timeout = timeout
@@ -85,7 +88,7 @@ class NodeConditionWriter:
         if self._written is None or time.monotonic() - self._loaded_at > RELOAD_SECONDS:
             self._written = self._load()  # re-read now and then: someone may have changed or recreated the Node
             self._loaded_at = time.monotonic()
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         changed = False
         patch: list[dict[str, str]] = []
         for c in conditions:

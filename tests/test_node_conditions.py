@@ -124,9 +124,10 @@ def test_conditions_are_patched_only_when_they_change(api: FakeCluster, sa_dir: 
     with log.open("a") as f:
         f.write("[ 2.0] NVRM: Xid (PCI:0000:05:00): 48\n")
     sick = evaluate(snapshot_with(log).view(), Expectations(gpus=8), 900)
-    writer = NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir)
+    writer = NodeConditionWriter(api.url, "gpu-node-1", sa_dir=sa_dir, clock=lambda: 1_900_000_000.0)
     assert writer.sync(sick) is True
     now = stored(api)
+    assert now["GpuhealthGPUHealthy"]["lastTransitionTime"] == "2030-03-17T17:46:40Z"  # the writer's clock
     assert now["GpuhealthGPUHealthy"]["status"] == "False"
     assert now["GpuhealthGPUHealthy"]["message"] == "Xid 48 on GPU 00000000:05:00.0"
     # unchanged conditions keep their transition time
