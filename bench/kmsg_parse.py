@@ -51,7 +51,7 @@ from synthetic_log import SyntheticLog, append_at_rate
 from exporter.kernel_events import KernelEventMatcher, Pattern, load_patterns
 from exporter.kernel_log import KernelRecord
 from exporter.probes.kmsg import KmsgProbe
-from exporter.probes.kmsg_sources import FileSource, Position
+from exporter.probes.kmsg_sources import Batch, FileSource, Position
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 
@@ -150,9 +150,9 @@ class SeqCheckingSource(FileSource):
         self.repeats = 0
         self.read_count = 0
 
-    def read(self, position: Position, until: float) -> tuple[list[KernelRecord], int]:
-        records, missed = super().read(position, until)
-        for record in records:
+    def read(self, position: Position, until: float) -> Batch:
+        batch = super().read(position, until)
+        for record in batch.records:
             if record.seq is None:
                 continue
             if record.seq <= self.last_seq:
@@ -161,7 +161,7 @@ class SeqCheckingSource(FileSource):
             self.gaps += record.seq - self.last_seq - 1
             self.last_seq = record.seq
             self.read_count += 1
-        return records, missed
+        return batch
 
 
 @dataclass

@@ -113,6 +113,9 @@ def test_a_new_pattern_is_one_entry_in_the_data_file(tmp_path: Path) -> None:
     ("rules: []\n", "needs a top-level `patterns:` list"),
     ("patterns:\n  - {name: x, kind: gpu_map, regex: 'GPU at (?P<pci>\\S+)'}\n", "needs the group(s) uuid"),
     ("patterns:\n  - {name: x, kind: sxid, regex: 'SXid (?P<sxid>\\d+)'}\n", "needs the group(s) fatal, pci"),
+    ("patterns:\n  - {name: x, kind: event, event: e, regex: a, part_of: [y]}\n", "name no pattern: y"),
+    ("patterns:\n  - {name: x, kind: event, event: e, regex: a, announces: y}\n", "announces must be a list"),
+    ("patterns:\n  - {name: x, kind: ignore, regex: a, part_of: [x]}\n", "part_of/announces are for event patterns"),
 ])
 def test_a_bad_pattern_file_is_refused_with_file_entry_and_reason(tmp_path: Path, body: str, why: str) -> None:
     f = tmp_path / "bad.yaml"
@@ -126,3 +129,8 @@ def test_a_missing_or_unreadable_pattern_file_is_a_clear_error(tmp_path: Path) -
     for path, why in ((tmp_path / "none.yaml", "No such file"), (tmp_path, "Is a directory")):
         with pytest.raises(PatternError, match=why):
             load_patterns(path)
+
+
+def test_every_shipped_pattern_is_anchored_at_the_start_of_the_kernel_message() -> None:
+    # an application's log that quotes a kernel line must not match: only the kernel's own prefix starts a record
+    assert [p.name for p in load_patterns() if not p.regex.pattern.startswith("^")] == []

@@ -90,3 +90,35 @@ def test_user_space_lines_in_every_decoded_shape_are_not_kernel() -> None:
     assert [r.kernel for r in iter_text_records(lines)] == [False] * len(lines)
     kernel = [f"kern  :err   : [   12.345678] {xid}", f"<3>[   12.345678] {xid}", f"<3>{xid}"]
     assert [(r.kernel, r.text) for r in iter_text_records(kernel)] == [(True, xid)] * 3
+
+
+def test_every_dmesg_time_stamp_and_the_printk_caller_reduce_to_the_message() -> None:
+    message = "watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [002-logging:310]"
+    lines = [
+        f"[  129.338433][    C1] {message}",  # console of a CONFIG_PRINTK_CALLER kernel (lf-edge/eve#2653)
+        f"[  129.338433] [  T310] {message}",  # dmesg of the same
+        f"[Sun Jan  5 18:28:55 2025] {message}",  # dmesg -T, day padded with a space
+        f"[Feb23 16:24] {message}",  # --time-format reltime
+        f"[  +0.000123] {message}",
+        f"[  129.338433 <    0.000123>] {message}",  # dmesg -d
+        f"[<    0.000123>] {message}",  # --time-format delta
+        f"2025-01-21T04:41:44,283302+00:00 {message}",  # --time-format iso, without -x
+        f"[  129.338433] gpu-node-7 kernel: {message}",  # journalctl -o short-monotonic
+    ]
+    assert [(r.text, r.kernel) for line in lines for r in iter_text_records([line])] == [(message, True)] * len(lines)
+
+
+def test_container_logs_and_bracketed_words_are_not_kernel_records() -> None:
+    xid = "NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus."
+    lines = [f"2025-06-01T12:00:00.123456789Z stderr F {xid}", f'{{"log":"{xid}\\n","stream":"stdout"}}']
+    assert [r.kernel for r in iter_text_records(lines)] == [False, False]
+    (bracketed,) = iter_text_records([f"[INFO] {xid}"])
+    assert bracketed.kernel and bracketed.text == f"[INFO] {xid}"  # kept whole: no pattern reads it as an Xid
+
+
+def test_a_line_that_is_not_text_is_marked_unknown_and_text_with_tabs_is_not() -> None:
+    binary, tabbed = iter_text_records(["\x00\x7f\x01garbage", "x\tNVRM: y"])
+    assert (binary.kernel, binary.known) == (False, False)
+    assert (tabbed.kernel, tabbed.known, tabbed.text) == (True, True, "x\tNVRM: y")
+    (replaced,) = iter_text_records([b"ok \xff\xfe".decode("utf-8", errors="replace")])
+    assert replaced.known is False

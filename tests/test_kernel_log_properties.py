@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
+import time
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 
 from exporter.kernel_events import KernelEventMatcher
 from exporter.kernel_log import iter_text_records, parse_kmsg_record
+from exporter.probes.base import BAD_OUTPUT, ProbeError
 from exporter.probes.kmsg import KmsgProbe
 
 MATCHER = KernelEventMatcher()
@@ -77,3 +80,28 @@ def test_records_not_from_the_kernel_facility_never_count(records: list[str]) ->
     assert counted == set()
     by_origin = {s.labels["origin"]: s.value for s in result.samples if s.name == "gpuhealth_kmsg_records"}
     assert by_origin == {"kernel": 0, "userspace": len(records)}
+
+
+LAST_XID = "[ 9.000001] NVRM: Xid (PCI:0000:ee:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+_LAST_XID_KEY = ("gpuhealth_xid_errors", (("fatal", ""), ("pci_bus_id", "00000000:EE:00.0"), ("xid", "79")))
+pieces = st.one_of(st.binary(max_size=600), st.sampled_from([(line + "\n").encode() for line in REAL_LINES]),
+                   st.just(b"z" * 70_000), st.just(b"\n"))
+
+
+@given(st.lists(pieces, max_size=25), st.integers(min_value=1, max_value=4))
+@settings(max_examples=120, deadline=None)
+def test_whatever_comes_before_it_the_last_xid_of_a_file_is_counted_once(before: list[bytes], runs: int) -> None:
+    data = b"".join(before) + b"\n" + LAST_XID.encode()  # and no newline after it
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "kern.log"
+        log.write_bytes(data)
+        an_hour_ago = time.time() - 3600
+        os.utime(log, (an_hour_ago, an_hour_ago))
+        probe = KmsgProbe.for_path(str(log), True)
+        for _ in range(runs):
+            try:
+                probe.collect(5)
+            except ProbeError as err:  # mostly bytes: not a kernel log, and it says so
+                assert err.reason == BAD_OUTPUT
+    assert probe.position.offset == len(data)
+    assert probe.counts[_LAST_XID_KEY] == 1
