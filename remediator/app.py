@@ -4,23 +4,31 @@ A request is authenticated, size-limited and validated, its nodes checked agains
 then queued and answered 202; the intake's workers record it on the Nodes (one PATCH per node) right
 after (intake.py says what that trades), and while recording fails new posts get 503 (Alertmanager
 retries 5xx). The loop acts on it asynchronously. Anything wrong with a request is a 4xx with a reason
-and changes nothing. In production: gunicorn
-'remediator.app:create_app()' (configured from the environment, see docs/remediation.md); tests build
-the app around their own Remediator.
+and changes nothing. In production: `gpuhealth-remediator serve` runs it under waitress (serve(), at the end
+of this file: slow clients never hold its threads); create_app() with no arguments is configured from the
+environment for another WSGI server (docs/remediation.md); tests build the app around their own Remediator.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import os
+import resource
+import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from waitress.adjustments import Adjustments  # type: ignore[import-untyped]
+from waitress.channel import HTTPChannel  # type: ignore[import-untyped]
+from waitress.server import TcpWSGIServer  # type: ignore[import-untyped]
+from waitress.task import ErrorTask, ThreadedTaskDispatcher  # type: ignore[import-untyped]
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from remediator.leader import leader_identity
@@ -31,6 +39,7 @@ from remediator.webhook import WebhookError, parse_webhook
 log = logging.getLogger("gpuhealth.remediator")
 
 DEFAULT_MAX_BODY = 1 << 20
+STOP_SECONDS = 10.0  # on SIGTERM, for the pass under way to end (the chart's grace period is 30 s)
 
 
 @dataclass
@@ -56,7 +65,7 @@ def read_token(token_file: str | None, env: dict[str, str]) -> str | None:
 
 
 def config_from_env(env: dict[str, str] | None = None) -> ServeConfig:
-    """For gunicorn: GPUHEALTH_POLICY, GPUHEALTH_TOKEN_FILE or GPUHEALTH_TOKEN, GPUHEALTH_DRY_RUN,
+    """For a WSGI server's app factory: GPUHEALTH_POLICY, GPUHEALTH_TOKEN_FILE or GPUHEALTH_TOKEN, GPUHEALTH_DRY_RUN,
     GPUHEALTH_INTERVAL, GPUHEALTH_MAX_BODY_BYTES, GPUHEALTH_KUBECONFIG, GPUHEALTH_ALLOW_NO_AUTH."""
     env = dict(os.environ if env is None else env)
     truthy = ("1", "true", "yes")
@@ -82,7 +91,7 @@ def build_remediator(config: ServeConfig) -> Remediator:
 
 def create_app(config: ServeConfig | None = None, remediator: Remediator | None = None,
                start_loop: bool | None = None) -> Flask:
-    """The WSGI app. With no arguments (gunicorn), configuration comes from the environment and the
+    """The WSGI app. With no arguments (a WSGI server's factory), configuration comes from the environment and the
     reconcile loop starts in a background thread."""
     if config is None:
         config = config_from_env()
@@ -179,6 +188,7 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         thread = threading.Thread(target=rem.run_forever, args=(stop, config.interval), name="remediator",
                                   daemon=True)
         thread.start()
+        app.extensions["remediator_loop"] = thread
         if rem.policy.workloads.enabled:  # classify failed workload pods (docs/jobs.md)
             from remediator.workloads import start_watcher
 
@@ -186,3 +196,166 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
                 rem.kube, rem.policy, rem.metrics, stop, config.interval, clock=rem.clock, dry_run=rem.dry_run,
                 is_leader=lambda: rem.dry_run or rem.elector.is_leader())
     return app
+
+
+# --- the HTTP server -------------------------------------------------------------------------------
+# waitress: an asynchronous loop reads every request whole (headers and body) before a thread runs the app,
+# so a slow or stalled client holds a connection slot, never one of the threads that answer webhooks and
+# probes. gunicorn's gthread worker hands a connection to a thread once its first bytes arrive: four clients
+# dripping headers took all four threads. What waitress lacks, a time limit on a request's headers and on
+# its body (it only closes connections idle for channel_timeout, and a client sending a byte a second is
+# never idle), _Channel and _Server add.
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    threads: int = 4  # run the app (webhooks, probes, metrics): each request is already read whole
+    max_connections: int = 256  # beyond, new connections wait in the listen backlog until slots free up
+    header_timeout: float = 10.0  # seconds from a request's first byte to the end of its headers
+    body_timeout: float = 30.0  # seconds from the end of the headers to the end of the body
+    idle_timeout: int = 10  # seconds a connection may sit silent (before a request, kept alive, or not reading)
+    max_header_bytes: int = 16384
+
+
+def _json_error(code: int, reason: str, detail: str) -> bytes:
+    return json.dumps({"error": f"{code} {reason}: {detail}"}).encode()
+
+
+class _JSONErrorTask(ErrorTask):  # type: ignore[misc]
+    """waitress's own rejections (413 body too large, 431 headers too large, 400 bad framing) answered in
+    JSON like the app's, and counted."""
+
+    def execute(self) -> None:
+        error = self.request.error
+        body = _json_error(error.code, error.reason, str(error.body).strip())
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+        self.channel.server.count(_REJECT_REASONS.get(error.code, "bad_request"))
+
+
+_REJECT_REASONS = {413: "too_large", 431: "headers_too_large"}
+
+
+class _Channel(HTTPChannel):  # type: ignore[misc]
+    """A connection that also notes when the request being read began, and when its headers ended."""
+
+    error_task_class = _JSONErrorTask
+    _reading: Any = None  # the request being read (waitress's parser), as last seen
+    _began = 0.0  # monotonic: its first byte
+    _headers_done: float | None = None  # monotonic: the end of its headers
+
+    def received(self, data: bytes) -> bool:
+        taken: bool = super().received(data)
+        request = self.request  # None: no request under way (every one read so far is complete)
+        if request is not None:
+            now = time.monotonic()
+            if request is not self._reading:
+                self._reading, self._began, self._headers_done = request, now, None
+            if request.headers_finished and self._headers_done is None:
+                self._headers_done = now
+        return taken
+
+    def overdue(self, now: float, limits: ServerLimits) -> str | None:
+        request = self.request
+        if request is None or request is not self._reading or self.will_close or self.close_when_flushed:
+            return None
+        if self._headers_done is None:
+            return "header_timeout" if now - self._began > limits.header_timeout else None
+        return "body_timeout" if now - self._headers_done > limits.body_timeout else None
+
+    def time_out(self, reason: str, limits: ServerLimits) -> None:
+        """408 in JSON, then close: the request was not sent in time. (The loop's thread; no task runs for a
+        request still being read.)"""
+        what, seconds = ("headers", limits.header_timeout) if reason == "header_timeout" else \
+            ("body", limits.body_timeout)
+        body = _json_error(408, "Request Timeout", f"request {what} not received within {seconds:g} s")
+        data = (f"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n").encode() + body
+        with self.requests_lock:
+            self.request = None
+            with self.outbuf_lock:
+                self.outbufs[-1].append(data)
+                self.current_outbuf_count += len(data)
+                self.total_outbufs_len += len(data)
+            self.close_when_flushed = True
+
+
+class _Server(TcpWSGIServer):  # type: ignore[misc]
+    channel_class = _Channel
+    limits = ServerLimits()
+    metrics: Any = None  # the remediator's Metrics
+
+    def maintenance(self, now: float) -> None:
+        """Every second (cleanup_interval): waitress closes idle connections; then close those whose
+        request's headers or body is overdue."""
+        super().maintenance(now)
+        mono = time.monotonic()
+        for channel in list(self.active_channels.values()):
+            reason = channel.overdue(mono, self.limits) if isinstance(channel, _Channel) else None
+            if reason is not None:
+                channel.time_out(reason, self.limits)
+                self.count(reason)
+
+    def count(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.http_rejected.labels(reason).inc()
+
+
+def make_server(app: Flask, listen: str, max_body_bytes: int, limits: ServerLimits = ServerLimits()) -> Any:
+    """The server `serve` runs: one process, `limits.threads` threads for the app, one loop reading requests."""
+    adj = Adjustments(
+        listen=listen, threads=limits.threads, connection_limit=limits.max_connections,
+        channel_timeout=limits.idle_timeout, cleanup_interval=1, max_request_header_size=limits.max_header_bytes,
+        max_request_body_size=max_body_bytes, inbuf_overflow=max_body_bytes + 1,  # bodies in memory, not /tmp
+        asyncore_use_poll=True,  # poll(): select() stops at 1,024 descriptors
+        backlog=1024, ident="gpuhealth-remediator", expose_tracebacks=False)
+    dispatcher = ThreadedTaskDispatcher()
+    dispatcher.set_thread_count(limits.threads)
+    server = _Server(app, map={}, dispatcher=dispatcher, adj=adj, sockinfo=adj.listen[0])
+    server.limits = limits
+    rem = app.extensions.get("remediator")
+    server.metrics = rem.metrics if rem is not None else None
+    _raise_open_files(limits.max_connections + 256)
+    return server
+
+
+def _raise_open_files(wanted: int) -> None:
+    """Room for max_connections sockets beside the API clients' and the watches'."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+
+
+def serve(app: Flask, listen: str, max_body_bytes: int, limits: ServerLimits = ServerLimits()) -> None:
+    """Serve until SIGTERM or SIGINT; then stop taking connections, let the requests under way finish (5 s),
+    record the webhooks already answered (intake.flush_at_exit) and stop the loop."""
+    server = make_server(app, listen, max_body_bytes, limits)
+
+    def stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        raise SystemExit(0)  # out of waitress's loop, in the main thread
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("listening on http://%s:%s (%d threads, at most %d connections; headers within %g s, body "
+             "within %g s, idle %d s)", server.effective_host, server.effective_port, limits.threads,
+             limits.max_connections, limits.header_timeout, limits.body_timeout, limits.idle_timeout)
+    try:
+        server.run()  # returns after SystemExit, once the threads finished (waitress waits up to 5 s)
+    finally:
+        server.close()
+        rem = app.extensions.get("remediator")
+        if rem is not None and rem.intake is not None:
+            rem.intake.flush_at_exit()
+        loop_stop = app.extensions.get("remediator_stop")
+        if loop_stop is not None:
+            loop_stop.set()
+        loop = app.extensions.get("remediator_loop")
+        if loop is not None:  # a pass under way ends before the interpreter does (killed mid-call, it aborts)
+            loop.join(STOP_SECONDS)
+        if rem is not None:
+            rem.kube.events.flush(timeout=1.0)  # Events kept while the API failed: one last try

@@ -202,7 +202,7 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
-    from remediator.app import ServeConfig, create_app, read_token
+    from remediator.app import ServeConfig, ServerLimits, create_app, read_token, serve
 
     policy = load_policy(args.policy)
     policy.check_serve(args.interval)
@@ -210,19 +210,11 @@ def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
     config = ServeConfig(policy=policy, token=token, max_body_bytes=args.max_body_bytes, dry_run=args.dry_run,
                          interval=args.interval, kubeconfig=args.kubeconfig, identity=leader_identity(),
                          allow_no_auth=args.allow_no_auth)
-    from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
-
-    class _App(BaseApplication):  # type: ignore[misc]
-        def load_config(self) -> None:
-            self.cfg.set("bind", args.listen)
-            self.cfg.set("workers", 1)  # one process: one reconcile loop per replica
-            self.cfg.set("threads", 4)
-            self.cfg.set("accesslog", "-")
-
-        def load(self) -> Any:
-            return create_app(config)
-
-    _App().run()
+    limits = ServerLimits(threads=args.threads, max_connections=args.max_connections,
+                          header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                          idle_timeout=args.idle_timeout)
+    # One process (one reconcile loop per replica), waitress in it: slow clients never hold the threads.
+    serve(create_app(config), args.listen, args.max_body_bytes, limits)
     return 0
 
 
@@ -233,12 +225,21 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--policy", help="policy YAML (default: built-in defaults)")
 
-    s = sub.add_parser("serve", help="run the webhook receiver and the remediation loop (under gunicorn)")
+    s = sub.add_parser("serve", help="run the webhook receiver and the remediation loop (one process, waitress)")
     common(s)
     s.add_argument("--listen", default="0.0.0.0:9095")
     s.add_argument("--token-file", help="file holding the webhook bearer token (else $GPUHEALTH_TOKEN)")
     s.add_argument("--allow-no-auth", action="store_true", help="accept unauthenticated webhooks (local tests only)")
-    s.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger bodies are 413 (default 1 MiB)")
+    s.add_argument("--threads", type=int, default=4, help="threads answering requests, each read whole first")
+    s.add_argument("--max-connections", type=int, default=256,
+                   help="open connections at most; beyond, new ones wait in the listen backlog")
+    s.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds from a request's first byte to the end of its headers, else 408 and closed")
+    s.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds from the end of the headers to the end of the body, else 408 and closed")
+    s.add_argument("--idle-timeout", type=int, default=10,
+                   help="seconds a connection may stay silent (none sent yet, kept alive, or not reading)")
     s.add_argument("--interval", type=float, default=10.0,
                    help="seconds between reconcile passes (less than leader.lease_duration)")
     s.add_argument("--dry-run", action="store_true", help="decide, log and report; change nothing")

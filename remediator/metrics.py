@@ -18,6 +18,7 @@ API_OPERATIONS = ("record", "list_nodes", "execute", "workloads")
 PASS_ABORT_REASONS = ("lost the Lease", "pass ran past its deadline")
 RUNGS = ("reset_gpu", "drain", "reboot", "replace")
 EVENT_DROP_REASONS = ("rejected", "outbox_full")
+HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_too_large", "bad_request")
 
 
 class Metrics:
@@ -50,6 +51,9 @@ class Metrics:
                                     "after the API failed to take them", registry=r)
         self.events_sent_late = Counter("gpuhealth_remediator_events_sent_late", "Kept Events sent once the API "
                                         "took them again", registry=r)
+        self.http_rejected = Counter("gpuhealth_remediator_http_rejected", "Requests the server answered itself "
+                                     "before the app (header_timeout, body_timeout: 408; too_large: 413; "
+                                     "headers_too_large: 431; bad_request: 400)", ["reason"], registry=r)
         self.events_dropped = Counter("gpuhealth_remediator_events_dropped", "Events never sent: refused by the API "
                                       "(a 4xx) or pushed out of a full outbox", ["reason"], registry=r)
         # Level-triggered reconciliation against Alertmanager's active alerts (remediator/alert_sync.py).
@@ -82,6 +86,7 @@ class Metrics:
                                 (self.passes_aborted, PASS_ABORT_REASONS),
                                 (self.rung_timeouts, RUNGS),
                                 (self.events_dropped, EVENT_DROP_REASONS),
+                                (self.http_rejected, HTTP_REJECT_REASONS),
                                 (self.am_syncs, ("ok", "error")),
                                 (self.am_sync_changes, ("recorded", "resolved", "refreshed"))):
             for value in values:
