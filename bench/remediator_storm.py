@@ -2,7 +2,7 @@
 
 A fake Kubernetes API server (tests/fake_cluster.py, in this process) holds N nodes in 20 pools,
 each node with a GPU training pod (one PodDisruptionBudget per pool), a DaemonSet pod and a
-ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (gunicorn,
+ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (waitress,
 one process, four threads) in its own process, with the shipped example policy
 (remediator/policy.example.yaml) and only these changes: no Alertmanager silence checks, the
 fleet-wide action rate cap raised (the storm is meant to hit the per-pool budgets, not the 20
@@ -254,7 +254,7 @@ def replay_budgets(cluster: FakeCluster, cordon_limit: dict[str, int], disrupt_l
 
 
 def family(pid: int) -> list[int]:
-    """gunicorn's master and its worker (the worker serves and runs the loop)."""
+    """The remediator's process and any children it has (one process serves and runs the loop)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [pid, *(int(c) for c in children)]
 

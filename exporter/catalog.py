@@ -38,7 +38,8 @@ _FAMILIES = [
            "1 if the probe's last run finished in time with valid data, else 0 (fail closed).", "exporter"),
     Family("gpuhealth_probe_error", "gauge", ("probe", "reason"),
            "1 while the probe is failing, with the failure reason "
-           "(timeout, missing_tool, permission_denied, not_found, bad_output, stale, error).", "exporter"),
+           "(timeout, missing_tool, permission_denied, not_found, bad_output, output_too_large, stale, error).",
+           "exporter"),
     Family("gpuhealth_probe_failures", "counter", ("probe", "reason"), "Probe runs that failed, by reason.",
            "exporter"),
     Family("gpuhealth_probe_duration_seconds", "gauge", ("probe",), "Duration of the probe's last run.",

@@ -34,7 +34,7 @@ BREAKER_ANNOTATION = "gpuhealth.io/breaker-trips"
 
 
 def leader_identity(env: dict[str, str] | None = None) -> str:
-    """Unique per process: gunicorn workers of one pod share POD_NAME, and a restarted process must not
+    """Unique per process: processes of one pod share POD_NAME, and a restarted process must not
     pass for the one before it (which may still be mid-pass)."""
     env = dict(os.environ if env is None else env)
     base = env.get("POD_NAME") or socket.gethostname()

@@ -1,4 +1,4 @@
-"""bench/remediator_storm.py runs end to end in a tiny mode: the real remediator (gunicorn) against the fake
+"""bench/remediator_storm.py runs end to end in a tiny mode: the real remediator (waitress) against the fake
 API server, and it prints its figures beside their targets. No timing is asserted here."""
 
 from __future__ import annotations

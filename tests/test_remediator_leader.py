@@ -1,4 +1,4 @@
-"""Leadership: one leader at a time, even across gunicorn workers, lost leases, long passes and dry runs."""
+"""Leadership: one leader at a time, even across processes of one pod, lost leases, long passes and dry runs."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def test_identity_is_unique_per_process_even_with_a_shared_pod_name() -> None:
 
 def test_two_workers_of_one_pod_never_both_lead(cluster: FakeCluster) -> None:
     env = {"POD_NAME": "pod-x"}
-    w1 = Harness(cluster, POLICY, identity=leader_identity(env))  # gunicorn worker 1
-    w2 = Harness(cluster, POLICY, identity=leader_identity(env))  # gunicorn worker 2, same POD_NAME
+    w1 = Harness(cluster, POLICY, identity=leader_identity(env))  # one process of the pod
+    w2 = Harness(cluster, POLICY, identity=leader_identity(env))  # another, same POD_NAME
     assert w1.rem.elector.try_acquire()
     assert not w2.rem.elector.try_acquire()
     w1.fire("gpu-1", "cordon")
