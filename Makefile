@@ -5,8 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # python3-venv for the .venv; prometheus (and promtool) and prometheus-alertmanager for the rule tests,
-# the end-to-end tests and the demo.
-APT_PACKAGES := python3-venv prometheus prometheus-alertmanager
+# the end-to-end tests and the demo; openssl for the certificates of the Alertmanager TLS test.
+APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
 .PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards deps apt clean bench

@@ -3,25 +3,29 @@
 Webhooks are edges, and an edge can be lost: a crash between the 202 and the write, or a resolution
 answered while the API server was down (Alertmanager sends a resolution once). Alertmanager's API v2
 holds the level: every alert active now, silenced and inhibited ones included, resolved ones never.
-`sync_batch` compares the two and returns the records that make the Nodes agree (pure: no I/O):
+`read_alertmanager` reads it from every member of an HA Alertmanager; `sync_batch` (pure: no I/O)
+compares it with the Nodes and returns the records that make them agree:
 
-- an alert Alertmanager lists that a Node lacks (or that fired again since the Node last saw it) is
+- an alert some member lists that a Node lacks (or that fired again since the Node last saw it) is
   recorded, unless it is silenced, inhibited or not yet routed (Alertmanager would not have sent it);
-- a firing alert a Node records that Alertmanager no longer lists is resolved, if the Node recorded
-  it before the list was asked for (a webhook that raced the list is not undone) and the list can be
-  trusted to be complete (an Alertmanager that has just started may not have heard of every alert);
-- a firing alert both hold is seen again: its `last_seen` moves (so the episode never goes quiet
-  while Alertmanager still lists it), written only when it is older than `refresh_after`.
+- a firing alert a Node records that no member lists is resolved (`resolved_by: sync`), if every
+  member answered, each has been up long enough to have heard from every Prometheus, and the Node
+  recorded it before the lists were asked for (a webhook that raced the list is not undone);
+- an alert both hold is seen again: its `last_seen` moves (so an episode never goes quiet while
+  Alertmanager still lists it), written only when older than `refresh_after`, and at most
+  MAX_REFRESHES records a sync (the rest wait for the next), so a fleet-wide event is not rewritten at once.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from remediator.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
 from remediator.nodestate import AlertRecord, NodeState, fmt_time, parse_time
 from remediator.policy import Policy
 from remediator.webhook import Batch, NodeAlert, WebhookError, parse_webhook
@@ -38,6 +42,19 @@ class ActiveAlert:
     processed: bool  # Alertmanager has routed it (state active or suppressed, not unprocessed)
 
 
+MAX_REFRESHES = 500  # last_seen rewrites a sync may make (recordings and resolutions are never capped)
+
+
+@dataclass
+class Reading:
+    """What Alertmanager says now. `untrusted`: why no resolution may be inferred from it (None: they may)."""
+
+    active: list[ActiveAlert]
+    ignored: list[tuple[str, str]]
+    members: list[str]
+    untrusted: str | None = None
+
+
 @dataclass
 class SyncPlan:
     batch: Batch = field(default_factory=Batch)
@@ -51,22 +68,64 @@ class SyncPlan:
 
 
 def active_alerts(items: list[dict[str, Any]], policy: Policy) -> tuple[list[ActiveAlert], list[tuple[str, str]]]:
-    """Alertmanager's /api/v2/alerts answer, read with the webhook's own validation (an alert the webhook
-    would ignore is ignored here, with the same reason)."""
+    """/api/v2/alerts answers (one or several members'), read with the webhook's own validation (an alert the
+    webhook would ignore is ignored here, with the same reason). An alert several members list is one alert:
+    suppressed if any member suppresses it (a person's silence anywhere), routed if any routed it."""
+    suppressed: dict[str, bool] = {}
+    processed: dict[str, bool] = {}
+    unique: dict[str, dict[str, Any]] = {}
+    for a in items:
+        fp = str(a.get("fingerprint"))
+        st = a.get("status") or {}
+        quiet = bool(st.get("silencedBy") or st.get("inhibitedBy")) or st.get("state") == "suppressed"
+        suppressed[fp] = suppressed.get(fp, False) or quiet
+        processed[fp] = processed.get(fp, False) or st.get("state") != "unprocessed"
+        unique.setdefault(fp, a)
     shaped = [{"status": "firing", "labels": a.get("labels"), "annotations": a.get("annotations") or {},
                "startsAt": a.get("startsAt"), "endsAt": "0001-01-01T00:00:00Z", "fingerprint": a.get("fingerprint"),
-               "generatorURL": a.get("generatorURL", "")} for a in items]
+               "generatorURL": a.get("generatorURL", "")} for a in unique.values()]
     try:
         batch = parse_webhook(json.dumps({"version": "4", "status": "firing", "alerts": shaped}), policy)
     except WebhookError as exc:
         raise ValueError(f"unexpected answer from /api/v2/alerts: {exc}") from exc
-    status = {str(a.get("fingerprint")): a.get("status") or {} for a in items}
-    out = []
-    for a in batch.alerts:
-        st = status.get(a.fingerprint, {})
-        suppressed = bool(st.get("silencedBy") or st.get("inhibitedBy")) or st.get("state") == "suppressed"
-        out.append(ActiveAlert(a.node, a.fingerprint, a.record, suppressed, st.get("state") != "unprocessed"))
-    return out, batch.ignored
+    return [ActiveAlert(a.node, a.fingerprint, a.record, suppressed[a.fingerprint], processed[a.fingerprint])
+            for a in batch.alerts], batch.ignored
+
+
+def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:
+    """Every member's active alerts for the route's receiver. AlertmanagerUnavailable when no member answered,
+    or the receiver regex names none of Alertmanager's receivers (every list would be empty, and everything
+    would look resolved)."""
+    answers, errors = client.alerts_everywhere(policy.alertmanager_matchers, policy.alertmanager_receiver)
+    if not answers:
+        raise AlertmanagerUnavailable("; ".join(errors))
+    regex = policy.alertmanager_receiver
+    if regex:
+        names = client.receivers(answers[0].member)
+        if not any(re.fullmatch(regex, n) for n in names):
+            raise AlertmanagerUnavailable(f"{answers[0].member}: alertmanager.receiver {regex!r} matches none of its "
+                                          f"receivers ({', '.join(names) or 'none'}): the route is not the one "
+                                          "that sends gpuhealth its alerts")
+    try:
+        active, ignored = active_alerts([a for answer in answers for a in answer.data], policy)
+    except ValueError as exc:
+        raise AlertmanagerUnavailable(str(exc)) from exc
+    reading = Reading(active, ignored, [a.member for a in answers])
+    if errors:
+        reading.untrusted = f"not every member answered ({'; '.join(errors)})"
+        return reading
+    if policy.alertmanager_min_uptime:
+        for answer in answers:
+            try:
+                age = client.age(answer.member)
+            except AlertmanagerUnavailable as exc:
+                reading.untrusted = f"cannot tell how long it has been up ({exc})"
+                return reading
+            if age < policy.alertmanager_min_uptime:
+                reading.untrusted = (f"{answer.member} has been up {int(age.total_seconds())}s, less than "
+                                     f"alertmanager.min_uptime: it may not have heard from every Prometheus yet")
+                return reading
+    return reading
 
 
 def refresh_after(policy: Policy) -> timedelta:
@@ -90,12 +149,15 @@ def sync_batch(states: Mapping[str, NodeState], active: list[ActiveAlert], asked
         listed = by_node.get(node, {})
         for fp, a in listed.items():
             current = state.alerts.get(fp)
-            if current is None or a.record.order_key() > current.order_key():
+            if current is None or a.record.order_key() > current.order_key() or (
+                    current.status == "resolved" and a.record.order_key() >= current.order_key()):
+                # new, fired again, or a resolution the sync inferred that Alertmanager now contradicts
                 if a.suppressed or not a.processed:
                     continue
                 plan.batch.alerts.append(NodeAlert(node, fp, a.record))
                 plan.recorded += 1
-            elif current.status == "firing" and (state.quiet or now - parse_time(current.last_seen) >= stale_after):
+            elif (current.status == "firing" and current.remediation != "none" and plan.refreshed < MAX_REFRESHES
+                  and (state.quiet or now - parse_time(current.last_seen) >= stale_after)):
                 plan.batch.alerts.append(NodeAlert(node, fp, replace(a.record, starts_at=current.starts_at)))
                 plan.refreshed += 1
         if not resolve:
@@ -103,7 +165,7 @@ def sync_batch(states: Mapping[str, NodeState], active: list[ActiveAlert], asked
         for fp, current in state.alerts.items():
             if current.status != "firing" or fp in listed or parse_time(current.last_seen) >= asked_at:
                 continue
-            ended = replace(current, status="resolved", ends_at=fmt_time(now))
+            ended = replace(current, status="resolved", ends_at=fmt_time(asked_at), resolved_by="sync")
             plan.batch.alerts.append(NodeAlert(node, fp, ended))
             plan.resolved += 1
     return plan

@@ -1,21 +1,28 @@
-"""Reading Alertmanager's API v2: the alerts active now (for reconciliation and silence checks).
+"""Reading Alertmanager's API v2: the alerts active now (for the sync and the silence checks).
 
-One client for every call the remediator makes to Alertmanager. An HA pair (or more) is a list of
-members: each call asks them in order and takes the first answer, since any member's view is the
-cluster's (they gossip alerts and silences). Authentication (a bearer token read from a file at each
-call, so a rotated token is picked up) and TLS (a CA file) are configured once, in the policy.
+One client for every call the remediator makes to Alertmanager. An HA Alertmanager is a list of
+members. They gossip silences and the notification log, not alerts: each holds the alerts the
+Prometheus servers sent it, so one member may lack an alert another has (Prometheus could not reach
+it). So `alerts_everywhere` asks every member at once and the sync uses what they say together, while
+a silence check (silences are shared) takes the first member that answers, starting from the last one
+that did. Authentication (a bearer token read from its file at each call, so a rotated token is picked
+up) and TLS (a CA file) are configured once, in the policy.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,7 @@ class AlertmanagerUnavailable(Exception):
 class Answer:
     member: str
     data: Any
+    date: datetime | None = None  # the member's own clock (its Date header), when it sent one
 
 
 class AlertmanagerClient:
@@ -41,9 +49,9 @@ class AlertmanagerClient:
             raise ValueError("an Alertmanager client needs at least one URL")
         self.members = tuple(m.rstrip("/") for m in members)
         self.timeout, self.bearer_token_file = timeout, bearer_token_file
-        self._context: ssl.SSLContext | None = None
-        if ca_file is not None:
-            self._context = ssl.create_default_context(cafile=ca_file)
+        self._context = ssl.create_default_context(cafile=ca_file) if ca_file is not None else None
+        self._preferred = 0  # the member that answered last
+        self._lock = threading.Lock()
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -55,51 +63,105 @@ class AlertmanagerClient:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    def get(self, path: str, query: dict[str, str | list[str]] | None = None) -> Answer:
-        """GET path from the first member that answers with JSON."""
+    def get_from(self, member: str, path: str, query: dict[str, str | list[str]] | None = None) -> Answer:
+        """GET path from one member; AlertmanagerUnavailable names the member and why."""
         suffix = f"?{urllib.parse.urlencode(query, doseq=True)}" if query else ""
-        headers = self._headers()
+        request = urllib.request.Request(f"{member}{path}{suffix}", headers=self._headers())
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self._context) as response:
+                body = response.read(MAX_ANSWER_BYTES + 1)
+                date_header = response.headers.get("Date")
+            if len(body) > MAX_ANSWER_BYTES:
+                raise ValueError(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+            date = None
+            if date_header:
+                try:
+                    date = parsedate_to_datetime(date_header)
+                except (TypeError, ValueError):
+                    date = None
+            return Answer(member, json.loads(body), date)
+        except urllib.error.HTTPError as exc:
+            raise AlertmanagerUnavailable(f"{member}: HTTP {exc.code} {exc.reason}") from exc
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise AlertmanagerUnavailable(f"{member}: {type(exc).__name__}: {exc}") from exc
+
+    def get(self, path: str, query: dict[str, str | list[str]] | None = None) -> Answer:
+        """GET path from the first member that answers, starting with the one that answered last."""
         errors = []
-        for member in self.members:
-            request = urllib.request.Request(f"{member}{path}{suffix}", headers=headers)
+        start = self._preferred
+        for i in range(len(self.members)):
+            index = (start + i) % len(self.members)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout, context=self._context) as response:
-                    body = response.read(MAX_ANSWER_BYTES + 1)
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise ValueError(f"answer larger than {MAX_ANSWER_BYTES} bytes")
-                return Answer(member, json.loads(body))
-            except urllib.error.HTTPError as exc:
-                errors.append(f"{member}: HTTP {exc.code} {exc.reason}")
-            except (OSError, ValueError) as exc:
-                errors.append(f"{member}: {type(exc).__name__}: {exc}")
+                answer = self.get_from(self.members[index], path, query)
+            except AlertmanagerUnavailable as exc:
+                errors.append(str(exc))
+                continue
+            with self._lock:
+                self._preferred = index
+            return answer
         raise AlertmanagerUnavailable("; ".join(errors))
 
-    def alerts(self, filters: Sequence[str] = (), receiver: str | None = None) -> Answer:
-        """The active alerts (silenced and inhibited included, each with its status), as /api/v2/alerts
-        lists them: resolved alerts are never listed."""
+    @staticmethod
+    def _alerts_query(filters: Sequence[str], receiver: str | None) -> dict[str, str | list[str]]:
         query: dict[str, str | list[str]] = {"active": "true", "silenced": "true", "inhibited": "true",
                                              "unprocessed": "true"}
         if filters:
             query["filter"] = list(filters)
         if receiver:
             query["receiver"] = receiver
-        answer = self.get("/api/v2/alerts", query)
+        return query
+
+    @staticmethod
+    def _check_alerts(answer: Answer) -> Answer:
         if not isinstance(answer.data, list) or not all(isinstance(a, dict) for a in answer.data):
             raise AlertmanagerUnavailable(f"{answer.member}: /api/v2/alerts: expected a list of alerts")
         return answer
 
-    def started(self, member: str) -> datetime:
-        """When this member started (/api/v2/status `uptime`, which is a start time)."""
-        answer = AlertmanagerClient([member], self.timeout, self.bearer_token_file)
-        answer._context = self._context
-        data = answer.get("/api/v2/status").data
-        uptime = data.get("uptime") if isinstance(data, dict) else None
+    def alerts(self, filters: Sequence[str] = (), receiver: str | None = None) -> Answer:
+        """The active alerts (silenced and inhibited included, each with its status) from one member, as
+        /api/v2/alerts lists them: resolved alerts are never listed."""
+        return self._check_alerts(self.get("/api/v2/alerts", self._alerts_query(filters, receiver)))
+
+    def alerts_everywhere(self, filters: Sequence[str] = (),
+                          receiver: str | None = None) -> tuple[list[Answer], list[str]]:
+        """Every member's active alerts, asked at once (a member that does not answer costs one timeout, not
+        one per member): the answers, and an error per member that gave none."""
+        query = self._alerts_query(filters, receiver)
+
+        def ask(member: str) -> Answer | str:
+            try:
+                return self._check_alerts(self.get_from(member, "/api/v2/alerts", query))
+            except AlertmanagerUnavailable as exc:
+                return str(exc)
+
+        if len(self.members) == 1:
+            results = [ask(self.members[0])]
+        else:
+            with ThreadPoolExecutor(len(self.members), thread_name_prefix="alertmanager") as pool:
+                results = list(pool.map(ask, self.members))
+        return [r for r in results if isinstance(r, Answer)], [r for r in results if isinstance(r, str)]
+
+    def age(self, member: str) -> timedelta:
+        """How long this member has been up, on its own clock (its Date header less /api/v2/status's start
+        time), so a remediator whose clock is off cannot take a fresh Alertmanager for an old one."""
+        answer = self.get_from(member, "/api/v2/status")
+        uptime = answer.data.get("uptime") if isinstance(answer.data, dict) else None
         if not isinstance(uptime, str):
             raise AlertmanagerUnavailable(f"{member}: /api/v2/status: no uptime")
         try:
-            return parse_time(uptime)
+            started = parse_time(uptime)
         except ValueError as exc:
             raise AlertmanagerUnavailable(f"{member}: /api/v2/status: uptime {uptime!r}: {exc}") from exc
+        if answer.date is None:
+            raise AlertmanagerUnavailable(f"{member}: /api/v2/status: no Date header to measure its uptime by")
+        # the Date header has whole seconds: round in favour of "younger"
+        return answer.date - started - timedelta(seconds=1)
+
+    def receivers(self, member: str) -> list[str]:
+        data = self.get_from(member, "/api/v2/receivers").data
+        if not isinstance(data, list):
+            raise AlertmanagerUnavailable(f"{member}: /api/v2/receivers: expected a list")
+        return [str(r.get("name")) for r in data if isinstance(r, dict)]
 
 
 def client_from(policy: Any) -> AlertmanagerClient | None:

@@ -47,17 +47,21 @@ def _items(path: str) -> list[dict[str, Any]]:
     return items
 
 
-def _batches_from_alertmanager(url: str, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:
-    """What serve's sync with Alertmanager would record and resolve on these Nodes now (alert_sync.py)."""
-    from remediator.alert_sync import active_alerts, sync_batch
-    from remediator.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
+def _alertmanager_client(url: str, policy: Any) -> Any:
+    from remediator.alertmanager import AlertmanagerClient
 
-    am = AlertmanagerClient([url], policy.alertmanager_timeout, policy.alertmanager_token_file,
-                            policy.alertmanager_ca_file)
+    return AlertmanagerClient([url], policy.alertmanager_timeout, policy.alertmanager_token_file,
+                              policy.alertmanager_ca_file)
+
+
+def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:
+    """What serve's sync with Alertmanager would record and resolve on these Nodes now (alert_sync.py)."""
+    from remediator.alert_sync import read_alertmanager, sync_batch
+    from remediator.alertmanager import AlertmanagerUnavailable
+    from remediator.webhook import NodeAlert
+
     try:
-        answer = am.alerts(policy.alertmanager_filters, policy.alertmanager_receiver)
-        active, ignored = active_alerts(answer.data, policy)
-        started = am.started(url) if policy.alertmanager_min_uptime else None
+        reading = read_alertmanager(am, policy)
     except AlertmanagerUnavailable as exc:
         raise ValueError(f"Alertmanager: {exc}") from exc
     states = {}
@@ -67,13 +71,13 @@ def _batches_from_alertmanager(url: str, nodes: list[dict[str, Any]], policy: An
             states[meta.get("name", "")] = NodeState.from_json((meta.get("annotations") or {}).get(STATE_ANNOTATION))
         except ValueError:
             continue  # the view reports it (fail closed)
-    young = started is not None and now - started < policy.alertmanager_min_uptime
-    if started is not None and young:
-        print(json.dumps({"alertmanager": url, "not_resolving": f"started {fmt_time(started)}, less than "
-                          "alertmanager.min_uptime ago"}), file=sys.stderr)
-    plan = sync_batch(states, active, now, now, policy, resolve=not young)
-    plan.batch.ignored = ignored
-    return plan.batch
+    if reading.untrusted:
+        print(json.dumps({"alertmanager": reading.members, "not_resolving": reading.untrusted}), file=sys.stderr)
+    plan = sync_batch(states, reading.active, now, now, policy, resolve=reading.untrusted is None)
+    # alerts for nodes the nodes file lacks are reported as the webhook's are ("node not found")
+    missing = [NodeAlert(a.node, a.fingerprint, a.record) for a in reading.active
+               if a.node not in states and not a.suppressed]
+    return Batch(alerts=[*plan.batch.alerts, *missing], ignored=reading.ignored)
 
 
 def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
@@ -81,8 +85,9 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     now = parse_time(args.now) if args.now else clock()
     nodes = _items(args.nodes)
     batches = []
-    if args.from_alertmanager:
-        batches.append(_batches_from_alertmanager(args.from_alertmanager, nodes, policy, now))
+    source = _alertmanager_client(args.from_alertmanager, policy) if args.from_alertmanager else None
+    if source is not None:
+        batches.append(_batch_from_alertmanager(source, nodes, policy, now))
     for path in args.alerts or []:
         try:
             batches.append(parse_webhook(Path(path).read_bytes(), policy))
@@ -90,10 +95,10 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
             print(f"{path}: {exc}", file=sys.stderr)
             return 2
     silences = None
-    silence_url = args.alertmanager or args.from_alertmanager
-    if silence_url:
+    am = _alertmanager_client(args.alertmanager, policy) if args.alertmanager else source
+    if am is not None:
         from remediator.silences import SilenceChecker
-        silences = SilenceChecker(silence_url, policy.label_node, policy.alertmanager_timeout)
+        silences = SilenceChecker(am, policy.label_node)
     for batch in batches:
         for fp, why in batch.ignored:
             print(json.dumps({"fingerprint": fp, "ignored": why}), file=sys.stderr)

@@ -61,10 +61,14 @@ class AlertRecord:
     gpu: str | None = None
     severity: str = ""
     component: str = ""
+    # "sync": the resolution was inferred from Alertmanager no longer listing the alert (alert_sync.py),
+    # not sent by it; ends_at is then when the list was asked for. A firing copy with the same start
+    # (Alertmanager lists it again) reopens such a resolution, and one recorded after ends_at outlives it.
+    resolved_by: str | None = None
 
     def order_key(self) -> tuple[datetime, int]:
-        """Newer wins: a later start (a re-fire), or the same start resolved."""
-        return parse_time(self.starts_at), 1 if self.status == "resolved" else 0
+        """Newer wins: a later start (a re-fire), or the same start resolved by Alertmanager's word."""
+        return parse_time(self.starts_at), 1 if self.status == "resolved" and self.resolved_by is None else 0
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,9 @@ def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: 
     for fp, incoming in alerts:
         seen = replace(incoming, last_seen=fmt_time(now))
         current = merged.get(fp)
+        if (incoming.resolved_by == "sync" and current is not None and current.status == "firing"
+                and incoming.ends_at is not None and parse_time(current.last_seen) >= parse_time(incoming.ends_at)):
+            continue  # seen firing after Alertmanager's list was read: the list is older news
         if current is None or incoming.order_key() >= current.order_key():
             merged[fp] = seen
     firing_any = any(a.status == "firing" and a.remediation != "none" for a in merged.values())

@@ -90,7 +90,7 @@ class Policy:
     alertmanager_timeout: float = 5.0
     alertmanager_sync_interval: timedelta | None = timedelta(seconds=30)  # None: webhooks only (edge-triggered)
     alertmanager_receiver: str | None = "(.+/)?gpuhealth-remediator"  # the route's receiver (a regex), or any
-    alertmanager_filters: tuple[str, ...] = ('node=~".+"',)  # matchers, as the route's
+    alertmanager_filters: tuple[str, ...] | None = None  # matchers, as the route's (None: the node label =~ ".+")
     alertmanager_min_uptime: timedelta = timedelta(minutes=5)  # a younger Alertmanager never resolves
     alertmanager_token_file: str | None = None
     alertmanager_ca_file: str | None = None
@@ -122,6 +122,13 @@ class Policy:
         if first is None:
             return ()
         return self.alertmanager_peers if first in self.alertmanager_peers else (first,)
+
+    @property
+    def alertmanager_matchers(self) -> tuple[str, ...]:
+        """The filter the sync lists alerts with: what the route sends gpuhealth (every alert that names a node)."""
+        if self.alertmanager_filters is not None:
+            return self.alertmanager_filters
+        return (f'{self.label_node}=~".+"',)
 
     def check_serve(self, interval: float) -> None:
         """What `serve` needs beyond a valid file: a silence source (or an explicit opt-out), and passes
@@ -401,8 +408,8 @@ def _alertmanager(r: _Reader, kw: dict[str, Any], value: Any) -> None:
         except re.error as exc:
             raise r.fail("alertmanager.receiver", f"not a regular expression: {exc}") from exc
         kw["alertmanager_receiver"] = receiver
-    if "filters" in am:
-        filters = am["filters"] or []
+    if "filters" in am and am["filters"] is not None:
+        filters = am["filters"]
         if not isinstance(filters, list):
             raise r.fail("alertmanager.filters", 'expected a list of matchers like node=~".+"')
         kw["alertmanager_filters"] = tuple(r.string("alertmanager.filters", f) for f in filters)

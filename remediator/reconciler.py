@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from remediator.actions import Kube, cordon_body, state_body, uncordon_body
-from remediator.alert_sync import SyncPlan, active_alerts, sync_batch
+from remediator.alert_sync import SyncPlan, read_alertmanager, sync_batch
 from remediator.alertmanager import AlertmanagerUnavailable, client_from
 from remediator.budget import Ledger
 from remediator.clock import Clock, utcnow
@@ -301,21 +301,14 @@ class Remediator:
         return self._am_synced is None or now - self._am_synced >= interval
 
     def sync_alertmanager(self, nodes: list[dict[str, Any]]) -> SyncPlan | None:
-        """Record what webhooks lost, resolve what Alertmanager no longer has. None when Alertmanager could
-        not be read: then nothing is resolved (missing data is never a resolution) and the webhooks and
-        episode.quiet_timeout carry on alone."""
+        """Record what webhooks lost, resolve what Alertmanager no longer has (alert_sync.py). None when
+        Alertmanager could not be read: then nothing is resolved (missing data is never a resolution) and
+        the webhooks and episode.quiet_timeout carry on alone."""
         assert self.alertmanager is not None
         asked_at = self._am_synced = self.clock()
-        policy = self.policy
         try:
-            answer = self.alertmanager.alerts(policy.alertmanager_filters, policy.alertmanager_receiver)
-            active, ignored = active_alerts(answer.data, policy)
-            young = None
-            if policy.alertmanager_min_uptime:
-                started = self.alertmanager.started(answer.member)
-                if asked_at - started < policy.alertmanager_min_uptime:
-                    young = fmt_time(started)
-        except (AlertmanagerUnavailable, ValueError) as exc:
+            reading = read_alertmanager(self.alertmanager, self.policy)
+        except AlertmanagerUnavailable as exc:
             self.metrics.am_syncs.labels("error").inc()
             self.metrics.am_up.set(0)
             log.warning("Alertmanager sync: %s: nothing is resolved until it answers (webhooks and "
@@ -333,7 +326,8 @@ class Remediator:
                     STATE_ANNOTATION))
             except ValueError:
                 continue  # unreadable: left alone, as webhooks leave it
-        plan = sync_batch(states, active, asked_at, self.clock(), policy, resolve=young is None)
+        plan = sync_batch(states, reading.active, asked_at, self.clock(), self.policy,
+                          resolve=reading.untrusted is None)
         failed: list[tuple[str, str]] = []
         if plan.batch.alerts:
             failed = self.record(plan.batch, self.clock()).failed
@@ -343,9 +337,9 @@ class Remediator:
             self.metrics.am_sync_changes.labels(change).inc(count)
         if not failed:
             self.metrics.am_last_sync.set(asked_at.timestamp())
-        if plan.recorded or plan.resolved or failed or young:
-            audit("alertmanager_sync", result="ok", member=answer.member, active=len(active), ignored=len(ignored),
-                  unknown_nodes=plan.unknown_nodes, not_resolving_young_alertmanager=young,
+        if plan.recorded or plan.resolved or failed or reading.untrusted:
+            audit("alertmanager_sync", result="ok", members=reading.members, active=len(reading.active),
+                  ignored=len(reading.ignored), unknown_nodes=plan.unknown_nodes, not_resolving=reading.untrusted,
                   failed=[n for n, _ in failed], dry_run=self.dry_run, **plan.changes())
         return plan
 
@@ -404,21 +398,21 @@ class Remediator:
         self.sleep(seconds)
 
     def reconcile(self) -> list[NodePlan]:
-        now = self.clock()
-        self._deadline = now + self.elector.renew_deadline  # decisions older than that are not acted on
         self.metrics.passes.inc()
         try:
             nodes = self._nodes()
+            if self.sync_due(self.clock()):  # before the pass's clock starts: the sync's writes are not the pass's
+                synced = self.sync_alertmanager(nodes)
+                if synced is not None and synced.batch.alerts:
+                    nodes = self._nodes()  # with what the sync wrote (our writes are in the cache at once)
         except Exception as exc:
             self.metrics.api_errors.labels("list_nodes").inc()
             self.api_ok = False
             log.warning("listing nodes: %s", exc)
             return []
         self.api_ok = True
-        if self.sync_due(now):
-            synced = self.sync_alertmanager(nodes)
-            if synced is not None and synced.batch.alerts:
-                nodes = self._nodes()  # with what the sync wrote (our writes are in the cache at once)
+        now = self.clock()
+        self._deadline = now + self.elector.renew_deadline  # decisions older than that are not acted on
         by_name = {n["metadata"]["name"]: n for n in nodes}
         with self.overlay_lock:
             overlay = dict(self.overlay) if self.dry_run else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -35,10 +36,29 @@ class RealAlertmanager:
     the API tells the remediator anything). `group_wait`: how long a new group waits before its first post."""
 
     def __init__(self, webhook_url: str | None = None, token_file: str | None = None,
-                 group_wait: str = "1s") -> None:
+                 group_wait: str = "1s", tls: bool = False) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="gpuhealth-am-"))
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.ca_file: str | None = None
+        self._context: ssl.SSLContext | None = None
+        extra = []
+        if tls:  # a CA and a server certificate for 127.0.0.1, as a platform team's internal CA would issue
+            d = self.workdir
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-subj", "/CN=gpuhealth-test-ca", "-keyout", d / "ca.key", "-out", d / "ca.crt"],
+                           check=True, capture_output=True)
+            (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+            subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=alertmanager",
+                            "-keyout", d / "am.key", "-out", d / "am.csr"], check=True, capture_output=True)
+            subprocess.run(["openssl", "x509", "-req", "-in", d / "am.csr", "-CA", d / "ca.crt", "-CAkey",
+                            d / "ca.key", "-CAcreateserial", "-days", "2", "-extfile", d / "san.cnf",
+                            "-out", d / "am.crt"], check=True, capture_output=True)
+            (d / "web.yml").write_text(yaml.safe_dump({"tls_server_config": {
+                "cert_file": str(d / "am.crt"), "key_file": str(d / "am.key")}}))
+            extra = [f"--web.config.file={d / 'web.yml'}"]
+            self.ca_file = str(d / "ca.crt")
+            self._context = ssl.create_default_context(cafile=self.ca_file)
         config = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())
         for route in config["route"]["routes"]:
             route.update(group_wait=group_wait, group_interval="2s", repeat_interval="1h")
@@ -58,7 +78,7 @@ class RealAlertmanager:
         path.write_text(yaml.safe_dump(config))
         self.argv = ["prometheus-alertmanager", f"--config.file={path}", f"--storage.path={self.workdir}/data",
                      f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
-                     f"--web.external-url={self.url}", "--log.level=warn"]
+                     f"--web.external-url={self.url}", "--log.level=warn", *extra]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> RealAlertmanager:
@@ -68,7 +88,7 @@ class RealAlertmanager:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1, context=self._context) as r:
                     if r.status == 200:
                         return self
             except OSError:
@@ -91,15 +111,15 @@ class RealAlertmanager:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as r:
+        with urllib.request.urlopen(request, timeout=5, context=self._context) as r:
             raw = r.read()
         return json.loads(raw) if raw else None
 
     def push(self, node: str, alertname: str = "GPUXidFatal", remediation: str = "cordon", gpu: str = "0",
-             starts: datetime | None = None, resolved: bool = False) -> None:
+             starts: datetime | None = None, resolved: bool = False, node_label: str = "node") -> None:
         """One alert as Prometheus sends it: firing (endsAt a few minutes ahead) or resolved (endsAt now)."""
         now = datetime.now(UTC)
-        labels = {"alertname": alertname, "node": node, "remediation": remediation, "severity": "critical",
+        labels = {"alertname": alertname, node_label: node, "remediation": remediation, "severity": "critical",
                   "component": "gpu", "gpu": gpu}
         self._call("POST", "/api/v2/alerts", [{
             "labels": labels, "annotations": {"summary": f"{alertname} on {node}"},

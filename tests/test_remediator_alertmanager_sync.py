@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import threading
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,7 @@ from remediator.cli import main
 from remediator.nodestate import STATE_ANNOTATION
 
 
-def policy(url: str, **alertmanager: Any) -> str:
+def policy(url: str | list[str], **alertmanager: Any) -> str:
     settings = {"url": url, "sync_interval": "30s", "min_uptime": "0s", **alertmanager}
     return yaml.safe_dump({"alertmanager": settings, "return_to_service": {"healthy_delay": "0s"}})
 
@@ -180,3 +184,167 @@ def test_plan_from_an_unreachable_alertmanager_fails_in_one_line(cluster: FakeCl
                  f"http://127.0.0.1:{free_port()}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: Alertmanager: http://127.0.0.1:") and err.count("\n") == 1
+
+
+def test_an_ha_pair_resolves_only_what_no_member_lists_and_only_while_both_answer(cluster: FakeCluster) -> None:
+    with RealAlertmanager() as am0, RealAlertmanager() as am1:
+        am1.push("gpu-3", "GPUOnlyOnOne")  # Prometheus could not reach am0: it never heard of these
+        am1.push("gpu-4", "GPUOnlyOnOneLost")
+        h = Harness(cluster, policy([am0.url, am1.url]), start=now())
+        h.post(webhook_of(am1.alerts("gpu-3")))
+        h.step()
+        assert firing(h, "gpu-3") == {"GPUOnlyOnOne": "firing"}  # am0 lists nothing: not a resolution
+        assert firing(h, "gpu-4") == {"GPUOnlyOnOneLost": "firing"}  # recorded from am1's list
+        am1.__exit__()
+        h.advance(seconds=30)
+        h.fire("gpu-5", "cordon", alertname="GPUAbsentFromBoth")
+        h.advance(seconds=30)
+        h.step()  # am0 answers, am1 does not: its list might have held them, so nothing is resolved
+        assert firing(h, "gpu-3") == {"GPUOnlyOnOne": "firing"}
+        assert firing(h, "gpu-5") == {"GPUAbsentFromBoth": "firing"}
+        assert h.metric("gpuhealth_remediator_alertmanager_up") == 1
+
+
+def test_a_resolution_the_sync_inferred_reopens_when_alertmanager_lists_the_alert_again(
+        cluster: FakeCluster, am: RealAlertmanager) -> None:
+    h = Harness(cluster, policy(am.url).replace("healthy_delay: 0s", "healthy_delay: 1h"), start=now())
+    am.push("gpu-9", "GPUListedAgain")
+    listed = am.alerts("gpu-9")
+    started = datetime.fromisoformat(listed[0]["startsAt"].replace("Z", "+00:00"))
+    h.post(webhook_of(listed))
+    h.step()
+    am.push("gpu-9", "GPUListedAgain", starts=started, resolved=True)  # gone from Alertmanager, webhook lost
+    h.advance(seconds=30)
+    h.step()
+    assert firing(h, "gpu-9") == {"GPUListedAgain": "resolved"}  # inferred: the node waits out its healthy delay
+    assert h.state("gpu-9").alerts[listed[0]["fingerprint"]].resolved_by == "sync"
+    am.push("gpu-9", "GPUListedAgain", starts=started)  # listed again, same start (a Prometheus that was late)
+    h.advance(seconds=30)
+    h.step()
+    assert firing(h, "gpu-9") == {"GPUListedAgain": "firing"}  # reopened: the alert is active after all
+    assert cluster.taints("gpu-9")
+
+
+def test_the_sync_lists_alerts_by_the_policys_node_label(cluster: FakeCluster, am: RealAlertmanager) -> None:
+    # (the shipped route matches node=~".+"; a fleet that names nodes by `hostname` routes on that label)
+    text = policy(am.url, receiver=None) + "alert_labels: {node: hostname}\n"
+    am.push("gpu-1", "GPUByHostname", node_label="hostname")
+    h = Harness(cluster, text, start=now())
+    h.step()
+    assert firing(h, "gpu-1") == {"GPUByHostname": "firing"}
+
+
+def test_a_receiver_regex_that_names_no_receiver_resolves_nothing(cluster: FakeCluster, am: RealAlertmanager,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(cluster, policy(am.url, receiver="someone-else"), start=now())
+    h.fire("gpu-2", "cordon", alertname="GPUOtherRoute")
+    with caplog.at_level(logging.WARNING, "gpuhealth.remediator"):
+        h.step()
+    assert firing(h, "gpu-2") == {"GPUOtherRoute": "firing"}  # an empty list for a wrong receiver is not news
+    assert h.metric("gpuhealth_remediator_alertmanager_up") == 0
+    assert any("matches none of its receivers" in r.getMessage() for r in caplog.records)
+
+
+class _Garbage:
+    """Something on Alertmanager's port that answers HTTP with garbage (a proxy mid-restart, another service)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"garbage that is not HTTP\r\n\r\n")
+
+
+def test_a_garbled_answer_is_an_unavailable_alertmanager_not_a_failed_pass(cluster: FakeCluster) -> None:
+    garbage = _Garbage()
+    try:
+        h = Harness(cluster, policy(garbage.url), start=now())
+        h.fire("gpu-6", "reboot")
+        plans = h.step()
+        assert ("gpu-6", "cordon", "execute") in h.decisions(plans)  # the pass went on
+        assert h.metric("gpuhealth_remediator_alertmanager_up") == 0
+        drain = [d for d in h.decided(plans) if d.action == "drain"]
+        assert drain and drain[0].decision == "deferred"  # the silence check could not ask: on_error defer
+    finally:
+        garbage.sock.close()
+
+
+class _TokenProxy:
+    """A reverse proxy in front of Alertmanager that wants a bearer token (as kube-rbac-proxy or an ingress would)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.token = "first-token"
+        self.seen: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                given = self.headers.get("Authorization", "")
+                proxy.seen.append(given)
+                if given != f"Bearer {proxy.token}":
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                with urllib.request.urlopen(upstream + self.path, timeout=5) as r:
+                    body, date = r.read(), r.headers.get("Date", "")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Date", date)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+
+def test_the_sync_and_the_silence_checks_send_the_bearer_token_and_pick_up_a_rotated_one(
+        cluster: FakeCluster, am: RealAlertmanager, tmp_path: Path) -> None:
+    proxy = _TokenProxy(am.url)
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    try:
+        h = Harness(cluster, policy(proxy.url, bearer_token_file=str(token)), start=now())
+        am.push("gpu-0", "GPUBehindAProxy", remediation="reboot")  # (gpu-6 and gpu-7 are silenced in `am`)
+        plans = h.step()
+        assert firing(h, "gpu-0") == {"GPUBehindAProxy": "firing"}
+        assert ("gpu-0", "drain", "execute") in h.decisions(plans)  # the silence check got in too
+        proxy.token = "second-token"
+        token.write_text("second-token\n")  # the Secret was rotated: the kubelet rewrites the file
+        h.advance(seconds=30)
+        h.step()
+        assert h.metric("gpuhealth_remediator_alertmanager_syncs_total", result="error") == 0
+        assert set(proxy.seen) == {"Bearer first-token", "Bearer second-token"}
+    finally:
+        proxy.server.shutdown()
+        proxy.server.server_close()
+
+
+def test_an_https_alertmanager_is_trusted_through_the_configured_ca_only(cluster: FakeCluster) -> None:
+    with RealAlertmanager(tls=True) as am:
+        am.push("gpu-8", "GPUOverTLS")
+        assert am.ca_file is not None
+        trusted = Harness(cluster, policy(am.url, ca_file=am.ca_file), start=now())
+        trusted.step()
+        assert firing(trusted, "gpu-8") == {"GPUOverTLS": "firing"}
+    with FakeCluster() as other, RealAlertmanager(tls=True) as am2:
+        other.add_node("gpu-8")
+        am2.push("gpu-8", "GPUOverTLS")
+        untrusted = Harness(other, policy(am2.url), start=now())  # the system CAs do not know the test CA
+        untrusted.step()
+        assert untrusted.metric("gpuhealth_remediator_alertmanager_up") == 0
+        assert firing(untrusted, "gpu-8") == {}
