@@ -6,6 +6,7 @@ broken or hostile one does: print without end, leave their process group with se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -173,7 +174,9 @@ def free_port() -> int:
         return port
 
 
-def serve(tmp_path: Path, dcgmi: str) -> tuple[subprocess.Popen[str], int]:
+@contextlib.contextmanager
+def serve(tmp_path: Path, dcgmi: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A real exporter serving /metrics with this dcgmi; killed on the way out if the test did not stop it."""
     port = free_port()
     config = tmp_path / "exporter.yaml"
     config.write_text("probes:\n  dcgm: {interval: 1, deadline: 30}\n")
@@ -181,7 +184,12 @@ def serve(tmp_path: Path, dcgmi: str) -> tuple[subprocess.Popen[str], int]:
         [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", "--config", str(config),
          "--no-conditions", "--disable", "kmsg,nvml,diag,efa", "--dcgmi", dcgmi],
         cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "NODE_NAME": ""})
-    return proc, port
+    try:
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def wait_for(check: Callable[[], bool], within: float = 20.0) -> bool:
@@ -199,15 +207,10 @@ def test_sigterm_to_the_exporter_kills_a_hung_tool_and_the_child_that_escaped_it
     started = tmp_path / "started"
     cmd = tool(tmp_path, f'[ "$1 $2" = "health -s" ] && exit 0\n'
                          f"setsid {sleeper(marker)} &\ntouch '{started}'\n{sleeper(marker)}\n")
-    proc, _ = serve(tmp_path, cmd)
-    try:
+    with serve(tmp_path, cmd) as (proc, _):
         assert wait_for(lambda: started.exists() and len(with_marker(marker)) == 2), "the tool never started"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert gone(marker), [Path(f"/proc/{p}/cmdline").read_bytes() for p in with_marker(marker)]
 
 
@@ -218,24 +221,19 @@ def test_a_child_a_tool_leaves_behind_is_killed_when_the_run_ends_while_the_expo
     runs = tmp_path / "runs"
     cmd = tool(tmp_path, f'[ "$1 $2" = "health -s" ] && exit 0\necho run >> \'{runs}\'\n'
                          f"setsid {sleeper(marker)} </dev/null >/dev/null 2>&1 &\necho '{HEALTHY}'\n")
-    proc, port = serve(tmp_path, cmd)
+    with serve(tmp_path, cmd) as (proc, port):
 
-    def succeeded() -> bool:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-        except OSError:
-            return False
-        return 'gpuhealth_probe_success{probe="dcgm"} 1.0' in body
+        def succeeded() -> bool:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            except OSError:
+                return False
+            return 'gpuhealth_probe_success{probe="dcgm"} 1.0' in body
 
-    try:
         assert wait_for(succeeded), "the probe never succeeded"
         assert wait_for(lambda: len(runs.read_text().split()) >= 3)  # several runs, each leaving a daemon
         assert wait_for(lambda: len(with_marker(marker)) <= 1, within=5), "daemons pile up across runs"
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert gone(marker)
