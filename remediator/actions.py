@@ -21,6 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from remediator.fleet_cache import FleetCache
 from remediator.nodestate import (
+    DO_NOT_DISRUPT_ANNOTATION,
     HOLD_ANNOTATION,
     LAST_EPISODE_ANNOTATION,
     STATE_ANNOTATION,
@@ -322,3 +324,27 @@ def uncordon_body(node: dict[str, Any], before: NodeState, after: NodeState, now
     if before.cordoned:
         body["spec"]["unschedulable"] = None
     return body
+
+
+def claim_do_not_disrupt(node: dict[str, Any], before: NodeState, after: NodeState) -> NodeState:
+    """`after`, owning karpenter.sh/do-not-disrupt only if gpuhealth is the one to set it: when the annotation
+    is already on the Node as the plan starts wanting it (a person's, another tool's), it is theirs: left in
+    place, never removed, and the state does not claim it."""
+    if after.do_not_disrupt and not before.do_not_disrupt:
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        if DO_NOT_DISRUPT_ANNOTATION in annotations:
+            return replace(after, do_not_disrupt=False)
+    return after
+
+
+def with_do_not_disrupt(body: dict[str, Any], before: NodeState, after: NodeState) -> tuple[dict[str, Any], str]:
+    """The Node patch with karpenter.sh/do-not-disrupt set (gpuhealth takes it: drain starts) or removed
+    (gpuhealth gives it up: return to service, replace, the episode closed), in the same write as the state;
+    and a note for the audit ("" when nothing changes)."""
+    if after.do_not_disrupt == before.do_not_disrupt:
+        return body, ""
+    value, note = ("true", f"set {DO_NOT_DISRUPT_ANNOTATION}") if after.do_not_disrupt else \
+        (None, f"removed {DO_NOT_DISRUPT_ANNOTATION} (set by gpuhealth)")
+    meta = body.get("metadata") or {}
+    annotations = {**(meta.get("annotations") or {}), DO_NOT_DISRUPT_ANNOTATION: value}
+    return {**body, "metadata": {**meta, "annotations": annotations}}, note

@@ -318,11 +318,15 @@ class _Planner:
                 started = replace(started, rung_status="done", rung_done=fmt_time(now),
                                   cordoned=st.cordoned or not v.unschedulable)
             elif nxt == "drain":
+                # Karpenter must not consolidate a node mid-ladder: annotated in the write that starts the drain
+                started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.karpenter_do_not_disrupt)
                 if not v.evictable:
                     started = replace(started, rung_status="done", rung_done=fmt_time(now))
                     why += "; nothing to evict"
                 else:
                     why += f"; evicting {len(v.pending_pods)} pod(s)"
+            elif nxt == "replace":  # handed to Karpenter (or a hook): our annotation must not block it
+                started = replace(started, do_not_disrupt=False)
             elif nxt in JOB_RUNGS:
                 started = replace(started, job=job_name(v.name, nxt, st.episode),
                                   gpu=gpu if nxt == "reset_gpu" else None,

@@ -19,6 +19,9 @@ STATE_ANNOTATION = f"{PREFIX}/state"
 HOLD_ANNOTATION = f"{PREFIX}/hold"
 LAST_EPISODE_ANNOTATION = f"{PREFIX}/last-episode"
 TAINT_KEY = f"{PREFIX}/unhealthy"
+# Karpenter's opt-out of voluntary disruption (consolidation, drift) on a Node: gpuhealth sets it from the
+# drain until return to service or replacement, and removes it only when it set it (NodeState.do_not_disrupt)
+DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 TAINT_EFFECT = "NoSchedule"
 STATE_VERSION = 1
 
@@ -80,6 +83,7 @@ class NodeState:
     rung_started: str | None = None
     rung_done: str | None = None
     cordoned: bool = False  # we set spec.unschedulable (so we may unset it)
+    do_not_disrupt: bool = False  # we set karpenter.sh/do-not-disrupt (so we may remove it)
     gpu: str | None = None  # GPU the reset job targets
     job: str | None = None  # reset/reboot Job name
     boot_id: str | None = None  # bootID before the reboot

@@ -80,6 +80,7 @@ class Policy:
     rungs: dict[str, RungPolicy] = field(default_factory=lambda: dict(DEFAULT_RUNGS))
     drain_on_timeout: str = "wait"
     eviction_backoff: tuple[float, ...] = (1.0,)
+    karpenter_do_not_disrupt: bool = True  # karpenter.sh/do-not-disrupt on the Node from drain until return/replace
     healthy_delay: timedelta = timedelta(minutes=15)
     quiet_timeout: timedelta = timedelta(hours=6)
     label_node: str = "node"
@@ -312,7 +313,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
                 if "escalate_after" in spec else base.escalate_after)
     kw["rungs"] = rungs
 
-    drain = r.section("drain", {"on_timeout", "eviction_backoff"}, top.get("drain"))
+    drain = r.section("drain", {"on_timeout", "eviction_backoff", "karpenter_do_not_disrupt"}, top.get("drain"))
     if "on_timeout" in drain:
         kw["drain_on_timeout"] = r.string("drain.on_timeout", drain["on_timeout"], ("wait", "force", "escalate"))
     if "eviction_backoff" in drain:
@@ -321,6 +322,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             raise r.fail("drain.eviction_backoff", "expected a list of durations")
         kw["eviction_backoff"] = tuple(
             (r.duration("drain.eviction_backoff", s) or timedelta()).total_seconds() for s in steps)
+    if "karpenter_do_not_disrupt" in drain:
+        if not isinstance(drain["karpenter_do_not_disrupt"], bool):
+            raise r.fail("drain.karpenter_do_not_disrupt",
+                         f"expected true or false, got {drain['karpenter_do_not_disrupt']!r}")
+        kw["karpenter_do_not_disrupt"] = drain["karpenter_do_not_disrupt"]
 
     rts = r.section("return_to_service", {"healthy_delay"}, top.get("return_to_service"))
     if "healthy_delay" in rts:

@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from remediator.actions import Kube, cordon_body, state_body, uncordon_body
+from remediator.actions import Kube, claim_do_not_disrupt, cordon_body, state_body, uncordon_body, with_do_not_disrupt
 from remediator.alert_sync import SyncPlan, read_alertmanager, sync_batch
 from remediator.alertmanager import AlertmanagerUnavailable, client_from
 from remediator.budget import Ledger
@@ -547,6 +547,7 @@ class Remediator:
                                       "disruptive step: draining again next pass")
 
         # 2. the final state, written once, with the resourceVersion the plan was computed from
+        plan.final_state = claim_do_not_disrupt(node, plan.base_state, plan.final_state)
         actions = {d.action for d in executes}
         if "cordon" in actions:
             body = cordon_body(node, plan.final_state)
@@ -554,6 +555,7 @@ class Remediator:
             body = uncordon_body(node, plan.base_state, plan.final_state, now)
         else:
             body = state_body(plan.final_state) if plan.changed else {}
+        body, karpenter_note = with_do_not_disrupt(body, plan.base_state, plan.final_state)
         if body:
             self._guard()
             try:
@@ -563,6 +565,8 @@ class Remediator:
                     raise
                 return self._drop(plan, "the node changed since this pass read it (409 Conflict): "
                                   "re-deciding next pass")
+            if karpenter_note:
+                audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
         for reason, message in plan.notes:
             audit("progress", node=plan.node, reason=reason, message=message, dry_run=False)
             if reason.endswith("TimedOut"):
@@ -583,6 +587,8 @@ class Remediator:
                 audit("action", **fields, result="failed", error=str(exc))
                 self._event(d.node, f"{_camel(d.action)}Failed", f"{d.reason}: {exc}", now, warning=True)
                 return
+            if karpenter_note and d.action in ("drain", "uncordon", "replace"):
+                message, karpenter_note = f"{message}; {karpenter_note}" if message else karpenter_note, ""
             self.metrics.actions.labels(d.action, "executed").inc()
             audit("action", **fields, result="executed", detail=message)
             if d.new or message:
