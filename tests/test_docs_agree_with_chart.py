@@ -1,0 +1,365 @@
+"""The docs agree with the chart (issue 12): every port, URL, Secret name, Alertmanager timing,
+credentials_file path and dashboard that README.md, docs/ and examples/ name is checked against what
+helm/gpuhealth renders.
+
+Renders (once per module, through the same helm-python-sdk call as tests/test_helm.py, without
+importing it: that module renders four value sets and imports the kubernetes client at import time):
+
+- DEFAULT: the chart's own values, as `helm install gpuhealth ./helm/gpuhealth -n gpuhealth` would.
+- INSTALL: the `values-prod.yaml` block of docs/install.md, read from the page itself (it turns on
+  the AlertmanagerConfig and names an existing token Secret).
+
+What is extracted, and from where (the regexes below are the whole contract; a doc sentence that
+names one of these things in another shape is not checked, so keep to these shapes):
+
+- URL_TO_SERVICE: `http://<service>[.<namespace>[.svc]][:<port>]/...` whose host is a Service the chart
+  renders: the port must be that Service's port, the namespace the release's.
+- PORT_WORD / LISTEN: `port 9842`, `on :9842`, `Service :8080`, `Service's 8080`, `--listen ...:9095`.
+  The program is the last of exporter / node agent / remediator / Service named before it on the line
+  (`Service` in the match itself wins): the port must be that program's rendered container port (the
+  Service's port for `Service`). A port whose last-named program is another one (dcgm-exporter,
+  Alertmanager, Prometheus) is not the chart's and is skipped; a port with no program named fails.
+- CREDENTIALS_FILE: every `credentials_file:` path is one and the same, and it is where the documented
+  kube-prometheus-stack mount (`alertmanagerSpec.secrets: [<secret>]` MOUNT) puts key `token` of the
+  token Secret the INSTALL render reads.
+- SECRET_PATTERNS: every Secret name mentioned is rendered by DEFAULT, or is the existing Secret the
+  INSTALL render mounts into the remediator and names in its AlertmanagerConfig.
+- TIMING (`group_wait: 10s`, `groupInterval: 30s`, ... in README/docs): equal to the rendered
+  AlertmanagerConfig route; in examples/*.yml the route to the remediator with the chart's matchers is
+  parsed and must equal it too. The "The chart renders:" block of docs/install.md must be a subset of
+  the rendered AlertmanagerConfig.
+- Dashboards: every dashboards/json/*.json is named in README or docs, as `*<title>*` (with or without
+  the `gpuhealth / ` prefix) or its file name in backticks; every `*gpuhealth / ...*` named is shipped;
+  the chart renders one ConfigMap per file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "gpuhealth"
+RELEASE, NAMESPACE = "gpuhealth", "gpuhealth"
+INSTALL_MD = ROOT / "docs" / "install.md"
+DASHBOARDS = sorted((ROOT / "dashboards" / "json").glob("*.json"))
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*") if p.suffix in {".yml", ".yaml"})
+
+# --- the regexes ---
+
+URL_TO_SERVICE = re.compile(
+    r"https?://(?P<service>[a-z0-9-]+)(?:\.(?P<namespace>[a-z0-9-]+)(?:\.svc(?:\.cluster\.local)?)?)?"
+    r"(?::(?P<port>\d+))?(?P<path>/[\w./-]*)?"
+)
+PORT_WORD = re.compile(r"(?:\bport\s+|\bon\s+:|\b(?P<service>Service)(?:'s)?\s+:?)(?P<port>\d{4,5})\b")
+LISTEN = re.compile(r"--listen[= ][\w.]*:(?P<port>\d{2,5})\b")
+OWNER = re.compile(r"(?<![\w-])(?P<who>exporter|node agent|remediator|Service|dcgm-exporter|dcgm_exporter"
+                   r"|Alertmanager|alertmanager|Prometheus|prometheus)\b")
+THIRD_PARTY = {"dcgm-exporter", "dcgm_exporter", "Alertmanager", "alertmanager", "Prometheus", "prometheus"}
+CREDENTIALS_FILE = re.compile(r"\bcredentials_file:\s*(?P<path>[^\s,}]+)")
+MOUNT = re.compile(r"alertmanagerSpec\.secrets:\s*\[(?P<secret>[a-z0-9.-]+)\]`?\s+mounts it at\s+`(?P<path>[^`]+)`")
+SECRET_PATTERNS = [
+    re.compile(r"\bSecret `(?P<name>[a-z0-9][a-z0-9.-]*)`"),
+    re.compile(r"\b(?:create|get) secret (?:generic )?(?P<name>[a-z0-9][a-z0-9.-]*)"),
+    re.compile(r"\bexistingSecret:\s*(?P<name>[a-z0-9][a-z0-9.-]*)"),
+    re.compile(r"\bsecretName:\s*(?P<name>[a-z0-9][a-z0-9.-]*)"),
+    re.compile(r"alertmanagerSpec\.secrets:\s*\[(?P<name>[a-z0-9][a-z0-9.-]*)\]"),
+    re.compile(r"/etc/alertmanager/secrets/(?P<name>[a-z0-9][a-z0-9.-]*)/"),
+    re.compile(r"\bcredentials:\s*\{name:\s*(?P<name>[a-z0-9][a-z0-9.-]*)"),
+]
+TIMING = re.compile(
+    r"\b(?P<key>group_wait|group_interval|repeat_interval|groupWait|groupInterval|repeatInterval):\s*"
+    r"(?P<value>\d+[smhd])\b"
+)
+SNAKE_TO_CAMEL = {"group_wait": "groupWait", "group_interval": "groupInterval", "repeat_interval": "repeatInterval"}
+EMPHASIS = re.compile(r"(?<![\w*`])\*(?P<name>[^*\s](?:[^*\n]*[^*\s])?)\*(?![\w*])")
+FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
+
+
+# --- rendering ---
+
+def _render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return [doc for name, text in sorted(out.items()) if name.endswith(".yaml")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+def _install_values() -> dict[str, Any]:
+    for m in FENCE.finditer(INSTALL_MD.read_text()):
+        if m.group("body").startswith("# values-prod.yaml"):
+            values: dict[str, Any] = yaml.safe_load(m.group("body"))
+            return values
+    raise AssertionError("docs/install.md: no ```yaml block starting with `# values-prod.yaml`")
+
+
+class Chart:
+    def __init__(self) -> None:
+        helm.disable_logging()  # the loader logs each symlink it follows (files/rules, files/dashboards)
+        self.default = _render(None)
+        self.install = _render(_install_values())
+
+    @staticmethod
+    def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+        found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+        assert len(found) == 1, f"expected one rendered {kind} {name or ''}, found {len(found)}"
+        return found[0]
+
+    def container_ports(self, kind: str, name: str) -> set[int]:
+        pod = self.one(self.default, kind, name)["spec"]["template"]["spec"]
+        return {p["containerPort"] for c in pod["containers"] for p in c.get("ports", [])}
+
+    @property
+    def services(self) -> dict[str, set[int]]:
+        return {d["metadata"]["name"]: {p["port"] for p in d["spec"]["ports"]}
+                for d in self.default if d["kind"] == "Service"}
+
+    @property
+    def ports(self) -> dict[str, set[int]]:
+        return {
+            "exporter": self.container_ports("DaemonSet", f"{RELEASE}-exporter"),
+            "remediator": self.container_ports("Deployment", f"{RELEASE}-remediator"),
+            "Service": self.services[f"{RELEASE}-remediator"],
+        }
+
+    @property
+    def alertmanager_config(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self.one(self.install, "AlertmanagerConfig")["spec"]
+        return spec
+
+    @property
+    def install_token_secret(self) -> str:
+        """The token Secret the INSTALL render reads: the remediator mounts it, the AlertmanagerConfig names it."""
+        pod = self.one(self.install, "Deployment", f"{RELEASE}-remediator")["spec"]["template"]["spec"]
+        mounted = {v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "token"}
+        hook = self.alertmanager_config["receivers"][0]["webhookConfigs"][0]
+        named = hook["httpConfig"]["authorization"]["credentials"]["name"]
+        assert mounted == {named}, f"the remediator mounts {mounted}, the AlertmanagerConfig names {named}"
+        return str(named)
+
+
+@pytest.fixture(scope="module")
+def chart() -> Chart:
+    return Chart()
+
+
+# --- the documents, line by line ---
+
+def _lines() -> Iterator[tuple[str, int, str]]:
+    """(file relative to the repository, line number, line) of README.md, docs/**/*.md, examples/**/*.y*ml."""
+    for path in [*DOCS, *EXAMPLES]:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            yield str(path.relative_to(ROOT)), number, line
+
+
+def _where(path: Path, offset: int) -> str:
+    return f"{path.relative_to(ROOT)}:{path.read_text().count(chr(10), 0, offset) + 1}"
+
+
+# --- ports and URLs ---
+
+def test_urls_to_the_charts_services_name_the_service_port(chart: Chart) -> None:
+    services = chart.services
+    wrong, seen = [], 0
+    for where, number, line in _lines():
+        for m in URL_TO_SERVICE.finditer(line):
+            if m.group("service") not in services:
+                continue  # Alertmanager, Prometheus, a local dcgm-exporter: not the chart's
+            seen += 1
+            url, ports = m.group(0), services[m.group("service")]
+            if m.group("port") is None or int(m.group("port")) not in ports:
+                wrong.append(f"{where}:{number}: {url}: the Service {m.group('service')} listens on {sorted(ports)}"
+                             f" (values.yaml remediator.service.port), not {m.group('port') or 'the default 80'}")
+            if m.group("namespace") not in (None, NAMESPACE):
+                wrong.append(f"{where}:{number}: {url}: the release's namespace is {NAMESPACE}")
+    assert seen, "no URL to the remediator's Service found in README/docs/examples: the regex is stale"
+    assert not wrong, "\n" + "\n".join(wrong)
+
+
+def test_every_port_named_for_a_program_is_its_rendered_port(chart: Chart) -> None:
+    expected = chart.ports
+    wrong, seen = [], set()
+    for where, number, line in _lines():
+        for regex in (PORT_WORD, LISTEN):
+            for m in regex.finditer(line):
+                if m.groupdict().get("service"):
+                    who = "Service"
+                else:
+                    owners = [o.group("who") for o in OWNER.finditer(line, 0, m.start() if regex is PORT_WORD
+                                                                              else len(line))]
+                    if not owners:
+                        wrong.append(f"{where}:{number}: {m.group(0)!r}: name the program "
+                                     "(exporter, remediator, Service) on the line")
+                        continue
+                    if owners[-1] in THIRD_PARTY:
+                        continue  # another program's port (dcgm-exporter 9400, Alertmanager 9093, ...)
+                    who = "exporter" if owners[-1] == "node agent" else owners[-1]
+                seen.add(who)
+                if int(m.group("port")) not in expected[who]:
+                    wrong.append(f"{where}:{number}: {m.group(0)!r}: the rendered {who} port is "
+                                 f"{sorted(expected[who])}, not {m.group('port')}")
+    assert seen == {"exporter", "remediator", "Service"}, f"ports found only for {seen}: the regexes are stale"
+    assert not wrong, "\n" + "\n".join(wrong)
+
+
+def test_the_service_targets_the_remediators_container_port(chart: Chart) -> None:
+    service = chart.one(chart.default, "Service", f"{RELEASE}-remediator")
+    pod = chart.one(chart.default, "Deployment", f"{RELEASE}-remediator")["spec"]["template"]["spec"]
+    named = {p["name"]: p["containerPort"] for c in pod["containers"] for p in c.get("ports", [])}
+    for port in service["spec"]["ports"]:
+        assert named.get(port["targetPort"], port["targetPort"]) in chart.ports["remediator"]
+
+
+# --- the token ---
+
+def test_one_credentials_file_path_where_the_documented_mount_puts_the_token(chart: Chart) -> None:
+    secret = chart.install_token_secret
+    expected = f"/etc/alertmanager/secrets/{secret}/token"
+    install = INSTALL_MD.read_text()
+    mounts = list(MOUNT.finditer(install))
+    assert mounts, "docs/install.md no longer says where alertmanagerSpec.secrets mounts the token: MOUNT is stale"
+    wrong = [f"{_where(INSTALL_MD, m.start())}: mounts {m.group('secret')} at {m.group('path')}; the chart's "
+             f"token Secret (existingSecret) is {secret} and kube-prometheus-stack mounts key token at {expected}"
+             for m in mounts if (m.group("secret"), m.group("path")) != (secret, expected)]
+    found = [(where, number, m.group("path")) for where, number, line in _lines()
+             for m in CREDENTIALS_FILE.finditer(line)]
+    assert found, "no credentials_file in README/docs/examples: the regex is stale"
+    wrong += [f"{where}:{number}: credentials_file {path}, expected {expected} (docs/install.md, 5b)"
+              for where, number, path in found if path != expected]
+    assert not wrong, "\n" + "\n".join(wrong)
+
+
+def test_every_secret_named_is_rendered_or_is_the_existing_secret_the_chart_reads(chart: Chart) -> None:
+    rendered = {d["metadata"]["name"] for d in chart.default if d["kind"] == "Secret"}
+    existing = chart.install_token_secret
+    wrong, seen = [], set()
+    for where, number, line in _lines():
+        for regex in SECRET_PATTERNS:
+            for m in regex.finditer(line):
+                name = m.group("name")
+                seen.add(name)
+                if name not in rendered | {existing}:
+                    wrong.append(f"{where}:{number}: Secret {name!r}: the default render has {sorted(rendered)}, "
+                                 f"docs/install.md's values bring {existing!r} (existingSecret)")
+    assert rendered <= seen, f"the docs never name the rendered Secret(s) {sorted(rendered - seen)}"
+    assert not wrong, "\n" + "\n".join(wrong)
+
+
+# --- Alertmanager timings ---
+
+def test_timings_in_the_docs_are_the_charts(chart: Chart) -> None:
+    route = chart.alertmanager_config["route"]
+    wrong, seen = [], 0
+    for where, number, line in _lines():
+        if not where.endswith(".md"):
+            continue  # examples: parsed below (their informational route has timings of its own)
+        for m in TIMING.finditer(line):
+            seen += 1
+            key = SNAKE_TO_CAMEL.get(m.group("key"), m.group("key"))
+            if m.group("value") != route[key]:
+                wrong.append(f"{where}:{number}: {m.group(0)!r}: the chart's monitoring.alertmanagerConfig.{key} "
+                             f"is {route[key]}")
+    assert seen, "no Alertmanager timing in the docs: the regex is stale"
+    assert not wrong, "\n" + "\n".join(wrong)
+
+
+def _routes(route: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield route
+    for child in route.get("routes", []):
+        yield from _routes(child)
+
+
+def test_example_route_to_the_remediator_is_the_charts(chart: Chart) -> None:
+    amc = chart.alertmanager_config
+    route, hook = amc["route"], amc["receivers"][0]["webhookConfigs"][0]
+    chart_matchers = {f'{m["name"]}{m["matchType"]}"{m["value"]}"' for m in route["matchers"]}
+    wrong, seen = [], 0
+    for path in EXAMPLES:
+        config = yaml.safe_load(path.read_text())
+        if not isinstance(config, dict) or "route" not in config:
+            continue
+        for r in _routes(config["route"]):
+            if r.get("receiver") != route["receiver"] or set(r.get("matchers", [])) != chart_matchers:
+                continue
+            seen += 1
+            for snake, camel in SNAKE_TO_CAMEL.items():
+                if r.get(snake) != route[camel]:
+                    wrong.append(f"{path.relative_to(ROOT)}: route {r['matchers']}: {snake} {r.get(snake)}, "
+                                 f"the chart's {camel} is {route[camel]}")
+            if r.get("group_by") != route["groupBy"]:
+                wrong.append(f"{path.relative_to(ROOT)}: group_by {r.get('group_by')}, the chart's {route['groupBy']}")
+        for receiver in config.get("receivers", []):
+            for h in receiver.get("webhook_configs", []) if receiver["name"] == route["receiver"] else []:
+                if h["url"] != hook["url"] or h.get("send_resolved") is not True:
+                    wrong.append(f"{path.relative_to(ROOT)}: webhook {h['url']} (send_resolved "
+                                 f"{h.get('send_resolved')}), the chart's {hook['url']} (sendResolved true)")
+    assert seen, "no example route to the remediator with the chart's matchers"
+    assert not wrong, "\n" + "\n".join(wrong)
+
+
+def _not_in(doc: Any, rendered: Any, at: str) -> list[str]:
+    """What of the documented YAML is not in the rendered one (mappings: a subset; lists: item by item)."""
+    if isinstance(doc, dict):
+        if not isinstance(rendered, dict):
+            return [f"{at}: rendered {rendered!r}"]
+        return [w for k, v in doc.items() for w in
+                (_not_in(v, rendered[k], f"{at}.{k}") if k in rendered else [f"{at}.{k}: not rendered"])]
+    if isinstance(doc, list):
+        if not isinstance(rendered, list) or len(rendered) != len(doc):
+            return [f"{at}: rendered {rendered!r}"]
+        return [w for i, (d, r) in enumerate(zip(doc, rendered, strict=True)) for w in _not_in(d, r, f"{at}[{i}]")]
+    return [] if doc == rendered else [f"{at}: documented {doc!r}, rendered {rendered!r}"]
+
+
+def test_the_alertmanagerconfig_install_md_shows_is_what_the_chart_renders(chart: Chart) -> None:
+    text = INSTALL_MD.read_text()
+    start = text.index("The chart renders:")
+    block = FENCE.search(text, start)
+    assert block, "docs/install.md: no YAML block after 'The chart renders:'"
+    documented = yaml.safe_load(block.group("body"))
+    rendered = chart.one(chart.install, "AlertmanagerConfig")
+    wrong = _not_in(documented, rendered, "AlertmanagerConfig")
+    assert not wrong, f"{_where(INSTALL_MD, block.start())}: the block differs from the render:\n" + "\n".join(wrong)
+
+
+# --- dashboards ---
+
+def _dashboards() -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text()) for p in DASHBOARDS}
+
+
+def test_every_shipped_dashboard_is_named_in_the_docs() -> None:
+    text = "\n".join(p.read_text() for p in DOCS)
+    emphasized = {m.group("name") for m in EMPHASIS.finditer(text)}
+    missing = []
+    for name, board in _dashboards().items():
+        title = board["title"]
+        short = title.split(" / ", 1)[-1]
+        if not ({title, short} & emphasized or f"`{name}`" in text or f"`dashboards/json/{name}`" in text):
+            missing.append(f"{name} ({title!r}, uid {board['uid']}): not named as *{short}* or `{name}`")
+    assert not missing, "README.md / docs/ do not name:\n" + "\n".join(missing)
+
+
+def test_every_dashboard_title_named_in_the_docs_is_shipped() -> None:
+    titles = {b["title"] for b in _dashboards().values()}
+    wrong = [f"{where}:{number}: *{m.group('name')}* is not a shipped dashboard ({sorted(titles)})"
+             for where, number, line in _lines() for m in EMPHASIS.finditer(line)
+             if m.group("name").startswith("gpuhealth / ") and m.group("name") not in titles]
+    assert not wrong, "\n" + "\n".join(wrong)
+
+
+def test_the_chart_ships_one_configmap_per_dashboard(chart: Chart) -> None:
+    uids = {}
+    for d in chart.default:
+        if d["kind"] == "ConfigMap" and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1":
+            for key, value in d["data"].items():
+                uids[key] = json.loads(value)["uid"]
+    assert uids == {name: board["uid"] for name, board in _dashboards().items()}
