@@ -128,6 +128,10 @@ _FAMILIES = [
     Family("gpuhealth_dcgm_last_xid", "gauge", GPU_SOURCED,
            "DCGM_FI_DEV_XID_ERRORS: the LAST Xid DCGM saw (a value, not a count; absent until the first).",
            "dcgm_exporter"),
+    Family("gpuhealth_dcgm_exporter_foreign_samples", "counter", (),
+           "dcgm-exporter samples whose Hostname label names another host (neither the node name nor one of "
+           "dcgm_exporter_hostnames): dropped, never reported as this node's. A scrape whose every GPU sample "
+           "is another host's fails the probe (bad_output): the URL is not node-local.", "dcgm_exporter"),
     Family("gpuhealth_dcgm_diag_result", "gauge", ("category", "test", "gpu", "result"),
            "1 per dcgmi diag test and GPU, with its result pass|fail|warn|skip (skip is normal).", "diag"),
     Family("gpuhealth_dcgm_diag_failed_tests", "gauge", (), "Test results that failed in the last dcgmi diag.",

@@ -21,7 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 from exporter import __version__
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
-from exporter.config import DEFAULT_PROBES, ConfigError, Settings, load_file
+from exporter.config import DEFAULT_PROBES, ConfigError, Settings, expand_placeholders, load_file
 from exporter.exposition import start_server
 from exporter.instance_types import lookup
 from exporter.kernel_events import KernelEventMatcher, PatternError, load_patterns
@@ -161,6 +161,9 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
     settings = replace(settings, **{k: v for k, v in flags.items() if v is not None})
     if not settings.node and env.get("NODE_NAME"):
         settings = replace(settings, node=env["NODE_NAME"])
+    if settings.dcgm_exporter:
+        settings = replace(settings, dcgm_exporter=expand_placeholders(
+            settings.dcgm_exporter, settings.node, env.get("HOST_IP", "")))
     if not settings.instance_type and env.get("INSTANCE_TYPE"):
         settings = replace(settings, instance_type=env["INSTANCE_TYPE"])
     if args.no_conditions:
@@ -218,7 +221,8 @@ def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
         "nvml": NvmlProbe,
         "dcgm": lambda: DcgmHealthProbe(dcgmi),
         "diag": lambda: DcgmDiagProbe(dcgmi, level=s.diag_level),
-        "dcgm_exporter": lambda: DcgmExporterProbe(s.dcgm_exporter),
+        "dcgm_exporter": lambda: DcgmExporterProbe(
+            s.dcgm_exporter, node=s.node, aliases=tuple(s.dcgm_exporter_hostnames.split(","))),
         "efa": lambda: EfaProbe(s.sysfs_root, counter_selection(s.efa_counters)),
     }
     return [(makers[name](), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]

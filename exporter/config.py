@@ -48,7 +48,11 @@ class Settings:
     sysfs_root: str = "/"
     dcgmi: str = "dcgmi"
     diag_level: int = 1
-    dcgm_exporter: str = ""  # URL of a local dcgm-exporter's /metrics, or a file
+    # URL of this node's dcgm-exporter /metrics, or a file; {node} and {host_ip} are filled from the node
+    # name and $HOST_IP (e.g. http://{host_ip}:9400/metrics with dcgm-exporter on a hostPort)
+    dcgm_exporter: str = ""
+    # Hostname label values, besides the node name, that mean this node (comma-separated)
+    dcgm_exporter_hostnames: str = ""
     instance_type: str = ""
     gpus_expected: int | None = None
     efa_expected: int | None = None
@@ -78,6 +82,19 @@ def _check_value(key: str, value: Any) -> str | None:
     if key in _INT_OR_NONE and value is not None and value < 0:
         return f"must be >= 0, got {value}"
     return None
+
+
+def expand_placeholders(value: str, node: str, host_ip: str, key: str = "dcgm_exporter") -> str:
+    """`{node}` and `{host_ip}` in a URL, filled; one that has no value is refused (a URL to nowhere)."""
+    if ":" in host_ip and not host_ip.startswith("["):
+        host_ip = f"[{host_ip}]"  # an IPv6 status.hostIP: a URL's host needs the brackets
+    for placeholder, filled, where in (("{node}", node, "--node or $NODE_NAME"),
+                                       ("{host_ip}", host_ip, "$HOST_IP")):
+        if placeholder in value:
+            if not filled:
+                raise ConfigError(f"{key}: {value!r} needs {placeholder}, but {where} is not set")
+            value = value.replace(placeholder, filled)
+    return value
 
 
 def _line(node: yaml.Node) -> int:

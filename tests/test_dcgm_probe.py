@@ -383,6 +383,7 @@ def test_exporter_file_scrape_of_real_l4_maps_fields_and_drops_hostname() -> Non
         key("gpuhealth_gpu_remapped_rows", **L4_GPU, cause="correctable"): 0,
         key("gpuhealth_gpu_row_remap_failure", **L4_GPU): 0,
         key("gpuhealth_gpu_info", **L4_GPU, model="NVIDIA L4"): 1,
+        key("gpuhealth_dcgm_exporter_foreign_samples"): 0,
     }
     assert result.gpus == [GpuIdentity("00000000:31:00.0", index="0",
                                        uuid="GPU-c2f76b33-7953-256e-8f33-1343419b1a1c")]
@@ -584,6 +585,7 @@ def _all_fixture_results() -> Iterator[ProbeResult]:
         yield parse_diag(json.loads((FIXTURES / name).read_text()), 1.0)
     for text in (L4_SCRAPE.read_text(), FAULTS_SCRAPE.read_text(), _default_counters_scrape()):
         yield parse_dcgm_exporter(text)
+    yield DcgmExporterProbe(str(L4_SCRAPE), node="i-030791dc5a37cd257").collect(5)
 
 
 def test_every_sample_from_fixtures_is_a_catalog_family_with_its_exact_labels() -> None:

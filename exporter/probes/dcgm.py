@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import math
 import re
 import subprocess
@@ -32,6 +33,8 @@ from exporter.probes.base import (
     run_command,
 )
 from exporter.samples import GpuIdentity, ProbeResult, Sample
+
+log = logging.getLogger(__name__)
 
 PROBLEMS = "gpu_problems"  # facts key: list[str] of human-readable failures
 _MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -397,12 +400,76 @@ def _exporter_problems(name: str, value: float, gpu: dict[str, str]) -> list[str
     return []
 
 
-def parse_dcgm_exporter(text: str, source: str = "dcgm-exporter") -> ProbeResult:
-    """Map a dcgm-exporter scrape onto gpuhealth families (source="dcgm"); the host label is dropped."""
+# dcgm-exporter labels each series with the host it runs on: `Hostname` (`hostname` in newer
+# releases). It is the node name where the pod has NODE_NAME (dcgm-exporter's chart and the GPU
+# Operator set it from spec.nodeName), else the container's hostname: the pod name, or the node's
+# hostname with hostNetwork. A Service balances across nodes, so a scrape may be another node's.
+_HOSTNAME_LABELS = ("Hostname", "hostname")
+FOREIGN_SAMPLES = "gpuhealth_dcgm_exporter_foreign_samples"
+
+
+def _hostname(labels: dict[str, str]) -> str:
+    return next((labels[k] for k in _HOSTNAME_LABELS if labels.get(k)), "")
+
+
+@dataclass(frozen=True)
+class _OwnSeries:
+    kept: list[PromSample]
+    foreign: int  # samples whose Hostname is another host's, dropped
+    foreign_hosts: tuple[str, ...]  # the Hostname values dropped, sorted
+
+
+def _own_series(series: list[PromSample], accepted: frozenset[str]) -> _OwnSeries:
+    """The series this node may report: no Hostname label (older releases), or one in `accepted`.
+
+    An empty `accepted` (no node name known) keeps every series.
+    """
+    if not accepted:
+        return _OwnSeries(series, 0, ())
+    kept: list[PromSample] = []
+    hosts: set[str] = set()
+    for s in series:
+        host = _hostname(s.labels)
+        if not host or host.lower() in accepted:
+            kept.append(s)
+        else:
+            hosts.add(host)
+    return _OwnSeries(kept, len(series) - len(kept), tuple(sorted(hosts)))
+
+
+def accepted_hostnames(node: str, aliases: tuple[str, ...] = ()) -> frozenset[str]:
+    """The Hostname values that mean this node (compared case-insensitively); empty without a node name."""
+    if not node:
+        return frozenset()
+    return frozenset(h.strip().lower() for h in (node, *aliases) if h.strip())
+
+
+def _check_some_own(series: list[PromSample], own: _OwnSeries, accepted: frozenset[str], source: str) -> None:
+    """Fail closed when every GPU sample is another host's: a Service balanced to another node."""
+    if own.foreign and not any("gpu" in s.labels for s in own.kept) and any("gpu" in s.labels for s in series):
+        seen = ", ".join(own.foreign_hosts[:3]) + (", ..." if len(own.foreign_hosts) > 3 else "")
+        raise ProbeError(BAD_OUTPUT, f"{source}: every GPU sample is another host's: Hostname {seen}, expected "
+                                     f"{' or '.join(sorted(accepted))} (is the URL node-local? docs/install.md)")
+
+
+def parse_dcgm_exporter(text: str, source: str = "dcgm-exporter",
+                        accepted: frozenset[str] = frozenset()) -> ProbeResult:
+    """Map a dcgm-exporter scrape onto gpuhealth families (source="dcgm"); the host label is dropped.
+
+    With `accepted` (accepted_hostnames()), samples of another Hostname are dropped, and a scrape whose
+    every GPU sample is another host's is a ProbeError (bad_output).
+    """
+    series = _dcgm_series(text, source)
+    own = _own_series(series, accepted)
+    _check_some_own(series, own, accepted, source)
+    return _map_series(own.kept)
+
+
+def _map_series(series: list[PromSample]) -> ProbeResult:
     samples: dict[tuple[str, frozenset[tuple[str, str]]], Sample] = {}
     gpus: dict[str, tuple[GpuIdentity, dict[str, str], str]] = {}
     problems: list[str] = []
-    for s in _dcgm_series(text, source):
+    for s in series:
         if "gpu" not in s.labels or math.isnan(s.value):
             continue  # non-GPU entities (switches, CPUs) have no place in the GPU families
         gpu = _gpu_labels(s.labels)
@@ -421,18 +488,35 @@ def parse_dcgm_exporter(text: str, source: str = "dcgm-exporter") -> ProbeResult
 
 
 class DcgmExporterProbe:
-    """A local dcgm-exporter's /metrics (http:// or https:// URL) or a file holding one scrape."""
+    """A node-local dcgm-exporter's /metrics (http:// or https:// URL) or a file holding one scrape.
+
+    With this node's name, samples whose Hostname is another host's are dropped and counted
+    (gpuhealth_dcgm_exporter_foreign_samples_total); a scrape with only other hosts' GPU samples fails.
+    """
 
     name = "dcgm_exporter"
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, node: str = "", aliases: tuple[str, ...] = ()) -> None:
         self._source = source
+        self._accepted = accepted_hostnames(node, aliases)
+        self._foreign = 0  # since start, failed runs included; exported with each successful run
+        self._warned = False
 
     def collect(self, deadline: float) -> ProbeResult:
+        if not self._accepted and not self._warned:
+            self._warned = True
+            log.warning("dcgm_exporter: no node name (--node/NODE_NAME): samples cannot be checked against "
+                        "dcgm-exporter's Hostname label, so another node's would be reported as this node's")
         is_url = self._source.startswith(("http://", "https://"))
         body = _fetch(self._source, deadline) if is_url else _read_file(self._source)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ProbeError(BAD_OUTPUT, f"{self._source}: not UTF-8 text") from exc
-        return parse_dcgm_exporter(text, self._source)
+        series = _dcgm_series(text, self._source)
+        own = _own_series(series, self._accepted)
+        self._foreign += own.foreign
+        _check_some_own(series, own, self._accepted, self._source)
+        result = _map_series(own.kept)
+        result.add(FOREIGN_SAMPLES, self._foreign)
+        return result
