@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ STOP_SECONDS = 10.0  # on SIGTERM, for the pass under way to end (the chart's gr
 @dataclass
 class ServeConfig:
     policy: Policy
-    token: str | None  # None: no authentication (only with allow_no_auth)
+    token: str | TokenFile | None  # a fixed token, a file re-read as it changes, None: no authentication
     max_body_bytes: int = DEFAULT_MAX_BODY
     dry_run: bool = False
     interval: float = 10.0
@@ -54,13 +55,74 @@ class ServeConfig:
     allow_no_auth: bool = False
 
 
-def read_token(token_file: str | None, env: dict[str, str]) -> str | None:
+class TokenFile:
+    """The webhook token in a file that may change while the remediator runs: a Secret mounted as a volume (not
+    with subPath) is updated in place by the kubelet, which writes the new files in a new directory and swaps the
+    `..data` symlink. Each check stats the file at most every `interval` seconds (a stat, no read, on the request
+    path) and re-reads it when its (device, inode, mtime, size) changed. A file that is missing, unreadable or
+    empty at that moment (mid-swap, a Secret being recreated) keeps the last good token and is tried again at the
+    next interval: a rotation never locks every sender out. No grace for the previous token: Alertmanager re-reads
+    its side too, so both follow the same Secret, and a rotated-away token stops working within a second here
+    (docs/install.md, section 3)."""
+
+    def __init__(self, path: str, interval: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        key = self._key()
+        token = self._read()
+        if key is None or not token:  # at start-up, as before: no token, no server
+            raise ValueError(f"token file {path} is missing or empty")
+        self._seen: tuple[int, int, int, int] | None = key
+        self._expected = f"Bearer {token}".encode()
+        self._checked = clock()
+        self._warned = False
+
+    def _key(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.path)  # follows the kubelet's symlinks: a swap shows as a new inode
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _read(self) -> str | None:
+        try:
+            with open(self.path) as f:
+                return f.read().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def expected(self) -> bytes:
+        """`Bearer <token>` as bytes, for a constant-time comparison with the request's Authorization header."""
+        now = self._clock()
+        if now - self._checked < self.interval or not self._lock.acquire(blocking=False):
+            return self._expected  # checked recently, or another thread is checking now
+        try:
+            self._checked = now
+            key = self._key()
+            if key is not None and key == self._seen:
+                return self._expected
+            token = self._read() if key is not None else None
+            if token is None:
+                if not self._warned:
+                    log.warning("token file %s is missing or empty: keeping the last token", self.path)
+                    self._warned = True
+                return self._expected
+            self._seen, self._warned = key, False
+            expected = f"Bearer {token}".encode()
+            if not hmac.compare_digest(expected, self._expected):
+                audit("webhook_token_reloaded", path=self.path)
+            self._expected = expected
+            return expected
+        finally:
+            self._lock.release()
+
+
+def read_token(token_file: str | None, env: dict[str, str]) -> str | TokenFile | None:
+    """A token file (re-read as it changes, see TokenFile), else $GPUHEALTH_TOKEN (fixed), else None."""
     if token_file:
-        with open(token_file) as f:
-            token = f.read().strip()
-        if not token:
-            raise ValueError(f"token file {token_file} is empty")
-        return token
+        return TokenFile(token_file)
     return env.get("GPUHEALTH_TOKEN") or None
 
 
@@ -109,7 +171,8 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes + 1
     app.extensions["remediator"] = rem
     rem.metrics.watch_events(rem.kube.events)  # Events kept while the API fails: pending, sent late, dropped
-    expected = f"Bearer {config.token}".encode() if config.token else None
+    token = config.token
+    fixed = f"Bearer {token}".encode() if isinstance(token, str) and token else None
 
     def reject(code: int, reason: str, label: str) -> tuple[Response, int]:
         rem.metrics.webhook_errors.labels(label).inc()
@@ -133,6 +196,7 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
 
     @app.post("/alerts")
     def alerts() -> tuple[Response, int]:
+        expected = token.expected() if isinstance(token, TokenFile) else fixed
         if expected is not None:
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):

@@ -668,6 +668,58 @@ def test_token_value_is_used_when_given() -> None:
     assert base64.b64decode(one(docs, "Secret")["data"]["token"]) == b"s3cret-token"
 
 
+def _token(docs: list[dict[str, Any]]) -> str:
+    return base64.b64decode(one(docs, "Secret", "gpuhealth-remediator")["data"]["token"]).decode()
+
+
+def test_a_render_without_a_cluster_makes_a_new_token_each_time() -> None:
+    """No token given: `lookup` finds the Secret only against a cluster (helm install/upgrade); here, as under
+    `helm template`, Argo CD or Flux, each render makes a new one. That is why GitOps sets existingSecret (or
+    value) with generate: false; and why the remediator re-reads the mounted token rather than 401 until it
+    restarts (test_rendered_tokens_are_taken_in_turn_without_a_restart)."""
+    assert _token(render(None)) != _token(render(None))
+
+
+def test_an_existing_secret_renders_the_same_twice_and_no_secret() -> None:
+    values = {"remediator": {"webhookToken": {"existingSecret": "gpuhealth-webhook", "generate": False}}}
+    first, second = render(values), render(values)
+    assert [_clean(d) for d in first] == [_clean(d) for d in second]
+    assert not kinds(first, "Secret")
+    volumes = {v["name"]: v for v in _remediator_of(first)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["token"]["secret"]["secretName"] == "gpuhealth-webhook"
+    assert "subPath" not in json.dumps(_remediator_of(first))  # a subPath mount never sees the kubelet's updates
+    valued = {"remediator": {"webhookToken": {"value": "from-a-secret-manager", "generate": False}}}
+    assert _token(render(valued)) == _token(render(valued)) == "from-a-secret-manager"
+
+
+def test_generate_false_without_a_token_fails_the_render() -> None:
+    with pytest.raises(Exception, match="existingSecret"):
+        render({"remediator": {"webhookToken": {"generate": False}}})
+
+
+def _remediator_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "Deployment")
+
+
+def test_rendered_tokens_are_taken_in_turn_without_a_restart(tmp_path: Path) -> None:
+    """Render twice (a GitOps sync each), mount each token as the kubelet does, post with each: the same
+    receiver takes the second within a second and refuses the first after it."""
+    from remediator_harness import Harness
+    from test_remediator_token import KubeletSecretDir, app_with_token_file, status, wait_for
+
+    first, second = _token(render(None)), _token(render(None))
+    assert first != second
+    with FakeCluster() as cluster:
+        cluster.add_node("gpu-1")
+        h = Harness(cluster)
+        secret = KubeletSecretDir(tmp_path / "vol", first)
+        app_with_token_file(h, secret.path)
+        assert status(h, first) == 202 and status(h, second) == 401
+        secret.swap(second)
+        wait_for(h, second, 202)
+        assert status(h, first) == 401
+
+
 # --- monitoring ---
 
 def test_podmonitor_relabels_node_pool_and_job() -> None:
