@@ -183,7 +183,11 @@ class SimNode:
 
     def start(self) -> None:
         (self.dir / "exporter.yaml").write_text(EXPORTER_CONFIG)
-        shutil.copy(self.options.dcgm_exporter, self.dir / "dcgm-exporter.prom")
+        # as this node's own dcgm-exporter serves it: NODE_NAME set, so Hostname is the node's name (the
+        # recording's Hostname is the node it was taken on, and the probe drops another host's samples)
+        scrape = self.options.dcgm_exporter.read_text()
+        scrape = re.sub(r'\b([Hh]ostname)="[^"]*"', lambda m: f'{m.group(1)}="{self.name}"', scrape)
+        (self.dir / "dcgm-exporter.prom").write_text(scrape)
         if not self.kmsg.exists():
             self.kmsg.write_text("")
         log = open(self.dir / "exporter.log", "ab")  # noqa: SIM115 - handed to the child
