@@ -13,7 +13,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,19 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from fake_cluster import FakeCluster
+from real_remediator import ServeProcess
 from remediator_harness import webhook
 
-BIN = Path(sys.executable).parent
 TOKEN = "slow-clients-token"
 TIMEOUTS = 2.0  # the test server's header, body and idle timeouts (production: 10 s, 30 s, 10 s)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -72,44 +64,14 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
     with FakeCluster() as cluster:
         for i in range(4):
             cluster.add_node(f"gpu-{i}")
-        kubeconfig = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": cluster.url}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-            "users": [{"name": "t", "user": {"token": "unused"}}],
-        }
-        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-        (tmp_path / "policy.yaml").write_text("alertmanager: {url: none}\n")
         (tmp_path / "token").write_text(TOKEN)
-        port = free_port()
-        log = tmp_path / "remediator.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [str(BIN / "gpuhealth-remediator"), "serve", "--policy", str(tmp_path / "policy.yaml"),
-                 "--listen", f"127.0.0.1:{port}", "--token-file", str(tmp_path / "token"),
-                 "--kubeconfig", str(tmp_path / "kubeconfig"), "--interval", "1",
-                 "--header-timeout", str(TIMEOUTS), "--body-timeout", str(TIMEOUTS),
-                 "--idle-timeout", str(int(TIMEOUTS)), "--max-connections", str(max_connections)],
-                stdout=out, stderr=out, start_new_session=True)
-        s = Server(port, proc, log)
+        serve = ServeProcess(cluster, tmp_path, tmp_path / "token", args=[
+            "--header-timeout", str(TIMEOUTS), "--body-timeout", str(TIMEOUTS),
+            "--idle-timeout", str(int(TIMEOUTS)), "--max-connections", str(max_connections)])
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None, log.read_text()
-                with contextlib.suppress(OSError):
-                    if s.request("GET", "/readyz", timeout=1)[0] == 200:
-                        break
-                assert time.monotonic() < deadline, "the remediator never became ready:\n" + log.read_text()
-                time.sleep(0.1)
-            yield s
+            yield Server(serve.port, serve.start(30), serve.log)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            serve.stop()
 
 
 class SlowClients:

@@ -12,24 +12,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from fake_cluster import FakeCluster
 from flask import Flask
+from real_remediator import ServeProcess
 from remediator_harness import Harness, webhook
 
 from remediator.app import ServeConfig, TokenFile, create_app, read_token
-
-BIN = Path(sys.executable).parent
 
 
 class KubeletSecretDir:
@@ -186,13 +180,6 @@ def test_the_token_check_stays_cheap(tmp_path: Path) -> None:
 
 # --- the real program ---
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _post(port: int, token: str) -> int:
     req = urllib.request.Request(f"http://127.0.0.1:{port}/alerts", data=json.dumps(webhook("gpu-1")).encode(),
                                  headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
@@ -204,34 +191,6 @@ def _post(port: int, token: str) -> int:
         return exc.code
 
 
-def _serve(cluster: FakeCluster, tmp_path: Path, token_file: str) -> tuple[subprocess.Popen[bytes], int]:
-    kubeconfig: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": cluster.url}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-        "users": [{"name": "t", "user": {"token": "unused"}}],
-    }
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    (tmp_path / "policy.yaml").write_text("alertmanager: {url: none}\n")
-    port = _free_port()
-    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen([str(BIN / "gpuhealth-remediator"), "serve", "--policy", str(tmp_path / "policy.yaml"),
-                             "--listen", f"127.0.0.1:{port}", "--token-file", token_file, "--dry-run",
-                             "--kubeconfig", str(tmp_path / "kubeconfig"), "--interval", "1"],
-                            stdout=log, stderr=log, env={**os.environ, "POD_NAME": "token-test"})
-    log.close()
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                return proc, port
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError((tmp_path / "serve.log").read_text()) from None
-            time.sleep(0.1)
-
-
 def _until(port: int, token: str, code: int, within: float = 2.0) -> None:
     start = time.monotonic()
     while _post(port, token) != code:
@@ -241,7 +200,9 @@ def _until(port: int, token: str, code: int, within: float = 2.0) -> None:
 
 def test_serve_follows_its_mounted_token(cluster: FakeCluster, tmp_path: Path) -> None:
     secret = KubeletSecretDir(tmp_path / "vol", "token-a")
-    proc, port = _serve(cluster, tmp_path, secret.path)
+    serve = ServeProcess(cluster, tmp_path, secret.path, args=["--dry-run"], env={"POD_NAME": "token-test"},
+                         ready="/healthz")
+    proc, port = serve.start(20), serve.port
     try:
         assert _post(port, "token-a") == 202 and _post(port, "token-b") == 401
         secret.swap("token-b")
@@ -252,5 +213,4 @@ def test_serve_follows_its_mounted_token(cluster: FakeCluster, tmp_path: Path) -
         assert _post(port, "token-b") == 202
         assert proc.poll() is None  # the same process throughout
     finally:
-        proc.terminate()
-        proc.wait(15)
+        serve.stop()
