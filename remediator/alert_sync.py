@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
-from remediator.nodestate import AlertRecord, NodeState, fmt_time, parse_time
+from remediator.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time, parse_time
 from remediator.policy import Policy
 from remediator.webhook import Batch, NodeAlert, WebhookError, parse_webhook
 
@@ -126,6 +126,24 @@ def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:
                                      f"alertmanager.min_uptime: it may not have heard from every Prometheus yet")
                 return reading
     return reading
+
+
+def recorded_states(nodes: list[dict[str, Any]],
+                    overlay: Mapping[str, NodeState] | None = None) -> dict[str, NodeState]:
+    """Each Node's recorded state, by name (`overlay`: a dry run's own records win). A Node whose state
+    annotation cannot be read is left out: the sync leaves it alone, as webhooks do."""
+    states: dict[str, NodeState] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
+        if overlay and name in overlay:
+            states[name] = overlay[name]
+            continue
+        try:
+            states[name] = NodeState.from_json((meta.get("annotations") or {}).get(STATE_ANNOTATION))
+        except ValueError:
+            continue
+    return states
 
 
 def refresh_after(policy: Policy) -> timedelta:

@@ -56,7 +56,7 @@ def _alertmanager_client(url: str, policy: Any) -> Any:
 
 def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:
     """What serve's sync with Alertmanager would record and resolve on these Nodes now (alert_sync.py)."""
-    from remediator.alert_sync import read_alertmanager, sync_batch
+    from remediator.alert_sync import read_alertmanager, recorded_states, sync_batch
     from remediator.alertmanager import AlertmanagerUnavailable
     from remediator.webhook import NodeAlert
 
@@ -64,13 +64,7 @@ def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, 
         reading = read_alertmanager(am, policy)
     except AlertmanagerUnavailable as exc:
         raise ValueError(f"Alertmanager: {exc}") from exc
-    states = {}
-    for node in nodes:
-        meta = node.get("metadata") or {}
-        try:
-            states[meta.get("name", "")] = NodeState.from_json((meta.get("annotations") or {}).get(STATE_ANNOTATION))
-        except ValueError:
-            continue  # the view reports it (fail closed)
+    states = recorded_states(nodes)  # an unreadable one is left out: the view reports it (fail closed)
     if reading.untrusted:
         print(json.dumps({"alertmanager": reading.members, "not_resolving": reading.untrusted}), file=sys.stderr)
     plan = sync_batch(states, reading.active, now, now, policy, resolve=reading.untrusted is None)

@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from remediator.actions import Kube, claim_do_not_disrupt, cordon_body, state_body, uncordon_body, with_do_not_disrupt
-from remediator.alert_sync import SyncPlan, read_alertmanager, sync_batch
+from remediator.alert_sync import SyncPlan, read_alertmanager, recorded_states, sync_batch
 from remediator.alertmanager import AlertmanagerUnavailable, client_from
 from remediator.budget import Ledger
 from remediator.clock import Clock, utcnow
@@ -315,17 +315,9 @@ class Remediator:
                         "episode.quiet_timeout only)", exc)
             audit("alertmanager_sync", result="error", error=str(exc))
             return None
-        states: dict[str, NodeState] = {}
         with self.overlay_lock:
-            overlay = dict(self.overlay) if self.dry_run else {}
-        for node in nodes:
-            meta = node.get("metadata") or {}
-            name = meta.get("name", "")
-            try:
-                states[name] = overlay.get(name) or NodeState.from_json((meta.get("annotations") or {}).get(
-                    STATE_ANNOTATION))
-            except ValueError:
-                continue  # unreadable: left alone, as webhooks leave it
+            overlay = dict(self.overlay) if self.dry_run else None
+        states = recorded_states(nodes, overlay)
         plan = sync_batch(states, reading.active, asked_at, self.clock(), self.policy,
                           resolve=reading.untrusted is None)
         failed: list[tuple[str, str]] = []
