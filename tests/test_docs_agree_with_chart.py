@@ -24,10 +24,16 @@ names one of these things in another shape is not checked, so keep to these shap
   token Secret the INSTALL render reads.
 - SECRET_PATTERNS: every Secret name mentioned is rendered by DEFAULT, or is the existing Secret the
   INSTALL render mounts into the remediator and names in its AlertmanagerConfig.
-- TIMING (`group_wait: 10s`, `groupInterval: 30s`, ... in README/docs): equal to the rendered
-  AlertmanagerConfig route; in examples/*.yml the route to the remediator with the chart's matchers is
-  parsed and must equal it too. The "The chart renders:" block of docs/install.md must be a subset of
-  the rendered AlertmanagerConfig.
+- TIMING (`group_wait: 10s`, `groupInterval: 30s`, ... in README/docs prose, outside ```yaml blocks): equal
+  to the rendered AlertmanagerConfig's route for the alerts that ask for an action. Alertmanager configurations
+  (examples/*.yml, and ```yaml blocks of README/docs with a `route`) are parsed: each route to the remediator
+  whose matchers are those of one of the chart's two routes (its child route's, with the parent's on other
+  labels) must have that route's group_by and timings, and each of the chart's routes must be in
+  examples/alertmanager.yml. The "The chart renders:" block of docs/install.md must be a subset of the
+  rendered AlertmanagerConfig.
+- VALUE_NAME (`monitoring.prometheusRule.namespaceLabel`, `dashboards.namespace`, ... in backticks, in README,
+  helm/README.md and docs): a value of the chart (values.schema.json, which is strict; below a free-form object
+  such as exporter.config or remediator.policy anything goes; `*` and `<...>` stand for any key).
 - Dashboards: every dashboards/json/*.json is named in README or docs, as `*<title>*` (with or without
   the `gpuhealth / ` prefix) or its file name in backticks; every `*gpuhealth / ...*` named is shipped;
   the chart renders one ConfigMap per file.
@@ -80,6 +86,9 @@ TIMING = re.compile(
     r"(?P<value>\d+[smhd])\b"
 )
 SNAKE_TO_CAMEL = {"group_wait": "groupWait", "group_interval": "groupInterval", "repeat_interval": "repeatInterval"}
+VALUE_NAME = re.compile(r"`(?P<path>(?:nameOverride|fullnameOverride|image|imagePullSecrets|exporter|remediator"
+                        r"|monitoring|networkPolicy|dashboards)\.[A-Za-z0-9_.*<>-]*[A-Za-z0-9_*>])(?:[:`\s])")
+FILE_SUFFIXES = (".yaml", ".yml", ".json", ".md", ".py", ".txt")
 EMPHASIS = re.compile(r"(?<![\w*`])\*(?P<name>[^*\s](?:[^*\n]*[^*\s])?)\*(?![\w*])")
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
 
@@ -134,6 +143,27 @@ class Chart:
     def alertmanager_config(self) -> dict[str, Any]:
         spec: dict[str, Any] = self.one(self.install, "AlertmanagerConfig")["spec"]
         return spec
+
+    @property
+    def remediator_routes(self) -> dict[str, dict[str, Any]]:
+        """The chart's two routes to the remediator: "actionable" and "informational" (remediation none)."""
+        children = self.alertmanager_config["route"]["routes"]
+        out = {("informational" if self._matchers(c) == {'remediation="none"'} else "actionable"): c for c in children}
+        assert len(out) == len(children) == 2, f"expected an actionable and an informational route: {children}"
+        return out
+
+    @staticmethod
+    def _matchers(route: dict[str, Any]) -> set[str]:
+        return {f'{m["name"]}{m["matchType"]}"{m["value"]}"' for m in route.get("matchers", [])}
+
+    def matchers_of(self, name: str) -> frozenset[str]:
+        """A child route's matchers, with the parent's on the labels the child does not match itself (the
+        parent's remediation=~".+" gives way to the child's remediation matcher)."""
+        child = self.remediator_routes[name]
+        own = {m["name"] for m in child["matchers"]}
+        parent = {f'{m["name"]}{m["matchType"]}"{m["value"]}"' for m in self.alertmanager_config["route"]["matchers"]
+                  if m["name"] not in own}
+        return frozenset(parent | self._matchers(child))
 
     @property
     def install_token_secret(self) -> str:
@@ -255,19 +285,27 @@ def test_every_secret_named_is_rendered_or_is_the_existing_secret_the_chart_read
 
 # --- Alertmanager timings ---
 
+def _fenced_yaml(path: Path) -> Iterator[tuple[int, int, str]]:
+    """(start, end, body) of each ```yaml block of a Markdown file."""
+    for m in FENCE.finditer(path.read_text()):
+        if m.group("lang") == "yaml":
+            yield m.start(), m.end(), m.group("body")
+
+
 def test_timings_in_the_docs_are_the_charts(chart: Chart) -> None:
-    route = chart.alertmanager_config["route"]
-    wrong, seen = [], 0
-    for where, number, line in _lines():
-        if not where.endswith(".md"):
-            continue  # examples: parsed below (their informational route has timings of its own)
-        for m in TIMING.finditer(line):
-            seen += 1
+    """Timings named in prose (there may be none: the configurations are checked whole below)."""
+    route = chart.remediator_routes["actionable"]
+    wrong = []
+    for path in DOCS:
+        text = path.read_text()
+        blocks = [(start, end) for start, end, _ in _fenced_yaml(path)]
+        for m in TIMING.finditer(text):
+            if any(start <= m.start() < end for start, end in blocks):
+                continue  # configurations: test_alertmanager_routes_in_the_docs_and_examples_are_the_charts
             key = SNAKE_TO_CAMEL.get(m.group("key"), m.group("key"))
             if m.group("value") != route[key]:
-                wrong.append(f"{where}:{number}: {m.group(0)!r}: the chart's monitoring.alertmanagerConfig.{key} "
-                             f"is {route[key]}")
-    assert seen, "no Alertmanager timing in the docs: the regex is stale"
+                wrong.append(f"{_where(path, m.start())}: {m.group(0)!r}: the chart's "
+                             f"monitoring.alertmanagerConfig.{key} is {route[key]}")
     assert not wrong, "\n" + "\n".join(wrong)
 
 
@@ -277,31 +315,48 @@ def _routes(route: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _routes(child)
 
 
-def test_example_route_to_the_remediator_is_the_charts(chart: Chart) -> None:
-    amc = chart.alertmanager_config
-    route, hook = amc["route"], amc["receivers"][0]["webhookConfigs"][0]
-    chart_matchers = {f'{m["name"]}{m["matchType"]}"{m["value"]}"' for m in route["matchers"]}
-    wrong, seen = [], 0
+def _configurations() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, configuration) of every Alertmanager configuration in examples/ and in README/docs ```yaml blocks."""
     for path in EXAMPLES:
         config = yaml.safe_load(path.read_text())
-        if not isinstance(config, dict) or "route" not in config:
-            continue
+        if isinstance(config, dict) and "route" in config:
+            yield str(path.relative_to(ROOT)), config
+    for path in DOCS:
+        for start, _, body in _fenced_yaml(path):
+            config = yaml.safe_load(body)
+            if isinstance(config, dict) and isinstance(config.get("route"), dict):
+                yield _where(path, start), config
+
+
+def test_alertmanager_routes_in_the_docs_and_examples_are_the_charts(chart: Chart) -> None:
+    routes, hook = chart.remediator_routes, chart.alertmanager_config["receivers"][0]["webhookConfigs"][0]
+    receiver = chart.alertmanager_config["route"]["receiver"]
+    by_matchers = {chart.matchers_of(name): name for name in routes}
+    wrong, seen = [], set()
+    for where, config in _configurations():
         for r in _routes(config["route"]):
-            if r.get("receiver") != route["receiver"] or set(r.get("matchers", [])) != chart_matchers:
+            name = by_matchers.get(frozenset(r.get("matchers", [])))
+            if r.get("receiver") != receiver or name is None:
                 continue
-            seen += 1
+            seen.add((where, name))
             for snake, camel in SNAKE_TO_CAMEL.items():
-                if r.get(snake) != route[camel]:
-                    wrong.append(f"{path.relative_to(ROOT)}: route {r['matchers']}: {snake} {r.get(snake)}, "
-                                 f"the chart's {camel} is {route[camel]}")
-            if r.get("group_by") != route["groupBy"]:
-                wrong.append(f"{path.relative_to(ROOT)}: group_by {r.get('group_by')}, the chart's {route['groupBy']}")
-        for receiver in config.get("receivers", []):
-            for h in receiver.get("webhook_configs", []) if receiver["name"] == route["receiver"] else []:
+                if r.get(snake) != routes[name][camel]:
+                    wrong.append(f"{where}: the {name} route {r['matchers']}: {snake} {r.get(snake)}, the chart's "
+                                 f"{camel} is {routes[name][camel]}")
+            if r.get("group_by") != chart.alertmanager_config["route"]["groupBy"]:
+                wrong.append(f"{where}: group_by {r.get('group_by')}, the chart's "
+                             f"{chart.alertmanager_config['route']['groupBy']}")
+            if r.get("continue") is not True:
+                wrong.append(f"{where}: the {name} route has no continue: true (the operator forces it on the "
+                             "chart's route: the routes after it still see the alerts)")
+        for rec in config.get("receivers", []):
+            for h in rec.get("webhook_configs", []) if rec["name"] == receiver else []:
                 if h["url"] != hook["url"] or h.get("send_resolved") is not True:
-                    wrong.append(f"{path.relative_to(ROOT)}: webhook {h['url']} (send_resolved "
-                                 f"{h.get('send_resolved')}), the chart's {hook['url']} (sendResolved true)")
-    assert seen, "no example route to the remediator with the chart's matchers"
+                    wrong.append(f"{where}: webhook {h['url']} (send_resolved {h.get('send_resolved')}), the chart's "
+                                 f"{hook['url']} (sendResolved true)")
+    example = str((ROOT / "examples" / "alertmanager.yml").relative_to(ROOT))
+    wrong += [f"{example}: no route to the remediator with the matchers of the chart's {name} route "
+              f"{sorted(chart.matchers_of(name))}" for name in routes if (example, name) not in seen]
     assert not wrong, "\n" + "\n".join(wrong)
 
 
@@ -328,6 +383,44 @@ def test_the_alertmanagerconfig_install_md_shows_is_what_the_chart_renders(chart
     rendered = chart.one(chart.install, "AlertmanagerConfig")
     wrong = _not_in(documented, rendered, "AlertmanagerConfig")
     assert not wrong, f"{_where(INSTALL_MD, block.start())}: the block differs from the render:\n" + "\n".join(wrong)
+
+
+# --- values ---
+
+SCHEMA = CHART / "values.schema.json"
+
+
+def _is_value(schema: dict[str, Any], path: list[str]) -> bool:
+    """Whether values.schema.json admits this key path (`*`, `<...>`: any key); below an object with no
+    `properties` (exporter.config, remediator.policy, affinity, ...) every key is the program's, not the chart's."""
+    if not path:
+        return True
+    props = schema.get("properties")
+    if schema.get("type") == "object" and props is None:
+        return True
+    if props is None:
+        return False
+    head, rest = path[0], path[1:]
+    if head == "*" or head.startswith("<"):
+        return any(_is_value(sub, rest) for sub in props.values())
+    return head in props and _is_value(props[head], rest)
+
+
+def test_every_value_the_docs_name_is_a_value_of_the_chart() -> None:
+    schema = json.loads(SCHEMA.read_text())
+    wrong, seen = [], set()
+    for path in [*DOCS, ROOT / "helm" / "README.md"]:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            for m in VALUE_NAME.finditer(line + " "):
+                name = m.group("path")
+                if name.endswith(FILE_SUFFIXES):
+                    continue  # exporter.yaml: a file
+                seen.add(name)
+                if not _is_value(schema, name.split(".")):
+                    wrong.append(f"{path.relative_to(ROOT)}:{number}: `{name}` is not a value of the chart")
+    assert {"monitoring.release", "monitoring.prometheusRule.namespaceLabel",
+            "monitoring.alertmanagerConfig.informational.*"} <= seen, f"found only {sorted(seen)}: VALUE_NAME is stale"
+    assert not wrong, "\n" + "\n".join(wrong)
 
 
 # --- dashboards ---

@@ -204,7 +204,10 @@ def test_values_schema_rejects_unknown_and_wrong_values() -> None:
     with helm.Chart.load(CHART) as chart:
         chart.validate_schema(CUSTOM)
         for bad in ({"exporter": {"tolerance": []}}, {"remediator": {"replicas": "two"}},
-                    {"monitoring": {"podMonitor": {"enabled": "yes"}}}, {"dashboards": {"labels": {"a": 1}}}):
+                    {"monitoring": {"podMonitor": {"enabled": "yes"}}}, {"dashboards": {"labels": {"a": 1}}},
+                    {"monitoring": {"release": "not a label value"}},
+                    {"monitoring": {"prometheusRule": {"namespaceLabel": "yes"}}},
+                    {"monitoring": {"alertmanagerConfig": {"informational": {"groupWait": "soon"}}}}):
             with pytest.raises(helm.HelmValuesError, match="schema"):
                 chart.render(bad, name=RELEASE, namespace=NAMESPACE)
 
@@ -268,10 +271,12 @@ _WEBHOOK = {"type": "object", "additionalProperties": False, "properties": {
     "httpConfig": {"type": "object", "additionalProperties": False, "properties": {"authorization": _AUTHORIZATION}}}}
 _RECEIVER = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
     "name": _STR, "webhookConfigs": {"type": "array", "items": _WEBHOOK}}}
-_ROUTE = {"type": "object", "additionalProperties": False, "required": ["receiver"], "properties": {
+_CHILD_ROUTE = {"type": "object", "additionalProperties": False, "properties": {
     "receiver": _STR, "groupBy": {"type": "array", "items": _STR}, "groupWait": _DURATION,
     "groupInterval": _DURATION, "repeatInterval": _DURATION, "continue": {"type": "boolean"},
     "matchers": {"type": "array", "items": _MATCHER}}}
+_ROUTE = {**_CHILD_ROUTE, "required": ["receiver"], "properties": {
+    **_CHILD_ROUTE["properties"], "routes": {"type": "array", "items": _CHILD_ROUTE}}}
 _AMC_SPEC = {"type": "object", "additionalProperties": False, "properties": {
     "route": _ROUTE, "receivers": {"type": "array", "items": _RECEIVER}}}
 CRD_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -309,14 +314,32 @@ def test_structural_schema_catches_a_misspelt_field() -> None:
 
 # --- the PrometheusRule is rules/ ---
 
+# What monitoring.prometheusRule.namespaceLabel (on by default) adds to every alert rule, nothing else.
+ALERT_NAMESPACE_LABELS = {"namespace": NAMESPACE, "exported_namespace": "{{ $labels.namespace }}"}
+
+
+def _without_namespace_labels(group: dict[str, Any]) -> dict[str, Any]:
+    rules = []
+    for r in group["rules"]:
+        if "alert" in r:
+            labels = dict(r["labels"])
+            for key, value in ALERT_NAMESPACE_LABELS.items():
+                assert labels.pop(key) == value, f"{r['alert']}: label {key}"
+            r = {**r, "labels": labels}
+        rules.append(r)
+    return {**group, "rules": rules}
+
+
 def test_prometheusrule_groups_equal_rules_files() -> None:
-    rule = one(RENDERED["custom"], "PrometheusRule")
     expected = [g for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]]
-    by_name = {g["name"]: g for g in rule["spec"]["groups"]}
-    assert len(by_name) == len(rule["spec"]["groups"]) == len(expected)
-    for group in expected:
-        assert by_name[group["name"]] == group, f"group {group['name']} differs from rules/"
-    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    plain = render({"monitoring": {"prometheusRule": {"enabled": True, "namespaceLabel": False}}})
+    for rule, strip in ((one(RENDERED["custom"], "PrometheusRule"), True), (one(plain, "PrometheusRule"), False)):
+        groups = [_without_namespace_labels(g) if strip else g for g in rule["spec"]["groups"]]
+        by_name = {g["name"]: g for g in groups}
+        assert len(by_name) == len(groups) == len(expected)
+        for group in expected:
+            assert by_name[group["name"]] == group, f"group {group['name']} differs from rules/"
+        assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
 def test_prometheusrule_passes_promtool(tmp_path: Path) -> None:
@@ -797,9 +820,17 @@ def test_dashboards_are_configmaps_for_grafanas_sidecar() -> None:
 def test_alertmanagerconfig_routes_node_alerts_grouped_by_node() -> None:
     route = one(RENDERED["custom"], "AlertmanagerConfig")["spec"]["route"]
     assert route["groupBy"] == ["node"]
-    matchers = {m["name"]: m for m in route["matchers"]}
-    # Actionable alerts only: a fatal fault must not wait behind a node's informational alerts.
-    assert set(matchers["remediation"]["value"].split("|")) == {"cordon", "drain", "reset_gpu", "reboot", "replace"}
+    # every alert that names a node and a remediation (routing under kube-prometheus-stack's defaults:
+    # tests/test_kube_prometheus_stack.py)
+    assert {m["name"]: (m["matchType"], m["value"]) for m in route["matchers"]} == {
+        "remediation": ("=~", ".+"), "node": ("=~", ".+")}
+    # Actionable and informational alerts in routes, so groups, of their own: a fatal fault must not wait behind
+    # the group_interval of a node's informational alerts, which the workload classifier still gets.
+    actionable, informational = route["routes"]
+    assert set(actionable["matchers"][0]["value"].split("|")) == {"cordon", "drain", "reset_gpu", "reboot", "replace"}
+    assert informational["matchers"] == [{"name": "remediation", "matchType": "=", "value": "none"}]
+    assert (actionable["groupWait"], actionable["groupInterval"]) == ("10s", "30s")
+    assert (informational["groupWait"], informational["groupInterval"]) == ("30s", "5m")
 
 
 # --- image ---

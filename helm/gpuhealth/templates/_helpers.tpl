@@ -138,3 +138,20 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 {{- end -}}
+
+{{/*
+Labels of a Prometheus Operator object (PodMonitor, ServiceMonitor, PrometheusRule, AlertmanagerConfig): the
+chart's, then release: <monitoring.release> (kube-prometheus-stack's selectors), then the object's own labels,
+which win. Called with (dict "root" $ "labels" <the object's labels value>).
+*/}}
+{{- define "gpuhealth.monitoringLabels" -}}
+{{- $labels := dict -}}
+{{- with .root.Values.monitoring.release }}
+{{- $_ := set $labels "release" . }}
+{{- end }}
+{{- $labels = mustMergeOverwrite $labels (deepCopy (.labels | default dict)) -}}
+{{ include "gpuhealth.labels" .root }}
+{{- with $labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
