@@ -38,7 +38,11 @@ class Ledger:
 
     @classmethod
     def from_views(cls, views: list[NodeView], policy: Policy, now: datetime,
-                   breaker_trips: dict[str, str] | None = None) -> Ledger:
+                   breaker_trips: dict[str, str] | None = None,
+                   pool_sizes: dict[str, int] | None = None) -> Ledger:
+        """pool_sizes: each pool's size when `views` holds only the nodes with anything recorded (the rest
+        carry no state, no taint and no firing alert, so they count in their pool's size and nothing else:
+        the fleet simulator, simulator/remediation.py). None: every node is in `views`."""
         pools: dict[str, PoolUsage] = {}
         hour_ago = now - timedelta(hours=1)
         actions = 0
@@ -52,6 +56,8 @@ class Ledger:
             if any(a.remediation != "none" for a in v.state.firing(now, policy.quiet_timeout).values()):
                 usage.firing.add(v.name)
             actions += v.state.actions_since(hour_ago)
+        for pool, size in (pool_sizes or {}).items():
+            pools.setdefault(pool, PoolUsage()).size = size
         ledger = cls(policy, now, pools, actions, dict(breaker_trips or {}))
         for pool in pools:
             ledger._check_breaker(pool)

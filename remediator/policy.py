@@ -156,7 +156,19 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class _Reader:
+def parse_duration(text: str) -> timedelta:
+    """A duration as the policy (and Prometheus' `for`, `keep_firing_for`, intervals) write it: 30s, 10m, 1.5h.
+    ValueError if it is not one."""
+    match = _DURATION.match(str(text).strip())
+    if not match:
+        raise ValueError(f"expected a duration like 30s, 10m, 1h, got {text!r}")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+class YamlReader:
+    """A YAML file read with each key's line, errors as PolicyError(file, key, line, reason); reused for the
+    fleet simulator's scenario files (simulator/scenario.py)."""
+
     def __init__(self, source: str, text: str) -> None:
         self.source = source
         self.lines: dict[str, int] = {}
@@ -213,11 +225,11 @@ class _Reader:
             raise self.fail(key, "expected a duration like 30s, 10m, 1h")
         if isinstance(value, int | float) and value >= 0:
             return timedelta(seconds=value)
-        match = _DURATION.match(str(value).strip())
-        if not match:
+        try:
+            return parse_duration(str(value))
+        except ValueError:
             null = " or null" if optional else ""
-            raise self.fail(key, f"expected a duration like 30s, 10m, 1h{null}, got {value!r}")
-        return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+            raise self.fail(key, f"expected a duration like 30s, 10m, 1h{null}, got {value!r}") from None
 
     def quota(self, key: str, value: Any) -> Quota:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -258,7 +270,7 @@ class _Reader:
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    r = _Reader(source, text)
+    r = YamlReader(source, text)
     top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
                          "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads"})
     d = Policy()
@@ -383,7 +395,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 _LABEL_TERM = re.compile(r"^[A-Za-z0-9_./-]+(=|==|!=)[A-Za-z0-9_.-]*$|^!?[A-Za-z0-9_./-]+$")
 
 
-def _alertmanager(r: _Reader, kw: dict[str, Any], value: Any) -> None:
+def _alertmanager(r: YamlReader, kw: dict[str, Any], value: Any) -> None:
     am = r.section("alertmanager", {"url", "timeout", "on_error", "sync_interval", "receiver", "filters",
                                     "min_uptime", "bearer_token_file", "ca_file"}, value)
     if "url" in am:
@@ -425,7 +437,7 @@ def _alertmanager(r: _Reader, kw: dict[str, Any], value: Any) -> None:
         if key in am:
             kw[f"alertmanager_{key.replace('bearer_', '')}"] = r.string(f"alertmanager.{key}", am[key], optional=True)
 
-def _workloads(r: _Reader, value: Any) -> WorkloadPolicy:
+def _workloads(r: YamlReader, value: Any) -> WorkloadPolicy:
     w = r.section("workloads", {"enabled", "namespaces", "selector", "app_exit_codes", "look_behind", "look_ahead",
                                 "node_suspect_window", "restart_loop"}, value)
     d = WorkloadPolicy()

@@ -81,8 +81,10 @@ class RecordResult:
 
 
 def evaluate(views: list[NodeView], policy: Policy, now: datetime, breaker_trips: dict[str, str] | None = None,
-             silences: SilenceCheck | None = None) -> tuple[Ledger, list[NodePlan]]:
-    ledger = Ledger.from_views(views, policy, now, breaker_trips)
+             silences: SilenceCheck | None = None,
+             pool_sizes: dict[str, int] | None = None) -> tuple[Ledger, list[NodePlan]]:
+    """pool_sizes: see Ledger.from_views (None for serve and plan, which pass every node)."""
+    ledger = Ledger.from_views(views, policy, now, breaker_trips, pool_sizes)
     return ledger, decide(views, policy, now, ledger, silences)
 
 

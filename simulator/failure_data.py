@@ -1,0 +1,75 @@
+"""Published failure figures, from the copies in simulator/data (attribution on each file's first line):
+Llama 3 Table 5 (interruptions by cause), Kokolis et al.'s RSC-1/RSC-2 rates, model_parameters.csv."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+LLAMA3_GPUS = 16384
+LLAMA3_DAYS = 54
+GPUS_PER_NODE = 8
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    text = resources.files("simulator.data").joinpath(name).read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+@cache
+def llama3_counts() -> dict[str, int]:
+    """Unexpected interruptions of the Llama 3 405B run by component (Table 5: counts, not the misprinted %)."""
+    return {r["component"]: int(r["interruption_count"]) for r in _rows("llama3_table5_interruptions.csv")}
+
+
+def llama3_rate_per_1000_node_days() -> float:
+    """419 interruptions / (2,048 nodes x 54 days) x 1000."""
+    return 1000.0 * sum(llama3_counts().values()) / (LLAMA3_GPUS / GPUS_PER_NODE * LLAMA3_DAYS)
+
+
+@cache
+def rsc_rates() -> dict[str, float]:
+    """Kokolis et al. (HPCA 2025) failure rates per 1,000 node-days: rsc1 6.50, rsc2 2.34."""
+    row = next(r for r in _rows("meta_rsc_kokolis.csv") if r["metric"] == "failure_rate_rf")
+    return {"rsc1": float(row["rsc1"]), "rsc2": float(row["rsc2"])}
+
+
+@cache
+def model_parameters() -> dict[str, tuple[float, float, float]]:
+    """parameter -> (low, mid, high) from model_parameters.csv."""
+    return {r["parameter"]: (float(r["low"]), float(r["mid"]), float(r["high"])) for r in _rows("model_parameters.csv")}
+
+
+def named_rate(name: str) -> float | None:
+    """A rate (per 1,000 node-days) by name: llama3, rsc1, rsc2; None if unknown."""
+    if name == "llama3":
+        return llama3_rate_per_1000_node_days()
+    return rsc_rates().get(name)
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    alert: str | None
+    scope: str  # gpu | node
+    job: str  # crash | hang
+    kind: str  # hardware | application | transient | external
+    fixed_by: tuple[tuple[str, float], ...]  # (rung, probability)
+    external_repair_s: float | None = None
+
+    @property
+    def node_fault(self) -> bool:
+        """The node itself is broken (not only the job that ran on it)."""
+        return self.kind in ("hardware", "external")
+
+
+@cache
+def default_causes_yaml() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(resources.files("simulator.data").joinpath("causes.yaml").read_text())
+    return data

@@ -1,0 +1,133 @@
+"""The simulated cluster: nodes as the Kubernetes API would show them, their faults, and time out of service.
+
+A node here holds exactly what the remediator reads from a Node (the state annotation, gpuhealth's taint,
+spec.unschedulable, Ready, the boot id, the pods a drain must move, the reset/reboot Job's status), so the
+views handed to remediator.ladder.decide are real NodeViews built from this state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from remediator.cluster import NodeView, PodRef
+from remediator.nodestate import RUNGS, NodeState, rung_index
+from remediator.policy import Policy
+from simulator.failure_data import Cause
+
+EMPTY = NodeState()
+
+
+@dataclass
+class Fault:
+    fid: int
+    cause: Cause
+    started: float
+    fix: str  # the least rung that fixes it: reset_gpu | reboot | replace | external ("" for job-only causes)
+    gpu: int
+    seed: int  # the fault's own random stream (rung outcomes), independent of the policy
+    alert: str | None
+    switch: int | None = None  # a correlated event: the switch whose failure this is
+    cleared: float | None = None
+
+
+@dataclass
+class SimNode:
+    slot: int
+    pool: str
+    generation: int = 0
+    lemon: bool = False
+    rate: float = 0.0  # faults per second in service
+    state: NodeState = EMPTY
+    unschedulable: bool = False
+    our_taint: bool = False
+    ready: bool = True
+    boot: int = 0
+    version: int = 1
+    pods: list[PodRef] = field(default_factory=list)
+    job_status: str | None = None  # the reset/reboot Job: running | succeeded | failed
+    fault: Fault | None = None
+    replacing: bool = False
+    excluded_by_job: bool = False  # a job found it broken (no rule saw it): not scheduled on until repaired
+    workload: str | None = None  # the job holding the node
+    # accounting
+    out_since: float | None = None
+    out_cause: str = ""
+    out_rung: int = -1
+    out_scope: str = "node"
+    left_schedulable: float | None = None  # when, in this outage, the node stopped taking work
+    fired: dict[str, str] = field(default_factory=dict)  # fingerprint -> startsAt of alerts Alertmanager has firing
+
+    @property
+    def name(self) -> str:
+        return f"{self.pool}-{self.slot:05d}" + (f"-r{self.generation}" if self.generation else "")
+
+    @property
+    def schedulable(self) -> bool:
+        """What the scheduler sees: a job may land here (a fault no one has seen yet does not stop it)."""
+        return (not self.unschedulable and not self.our_taint and self.ready and not self.replacing
+                and not self.excluded_by_job)
+
+    @property
+    def in_service(self) -> bool:
+        """Counted available: schedulable, and not broken."""
+        return self.schedulable and (self.fault is None or not self.fault.cause.node_fault)
+
+    def view(self, policy: Policy) -> NodeView:
+        st = self.state
+        return NodeView(
+            name=self.name, pool=self.pool, labels={policy.pool_label: self.pool}, unschedulable=self.unschedulable,
+            our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
+            boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
+            evictable=list(self.pods), pods_known=True,
+            job_status=self.job_status if st.job and st.rung_status == "running" else None)
+
+
+@dataclass
+class Outage:
+    slot: int
+    pool: str
+    start: float
+    end: float
+    cause: str
+    rung: str  # the highest rung reached ("" none: detected by no rule, or fixed before any action)
+    partial_s: float = 0.0  # of it, the time a GPU-scoped fault had taken only its GPU (the node still took work)
+
+
+class Availability:
+    """Node- and GPU-seconds out of service, by cause and rung."""
+
+    def __init__(self, gpus_per_node: int) -> None:
+        self.gpus_per_node = gpus_per_node
+        self.outages: list[Outage] = []
+        self.out: set[int] = set()  # slots out of service now
+        self.closed_s = 0.0  # node-seconds of the outages that ended
+
+    def update(self, node: SimNode, now: float) -> None:
+        """Open or close the node's outage after a change."""
+        if node.state.rung:
+            node.out_rung = max(node.out_rung, rung_index(node.state.rung))
+        up = node.in_service
+        if not up and node.out_since is None:
+            node.out_since = now
+            node.out_cause = node.fault.cause.name if node.fault else "remediation"
+            node.out_scope = node.fault.cause.scope if node.fault else "node"
+            node.out_rung = rung_index(node.state.rung) if node.state.active else -1
+            node.left_schedulable = None
+            self.out.add(node.slot)
+        elif up and node.out_since is not None:
+            self.close(node, now)
+        if node.out_since is not None and node.left_schedulable is None and not node.schedulable:
+            node.left_schedulable = now
+
+    def close(self, node: SimNode, now: float) -> None:
+        if node.out_since is None:
+            return
+        rung = RUNGS[node.out_rung] if node.out_rung >= 0 else ""
+        partial = 0.0
+        if node.out_scope == "gpu":
+            partial = (node.left_schedulable if node.left_schedulable is not None else now) - node.out_since
+        self.outages.append(Outage(node.slot, node.pool, node.out_since, now, node.out_cause, rung, partial))
+        self.closed_s += now - node.out_since
+        self.out.discard(node.slot)
+        node.out_since = None
+        node.out_rung = -1

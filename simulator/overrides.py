@@ -1,0 +1,55 @@
+"""The command line's what-ifs, applied to a scenario (each replaces what the scenario says)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from remediator.policy import parse_duration
+from simulator.scenario import Scenario, TrainingJobSpec
+
+
+@dataclass(frozen=True)
+class Overrides:
+    nodes: int | None = None
+    days: float | None = None
+    failure_rate: float | None = None  # per 1,000 node-days, all causes
+    job_nodes: int | None = None
+    checkpoint_interval: str | None = None
+    checkpoint_cost: str | None = None
+    restart_overhead: str | None = None
+    detection_delay: str | None = None
+
+
+def seconds(text: str) -> float:
+    """A Prometheus-style duration (30m, 5m, 90s) in seconds; ValueError if it is not one."""
+    return parse_duration(text).total_seconds()
+
+
+def apply(sc: Scenario, o: Overrides) -> Scenario:
+    if o.nodes is not None:
+        total = sc.nodes
+        pools = [(p, max(1, round(n * o.nodes / total))) for p, n in sc.pools]
+        pools[0] = (pools[0][0], pools[0][1] + o.nodes - sum(n for _, n in pools))
+        sc = replace(sc, pools=tuple(pools))
+    if o.days is not None:
+        sc = replace(sc, days=o.days)
+    if o.failure_rate is not None:
+        sc = replace(sc, rate_per_1000_node_days=o.failure_rate)
+    if o.job_nodes is not None:
+        base = sc.training[0] if sc.training else TrainingJobSpec("training", o.job_nodes, 1800.0, 0.0, 600.0)
+        sc = replace(sc, training=(replace(base, name=f"job{o.job_nodes}", nodes=o.job_nodes, work_s=None),))
+    changes: dict[str, float] = {}
+    if o.checkpoint_interval is not None:
+        changes["checkpoint_interval_s"] = seconds(o.checkpoint_interval)
+    if o.checkpoint_cost is not None:
+        changes["checkpoint_cost_s"] = seconds(o.checkpoint_cost)
+    if o.restart_overhead is not None:
+        changes["restart_overhead_s"] = seconds(o.restart_overhead)
+    if changes:
+        sc = replace(sc, training=tuple(replace(t, **changes) for t in sc.training))  # type: ignore[arg-type]
+    if o.detection_delay is not None:
+        sc = replace(sc, detection_delay_s=seconds(o.detection_delay))
+    too_big = [t.name for t in sc.training if t.nodes > sc.nodes]
+    if too_big:
+        raise ValueError(f"training job(s) {', '.join(too_big)} need more nodes than the fleet's {sc.nodes}")
+    return sc

@@ -1,0 +1,134 @@
+"""Figures over R seeded runs: means with 95% intervals (Student's t), as text or one JSON object."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from simulator.engine import RunResult
+
+TARGETS = {"node_availability": 0.9995, "job_success_rate": 0.995, "platform_failure_rate": 0.005}
+HEADLINE = ("node_availability", "gpu_availability", "ettr", "job_success_rate", "platform_failure_rate")
+# two-sided 95% quantiles of Student's t, df 1..30
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): a 95% interval of the mean over runs (one run: no interval, low = high = the value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    t = _T95[len(values) - 2] if len(values) - 1 <= len(_T95) else 1.96
+    half = t * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def run_figures(r: RunResult) -> dict[str, float | None]:
+    j = r.jobs
+    return {
+        "node_availability": r.node_availability,
+        "gpu_availability": r.gpu_availability,
+        "ettr": statistics.fmean(r.ettr.values()) if r.ettr else None,
+        "job_success_rate": j.completed_sound / j.sound_ended if j.sound_ended else None,
+        "platform_failure_rate": j.failed_platform / j.ended if j.ended else None,
+        "platform_interrupted_attempts": j.attempts_by_platform / j.attempts if j.attempts else None,
+        "mttr_hours": r.mean_outage_h,
+    }
+
+
+def _mean_maps(maps: list[dict[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = defaultdict(float)
+    for m in maps:
+        for k, v in m.items():
+            total[k] += v
+    return {k: v / len(maps) for k, v in sorted(total.items(), key=lambda kv: -kv[1])}
+
+
+def summarize(runs: list[RunResult]) -> dict[str, Any]:
+    figures = [run_figures(r) for r in runs]
+    out: dict[str, Any] = {"scenario": runs[0].scenario, "runs": len(runs), "seeds": [r.seed for r in runs],
+                           "nodes": runs[0].nodes, "days": runs[0].days}
+    intervals: dict[str, list[float] | None] = {}
+    for key in (*HEADLINE, "platform_interrupted_attempts", "mttr_hours"):
+        values = [v for v in (f[key] for f in figures) if v is not None]
+        if values:
+            mean, lo, hi = interval(values)
+            out[key] = mean
+            intervals[key] = [lo, hi]
+        else:
+            out[key] = None
+            intervals[key] = None
+    out["intervals"] = intervals
+    out["targets"] = {k: {"target": v, "met": None if out[k] is None else
+                          (out[k] >= v if k != "platform_failure_rate" else out[k] <= v)} for k, v in TARGETS.items()}
+    interruptions: list[dict[str, float]] = []
+    for r in runs:
+        merged: dict[str, float] = defaultdict(float)
+        for per_job in r.interruptions.values():
+            for cause, n in per_job.items():
+                merged[cause] += n
+        interruptions.append(dict(merged))
+    out["training_interruptions"] = _mean_maps(interruptions)
+    out["training_interruptions_total"] = sum(out["training_interruptions"].values())
+    out["faults"] = _mean_maps([{k: float(v) for k, v in r.faults.items()} for r in runs])
+    out["out_of_service_node_hours"] = {"by_cause": _mean_maps([r.out_hours_by_cause for r in runs]),
+                                        "by_rung": _mean_maps([r.out_hours_by_rung for r in runs])}
+    jobs = [r.jobs for r in runs]
+    out["jobs"] = {k: statistics.fmean(getattr(j, k) for j in jobs) for k in (
+        "submitted", "ended", "completed", "failed_app", "failed_platform", "attempts", "attempts_by_platform",
+        "preempted")}
+    out["budget"] = {
+        "deferred": _mean_maps([{k: float(v) for k, v in r.deferred.items()} for r in runs]),
+        "breaker_trips": statistics.fmean(r.breaker_trips for r in runs),
+        "breaker_open_hours": _mean_maps([r.breaker_open_hours for r in runs]),
+        "max_disrupted": {p: max(r.max_disrupted.get(p, 0) for r in runs) for p in runs[0].max_disrupted},
+    }
+    out["remediator"] = {"passes": statistics.fmean(r.passes for r in runs),
+                         "decisions": _mean_maps([{k: float(v) for k, v in r.decisions.items()} for r in runs])}
+    return out
+
+
+def _fmt(key: str, value: float | None, iv: list[float] | None) -> str:
+    if value is None:
+        return "n/a (no such jobs ended)"
+    digits = 5 if "availability" in key else 4
+    text = f"{value:.{digits}f}"
+    if iv is not None and iv[0] != iv[1]:
+        text += f"  [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
+    return text
+
+
+def render_text(s: dict[str, Any]) -> str:
+    lines = [f"scenario {s['scenario']}: {s['nodes']} nodes, {s['days']:g} days, {s['runs']} run(s) "
+             f"(seeds {s['seeds'][0]}..{s['seeds'][-1]}); 95% intervals over runs"]
+    labels = {"node_availability": "node availability", "gpu_availability": "GPU availability",
+              "ettr": "ETTR (training, mean)", "job_success_rate": "job success rate",
+              "platform_failure_rate": "platform-caused failures", "platform_interrupted_attempts":
+              "attempts ended by platform", "mttr_hours": "mean outage (h)"}
+    for key, label in labels.items():
+        line = f"  {label:<28} {_fmt(key, s[key], s['intervals'][key])}"
+        target = s["targets"].get(key)
+        if target and target["met"] is not None:
+            line += f"   target {target['target']}: {'met' if target['met'] else 'MISSED'}"
+        lines.append(line)
+    if s["training_interruptions"]:
+        lines.append(f"training interruptions (mean per run): {s['training_interruptions_total']:.1f}")
+        lines += [f"  {c:<32} {n:8.1f}" for c, n in s["training_interruptions"].items()]
+    oos = s["out_of_service_node_hours"]
+    lines.append("node-hours out of service by cause:")
+    lines += [f"  {c:<32} {h:10.1f}" for c, h in oos["by_cause"].items()]
+    lines.append("node-hours out of service by highest rung reached:")
+    lines += [f"  {c:<32} {h:10.1f}" for c, h in oos["by_rung"].items()]
+    b = s["budget"]
+    deferred = ", ".join(f"{k} {v:.0f}" for k, v in b["deferred"].items()) or "none"
+    lines.append(f"budget: deferred decisions {deferred}; breaker trips {b['breaker_trips']:.1f}; "
+                 f"max disrupted per pool {b['max_disrupted']}")
+    j = s["jobs"]
+    lines.append(f"small jobs per run: {j['submitted']:.0f} submitted, {j['completed']:.0f} completed, "
+                 f"{j['failed_app']:.0f} failed (app), {j['failed_platform']:.1f} failed (platform), "
+                 f"{j['preempted']:.0f} preempted")
+    lines.append(f"remediator passes per run: {s['remediator']['passes']:.0f}")
+    return "\n".join(lines)

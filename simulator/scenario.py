@@ -1,0 +1,373 @@
+"""Scenario files: the fleet, its failure rates, the rung durations and the jobs, validated with file:line errors.
+
+Read with the policy's own YAML reader (remediator.policy.YamlReader: each key's line, duplicate keys refused,
+unknown keys refused, durations as the policy writes them), so a bad scenario fails as a bad policy does:
+`llama3.yaml:7: fleet.pools.train: expected an integer >= 1, got 'many'`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from remediator.nodestate import RUNGS
+from remediator.policy import PolicyError, YamlReader
+from simulator.failure_data import Cause, default_causes_yaml, llama3_counts, model_parameters, named_rate
+
+DAY = 86400.0
+FIX_RUNGS = ("reset_gpu", "reboot", "replace", "external")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used: `file:line: key: reason`."""
+
+    def __init__(self, source: str, key: str, line: int | None, reason: str) -> None:
+        where = f"{source}:{line}" if line else source
+        super().__init__(f"{where}: {key}: {reason}")
+        self.source, self.key, self.line, self.reason = source, key, line, reason
+
+
+@dataclass(frozen=True)
+class RungModel:
+    duration_s: float
+    success: float  # probability the rung's own work succeeds (the Job, the reboot, the replacement)
+
+
+@dataclass(frozen=True)
+class TrainingJobSpec:
+    name: str
+    nodes: int
+    checkpoint_interval_s: float
+    checkpoint_cost_s: float
+    restart_overhead_s: float
+    pool: str | None = None
+    work_s: float | None = None  # compute to finish; None: runs for the whole simulation
+
+
+@dataclass(frozen=True)
+class SmallJobSpec:
+    nodes: int = 1
+    duration_s: float = 4 * 3600.0  # mean run time (exponential)
+    utilization: float = 0.8  # share of the nodes no training job holds that small jobs keep busy
+    app_bug_fraction: float = 0.17  # model_parameters.csv app_failure_fraction_of_jobs (mid)
+    app_failure_mean_s: float = 9 * 60.0  # exponential: 67% of failures within 10 min (early_app_failures_under_10min)
+    misclassification: float = 0.05  # infra failures the classifier calls app (not retried)
+    max_retries: int = 5  # infra-classified retries before the job is failed
+    restart_overhead_s: float = 120.0
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class LemonModel:
+    fraction: float = 0.012  # Kokolis: 1.2% of RSC-1 nodes
+    multiplier: tuple[float, float] = (5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class SwitchModel:
+    nodes_per_switch: int = 16
+    rate_per_1000_days: float = 0.0  # failures per 1,000 switch-days
+    repair_s: float = 2 * 3600.0
+    alert: str = "NetdevTransmitTimeout"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    source: str
+    days: float
+    pools: tuple[tuple[str, int], ...]
+    gpus_per_node: int = 8
+    rate_per_1000_node_days: float = 3.79
+    mix: tuple[tuple[str, float], ...] = ()
+    causes: dict[str, Cause] = field(default_factory=dict)
+    lemon: LemonModel = LemonModel()
+    switches: SwitchModel = SwitchModel()
+    evaluation_interval_s: float = 30.0
+    job_timeout_s: float = 600.0  # PyTorch ProcessGroupNCCL's default collective timeout
+    detection_delay_s: float | None = None
+    rungs: dict[str, RungModel] = field(default_factory=dict)
+    manual_repair_s: float = DAY  # a person repairs what the ladder cannot (remediation_rma_repair, low)
+    exclude_after_s: float = 3600.0  # a job waiting for a sick node to be cordoned gives up and excludes it itself
+    training: tuple[TrainingJobSpec, ...] = ()
+    small: SmallJobSpec | None = None
+    sample_interval_s: float = 3600.0
+    description: str = ""
+
+    @property
+    def nodes(self) -> int:
+        return sum(n for _, n in self.pools)
+
+    @property
+    def duration_s(self) -> float:
+        return self.days * DAY
+
+    @property
+    def rate_per_node_second(self) -> float:
+        return self.rate_per_1000_node_days / 1000.0 / DAY
+
+
+def default_rungs() -> dict[str, RungModel]:
+    mp = model_parameters()
+    return {
+        "drain": RungModel(60.0, 1.0),  # pods' termination grace
+        "reset_gpu": RungModel(180.0, 0.95),  # nvidia-smi -r: minutes
+        "reboot": RungModel(mp["remediation_gpu_reset_or_reboot"][1] * 60 * 0.75, 0.95),  # 15 min
+        "replace": RungModel(mp["remediation_node_replacement_from_spare"][1] * 60, 0.98),  # 30 min, from a spare
+    }
+
+
+def _fail(exc: PolicyError) -> ScenarioError:
+    return ScenarioError(exc.source, exc.key, exc.line, exc.reason)
+
+
+class _Scenario:
+    """The reader's checks, plus numbers and probabilities."""
+
+    def __init__(self, r: YamlReader) -> None:
+        self.r = r
+
+    def number(self, key: str, value: Any, lo: float = 0.0, hi: float | None = None, lo_open: bool = False) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and (value < lo or (lo_open and value == lo) or (hi is not None and value > hi)):
+            ok = False
+        if not ok:
+            bound = f"{'>' if lo_open else '>='} {lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
+            raise self.r.fail(key, f"expected a number {bound}, got {value!r}")
+        return float(value)
+
+    def seconds(self, key: str, value: Any) -> float:
+        d = self.r.duration(key, value)
+        assert d is not None
+        return d.total_seconds()
+
+
+def _causes(s: _Scenario, overrides: Any) -> dict[str, Cause]:
+    r = s.r
+    raw: dict[str, Any] = dict(default_causes_yaml())
+    if overrides is not None:
+        if not isinstance(overrides, dict):
+            raise r.fail("causes", "expected a mapping of cause name to its description")
+        raw.update(overrides)
+    out = {}
+    for name, spec in raw.items():
+        key = f"causes.{name}"
+        spec = r.section(key, {"alert", "scope", "job", "kind", "fixed_by", "external_repair"}, spec)
+        kind = r.string(f"{key}.kind", spec.get("kind", "hardware"), ("hardware", "application", "transient",
+                                                                         "external"))
+        fixed_raw = r.section(f"{key}.fixed_by", set(FIX_RUNGS), spec.get("fixed_by") or {})
+        fixed = tuple((rung, s.number(f"{key}.fixed_by.{rung}", p, 0, 1)) for rung, p in fixed_raw.items())
+        if kind in ("hardware", "external") and abs(sum(p for _, p in fixed) - 1.0) > 1e-6:
+            raise r.fail(f"{key}.fixed_by", f"probabilities must add up to 1 for a {kind} fault, got "
+                         f"{sum(p for _, p in fixed):g}")
+        if kind == "external" and "external_repair" not in spec:
+            raise r.fail(key, "external_repair is required for kind external (how long the outside fix takes)")
+        out[str(name)] = Cause(
+            name=str(name), alert=r.string(f"{key}.alert", spec.get("alert"), optional=True),
+            scope=r.string(f"{key}.scope", spec.get("scope", "node"), ("gpu", "node")),
+            job=r.string(f"{key}.job", spec.get("job", "crash"), ("crash", "hang")), kind=kind, fixed_by=fixed,
+            external_repair_s=s.seconds(f"{key}.external_repair", spec["external_repair"])
+            if "external_repair" in spec else None)
+    return out
+
+
+def _rung_models(s: _Scenario, value: Any) -> tuple[dict[str, RungModel], dict[str, float]]:
+    r = s.r
+    rem = r.section("remediation", {"drain", "reset_gpu", "reboot", "replace", "manual_repair", "exclude_after"},
+                    value)
+    rungs = default_rungs()
+    for name in ("drain", "reset_gpu", "reboot", "replace"):
+        if name in rem:
+            spec = r.section(f"remediation.{name}", {"duration", "success"}, rem[name])
+            base = rungs[name]
+            rungs[name] = RungModel(
+                s.seconds(f"remediation.{name}.duration", spec["duration"]) if "duration" in spec else base.duration_s,
+                s.number(f"remediation.{name}.success", spec["success"], 0, 1) if "success" in spec else base.success)
+    extra: dict[str, float] = {k: s.seconds(f"remediation.{k}", rem[k])
+                               for k in ("manual_repair", "exclude_after") if k in rem}
+    return rungs, extra
+
+
+def _training(s: _Scenario, value: Any) -> tuple[TrainingJobSpec, ...]:
+    r = s.r
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise r.fail("jobs.training", "expected a list of training jobs")
+    out = []
+    for i, item in enumerate(value):
+        key = f"jobs.training[{i}]"
+        spec = r.section(key, {"name", "nodes", "pool", "checkpoint_interval", "checkpoint_cost", "restart_overhead",
+                               "work"}, item)
+        for need in ("nodes", "checkpoint_interval"):
+            if need not in spec:
+                raise r.fail(key, f"{need} is required")
+        out.append(TrainingJobSpec(
+            name=r.string(f"{key}.name", spec.get("name", f"training-{i}")),
+            nodes=r.integer(f"{key}.nodes", spec["nodes"], minimum=1),
+            checkpoint_interval_s=s.seconds(f"{key}.checkpoint_interval", spec["checkpoint_interval"]),
+            checkpoint_cost_s=s.seconds(f"{key}.checkpoint_cost", spec.get("checkpoint_cost", 0)),
+            restart_overhead_s=s.seconds(f"{key}.restart_overhead", spec.get("restart_overhead", "10m")),
+            pool=r.string(f"{key}.pool", spec.get("pool"), optional=True),
+            work_s=s.seconds(f"{key}.work", spec["work"]) if spec.get("work") is not None else None))
+        if out[-1].checkpoint_interval_s <= 0:
+            raise r.fail(f"{key}.checkpoint_interval", "expected a duration above 0")
+    return tuple(out)
+
+
+def _small(s: _Scenario, value: Any) -> SmallJobSpec | None:
+    r = s.r
+    if value is None:
+        return None
+    spec = r.section("jobs.small", {"nodes", "duration", "utilization", "app_bug_fraction", "app_failure_mean",
+                                    "misclassification", "max_retries", "restart_overhead", "pool"}, value)
+    d = SmallJobSpec()
+    return SmallJobSpec(
+        nodes=r.integer("jobs.small.nodes", spec.get("nodes", d.nodes), minimum=1),
+        duration_s=s.seconds("jobs.small.duration", spec["duration"]) if "duration" in spec else d.duration_s,
+        utilization=s.number("jobs.small.utilization", spec.get("utilization", d.utilization), 0, 1),
+        app_bug_fraction=s.number("jobs.small.app_bug_fraction", spec.get("app_bug_fraction", d.app_bug_fraction),
+                                  0, 1),
+        app_failure_mean_s=s.seconds("jobs.small.app_failure_mean", spec["app_failure_mean"])
+        if "app_failure_mean" in spec else d.app_failure_mean_s,
+        misclassification=s.number("jobs.small.misclassification",
+                                   spec.get("misclassification", d.misclassification), 0, 1),
+        max_retries=r.integer("jobs.small.max_retries", spec.get("max_retries", d.max_retries)),
+        restart_overhead_s=s.seconds("jobs.small.restart_overhead", spec["restart_overhead"])
+        if "restart_overhead" in spec else d.restart_overhead_s,
+        pool=r.string("jobs.small.pool", spec.get("pool"), optional=True))
+
+
+def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
+    try:
+        return _parse(text, source)
+    except PolicyError as exc:
+        raise _fail(exc) from None
+
+
+def _parse(text: str, source: str) -> Scenario:
+    r = YamlReader(source, text)
+    s = _Scenario(r)
+    top = r.section("", {"name", "description", "days", "fleet", "failures", "causes", "detection", "remediation",
+                         "jobs", "sample_interval"})
+    kw: dict[str, Any] = {}
+    if "days" not in top:
+        raise r.fail("days", "required: how many days to simulate")
+    kw["days"] = s.number("days", top["days"], 0, lo_open=True)
+
+    fleet = r.section("fleet", {"pools", "gpus_per_node"}, top.get("fleet"))
+    pools_raw = r.section("fleet.pools", set(fleet.get("pools") or {}), fleet.get("pools"))
+    if not pools_raw:
+        raise r.fail("fleet.pools", "required: a mapping of pool name to its node count")
+    kw["pools"] = tuple((str(p), r.integer(f"fleet.pools.{p}", n, minimum=1)) for p, n in pools_raw.items())
+    if "gpus_per_node" in fleet:
+        kw["gpus_per_node"] = r.integer("fleet.gpus_per_node", fleet["gpus_per_node"], minimum=1)
+
+    kw["causes"] = causes = _causes(s, top.get("causes"))
+    failures = r.section("failures", {"rate", "mix", "lemon", "switches"}, top.get("failures"))
+    rate = failures.get("rate", "llama3")
+    if isinstance(rate, str):
+        named = named_rate(rate)
+        if named is None:
+            raise r.fail("failures.rate", f"expected failures per 1,000 node-days or one of llama3, rsc1, rsc2, "
+                         f"got {rate!r}")
+        kw["rate_per_1000_node_days"] = named
+    else:
+        kw["rate_per_1000_node_days"] = s.number("failures.rate", rate)
+    mix = failures.get("mix", "llama3")
+    if mix == "llama3":
+        weights: dict[str, float] = {k: float(v) for k, v in llama3_counts().items()}
+    else:
+        raw_mix = r.section("failures.mix", set(causes), mix)
+        weights = {c: s.number(f"failures.mix.{c}", w) for c, w in raw_mix.items()}
+    if sum(weights.values()) <= 0:
+        raise r.fail("failures.mix", "expected at least one cause with a weight above 0")
+    missing = [c for c in weights if c not in causes]
+    if missing:
+        raise r.fail("failures.mix", f"unknown cause(s) {', '.join(missing)} (add them under causes:)")
+    kw["mix"] = tuple(weights.items())
+    lemon = r.section("failures.lemon", {"fraction", "multiplier"}, failures.get("lemon"))
+    if lemon:
+        mult = lemon.get("multiplier", [5, 10])
+        if not (isinstance(mult, list) and len(mult) == 2):
+            raise r.fail("failures.lemon.multiplier", f"expected [low, high], got {mult!r}")
+        lo, hi = (s.number("failures.lemon.multiplier", m, 1) for m in mult)
+        if hi < lo:
+            raise r.fail("failures.lemon.multiplier", f"expected [low, high] with low <= high, got {mult!r}")
+        kw["lemon"] = LemonModel(s.number("failures.lemon.fraction", lemon.get("fraction", 0.012), 0, 1), (lo, hi))
+    sw = r.section("failures.switches", {"nodes_per_switch", "rate", "repair", "alert"}, failures.get("switches"))
+    if sw:
+        d = SwitchModel()
+        kw["switches"] = SwitchModel(
+            nodes_per_switch=r.integer("failures.switches.nodes_per_switch", sw.get("nodes_per_switch", 16), 1),
+            rate_per_1000_days=s.number("failures.switches.rate", sw.get("rate", 0.0)),
+            repair_s=s.seconds("failures.switches.repair", sw["repair"]) if "repair" in sw else d.repair_s,
+            alert=r.string("failures.switches.alert", sw.get("alert", d.alert)))
+
+    det = r.section("detection", {"evaluation_interval", "job_timeout", "delay"}, top.get("detection"))
+    if "evaluation_interval" in det:
+        kw["evaluation_interval_s"] = s.seconds("detection.evaluation_interval", det["evaluation_interval"])
+    if "job_timeout" in det:
+        kw["job_timeout_s"] = s.seconds("detection.job_timeout", det["job_timeout"])
+    if det.get("delay") is not None:
+        kw["detection_delay_s"] = s.seconds("detection.delay", det["delay"])
+
+    rungs, extra = _rung_models(s, top.get("remediation"))
+    kw["rungs"] = rungs
+    if "manual_repair" in extra:
+        kw["manual_repair_s"] = extra["manual_repair"]
+    if "exclude_after" in extra:
+        kw["exclude_after_s"] = extra["exclude_after"]
+
+    jobs = r.section("jobs", {"training", "small"}, top.get("jobs"))
+    kw["training"] = _training(s, jobs.get("training"))
+    kw["small"] = _small(s, jobs.get("small"))
+    pools = {p for p, _ in kw["pools"]}
+    for i, t in enumerate(kw["training"]):
+        if t.pool is not None and t.pool not in pools:
+            raise r.fail(f"jobs.training[{i}].pool", f"no such pool (pools: {', '.join(sorted(pools))})")
+    if kw["small"] is not None and kw["small"].pool is not None and kw["small"].pool not in pools:
+        raise r.fail("jobs.small.pool", f"no such pool (pools: {', '.join(sorted(pools))})")
+    if "sample_interval" in top:
+        kw["sample_interval_s"] = s.seconds("sample_interval", top["sample_interval"])
+    name = r.string("name", top.get("name", Path(source).stem))
+    description = r.string("description", top["description"]) if "description" in top else ""
+    return Scenario(name=name, source=source, description=description, **kw)
+
+
+def check_alerts(scenario: Scenario, known: set[str], rules_source: str) -> None:
+    """Every alert a cause names must exist in the rules the simulation reads."""
+    for cause in scenario.causes.values():
+        if cause.alert is not None and cause.alert not in known:
+            raise ScenarioError(scenario.source, f"causes.{cause.name}.alert", None,
+                                f"no alert {cause.alert!r} in {rules_source}")
+    if scenario.switches.rate_per_1000_days > 0 and scenario.switches.alert not in known:
+        raise ScenarioError(scenario.source, "failures.switches.alert", None,
+                            f"no alert {scenario.switches.alert!r} in {rules_source}")
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario file, or a shipped scenario by name (llama3, rsc1, rsc2, mixed-1000)."""
+    p = Path(path)
+    if not p.exists() and not p.suffix:
+        shipped = resources.files("simulator.scenarios").joinpath(f"{path}.yaml")
+        if shipped.is_file():
+            return parse_scenario(shipped.read_text(), f"{path}.yaml")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(str(p), "<file>", None, f"cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(str(p), "<file>", raw.count(b"\n", 0, exc.start) + 1, "not UTF-8") from None
+    return parse_scenario(text, str(p))
+
+
+def shipped_scenarios() -> list[str]:
+    return sorted(f.name[:-5] for f in resources.files("simulator.scenarios").iterdir() if f.name.endswith(".yaml"))
+
+
+assert set(FIX_RUNGS) - {"external"} <= set(RUNGS)
