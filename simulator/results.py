@@ -132,3 +132,49 @@ def render_text(s: dict[str, Any]) -> str:
                  f"{j['preempted']:.0f} preempted")
     lines.append(f"remediator passes per run: {s['remediator']['passes']:.0f}")
     return "\n".join(lines)
+
+
+def poisson_interval(k: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Garwood) interval of a Poisson mean given one count k."""
+    alpha = (1 - level) / 2
+
+    def cdf(n: int, mu: float) -> float:  # P(X <= n)
+        term = total = math.exp(-mu)
+        for i in range(1, n + 1):
+            term *= mu / i
+            total += term
+        return total
+
+    def solve(f: object, lo: float, hi: float) -> float:
+        assert callable(f)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if f(mid):
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    top = k + 10 * math.sqrt(k + 1) + 10
+    lower = 0.0 if k == 0 else solve(lambda mu: 1 - cdf(k - 1, mu) < alpha, 0.0, top)
+    upper = solve(lambda mu: cdf(k, mu) > alpha, 0.0, top)
+    return lower, upper
+
+
+def ettr_closed_form(nodes: int, rate_per_node_s: float, detection_s: float, restart_s: float,
+                     checkpoint_interval_s: float, checkpoint_cost_s: float) -> float:
+    """Kokolis et al. (HPCA 2025): E[ETTR] = (1 - N r_f (D + u0 + dt/2)) / (1 + w/dt), first order in N r_f dt."""
+    lam = nodes * rate_per_node_s
+    return (1 - lam * (detection_s + restart_s + checkpoint_interval_s / 2)) / (1 + checkpoint_cost_s
+                                                                                 / checkpoint_interval_s)
+
+
+def ettr_renewal(nodes: int, rate_per_node_s: float, detection_s: float, restart_s: float,
+                 checkpoint_interval_s: float, checkpoint_cost_s: float) -> float:
+    """The same model without the first-order step: failures Poisson at N r_f, a run loses its unfinished checkpoint
+    interval (E[floor(X/T)] T of it is kept, T = dt + w), and a failure during the recovery (D + u0) starts it
+    again: ETTR = dt e^{-lam T} e^{-lam R} lam / (1 - e^{-lam T})."""
+    lam = nodes * rate_per_node_s
+    cycle = checkpoint_interval_s + checkpoint_cost_s
+    kept = checkpoint_interval_s * math.exp(-lam * cycle) / (1 - math.exp(-lam * cycle))
+    return kept * lam * math.exp(-lam * (detection_s + restart_s))
