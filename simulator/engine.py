@@ -551,7 +551,8 @@ class Simulation:
         need = job.spec.nodes - len(job.nodes)
         allowed = self._pools(job.spec.pool)
         picked = self.free.pick(self.place_rng, need, allowed, self.pool_of) if need > 0 else []
-        if picked is None:  # training comes first: small jobs give their nodes back (they are retried)
+        if picked is None and need <= self._free_count(allowed) + self._small_held(allowed):
+            # training comes first: small jobs give their nodes back (they are retried)
             self._preempt_small(need - self._free_count(allowed), allowed)
             picked = self.free.pick(self.place_rng, need, allowed, self.pool_of)
         if picked is None:
@@ -575,6 +576,10 @@ class Simulation:
         if allowed is None:
             return len(self.free)
         return sum(1 for s in self.free._items if self.pool_of[s] in allowed)
+
+    def _small_held(self, allowed: set[str] | None) -> int:
+        return sum(1 for j in self.small_jobs.values() for s in j.nodes
+                   if (allowed is None or self.pool_of[s] in allowed) and self.nodes[s].schedulable)
 
     def _training_runs(self, job: TrainingJob, token: int) -> None:
         if token != job.token:

@@ -46,7 +46,7 @@ def _plots(run: RunResult) -> list[tuple[str, str]]:
     ax.axhline(TARGETS["node_availability"], color="red", linestyle="--", label="target 99.95%")
     ax.set(xlabel="day", ylabel="availability", title="Node availability against 99.95%")
     ax.legend(fontsize=7)
-    out.append(("Availability", _png(fig)))
+    out.append(("Node availability against the 99.95% target", _png(fig)))
     plt.close(fig)
 
     points = [(d, s.job_success) for d, s in zip(days, run.samples, strict=True) if s.job_success is not None]
@@ -56,7 +56,7 @@ def _plots(run: RunResult) -> list[tuple[str, str]]:
         ax.axhline(TARGETS["job_success_rate"], color="red", linestyle="--", label="target 99.5%")
         ax.set(xlabel="day", ylabel="success rate", title="Job success against 99.5%")
         ax.legend(fontsize=7)
-        out.append(("Job success", _png(fig)))
+        out.append(("Job success against the 99.5% target", _png(fig)))
         plt.close(fig)
 
     pools = sorted({p for s in run.samples for p in s.disrupted_limit})
@@ -67,7 +67,7 @@ def _plots(run: RunResult) -> list[tuple[str, str]]:
                     where="post", label=pool)
         ax.set(xlabel="day", ylabel="disrupted / budget", title="Disruption budget in use per pool (at last pass)")
         ax.legend(fontsize=7)
-        out.append(("Budget use", _png(fig)))
+        out.append(("Disruption budget in use per pool", _png(fig)))
         plt.close(fig)
     return out
 

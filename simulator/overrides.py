@@ -30,14 +30,20 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         total = sc.nodes
         pools = [(p, max(1, round(n * o.nodes / total))) for p, n in sc.pools]
         pools[0] = (pools[0][0], pools[0][1] + o.nodes - sum(n for _, n in pools))
-        sc = replace(sc, pools=tuple(pools))
+        sizes = dict(pools)
+        # the training jobs shrink (or grow) with their pool, keeping their share of it
+        training = tuple(replace(t, nodes=max(1, min(round(t.nodes * o.nodes / total),
+                                                     sizes[t.pool] if t.pool else o.nodes)))
+                         for t in sc.training)
+        sc = replace(sc, pools=tuple(pools), training=training)
     if o.days is not None:
         sc = replace(sc, days=o.days)
     if o.failure_rate is not None:
         sc = replace(sc, rate_per_1000_node_days=o.failure_rate)
     if o.job_nodes is not None:
         base = sc.training[0] if sc.training else TrainingJobSpec("training", o.job_nodes, 1800.0, 0.0, 600.0)
-        sc = replace(sc, training=(replace(base, name=f"job{o.job_nodes}", nodes=o.job_nodes, work_s=None),))
+        sc = replace(sc, training=(replace(base, name=f"job{o.job_nodes}", nodes=o.job_nodes, work_s=None,
+                                           pool=None),))
     changes: dict[str, float] = {}
     if o.checkpoint_interval is not None:
         changes["checkpoint_interval_s"] = seconds(o.checkpoint_interval)
@@ -49,7 +55,8 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         sc = replace(sc, training=tuple(replace(t, **changes) for t in sc.training))  # type: ignore[arg-type]
     if o.detection_delay is not None:
         sc = replace(sc, detection_delay_s=seconds(o.detection_delay))
-    too_big = [t.name for t in sc.training if t.nodes > sc.nodes]
+    sizes = dict(sc.pools)
+    too_big = [t.name for t in sc.training if t.nodes > (sizes[t.pool] if t.pool else sc.nodes)]
     if too_big:
         raise ValueError(f"training job(s) {', '.join(too_big)} need more nodes than the fleet's {sc.nodes}")
     return sc
