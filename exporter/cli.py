@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="turn probes on")
     p.add_argument("--no-conditions", action="store_true", help="do not write node conditions")
     p.add_argument("--kube-api", metavar="URL", help="API server URL (default: in-cluster)")
+    p.add_argument("--service-account-dir", metavar="DIR",
+                   help="directory with the service-account token and ca.crt for the API server "
+                        "(default /var/run/secrets/kubernetes.io/serviceaccount, the kubelet's mount)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     return p
 
@@ -156,7 +159,7 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
         "dcgmi": args.dcgmi, "diag_level": args.diag_level, "dcgm_exporter": args.dcgm_exporter_url,
         "instance_type": args.instance_type, "gpus_expected": args.gpus_expected,
         "efa_expected": args.efa_expected, "efa_counters": args.efa_counters, "kube_api": args.kube_api,
-        "log_level": args.log_level,
+        "service_account_dir": args.service_account_dir, "log_level": args.log_level,
     }
     settings = replace(settings, **{k: v for k, v in flags.items() if v is not None})
     if not settings.node and env.get("NODE_NAME"):
@@ -276,7 +279,7 @@ def serve(s: Settings) -> None:
     snapshot = Snapshot()
     stop = threading.Event()
     api = s.kube_api or in_cluster_api()
-    writer = NodeConditionWriter(api, s.node) if s.node and api else None
+    writer = NodeConditionWriter(api, s.node, sa_dir=s.service_account_dir) if s.node and api else None
     if writer is not None and not s.instance_type:
         s = _with_instance_type_from_node(s, writer)
     for probe, interval, deadline in build_probes(s, once=False):

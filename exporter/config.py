@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from exporter.node_status import SA_DIR
 from exporter.probes.efa import DEFAULT, counter_selection, counter_word_error
 
 
@@ -62,6 +63,8 @@ class Settings:
     condition_interval: float = 10.0
     fault_window: float = 900.0  # a kernel-log fault keeps its condition False this long after it was seen
     kube_api: str = ""  # default: the in-cluster API from KUBERNETES_SERVICE_HOST
+    # where the pod's service-account token (re-read on each call) and ca.crt are: the kubelet's mount
+    service_account_dir: str = SA_DIR
     log_level: str = "info"
     probes: dict[str, ProbeSettings] = field(default_factory=lambda: dict(DEFAULT_PROBES))
 

@@ -253,7 +253,7 @@ def _crd(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 _ENDPOINT = {"type": "object", "additionalProperties": False, "required": ["port"], "properties": {
-    "port": _STR, "path": _STR, "interval": _DURATION, "scrapeTimeout": _DURATION,
+    "port": _STR, "path": _STR, "interval": _DURATION, "scrapeTimeout": _DURATION, "honorLabels": {"type": "boolean"},
     "relabelings": {"type": "array", "items": _RELABEL}}}
 _RULE = {"type": "object", "additionalProperties": False, "required": ["expr"], "properties": {
     "record": _STR, "alert": _STR, "expr": {"type": ["string", "integer"]}, "for": _DURATION,

@@ -17,6 +17,7 @@ by polling (never fixed sleeps), and stopped on exit.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -32,8 +33,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+import kube_prometheus_stack as kps  # noqa: E402
+from chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize  # noqa: E402
+from fake_admission import Identity  # noqa: E402
 from fake_cluster import FakeCluster  # noqa: E402
+from operator_alertmanager import generate  # noqa: E402
+from operator_prometheus import pod_monitor, rule_groups, service_monitor  # noqa: E402
 from sysfs_tree import build_efa_sysfs  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -50,7 +57,6 @@ FIXTURES = ROOT / "tests" / "fixtures"
 HEALTHY_DCGM_EXPORTER = FIXTURES / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"
 TIME_SCALE = 30
 MIN_WINDOW_SECONDS = 3  # a range shorter than this holds too few 1 s samples for rate()/increase()
-TOKEN = "e2e-webhook-token"
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 
@@ -91,9 +97,10 @@ def scale_expr(expr: str) -> str:
     return re.sub(r"\boffset\s+((?:\d+(?:ms|[smhdwy]))+)", lambda m: f"offset {_scaled(m.group(1))}", expr)
 
 
-def scale_rule_file(src: Path, dst: Path) -> None:
-    doc = yaml.safe_load(src.read_text())
-    for group in doc.get("groups", []):
+def scale_rule_groups(groups: list[dict[str, Any]], dst: Path) -> None:
+    """Rule groups (a PrometheusRule's), every duration divided by TIME_SCALE, as a Prometheus rule file."""
+    doc = {"groups": [dict(g, rules=[dict(r) for r in g.get("rules", [])]) for g in groups]}
+    for group in doc["groups"]:
         if "interval" in group:
             group["interval"] = "1s"
         for rule in group.get("rules", []):
@@ -142,17 +149,40 @@ case "$*" in
 esac
 """
 
-EXPORTER_CONFIG = """
-probes:
-  kmsg: {interval: 0.5, deadline: 2}
-  nvml: {enabled: false}
-  dcgm: {interval: 1, deadline: 1}
-  diag: {enabled: false}
-  efa: {interval: 2, deadline: 2}
-  dcgm_exporter: {interval: 2, deadline: 2}
-condition_interval: 1
-fault_window: 30
-"""
+# Chart values for the e2e: the time scale, and the node inputs that stand in for hardware. Everything else is
+# the chart's default rendering (a scenario adds its own values).
+E2E_EXPORTER_CONFIG: dict[str, Any] = {
+    "probes": {"kmsg": {"interval": 0.5, "deadline": 2}, "nvml": {"enabled": False},  # no GPU here
+               "dcgm": {"enabled": True, "interval": 1, "deadline": 1},  # a dcgmi stand-in on PATH
+               "diag": {"enabled": False}, "efa": {"interval": 2, "deadline": 2},
+               "dcgm_exporter": {"interval": 2, "deadline": 2}},
+    "condition_interval": 1, "fault_window": 30, "efa_expected": 2,
+    "dcgm_exporter": "http://{host_ip}:9400/metrics",  # docs/install.md's node-local recipe (a hostPort)
+    "boot_id_file": "/proc/sys/kernel/random/boot_id",  # its default, named so that the node's kernel answers
+}
+MONITORING_ON = {kind: {"enabled": True} for kind in ("podMonitor", "serviceMonitor", "prometheusRule",
+                                                       "alertmanagerConfig")}
+RELEASE = NAMESPACE = "gpuhealth"
+ADMIN_TOKEN = "e2e-admin"  # a person's kubeconfig (hold, release): system:masters
+DCGM_EXPORTER_PORT = 9400
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """Helm's values merge: maps merge key by key, anything else in `top` replaces."""
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chart as `helm template gpuhealth helm/gpuhealth -n gpuhealth -f values` renders it."""
+    import helm_python as helm
+
+    helm.disable_logging()
+    with helm.Chart.load(ROOT / "helm" / "gpuhealth") as chart:
+        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return [d for name, text in sorted(out.items()) if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
 
 
 @dataclass(frozen=True)
@@ -161,45 +191,87 @@ class NodeOptions:
 
     dcgm_exporter: Path = HEALTHY_DCGM_EXPORTER  # the scrape its dcgm-exporter serves
     gpus_expected: int | None = None  # --gpus-expected (None: unknown, nothing to compare)
-    enable: tuple[str, ...] = ()  # probes to turn on beyond EXPORTER_CONFIG's (e.g. diag, nvml)
+    enable: tuple[str, ...] = ()  # probes to turn on beyond the rendered config's (e.g. diag, nvml)
+
+
+class _ScrapeServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+def _serve_file(path: Path, ip: str, port: int) -> _ScrapeServer:
+    """A node's dcgm-exporter on its hostPort: /metrics answers with the file as it is now."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if self.path != "/metrics" or not path.exists():
+                self.send_error(404)
+                return
+            body = path.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = _ScrapeServer((ip, port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True, name=f"dcgm-exporter-{ip}").start()
+    return server
 
 
 @dataclass
 class SimNode:
-    """One GPU node: its exporter process and the inputs a test can break."""
+    """One GPU node: its exporter pod, as the rendered DaemonSet runs it, and the inputs a test can break."""
 
     name: str
     pool: str
     dir: Path
-    port: int
-    api: str
+    stack: Stack
+    host_ip: str
+    pod_ip: str
+    token: str
     proc: subprocess.Popen[bytes] | None = None
     boot: int = 1
     options: NodeOptions = field(default_factory=NodeOptions)
+    pod: Pod | None = None
 
     @property
     def kmsg(self) -> Path:
         return self.dir / "kmsg.log"
 
+    @property
+    def port(self) -> int:
+        assert self.pod is not None
+        return self.pod.ports["metrics"]
+
+    def prepare(self) -> None:
+        (self.dir / "state").mkdir(parents=True, exist_ok=True)
+        (self.dir / "boot_id").write_text(f"boot-{self.boot}\n")
+        if not self.kmsg.exists():
+            self.kmsg.write_text("")
+        self.dcgm_exporter = _serve_file(self.dir / "dcgm-exporter.prom", self.host_ip, DCGM_EXPORTER_PORT)
+
     def start(self) -> None:
-        (self.dir / "exporter.yaml").write_text(EXPORTER_CONFIG)
         # as this node's own dcgm-exporter serves it: NODE_NAME set, so Hostname is the node's name (the
         # recording's Hostname is the node it was taken on, and the probe drops another host's samples)
         scrape = self.options.dcgm_exporter.read_text()
         scrape = re.sub(r'\b([Hh]ostname)="[^"]*"', lambda m: f'{m.group(1)}="{self.name}"', scrape)
         (self.dir / "dcgm-exporter.prom").write_text(scrape)
-        if not self.kmsg.exists():
-            self.kmsg.write_text("")
-        log = open(self.dir / "exporter.log", "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(
-            [str(BIN / "gpuhealth-exporter"), "--config", str(self.dir / "exporter.yaml"),
-             "--listen", f"127.0.0.1:{self.port}", "--kmsg-file", str(self.kmsg),
-             "--state-file", str(self.dir / f"state-{self.boot}.json"), "--sysfs-root", str(self.dir / "sysfs"),
-             "--efa-expected", "2", "--dcgmi", str(self.dir / "dcgmi"), "--node", self.name,
-             "--dcgm-exporter-url", str(self.dir / "dcgm-exporter.prom"),
-             "--kube-api", self.api, "--log-level", "warning", *self._option_flags()],
-            stdout=log, stderr=log, start_new_session=True, preexec_fn=_die_with_parent)
-        log.close()
+        self.pod = materialize(
+            self.stack.workload("DaemonSet", "gpuhealth-exporter"), self.stack.docs,
+            pod_name=f"gpuhealth-exporter-{self.name}", node=self.name, ip=self.pod_ip, host_ip=self.host_ip,
+            root=self.dir / "pod", token=self.token,
+            host_paths={"/dev/kmsg": self.kmsg, "/sys": self.dir / "sysfs" / "sys",
+                        "/var/lib/gpuhealth": self.dir / "state"},
+            kernel_files={"/proc/sys/kernel/random/boot_id": self.dir / "boot_id"})
+        # Stand-ins for what a container gets from the node and the cluster: the kernel log as a file (the
+        # device cannot be faked), the API server's address and the projected token's directory.
+        standins = ["--kmsg-file", str(self.pod.local("/dev/kmsg")), "--kube-api", self.stack.cluster.url,
+                    "--service-account-dir", str(self.pod.local(SA_MOUNT))]
+        self.proc = self.stack.run_pod(f"exporter-{self.name}", self.pod, standins + self._option_flags(),
+                                       path_prefix=[self.dir / "bin"])
 
     def _option_flags(self) -> list[str]:
         flags = ["--enable", ",".join(self.options.enable)] if self.options.enable else []
@@ -216,15 +288,22 @@ class SimNode:
                 self.proc.kill()
                 self.proc.wait()
         # A dcgmi stand-in left hanging runs in its own session (the exporter's hard deadline): end it.
-        pidfile = self.dir / "dcgmi.pid"
+        pidfile = self.dir / "bin" / "dcgmi.pid"
         if pidfile.exists():
             for pid in pidfile.read_text().split():
                 with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
                     os.killpg(int(pid), signal.SIGKILL)
             pidfile.unlink(missing_ok=True)
 
+    def shutdown(self) -> None:
+        self.stop()
+        server = getattr(self, "dcgm_exporter", None)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
     def restart(self, options: NodeOptions | None = None) -> None:
-        """The exporter restarts, with new options if given (a new config, another dcgm-exporter scrape);
+        """The exporter restarts, with new options if given (other flags, another dcgm-exporter scrape);
         the node does not reboot: its kernel log and the exporter's place in it stay."""
         self.stop()
         if options is not None:
@@ -232,10 +311,16 @@ class SimNode:
         self.start()
 
     def reboot(self) -> None:
-        """What a reboot does to the signals: a fresh kernel log and a new exporter process."""
+        """What a reboot does to the signals: a new boot id, a fresh kernel log and a new exporter process. The
+        state on the hostPath survives a reboot; reading /dev/kmsg, the exporter drops it on the new boot id.
+        The file that stands in for the device cannot tell a reboot (a followed kern.log spans boots), so the
+        stand-in drops it here, as the device reader would."""
         self.stop()
         self.boot += 1
+        (self.dir / "boot_id").write_text(f"boot-{self.boot}\n")
         self.kmsg.write_text("")
+        for state in (self.dir / "state").glob("kmsg-state.json*"):
+            state.unlink()
         self.start()
 
     def log_kernel(self, *lines: str) -> None:
@@ -261,27 +346,44 @@ class SimNode:
     def dcgmi(self, mode: str) -> None:
         """ok | fail | hang"""
         for flag in ("hang", "fail"):
-            (self.dir / f"dcgmi.{flag}").unlink(missing_ok=True)
+            (self.dir / "bin" / f"dcgmi.{flag}").unlink(missing_ok=True)
         if mode != "ok":
-            (self.dir / f"dcgmi.{mode}").write_text("")
+            (self.dir / "bin" / f"dcgmi.{mode}").write_text("")
 
 
 @dataclass
 class Stack:
+    """The pipeline as the chart deploys it. `values` are a scenario's chart values (a documented toggle), over
+    the e2e's (time scale, stand-in inputs, every monitoring object on); `policy` is YAML for remediator.policy."""
+
     pools: dict[str, int] = field(default_factory=lambda: {"pool-a": 8, "pool-b": 4})
     policy: str = ""
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpuhealth-e2e-")))
     keep: bool = False
     node_options: dict[str, NodeOptions] = field(default_factory=dict)  # by node name; others healthy
+    values: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cluster = FakeCluster()
         self.nodes: dict[str, SimNode] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.prom_port, self.am_port, self.rem_port = free_port(), free_port(), free_port()
+        self.prom_port, self.am_port = free_port(), free_port()
+        self.addresses = Addresses(block=int.from_bytes(os.urandom(1)) % 200 + 20)
+        self.remediators: dict[str, Pod] = {}
+        self.services: list[ServiceProxy] = []
         self._stop = threading.Event()
         self.rebooted: list[str] = []
         self.extra_scrapes: list[dict[str, Any]] = []
+        self.chart_values = deep_merge({
+            "exporter": {"config": E2E_EXPORTER_CONFIG},
+            "remediator": {"interval": 1, "alertmanagerURL": self.alertmanager,
+                           "policy": yaml.safe_load(self.policy) if self.policy else {}},
+            "monitoring": MONITORING_ON,
+        }, self.values)
+        self.docs = render(self.chart_values)
+
+    def workload(self, kind: str, name: str) -> dict[str, Any]:
+        return find(self.docs, kind, name, NAMESPACE)
 
     # --- URLs ---
     @property
@@ -294,7 +396,22 @@ class Stack:
 
     @property
     def remediator(self) -> str:
-        return f"http://127.0.0.1:{self.rem_port}"
+        """The remediator's Service, as Alertmanager reaches it (balanced over the ready replicas)."""
+        return self.services[0].url
+
+    def leader(self) -> str:
+        """The remediator pod holding the Lease (its POD_NAME is the holder identity)."""
+        with self.cluster.lock:
+            holders = [str(lease["spec"].get("holderIdentity", "")) for lease in self.cluster.leases.values()]
+        names = [name for name in self.remediators if any(h.startswith(name) for h in holders)]
+        if not names:
+            raise LookupError(f"no remediator holds the Lease (holders: {holders})")
+        return names[0]
+
+    def leader_url(self) -> str:
+        """The leader's own address: its /metrics has the budget, the breaker and the actions."""
+        pod = self.remediators[self.leader()]
+        return f"http://{pod.ip}:{pod.ports['http']}"
 
     # --- lifecycle ---
     def __enter__(self) -> Stack:
@@ -310,12 +427,14 @@ class Stack:
 
     def start(self) -> None:
         self.cluster.__enter__()
+        self.cluster.load_admission(self.docs)
         self._fleet()
         for node in self.nodes.values():
+            node.prepare()
             node.start()
+        self._start_remediators()
         self._start_prometheus()
         self._start_alertmanager()
-        self.start_remediator()
         self._agent = threading.Thread(target=self._node_agent, daemon=True, name="e2e-node-agent")
         self._agent.start()
         self.wait_ready()
@@ -325,10 +444,12 @@ class Stack:
         agent = getattr(self, "_agent", None)
         if agent is not None:
             agent.join(15)  # a reboot in progress finishes before its node is stopped
+        for service in self.services:
+            service.close()
         for name in list(self.procs):
             self.stop_process(name)
         for node in self.nodes.values():
-            node.stop()
+            node.shutdown()
         with contextlib.suppress(Exception):
             self.cluster.__exit__(None, None, None)
         if not self.keep:
@@ -343,41 +464,83 @@ class Stack:
                 name = f"{pool}-gpu-{i}"
                 self.cluster.add_node(name, pool=pool)
                 d = self.workdir / "nodes" / name
-                d.mkdir(parents=True)
+                (d / "bin").mkdir(parents=True)
                 options = self.node_options.get(name, NodeOptions())
                 build_efa_sysfs(d / "sysfs", [(f"rdmap{n}s27", "0xefa1", {}) for n in range(2)])
-                script = d / "dcgmi"
+                script = d / "bin" / "dcgmi"
                 script.write_text(DCGMI.format(fixtures=FIXTURES))
                 script.chmod(0o755)
-                self.nodes[name] = SimNode(name, pool, d, free_port(), self.cluster.url, options=options)
+                token = f"exporter-{name}"
+                pod_name = f"gpuhealth-exporter-{name}"
+                self.cluster.add_service_account_token(token, NAMESPACE, "gpuhealth-exporter", node=name, pod=pod_name)
+                self.nodes[name] = SimNode(name, pool, d, self, self.addresses.take(), self.addresses.take(), token,
+                                           options=options)
                 # a training job on every node, protected by a PodDisruptionBudget
                 self.cluster.add_pod(name, f"train-{name}", namespace="ml", labels={"app": "train"})
         self.cluster.add_pdb("ml", {"app": "train"}, disruptions_allowed=1)
 
+    def _start_remediators(self) -> None:
+        deployment = self.workload("Deployment", "gpuhealth-remediator")
+        for i in range(int(deployment["spec"].get("replicas", 1))):
+            self.start_remediator(f"gpuhealth-remediator-{i}")
+        self.services.append(ServiceProxy(find(self.docs, "Service", "gpuhealth-remediator", NAMESPACE),
+                                          8080, self.addresses.take(), list(self.remediators.values())))
+
+    def start_remediator(self, name: str | None = None) -> None:
+        """One replica of the rendered Deployment (a new one, or the named one again, on its old address)."""
+        name = name or next(iter(self.remediators))
+        old = self.remediators.get(name)
+        token = f"remediator-{name}"
+        self.cluster.add_service_account_token(token, NAMESPACE, "gpuhealth-remediator", pod=name)
+        pod = materialize(self.workload("Deployment", "gpuhealth-remediator"), self.docs, pod_name=name,
+                          node="control-plane", ip=old.ip if old else self.addresses.take(), host_ip="127.0.0.1",
+                          root=self.workdir / "pods" / name, host_paths={}, token=token)
+        # The kubernetes client's in-cluster config insists on https and fixed paths: a kubeconfig with the same
+        # service-account token stands in for it.
+        kubeconfig = pod.root / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.cluster.url, token)))
+        if old is not None:
+            self.remediators[name] = pod
+            for service in self.services:
+                service.pods = [pod if p.name == name else p for p in service.pods]
+        self.remediators[name] = pod
+        self.run_pod(name, pod, ["--kubeconfig", str(kubeconfig)])
+
+    def run_pod(self, name: str, pod: Pod, standins: list[str],
+                path_prefix: Sequence[Path] = ()) -> subprocess.Popen[bytes]:
+        path = ":".join([*(str(p) for p in path_prefix), str(BIN), "/usr/local/bin", "/usr/bin", "/bin"])
+        env = {"PATH": path, "HOME": str(pod.root), "LANG": "C.UTF-8", **pod.env}
+        argv = [shutil.which(pod.argv[0], path=path) or pod.argv[0], *pod.argv[1:], *standins]
+        self._spawn(name, argv, env=env)
+        return self.procs[name]
+
     def _start_prometheus(self) -> None:
         rules = self.workdir / "rules"
         rules.mkdir()
-        for src in sorted((ROOT / "rules").glob("*/*.yaml")):
-            if src.parent.name in ("alerts", "recording"):
-                scale_rule_file(src, rules / f"{src.parent.name}-{src.name}")
+        for rule in (d for d in self.docs if d["kind"] == "PrometheusRule" and kps.selects(d)):
+            scale_rule_groups(rule_groups(rule), rules / f"{rule['metadata']['name']}.yaml")
         path = self._write_prometheus_config()
         self._spawn("prometheus", ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={self.workdir}/tsdb",
                                    f"--web.listen-address=127.0.0.1:{self.prom_port}", "--web.enable-lifecycle",
                                    "--log.level=warn"])
 
+    def _node_labels(self, node: str) -> dict[str, str]:
+        with self.cluster.lock:
+            return dict(self.cluster.nodes[node]["metadata"].get("labels") or {})
+
     def _write_prometheus_config(self) -> Path:
+        exporters = [n.pod for n in self.nodes.values() if n.pod is not None]
+        scrapes = []
+        for monitor in (d for d in self.docs if d["kind"] == "PodMonitor" and kps.selects(d)):
+            scrapes += pod_monitor(monitor, exporters, self._node_labels, lambda d: _scaled(d, 1))
+        for monitor in (d for d in self.docs if d["kind"] == "ServiceMonitor" and kps.selects(d)):
+            service = find(self.docs, "Service", monitor["metadata"]["name"], NAMESPACE)
+            scrapes += service_monitor(monitor, service, list(self.remediators.values()), lambda d: _scaled(d, 1))
         config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
             "rule_files": [str(self.workdir / "rules" / "*.yaml")],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
-            "scrape_configs": [{
-                "job_name": "gpuhealth-exporter",
-                "static_configs": [{"targets": [f"127.0.0.1:{n.port}"], "labels": {"node": n.name, "pool": n.pool}}
-                                   for n in self.nodes.values()],
-            }, {
-                "job_name": "gpuhealth-remediator",
-                "static_configs": [{"targets": [f"127.0.0.1:{self.rem_port}"]}],
-            }, *self.extra_scrapes],
+            "scrape_configs": [*scrapes, *self.extra_scrapes],
         }
         path = self.workdir / "prometheus.yml"
         path.write_text(yaml.safe_dump(config))
@@ -401,14 +564,8 @@ class Stack:
             assert response.status == 200
 
     def _start_alertmanager(self) -> None:
-        config = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())
-        for route in config["route"]["routes"]:
-            route.update(group_wait="1s", group_interval="2s", repeat_interval="10s")
-        (self.workdir / "token").write_text(TOKEN)
-        for receiver in config["receivers"]:
-            for hook in receiver.get("webhook_configs", []):
-                hook["url"] = f"{self.remediator}/alerts"
-                hook["http_config"]["authorization"]["credentials_file"] = str(self.workdir / "token")
+        config = alertmanager_config(self.docs, self.workdir / "am-secrets", self._service_url)
+        scale_route(config["route"])
         path = self.workdir / "alertmanager.yml"
         path.write_text(yaml.safe_dump(config))
         self._spawn("alertmanager", ["prometheus-alertmanager", f"--config.file={path}",
@@ -417,28 +574,24 @@ class Stack:
                                      "--cluster.listen-address=", f"--web.external-url={self.alertmanager}",
                                      "--log.level=warn"])
 
-    def start_remediator(self) -> None:
-        kubeconfig = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-            "clusters": [{"name": "e2e", "cluster": {"server": self.cluster.url}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
-            "users": [{"name": "e2e", "user": {"token": "unused"}}],
-        }
-        (self.workdir / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-        policy = yaml.safe_load(self.policy) if self.policy else {}
-        policy.setdefault("alertmanager", {})["url"] = self.alertmanager
-        (self.workdir / "policy.yaml").write_text(yaml.safe_dump(policy))
-        self._spawn("remediator", [str(BIN / "gpuhealth-remediator"), "serve",
-                                   "--policy", str(self.workdir / "policy.yaml"),
-                                   "--listen", f"127.0.0.1:{self.rem_port}",
-                                   "--token-file", str(self.workdir / "token"),
-                                   "--kubeconfig", str(self.workdir / "kubeconfig"), "--interval", "1"])
+    def _service_url(self, url: str) -> str:
+        """A cluster DNS URL (http://<service>.<namespace>.svc[.cluster.local]:<port>/...) to the Service's proxy."""
+        parts = urllib.parse.urlsplit(url)
+        host = (parts.hostname or "").split(".")
+        if len(host) < 3 or host[2] != "svc":
+            raise ValueError(f"{url}: not a Service URL")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        service = next((s for s in self.services if s.name == host[0] and s.port == port and host[1] == NAMESPACE),
+                       None)
+        if service is None:
+            raise ValueError(f"{url}: no such Service and port in the rendering")
+        return urllib.parse.urlunsplit((parts.scheme, f"{service.ip}:{service.port}", parts.path, parts.query, ""))
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True,
                                             preexec_fn=_die_with_parent,
-                                            env={**os.environ, "POD_NAME": f"e2e-{name}"})
+                                            env=env if env is not None else {**os.environ, "POD_NAME": f"e2e-{name}"})
         log.close()
 
     def stop_process(self, name: str, kill: bool = False) -> None:
@@ -460,9 +613,11 @@ class Stack:
 
     def wait_ready(self) -> None:
         for name, url in (("prometheus", f"{self.prometheus}/-/ready"),
-                          ("alertmanager", f"{self.alertmanager}/-/ready"),
-                          ("remediator", f"{self.remediator}/readyz")):
+                          ("alertmanager", f"{self.alertmanager}/-/ready")):
             wait_for(f"{name} ready", lambda n=name, u=url: self.alive(n) or http_get(u))
+        for name in self.remediators:
+            wait_for(f"{name} ready", lambda n=name: self.alive(n) or n in self.services[0].ready())
+        wait_for("a remediator to lead", self.leader_url)
         # Prometheus finds Alertmanager only after a few seconds: wait for it, never sleep.
         wait_for("Prometheus to discover Alertmanager",
                  lambda: http_json(f"{self.prometheus}/api/v1/alertmanagers")["data"]["activeAlertmanagers"])
@@ -473,21 +628,40 @@ class Stack:
 
     def _all_targets_up(self) -> bool:
         targets = http_json(f"{self.prometheus}/api/v1/targets")["data"]["activeTargets"]
-        return len(targets) == len(self.nodes) + 1 and all(t["health"] == "up" for t in targets)
+        return len(targets) == len(self.nodes) + len(self.remediators) and all(t["health"] == "up" for t in targets)
 
     # --- what people do ---
     def hold(self, node: str, reason: str, by: str = "e2e") -> str:
         """`gpuhealth-remediator hold`: the remediator leaves the node alone until it is released."""
         result = subprocess.run([str(BIN / "gpuhealth-remediator"), "hold", node, "--reason", reason, "--by", by,
-                                 "--policy", str(self.workdir / "policy.yaml"),
-                                 "--kubeconfig", str(self.workdir / "kubeconfig")],
+                                 "--policy", str(self.policy_file), "--kubeconfig", str(self.admin_kubeconfig)],
                                 capture_output=True, text=True, timeout=30, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"hold {node} failed ({result.returncode}): {result.stdout}{result.stderr}")
         return result.stdout
 
-    def post_alerts(self, body: dict[str, Any], token: str = TOKEN) -> int:
-        """POST an Alertmanager webhook to the remediator as Alertmanager would; the HTTP status."""
+    @property
+    def policy_file(self) -> Path:
+        """The policy as the remediator pods have it (the rendered ConfigMap)."""
+        return next(iter(self.remediators.values())).local("/etc/gpuhealth/policy.yaml")
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        path = self.workdir / "admin-kubeconfig"
+        if not path.exists():
+            self.cluster.add_token(ADMIN_TOKEN, Identity("e2e-admin", ("system:masters", "system:authenticated")))
+            path.write_text(yaml.safe_dump(_kubeconfig(self.cluster.url, ADMIN_TOKEN)))
+        return path
+
+    @property
+    def webhook_token(self) -> str:
+        """The token the rendered Secret holds (the remediator reads it, Alertmanager sends it)."""
+        secret = find(self.docs, "Secret", "gpuhealth-remediator", NAMESPACE)
+        return base64.b64decode(secret["data"]["token"]).decode()
+
+    def post_alerts(self, body: dict[str, Any], token: str | None = None) -> int:
+        """POST an Alertmanager webhook to the remediator's Service as Alertmanager would; the HTTP status."""
+        token = self.webhook_token if token is None else token
         req = urllib.request.Request(f"{self.remediator}/alerts", data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
         try:
@@ -558,6 +732,39 @@ class Stack:
                 self.nodes[node].reboot()
                 boot = f"boot-{self.nodes[node].boot}"
                 self.cluster.update_node(node, lambda n, boot=boot: n["status"]["nodeInfo"].update(bootID=boot))
+
+
+def _kubeconfig(server: str, token: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {"server": server}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+            "users": [{"name": "e2e", "user": {"token": token}}]}
+
+
+def alertmanager_config(docs: list[dict[str, Any]], secrets: Path, service_url: Callable[[str], str]) -> dict[str, Any]:
+    """The configuration kube-prometheus-stack's Alertmanager runs with the chart installed: its default base
+    configuration plus the AlertmanagerConfigs it selects, as the Prometheus Operator generates it (default matcher
+    strategy); the Secrets' values as files; webhook URLs of Services to the e2e's Service proxies."""
+    selected = [d for d in docs if d["kind"] == "AlertmanagerConfig" and kps.selects(d)]
+    data = {(d["metadata"]["namespace"], d["metadata"]["name"]):
+            {k: base64.b64decode(v).decode() for k, v in (d.get("data") or {}).items()}
+            for d in docs if d["kind"] == "Secret"}
+    secrets.mkdir(parents=True, exist_ok=True)
+    config = generate(kps.base_config(), selected, data, strategy=kps.MATCHER_STRATEGY,
+                      alertmanager_namespace=kps.NAMESPACE, secret_files=secrets)
+    for receiver in config.get("receivers") or []:
+        for hook in receiver.get("webhook_configs") or []:
+            hook["url"] = service_url(hook["url"])
+    return config
+
+
+def scale_route(route: dict[str, Any]) -> None:
+    """A routing tree's group_wait, group_interval and repeat_interval divided by TIME_SCALE (at least 1 s)."""
+    for key in ("group_wait", "group_interval", "repeat_interval"):
+        if key in route:
+            route[key] = _scaled(str(route[key]), 1)
+    for child in route.get("routes") or []:
+        scale_route(child)
 
 
 def log_tail(stack: Stack, name: str, lines: int = 40) -> str:

@@ -36,7 +36,7 @@ def _running(request: pytest.FixtureRequest, **kwargs: Any) -> Iterator[Stack]:
         yield s
         report = getattr(request.node, "rep_call", None)
         if report is not None and report.failed:
-            for part in ("remediator", "alertmanager", "prometheus"):
+            for part in (*s.remediators, "alertmanager", "prometheus"):
                 print(f"--- {part} log ---\n{log_tail(s, part, 60)}")
 
 
@@ -108,7 +108,7 @@ def test_a_storm_on_half_a_pool_is_held_by_the_budget_and_the_breaker(stack: Sta
     wait_for("the storm's alerts firing", lambda: len({a["labels"]["node"] for a in stack.firing("GPUFallenOffBus")})
              == len(storm), timeout=30)
     wait_for("the breaker to report itself", lambda: b'gpuhealth_remediator_breaker_open{pool="pool-a"} 1.0'
-             in http_get(f"{stack.remediator}/metrics"), timeout=30)
+             in http_get(f"{stack.leader_url()}/metrics"), timeout=30)
     # Cordons are still allowed with the breaker open, up to their own cap: 20% of 8, rounded up.
     wait_for("two of the storm's nodes cordoned", lambda: len([n for n in storm if stack.cordoned(n)]) == 2,
              timeout=30)
@@ -118,7 +118,7 @@ def test_a_storm_on_half_a_pool_is_held_by_the_budget_and_the_breaker(stack: Sta
         assert len(cordoned) == 2, cordoned
         assert len({j["metadata"]["name"] for j in stack.jobs()}) <= 1  # max_disrupted 10% of 8 → 1
         time.sleep(0.5)
-    metrics = http_get(f"{stack.remediator}/metrics").decode()
+    metrics = http_get(f"{stack.leader_url()}/metrics").decode()
     deferred = [line for line in metrics.splitlines()
                 if line.startswith("gpuhealth_remediator_actions_total{") and 'result="deferred"' in line]
     assert any(float(line.rsplit(" ", 1)[1]) > 0 for line in deferred), deferred  # the budget said no
@@ -183,11 +183,12 @@ def test_a_remediator_killed_mid_drain_carries_on_from_the_node_annotations(stac
     wait_for("cordon", lambda: stack.cordoned(name), timeout=30)
     wait_for("a refused eviction (429)", lambda: ("POST", f"/api/v1/namespaces/ml/pods/train-{name}/eviction")
              in stack.cluster.requests, timeout=30)
-    stack.stop_process("remediator", kill=True)
+    leader = stack.leader()
+    stack.stop_process(leader, kill=True)  # the other replica takes the Lease over when it expires
     with stack.cluster.lock:
         for pdb in stack.cluster.pdbs:
             pdb["disruptionsAllowed"] = 1
-    stack.start_remediator()
+    stack.start_remediator(leader)
     wait_for("remediator ready again", lambda: http_get(f"{stack.remediator}/readyz"), timeout=30)
     wait_for("the reboot Job", lambda: [j for j in stack.jobs(name) if "reboot" in j["metadata"]["name"]],
              timeout=60)
@@ -238,7 +239,7 @@ def dashboard_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
         yield s
         report = getattr(request.node, "rep_call", None)
         if report is not None and report.failed:
-            for part in ("remediator", "alertmanager", "prometheus"):
+            for part in (*s.remediators, "alertmanager", "prometheus"):
                 print(f"--- {part} log ---\n{log_tail(s, part, 60)}")
 
 
