@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards deps apt clean bench
+.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards deps apt clean bench image chart
 
 # Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
 # service on install where an init system runs; nothing here depends on it.
@@ -61,6 +61,23 @@ rules-test: deps
 # committed JSON is stale). The Helm chart reads the JSON through helm/gpuhealth/files/dashboards.
 dashboards: deps
 	$(BIN)/python -m dashboards.generate
+
+# What a user installs. `make chart`: dist/gpuhealth-<version>.tgz, as `helm package` makes it, loaded back and
+# rendered before it is kept. `make image`: the Dockerfile's image, tagged as the chart runs it by default
+# (IMAGE=... to push elsewhere); where docker cannot build (no daemon), it says so and skips.
+CHART_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' helm/gpuhealth/Chart.yaml)
+IMAGE ?= ghcr.io/gpuhealth/gpuhealth:$(CHART_VERSION)
+DOCKER ?= docker
+
+chart: deps
+	@$(BIN)/python helm/package.py --destination dist
+
+image:
+	@if command -v $(DOCKER) >/dev/null 2>&1 && $(DOCKER) info >/dev/null 2>&1; then \
+	  $(DOCKER) build -t $(IMAGE) . && echo "built $(IMAGE)"; \
+	else \
+	  echo "make image: skipped: '$(DOCKER) info' fails here (no docker daemon); elsewhere: docker build -t $(IMAGE) ."; \
+	fi
 
 # The whole pipeline with scripted faults, narrated (under 3 minutes).
 demo: deps

@@ -110,7 +110,7 @@ class Narrator:
                 self.say(f"CLUSTER Job {name} created (privileged, pinned to the node)", RED)
 
     def _budget_changed(self) -> None:
-        text = http_get(f"{self.stack.remediator}/metrics").decode()
+        text = http_get(f"{self.stack.leader_url()}/metrics").decode()
         open_pools = {line.split('pool="')[1].split('"')[0] for line in text.splitlines()
                       if line.startswith("gpuhealth_remediator_breaker_open{") and line.endswith(" 1.0")}
         for pool in sorted(open_pools - self._breaker):
@@ -126,7 +126,7 @@ def inject(narrator: Narrator, node: str, fault: str, action: Callable[[], None]
 
 def _budget(stack: Stack) -> str:
     """The remediator's own budget gauges, as it reports them on /metrics."""
-    lines = http_get(f"{stack.remediator}/metrics").decode().splitlines()
+    lines = http_get(f"{stack.leader_url()}/metrics").decode().splitlines()
     used = [line for line in lines if line.startswith("gpuhealth_remediator_budget_in_use{")]
     return "; ".join(line.split("{", 1)[1].replace("} ", " = ") for line in used) or "nothing"
 
@@ -153,7 +153,7 @@ def _interrupt(*_: object) -> None:
 
 def main() -> int:
     start = time.monotonic()
-    print(f"{BOLD}gpuhealth demo{RESET}: starting 6 exporters, Prometheus, Alertmanager and the remediator ...",
+    print(f"{BOLD}gpuhealth demo{RESET}: starting what the Helm chart renders (6 exporters, two remediator replicas), Prometheus and Alertmanager ...",
           flush=True)
     stack = Stack(pools={"train-a": 4, "train-b": 2}, policy=POLICY)
     signal.signal(signal.SIGTERM, _interrupt)
