@@ -104,6 +104,7 @@ bench: deps .stamp-apt-bench
 	$(BIN)/python bench/kmsg_parse.py --quick
 	$(BIN)/python bench/remediator_storm.py --quick
 	$(BIN)/python bench/rules_scale.py --quick
+	$(BIN)/python bench/sim_speed.py --quick
 
 clean:
 	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache
