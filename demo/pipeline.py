@@ -153,7 +153,8 @@ def _interrupt(*_: object) -> None:
 
 def main() -> int:
     start = time.monotonic()
-    print(f"{BOLD}gpuhealth demo{RESET}: starting what the Helm chart renders (6 exporters, two remediator replicas), Prometheus and Alertmanager ...",
+    print(f"{BOLD}gpuhealth demo{RESET}: starting what the Helm chart renders (6 exporters, two remediator "
+          "replicas), Prometheus and Alertmanager ...",
           flush=True)
     stack = Stack(pools={"train-a": 4, "train-b": 2}, policy=POLICY)
     signal.signal(signal.SIGTERM, _interrupt)

@@ -362,6 +362,7 @@ class Stack:
     keep: bool = False
     node_options: dict[str, NodeOptions] = field(default_factory=dict)  # by node name; others healthy
     values: dict[str, Any] = field(default_factory=dict)
+    objects: list[dict[str, Any]] = field(default_factory=list)  # what the user applies beside the chart (Secrets)
 
     def __post_init__(self) -> None:
         self.cluster = FakeCluster()
@@ -380,7 +381,8 @@ class Stack:
                            "policy": yaml.safe_load(self.policy) if self.policy else {}},
             "monitoring": MONITORING_ON,
         }, self.values)
-        self.docs = render(self.chart_values)
+        self.rendered = render(self.chart_values)
+        self.docs = [*self.rendered, *self.objects]
 
     def workload(self, kind: str, name: str) -> dict[str, Any]:
         return find(self.docs, kind, name, NAMESPACE)
@@ -400,10 +402,13 @@ class Stack:
         return self.services[0].url
 
     def leader(self) -> str:
-        """The remediator pod holding the Lease (its POD_NAME is the holder identity)."""
+        """The remediator pod holding the Lease (its POD_NAME is the holder identity). In a dry run no replica
+        takes the Lease and each decides on its own: the first replica then."""
         with self.cluster.lock:
             holders = [str(lease["spec"].get("holderIdentity", "")) for lease in self.cluster.leases.values()]
         names = [name for name in self.remediators if any(h.startswith(name) for h in holders)]
+        if not names and self.chart_values["remediator"].get("dryRun"):
+            return next(iter(self.remediators))
         if not names:
             raise LookupError(f"no remediator holds the Lease (holders: {holders})")
         return names[0]
@@ -655,8 +660,11 @@ class Stack:
 
     @property
     def webhook_token(self) -> str:
-        """The token the rendered Secret holds (the remediator reads it, Alertmanager sends it)."""
-        secret = find(self.docs, "Secret", "gpuhealth-remediator", NAMESPACE)
+        """The token in the Secret the remediator mounts (rendered, or the user's existingSecret), which the
+        AlertmanagerConfig names for Alertmanager too."""
+        volumes = self.workload("Deployment", "gpuhealth-remediator")["spec"]["template"]["spec"]["volumes"]
+        name = next(v["secret"]["secretName"] for v in volumes if v["name"] == "token")
+        secret = find(self.docs, "Secret", name, NAMESPACE)
         return base64.b64decode(secret["data"]["token"]).decode()
 
     def post_alerts(self, body: dict[str, Any], token: str | None = None) -> int:
