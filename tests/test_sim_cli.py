@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,15 @@ def test_bad_inputs_exit_2_with_file_and_line(tmp_path: Path, capsys: pytest.Cap
     assert "neither a policy file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "rsc2", "--checkpoint-interval", "soon"])
+
+
+def test_a_reader_that_stops_early_is_not_an_error() -> None:
+    """`gpuhealth-sim run ... | head -1`: the closed pipe ends the program quietly, with status 0."""
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", "rsc2", "--days", "2", "--runs", "1",
+                             "--nodes", "50"], stdout=write, stderr=subprocess.PIPE)
+    os.close(write)
+    os.close(read)  # the reader is gone before the first line
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert b"Traceback" not in err
