@@ -41,14 +41,16 @@ lint: deps
 typecheck: deps
 	$(BIN)/mypy
 
+# Two workers (pytest-xdist): one runs the end-to-end scenarios in turn while the other runs the rest.
+PYTEST_WORKERS ?= 2
 unit: deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The tests that fix a start time, again with it a year back and a year ahead (GPUHEALTH_TEST_T0): no
 # behaviour may depend on the wall clock being near the date the suite fixes.
 clock-shift: deps
-	GPUHEALTH_TEST_T0=2025-12-02T10:00:00Z $(BIN)/pytest -q -m fixed_clock
-	GPUHEALTH_TEST_T0=2027-12-02T10:00:00Z $(BIN)/pytest -q -m fixed_clock
+	GPUHEALTH_TEST_T0=2025-12-02T10:00:00Z $(BIN)/pytest -q -n $(PYTEST_WORKERS) -m fixed_clock
+	GPUHEALTH_TEST_T0=2027-12-02T10:00:00Z $(BIN)/pytest -q -n $(PYTEST_WORKERS) -m fixed_clock
 
 test: lint typecheck unit clock-shift
 

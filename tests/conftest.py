@@ -21,6 +21,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     clocked = (harness.T0, harness.Harness, harness.webhook)
     for item in items:
+        # With pytest-xdist (make test runs two workers), the end-to-end scenarios run one after another on one
+        # worker: each starts a whole stack, and two at once would time each other out on a 2-core machine.
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.xdist_group("e2e"))
         module = getattr(item, "module", None)
         if module is not None and any(any(v is c for c in clocked) for v in vars(module).values()):
             item.add_marker(pytest.mark.fixed_clock)
