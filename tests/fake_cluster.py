@@ -28,6 +28,11 @@ and behaves like the API server where the remediator depends on it:
   service-account token carries its pod's node name, as on Kubernetes 1.30+). Once any token is known, a
   request without a known one gets 401 Unauthorized; a cluster that knows no token checks none (every
   request is anonymous), as the remediator tests expect;
+- authorization: `load_rbac` takes rendered manifests and from then on authorizes every request against their
+  Roles, ClusterRoles and bindings with the API server's RBAC semantics (tests/fake_rbac.py): 403 Forbidden in
+  the API server's Status shape, every denial kept in `forbidden`; tests/chart_rbac.py loads the chart's (the
+  remediator harness, ServeProcess and the e2e do so by default) with a token per ServiceAccount and a
+  system:masters one for what a test does as a person;
 - admission: `load_admission` takes rendered manifests and enforces their ValidatingAdmissionPolicies and
   Bindings on every write, with the policies' own CEL (tests/fake_admission.py); a node PATCH is admitted
   with the patched Node as `object` and the stored one as `oldObject`, as on the API server. A denial is
@@ -53,6 +58,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fake_admission import ANONYMOUS, AdmissionPolicies, Attributes, Identity, attributes, service_account
+from fake_rbac import Authorizer
+from fake_rbac import request as rbac_request
 
 Obj = dict[str, Any]
 
@@ -179,6 +186,7 @@ class FakeCluster:
         self.token = token  # when set, requests without `Authorization: Bearer <token>` get 401
         self.identities: dict[str, Identity] = {}  # bearer token -> who it authenticates as
         self.admission: AdmissionPolicies | None = None  # ValidatingAdmissionPolicies enforced on writes
+        self.rbac: Authorizer | None = None  # Roles, ClusterRoles and bindings enforced on every request
         self.clock: Callable[[], float] = time.time  # seconds since the epoch; pods' termination runs on it
         self.pod_grace = 1.0  # seconds an evicted pod stays Terminating, unless the pod says otherwise
         self.lock = threading.RLock()
@@ -191,6 +199,7 @@ class FakeCluster:
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.nodeclaims: dict[str, Obj] = {}
         self.requests: list[tuple[str, str]] = []
+        self.forbidden: list[tuple[str, str, str]] = []  # (user, method, path) of every request RBAC denied
         self._evicted: list[str] = []
         self._gone_at: dict[tuple[str, str], float] = {}  # terminating pods: when they disappear
         self._faults: list[dict[str, Any]] = []
@@ -231,6 +240,12 @@ class FakeCluster:
                 identity = cluster.authenticate(self.headers.get("Authorization"))
                 if identity is None:
                     return self._send(401, _status(401, "Unauthorized"))
+                if cluster.rbac is not None:
+                    attrs = rbac_request(method, url.path, query)
+                    if not cluster.rbac.allowed(identity, url.path, attrs):
+                        with cluster.lock:
+                            cluster.forbidden.append((identity.username, method, url.path))
+                        return self._send(403, cluster.rbac.forbidden(identity, url.path, attrs))
                 if fault and fault.get("delay"):
                     time.sleep(fault["delay"])
                 if fault and fault.get("status"):
@@ -338,11 +353,18 @@ class FakeCluster:
         with self.lock:
             self.admission = policies
 
+    def load_rbac(self, manifests: list[Obj]) -> None:
+        """Authorize every request from now on against the Roles, ClusterRoles and bindings among these manifests
+        (tests/fake_rbac.py): 403 Forbidden for what they do not grant, and every request must authenticate."""
+        authorizer = Authorizer(manifests)
+        with self.lock:
+            self.rbac = authorizer
+
     def authenticate(self, authorization: str | None) -> Identity | None:
         """Who a request is, from its Authorization header; None: 401."""
         scheme, _, token = (authorization or "").partition(" ")
         with self.lock:
-            if not self.token and not self.identities:
+            if not self.token and not self.identities and self.rbac is None:
                 return ANONYMOUS  # a cluster that knows no token checks none (the remediator tests)
             if scheme == "Bearer" and token in self.identities:
                 return self.identities[token]

@@ -13,9 +13,12 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+import chart_rbac
 import yaml
 from fake_cluster import FakeCluster
 from real_alertmanager import free_port
+
+from remediator.policy import parse_policy
 
 BIN = Path(sys.executable).parent
 
@@ -29,11 +32,9 @@ class ServeProcess:
                  env: dict[str, str] | None = None, ready: str = "/readyz") -> None:
         self.workdir, self.port, self.ready, self.env = workdir, free_port(), ready, env
         self.log = workdir / "remediator.log"
-        (workdir / "kubeconfig").write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": cluster.url}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-            "users": [{"name": "t", "user": {"token": "unused"}}]}))
+        if cluster.rbac is None:  # the chart's RBAC, rendered for this policy: serve gets what it grants
+            chart_rbac.enforce(cluster, chart_rbac.policy_values(parse_policy(policy)))
+        (workdir / "kubeconfig").write_text(yaml.safe_dump(chart_rbac.kubeconfig(cluster)))
         (workdir / "policy.yaml").write_text(policy)
         self.argv = [str(BIN / "gpuhealth-remediator"), "serve", "--policy", str(workdir / "policy.yaml"),
                      "--listen", f"127.0.0.1:{self.port}", "--token-file", str(token_file),

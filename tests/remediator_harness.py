@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import chart_rbac
 from fake_cluster import FakeCluster
 from kubernetes import client
 
@@ -86,8 +87,9 @@ class Harness:
         cluster.clock = lambda: self.now.timestamp()  # pods terminate on the test's clock...
         cluster.pod_grace = 30.0  # ...after Kubernetes' default grace period
         self.slept: list[float] = []
-        config = client.Configuration(host=cluster.url)
-        self.kube = Kube(client.ApiClient(config), request_timeout=timeout)
+        if cluster.rbac is None:  # the chart's RBAC, rendered for this policy: the remediator gets what it grants
+            chart_rbac.enforce(cluster, chart_rbac.policy_values(policy))
+        self.kube = Kube(client.ApiClient(chart_rbac.configuration(cluster)), request_timeout=timeout)
         self.stop = threading.Event()
         cluster.on_close.append(self.stop.set)  # the watches end with the cluster
         assert self.kube.start_cache(self.stop).wait_synced(10)

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import chart_rbac
 import helm_python as helm
 import jsonschema
 import kubernetes_validate
@@ -107,7 +108,7 @@ REMEDIATOR_CLUSTER = {
 }
 REMEDIATOR_NAMESPACED = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
-    ("batch", "jobs"): {"create", "get"},
+    ("batch", "jobs"): {"create", "get", "list"},  # list: one LIST per pass of the Jobs' outcomes
     ("", "events"): {"create"},
 }
 # workloads.enabled (docs/jobs.md), in each of workloads.namespaces only: a cache of the pods that end
@@ -411,7 +412,7 @@ def test_remediator_holds_exactly_what_it_needs() -> None:
     expected = {("*", g, r): v for (g, r), v in REMEDIATOR_CLUSTER.items()}
     expected[("*", "", "pods")] = {"list", "watch"}  # drain.on_timeout: wait (the default) deletes no pod
     expected[(NAMESPACE, "coordination.k8s.io", "leases")] = {"get", "create", "update"}
-    expected[(NAMESPACE, "batch", "jobs")] = {"create", "get"}
+    expected[(NAMESPACE, "batch", "jobs")] = {"create", "get", "list"}
     expected[("default", "", "events")] = {"create"}  # Events about Nodes
     expected[(NAMESPACE, "", "events")] = {"create"}  # CircuitBreakerOpen on the Lease
     assert grants == expected
@@ -420,7 +421,7 @@ def test_remediator_holds_exactly_what_it_needs() -> None:
 def test_roles_follow_the_policy_namespaces() -> None:
     docs = RENDERED["custom"]
     grants = _grants(docs, "gpuhealth-remediator")
-    assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"create", "get"}
+    assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"create", "get", "list"}
     assert ("*", "karpenter.sh", "nodeclaims") not in grants  # rbac.karpenter: false
     node_action = [d for d in kinds(docs, "ServiceAccount") if d["metadata"]["name"] == "gpuhealth-node-action"]
     assert node_action[0]["metadata"]["namespace"] == "gpuhealth-jobs"
@@ -456,7 +457,8 @@ def test_every_request_of_the_remediators_watch_caches_is_granted() -> None:
         cluster.add_pod("gpu-a", "job-0")
         stop = threading.Event()
         cluster.on_close.append(stop.set)
-        kube = Kube(client.ApiClient(client.Configuration(host=cluster.url)), request_timeout=2.0)
+        chart_rbac.enforce(cluster)
+        kube = Kube(client.ApiClient(chart_rbac.configuration(cluster)), request_timeout=2.0)
         assert kube.start_cache(stop).wait_synced(10)
         deadline = time.monotonic() + 10
         while not {("watch", "nodes"), ("watch", "pods")} <= set(cluster.calls) and time.monotonic() < deadline:

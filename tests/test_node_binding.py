@@ -51,6 +51,7 @@ def cluster() -> Iterator[FakeCluster]:
         c.add_service_account_token("token-b", NAMESPACE, EXPORTER, node="gpu-b", pod="exporter-b")
         c.add_service_account_token("token-remediator", NAMESPACE, REMEDIATOR, pod="remediator-0")
         c.load_admission(MANIFESTS)
+        c.load_rbac(MANIFESTS)
         yield c
 
 

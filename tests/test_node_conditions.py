@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import chart_rbac
 import pytest
 from fake_cluster import FakeCluster
 from fake_probe import FakeProbe
@@ -28,8 +29,11 @@ STATUS = "/api/v1/nodes/gpu-node-1/status"
 
 @pytest.fixture
 def api() -> Iterator[FakeCluster]:
-    with FakeCluster(token="sa-token") as server:
+    with FakeCluster() as server:
         server.add_node("gpu-node-1")
+        chart_rbac.enforce(server)  # the exporter's ClusterRole from the chart, and its pod's token on this node
+        server.add_service_account_token("sa-token", chart_rbac.NAMESPACE, chart_rbac.EXPORTER_SA,
+                                         node="gpu-node-1", pod="gpuhealth-exporter-abcde")
         yield server
 
 
@@ -200,7 +204,9 @@ def test_the_served_agent_learns_its_instance_type_from_its_node(api: FakeCluste
 
     with api.lock:
         api.nodes["gpu-node-1"]["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "p5.48xlarge"
-    api.token = ""  # the agent runs outside a pod here: no service-account token
+    # the agent runs outside a pod here: its service-account token is where --service-account-dir says
+    (tmp_path / "sa").mkdir()
+    (tmp_path / "sa" / "token").write_text("sa-token\n")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -209,8 +215,8 @@ def test_the_served_agent_learns_its_instance_type_from_its_node(api: FakeCluste
     exe = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent))
     assert exe
     proc = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log), "--node", "gpu-node-1",
-                             "--kube-api", api.url, "--state-file", str(tmp_path / "s.json"),
-                             "--disable", "nvml,dcgm,diag,efa"], stderr=subprocess.DEVNULL,
+                             "--kube-api", api.url, "--service-account-dir", str(tmp_path / "sa"),
+                             "--state-file", str(tmp_path / "s.json"), "--disable", "nvml,dcgm,diag,efa"], stderr=subprocess.DEVNULL,
                             env={k: v for k, v in os.environ.items() if k != "INSTANCE_TYPE"})
     try:
         body = ""

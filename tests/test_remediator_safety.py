@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import chart_rbac
 import pytest
+import yaml
 from fake_cluster import FakeCluster
 from remediator_harness import FakeAlertmanager, Harness
 
@@ -155,22 +157,17 @@ def test_only_the_leader_acts_and_a_follower_takes_over_when_the_lease_expires(c
     assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1
 
 
-def _kubeconfig(tmp_path: Path, url: str) -> str:
+def _kubeconfig(tmp_path: Path, cluster: FakeCluster) -> str:
+    """A person's kubeconfig (cluster-admin), as on-call runs hold and release."""
     path = tmp_path / "kubeconfig"
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: fake, cluster: {{server: "{url}"}}}}]
-users: [{{name: me, user: {{token: t}}}}]
-contexts: [{{name: fake, context: {{cluster: fake, user: me}}}}]
-current-context: fake
-""")
+    path.write_text(yaml.safe_dump(chart_rbac.kubeconfig(cluster, chart_rbac.ADMIN_TOKEN)))
     return str(path)
 
 
 def test_hold_stops_escalation_and_release_resumes_it(cluster: FakeCluster, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     h = Harness(cluster)
-    kubeconfig = _kubeconfig(tmp_path, cluster.url)
+    kubeconfig = _kubeconfig(tmp_path, cluster)
     h.fire("gpu-5", "cordon")
     h.step()
     clock = lambda: h.now  # noqa: E731  the CLI reads the test's clock, as the remediator does
@@ -196,7 +193,7 @@ def test_release_after_a_quiet_episode_returns_the_node(cluster: FakeCluster, tm
     h.step()
     assert cluster.taints("gpu-5")
     h.advance(hours=1)  # released an hour later: past episode.quiet_timeout (6 h), so the alert is dropped
-    assert main(["release", "gpu-5", "--kubeconfig", _kubeconfig(tmp_path, cluster.url)], lambda: h.now) == 0
+    assert main(["release", "gpu-5", "--kubeconfig", _kubeconfig(tmp_path, cluster)], lambda: h.now) == 0
     h.advance(minutes=1)
     assert h.decisions(h.step()) == [("gpu-5", "uncordon", "execute")]
 
@@ -358,7 +355,7 @@ def test_cli_serve_refuses_a_policy_without_alertmanager_url(tmp_path: Path,
 
 def test_hold_and_release_have_a_dry_run_and_report_api_errors_in_one_line(
         cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    kubeconfig = _kubeconfig(tmp_path, cluster.url)
+    kubeconfig = _kubeconfig(tmp_path, cluster)
     assert main(["hold", "gpu-5", "--reason", "look", "--dry-run", "--kubeconfig", kubeconfig]) == 0
     assert "would hold" in capsys.readouterr().out
     assert HOLD_ANNOTATION not in cluster.annotations("gpu-5") and cluster.events == []

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
+import chart_rbac
 import pytest
 from fake_cluster import FakeCluster
 from kubernetes import client
@@ -22,7 +23,8 @@ def core() -> Iterator[tuple[FakeCluster, client.CoreV1Api]]:
     with FakeCluster() as cluster:
         for i in range(3):
             cluster.add_node(f"gpu-{i}", pool="a" if i < 2 else "b")
-        yield cluster, client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))
+        chart_rbac.enforce(cluster)  # the remediator's service account: the caches it keeps are what it may list
+        yield cluster, client.CoreV1Api(client.ApiClient(chart_rbac.configuration(cluster)))
 
 
 @pytest.fixture
@@ -80,7 +82,7 @@ def test_pods_are_indexed_and_deletions_reported(core: tuple[FakeCluster, client
     cache.start(stop)
     assert cache.wait_synced(5)
     assert [p["metadata"]["name"] for p in cache.indexed("gpu-0")] == ["train-0"]
-    api.delete_namespaced_pod("train-0", "default", grace_period_seconds=0)
+    client.CoreV1Api(chart_rbac.admin(cluster)).delete_namespaced_pod("train-0", "default", grace_period_seconds=0)
     eventually(lambda: deleted == ["train-0"])
     assert cache.indexed("gpu-0") == [] and cache.get("train-0", "default") is None
     assert cache.get("train-1", "default") is not None

@@ -14,6 +14,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+import chart_rbac
 import pytest
 from fake_cluster import FakeCluster
 from kubernetes import client
@@ -45,7 +46,10 @@ class Env:
         self.cluster, self.policy, self.dry_run = cluster, parse_policy(policy), dry_run
         self.now = T0
         self.leader = True
-        self.kube = Kube(client.ApiClient(client.Configuration(host=cluster.url)), request_timeout=2.0)
+        if cluster.rbac is None:  # the chart's RBAC for this policy (its workloads namespaces)
+            chart_rbac.enforce(cluster, chart_rbac.policy_values(self.policy))
+        self.kube = Kube(client.ApiClient(chart_rbac.configuration(cluster)), request_timeout=2.0)
+        self.controller = client.CoreV1Api(chart_rbac.admin(cluster))  # a Job controller deleting its pods
         self.stops: list[threading.Event] = []
         self.restart()
 
@@ -197,7 +201,7 @@ def test_an_evicted_pod_deleted_before_the_pass_is_still_counted_once(env: Env) 
         {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
          "message": "Eviction API: evicting"}])
     env.cluster.update_pod(NS, "train-0", lambda p: p["metadata"].update(deletionTimestamp=_stamp(T0)))
-    env.kube.core.delete_namespaced_pod("train-0", NS, grace_period_seconds=0)
+    env.controller.delete_namespaced_pod("train-0", NS, grace_period_seconds=0)
     [outcome] = env.step()
     assert outcome.recorded and (outcome.verdict.cls, outcome.verdict.reason) == ("infra", "eviction")
     assert env.step() == []
@@ -212,7 +216,7 @@ def test_a_deleted_pod_not_counted_within_the_hour_is_forgotten_not_kept_forever
     end_pod(env.cluster, "train-0", exit_code=143, conditions=[
         {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}])
     env.cluster.update_pod(NS, "train-0", lambda p: p["metadata"].update(deletionTimestamp=_stamp(T0)))
-    env.kube.core.delete_namespaced_pod("train-0", NS, grace_period_seconds=0)
+    env.controller.delete_namespaced_pod("train-0", NS, grace_period_seconds=0)
     env.step()
     assert list(env.watcher.gone)  # kept, as last seen, for the leader to count
     env.now += timedelta(hours=2)
@@ -227,7 +231,7 @@ def test_a_pod_its_controller_deleted_is_not_a_failure_of_its_own(env: Env) -> N
     end_pod(env.cluster, "train-1", exit_code=143)
     env.now += timedelta(minutes=10)
     assert env.step() == []
-    env.kube.core.delete_namespaced_pod("train-1", NS, grace_period_seconds=0)
+    env.controller.delete_namespaced_pod("train-1", NS, grace_period_seconds=0)
     assert env.step() == []
     assert env.metric("gpuhealth_workload_pods_ended_total", namespace=NS, phase="Failed") == 0
 

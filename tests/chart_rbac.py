@@ -1,0 +1,91 @@
+"""The chart's RBAC on the fake API server, for every test that talks to it: the chart rendered (once per set of
+values) with the policy the test runs, its Roles and bindings loaded into FakeCluster, and tokens for the
+chart's ServiceAccounts and for a person with cluster-admin.
+
+So the chart is the one source of truth for permissions: a test fails with 403 when the code makes an API call
+the chart does not grant (FakeCluster.forbidden lists each denied request).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fake_admission import Identity
+from fake_cluster import FakeCluster
+from kubernetes import client
+
+from remediator.policy import Policy
+
+CHART = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth"
+RELEASE = NAMESPACE = "gpuhealth"
+REMEDIATOR_SA, EXPORTER_SA = "gpuhealth-remediator", "gpuhealth-exporter"
+REMEDIATOR_TOKEN = "remediator-sa-token"
+ADMIN_TOKEN = "cluster-admin-token"
+
+
+@functools.cache
+def _render(values_json: str) -> tuple[dict[str, Any], ...]:
+    import helm_python as helm
+
+    helm.disable_logging()
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render(json.loads(values_json), name=RELEASE, namespace=NAMESPACE, is_install=True)
+    docs = []
+    for name, text in sorted(out.items()):
+        if name.endswith(".yaml"):
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    doc["__template"] = name
+                    docs.append(doc)
+    return tuple(docs)
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart as `helm template gpuhealth helm/gpuhealth -n gpuhealth` renders it with these values (each doc
+    carries the template it came from as `__template`); cached per values, a fresh copy each call."""
+    return json.loads(json.dumps(_render(json.dumps(values or {}, sort_keys=True))))
+
+
+def policy_values(policy: Policy) -> dict[str, Any]:
+    """The chart values that grant what this policy needs (the chart derives its RBAC from remediator.policy)."""
+    p: dict[str, Any] = {"jobs": {"namespace": policy.jobs_namespace},
+                         "leader": {"namespace": policy.lease_namespace, "name": policy.lease_name}}
+    if policy.drain_on_timeout == "force":
+        p["drain"] = {"on_timeout": "force"}
+    if policy.workloads.enabled:
+        p["workloads"] = {"enabled": True, "namespaces": list(policy.workloads.namespaces)}
+    return {"remediator": {"policy": p}}
+
+
+def enforce(cluster: FakeCluster, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Load the chart's RBAC (rendered with `values`) into the cluster, with the tokens of the remediator's
+    ServiceAccount and of a cluster admin; the rendered manifests."""
+    docs = render(values)
+    cluster.load_rbac(docs)
+    cluster.add_service_account_token(REMEDIATOR_TOKEN, NAMESPACE, REMEDIATOR_SA, pod="gpuhealth-remediator-0")
+    cluster.add_token(ADMIN_TOKEN, Identity("kubernetes-admin", ("system:masters", "system:authenticated")))
+    return docs
+
+
+def configuration(cluster: FakeCluster, token: str = REMEDIATOR_TOKEN) -> client.Configuration:
+    """The kubernetes client's configuration for the fake API server with a bearer token (default: the
+    remediator's service account)."""
+    config = client.Configuration(host=cluster.url)
+    config.api_key = {"authorization": f"Bearer {token}"}
+    return config
+
+
+def admin(cluster: FakeCluster) -> client.ApiClient:
+    """A person's kubeconfig with cluster-admin, for a test that reads or writes as itself."""
+    return client.ApiClient(configuration(cluster, ADMIN_TOKEN))
+
+
+def kubeconfig(cluster: FakeCluster, token: str = REMEDIATOR_TOKEN) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": cluster.url}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "users": [{"name": "fake", "user": {"token": token}}]}

@@ -1,0 +1,110 @@
+"""The fake API server enforces the chart's RBAC as a real one does (tests/fake_rbac.py), so a call the chart
+does not grant fails a test with 403 instead of passing unnoticed."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import chart_rbac
+import pytest
+from fake_cluster import FakeCluster
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from remediator_harness import Harness
+
+from remediator.jobs import job_statuses
+
+SA = "system:serviceaccount:gpuhealth:gpuhealth-remediator"
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster() as c:
+        c.add_node("gpu-0")
+        c.add_pod("gpu-0", "train-0", namespace="ml")
+        chart_rbac.enforce(c)
+        yield c
+
+
+def _remediator(cluster: FakeCluster) -> client.ApiClient:
+    return client.ApiClient(chart_rbac.configuration(cluster))
+
+
+def _forbidden(call: object, *args: object, **kwargs: object) -> dict[str, object]:
+    with pytest.raises(ApiException) as err:
+        call(*args, **kwargs)  # type: ignore[operator]
+    assert err.value.status == 403
+    import json
+
+    body: dict[str, object] = json.loads(err.value.body)
+    return body
+
+
+def test_what_the_chart_does_not_grant_is_403_in_the_api_servers_status_shape(cluster: FakeCluster) -> None:
+    core = client.CoreV1Api(_remediator(cluster))
+    status = _forbidden(core.list_namespaced_secret, "gpuhealth")
+    assert status == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 403,
+                      "reason": "Forbidden", "details": {"kind": "secrets"},
+                      "message": f'secrets is forbidden: User "{SA}" cannot list resource "secrets" in API group "" '
+                                 'in the namespace "gpuhealth"'}
+    # pods delete is granted only with drain.on_timeout: force (the default policy evicts, never deletes)
+    status = _forbidden(core.delete_namespaced_pod, "train-0", "ml")
+    assert status["details"] == {"kind": "pods", "name": "train-0"}
+    assert cluster.forbidden == [(SA, "GET", "/api/v1/namespaces/gpuhealth/secrets"),
+                                 (SA, "DELETE", "/api/v1/namespaces/ml/pods/train-0")]
+    # what it does grant passes: pods list and watch cluster-wide, the Eviction subresource
+    assert [p.metadata.name for p in core.list_pod_for_all_namespaces().items] == ["train-0"]
+
+
+def test_a_role_grants_only_in_its_namespace_and_resource_names_limit_what_they_name(cluster: FakeCluster) -> None:
+    batch = client.BatchV1Api(_remediator(cluster))
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"},
+           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}], "restartPolicy": "Never"}}}}
+    batch.create_namespaced_job("gpuhealth", copy.deepcopy(job))  # the jobs Role's namespace
+    _forbidden(batch.create_namespaced_job, "ml", copy.deepcopy(job))
+    leases = client.CoordinationV1Api(_remediator(cluster))
+    status = _forbidden(leases.read_namespaced_lease, "someone-elses-lease", "gpuhealth")
+    assert status["details"] == {"kind": "leases", "group": "coordination.k8s.io", "name": "someone-elses-lease"}
+    assert "cannot get resource \"leases\" in API group \"coordination.k8s.io\"" in str(status["message"])
+
+
+def test_the_exporter_may_write_node_status_but_not_the_node(cluster: FakeCluster) -> None:
+    cluster.add_service_account_token("exp", "gpuhealth", "gpuhealth-exporter", node="gpu-0", pod="exporter-0")
+    core = client.CoreV1Api(client.ApiClient(chart_rbac.configuration(cluster, "exp")))
+    core.patch_node_status("gpu-0", {"status": {"conditions": [{"type": "GpuhealthGPUHealthy", "status": "True"}]}},
+                          _preload_content=False)
+    status = _forbidden(core.patch_node, "gpu-0", {"spec": {"unschedulable": True}})
+    assert 'cannot patch resource "nodes" in API group "" at the cluster scope' in str(status["message"])
+
+
+def test_a_request_without_a_token_is_401_once_rbac_is_on(cluster: FakeCluster) -> None:
+    anonymous = client.CoreV1Api(client.ApiClient(client.Configuration(host=cluster.url)))
+    with pytest.raises(ApiException) as err:
+        anonymous.list_node()
+    assert err.value.status == 401
+
+
+def test_the_old_charts_jobs_role_would_have_hidden_every_reset_outcome() -> None:
+    """The chart granted jobs create and get, but each pass LISTs the Jobs (remediator/jobs.py): in a cluster
+    the list was forbidden, and a reset could never be seen to finish. Enforcement catches it."""
+    docs = chart_rbac.render()
+    for doc in docs:
+        if doc["kind"] == "Role" and doc["metadata"]["name"] == "gpuhealth-remediator-jobs":
+            doc["rules"] = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+    with FakeCluster() as c:
+        c.load_rbac(docs)
+        c.add_service_account_token(chart_rbac.REMEDIATOR_TOKEN, "gpuhealth", "gpuhealth-remediator")
+        with pytest.raises(ApiException) as err:
+            job_statuses(client.BatchV1Api(_remediator(c)), "gpuhealth")
+        assert err.value.status == 403
+        chart_rbac.enforce(c)  # today's chart
+        assert job_statuses(client.BatchV1Api(_remediator(c)), "gpuhealth") == {}
+
+
+def test_the_remediator_tests_run_under_the_charts_rbac(cluster: FakeCluster) -> None:
+    with FakeCluster() as fresh:
+        fresh.add_node("gpu-0")
+        Harness(fresh)
+        assert fresh.rbac is not None
+        assert ("GET", "/api/v1/nodes") in fresh.requests and fresh.forbidden == []
