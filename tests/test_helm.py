@@ -108,7 +108,7 @@ REMEDIATOR_CLUSTER = {
 }
 REMEDIATOR_NAMESPACED = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
-    ("batch", "jobs"): {"create", "get", "list"},  # list: one LIST per pass of the Jobs' outcomes
+    ("batch", "jobs"): {"create", "list"},  # list: one LIST per pass of the Jobs' outcomes
     ("", "events"): {"create"},
 }
 # workloads.enabled (docs/jobs.md), in each of workloads.namespaces only: a cache of the pods that end
@@ -412,7 +412,7 @@ def test_remediator_holds_exactly_what_it_needs() -> None:
     expected = {("*", g, r): v for (g, r), v in REMEDIATOR_CLUSTER.items()}
     expected[("*", "", "pods")] = {"list", "watch"}  # drain.on_timeout: wait (the default) deletes no pod
     expected[(NAMESPACE, "coordination.k8s.io", "leases")] = {"get", "create", "update"}
-    expected[(NAMESPACE, "batch", "jobs")] = {"create", "get", "list"}
+    expected[(NAMESPACE, "batch", "jobs")] = {"create", "list"}
     expected[("default", "", "events")] = {"create"}  # Events about Nodes
     expected[(NAMESPACE, "", "events")] = {"create"}  # CircuitBreakerOpen on the Lease
     assert grants == expected
@@ -421,7 +421,7 @@ def test_remediator_holds_exactly_what_it_needs() -> None:
 def test_roles_follow_the_policy_namespaces() -> None:
     docs = RENDERED["custom"]
     grants = _grants(docs, "gpuhealth-remediator")
-    assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"create", "get", "list"}
+    assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"create", "list"}
     assert ("*", "karpenter.sh", "nodeclaims") not in grants  # rbac.karpenter: false
     node_action = [d for d in kinds(docs, "ServiceAccount") if d["metadata"]["name"] == "gpuhealth-node-action"]
     assert node_action[0]["metadata"]["namespace"] == "gpuhealth-jobs"

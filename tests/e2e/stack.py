@@ -433,6 +433,7 @@ class Stack:
     def start(self) -> None:
         self.cluster.__enter__()
         self.cluster.load_admission(self.docs)
+        self.cluster.load_rbac(self.docs)  # each program gets what the chart grants its ServiceAccount, no more
         self._fleet()
         for node in self.nodes.values():
             node.prepare()
