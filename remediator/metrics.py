@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 # dashboard shows 0, not "No data", while nothing has gone wrong.
 WEBHOOK_ERROR_REASONS = ("unauthorized", "too_large", "invalid", "record_failed")
 ALERT_IGNORED_REASONS = ("no", "unusable", "unknown node", "unreadable state")
-API_OPERATIONS = ("record", "list_nodes", "execute", "workloads")
+API_OPERATIONS = ("record", "list_nodes", "list_jobs", "execute", "workloads")
 PASS_ABORT_REASONS = ("lost the Lease", "pass ran past its deadline")
 RUNGS = ("reset_gpu", "drain", "reboot", "replace")
 EVENT_DROP_REASONS = ("rejected", "outbox_full")

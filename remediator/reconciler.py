@@ -457,7 +457,9 @@ class Remediator:
                 try:
                     listed = job_statuses(self.kube.batch, self.policy.jobs_namespace, self.kube.timeout)
                 except Exception as exc:
-                    log.warning("listing jobs: %s", exc)
+                    # A Job rung's outcome is unknown this pass (403: the Role lacks jobs list; docs/install.md)
+                    log.warning("listing jobs in %s: %s", self.policy.jobs_namespace, exc)
+                    self.metrics.api_errors.labels("list_jobs").inc()
                     listed, unknown = {}, True
             if unknown:
                 return "running"  # neither done nor failed; look again next pass

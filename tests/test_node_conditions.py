@@ -216,7 +216,8 @@ def test_the_served_agent_learns_its_instance_type_from_its_node(api: FakeCluste
     assert exe
     proc = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log), "--node", "gpu-node-1",
                              "--kube-api", api.url, "--service-account-dir", str(tmp_path / "sa"),
-                             "--state-file", str(tmp_path / "s.json"), "--disable", "nvml,dcgm,diag,efa"], stderr=subprocess.DEVNULL,
+                             "--state-file", str(tmp_path / "s.json"), "--disable", "nvml,dcgm,diag,efa"],
+                            stderr=subprocess.DEVNULL,
                             env={k: v for k, v in os.environ.items() if k != "INSTANCE_TYPE"})
     try:
         body = ""

@@ -108,3 +108,27 @@ def test_the_remediator_tests_run_under_the_charts_rbac(cluster: FakeCluster) ->
         Harness(fresh)
         assert fresh.rbac is not None
         assert ("GET", "/api/v1/nodes") in fresh.requests and fresh.forbidden == []
+
+
+def test_a_forbidden_job_list_leaves_the_reset_unknown_and_is_counted_not_read_as_done() -> None:
+    """Under the old chart's jobs Role, a reset Job is created but its outcome cannot be listed: the rung stays
+    unknown (it neither succeeds nor fails on a guess) and every failed list is counted."""
+    docs = chart_rbac.render()
+    for doc in docs:
+        if doc["kind"] == "Role" and doc["metadata"]["name"] == "gpuhealth-remediator-jobs":
+            doc["rules"] = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+    with FakeCluster() as c:
+        for i in range(10):
+            c.add_node(f"gpu-{i}")
+        c.load_rbac(docs)
+        c.add_service_account_token(chart_rbac.REMEDIATOR_TOKEN, "gpuhealth", "gpuhealth-remediator")
+        h = Harness(c)
+        h.fire("gpu-3", "reset_gpu", gpu="3")
+        h.step()
+        assert len(c.jobs) == 1  # create is granted
+        next(iter(c.jobs.values()))["status"] = {"succeeded": 1}
+        h.advance(minutes=1)
+        h.step()
+        assert h.state("gpu-3").rung_status != "done"  # the success cannot be seen
+        assert h.metric("gpuhealth_remediator_api_errors_total", operation="list_jobs") >= 1
+        assert any(p.endswith("/jobs") for _, _, p in c.forbidden)
