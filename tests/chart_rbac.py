@@ -8,46 +8,18 @@ the chart does not grant (FakeCluster.forbidden lists each denied request).
 
 from __future__ import annotations
 
-import functools
-import json
-from pathlib import Path
 from typing import Any
 
-import yaml
+from chart_render import NAMESPACE, render
 from fake_admission import Identity
 from fake_cluster import FakeCluster
 from kubernetes import client
 
 from remediator.policy import Policy
 
-CHART = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth"
-RELEASE = NAMESPACE = "gpuhealth"
 REMEDIATOR_SA, EXPORTER_SA = "gpuhealth-remediator", "gpuhealth-exporter"
 REMEDIATOR_TOKEN = "remediator-sa-token"
 ADMIN_TOKEN = "cluster-admin-token"
-
-
-@functools.cache
-def _render(values_json: str) -> tuple[dict[str, Any], ...]:
-    import helm_python as helm
-
-    helm.disable_logging()
-    with helm.Chart.load(CHART) as chart:
-        out = chart.render(json.loads(values_json), name=RELEASE, namespace=NAMESPACE, is_install=True)
-    docs = []
-    for name, text in sorted(out.items()):
-        if name.endswith(".yaml"):
-            for doc in yaml.safe_load_all(text):
-                if doc:
-                    doc["__template"] = name
-                    docs.append(doc)
-    return tuple(docs)
-
-
-def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The chart as `helm template gpuhealth helm/gpuhealth -n gpuhealth` renders it with these values (each doc
-    carries the template it came from as `__template`); cached per values, a fresh copy each call."""
-    return json.loads(json.dumps(_render(json.dumps(values or {}, sort_keys=True))))
 
 
 def policy_values(policy: Policy) -> dict[str, Any]:

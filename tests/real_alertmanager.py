@@ -36,7 +36,7 @@ class RealAlertmanager:
     the API tells the remediator anything). `group_wait`: how long a new group waits before its first post."""
 
     def __init__(self, webhook_url: str | None = None, token_file: str | None = None,
-                 group_wait: str = "1s", tls: bool = False) -> None:
+                 group_wait: str = "1s", tls: bool = False, config: dict[str, Any] | None = None) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="gpuhealth-am-"))
         self.port = free_port()
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
@@ -59,7 +59,32 @@ class RealAlertmanager:
             extra = [f"--web.config.file={d / 'web.yml'}"]
             self.ca_file = str(d / "ca.crt")
             self._context = ssl.create_default_context(cafile=self.ca_file)
-        config = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())
+        if config is not None:  # a configuration of the test's own, as is
+            self._write_config(config)
+        else:
+            self._write_config(self._example_config(webhook_url, token_file, group_wait))
+        self.argv = ["prometheus-alertmanager", f"--config.file={self.config_path}",
+                     f"--storage.path={self.workdir}/data",
+                     f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
+                     f"--web.external-url={self.url}", "--log.level=warn", *extra]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "alertmanager.yml"
+
+    def _write_config(self, config: dict[str, Any]) -> None:
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def reload(self, config: dict[str, Any]) -> None:
+        """A new configuration, taken without a restart (POST /-/reload)."""
+        self._write_config(config)
+        self._call("POST", "/-/reload")
+
+    @staticmethod
+    def _example_config(webhook_url: str | None, token_file: str | None, group_wait: str) -> dict[str, Any]:
+        """examples/alertmanager.yml, posting to `webhook_url` with the token in `token_file`."""
+        config: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "alertmanager.yml").read_text())
         for route in config["route"]["routes"]:
             route.update(group_wait=group_wait, group_interval="2s", repeat_interval="1h")
         for receiver in config["receivers"]:
@@ -74,12 +99,7 @@ class RealAlertmanager:
                     hook["http_config"]["authorization"]["credentials_file"] = token_file
                 else:
                     del hook["http_config"]
-        path = self.workdir / "alertmanager.yml"
-        path.write_text(yaml.safe_dump(config))
-        self.argv = ["prometheus-alertmanager", f"--config.file={path}", f"--storage.path={self.workdir}/data",
-                     f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
-                     f"--web.external-url={self.url}", "--log.level=warn", *extra]
-        self.proc: subprocess.Popen[bytes] | None = None
+        return config
 
     def __enter__(self) -> RealAlertmanager:
         log = open(self.workdir / "alertmanager.log", "ab")

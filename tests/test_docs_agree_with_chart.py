@@ -50,6 +50,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
+from chart_render import render_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "gpuhealth"
@@ -96,10 +97,7 @@ FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
 # --- rendering ---
 
 def _render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    return [doc for name, text in sorted(out.items()) if name.endswith(".yaml")
-            for doc in yaml.safe_load_all(text) if doc]
+    return render_fresh(values)
 
 
 def _install_values() -> dict[str, Any]:

@@ -33,6 +33,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from chart_render import render_fresh
 from fake_cluster import FakeCluster
 from kubernetes import client
 
@@ -130,17 +131,7 @@ def _quiet_helm() -> Iterator[None]:
 
 
 def render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    docs = []
-    for name, text in sorted(out.items()):
-        if not name.endswith(".yaml"):
-            continue
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                doc["__template"] = name
-                docs.append(doc)
-    return docs
+    return render_fresh(values, with_template=True)
 
 
 RENDERED = {key: render(values) for key, values in VALUES.items()}

@@ -12,33 +12,29 @@ defaults (tests/kube_prometheus_stack.py) and the Prometheus Operator's translat
 - Selection: with the chart's defaults, every monitoring object that is turned on is selected.
 - Grafana: the dashboards are loaded; their folder takes the two sidecar settings docs/install.md names.
 
-The chart is rendered here with the same helm-python-sdk call as tests/test_helm.py (tests/chart_render.py, a
-shared cached render, did not exist yet when this was written: use it once it does).
+The chart is rendered through tests/chart_render.py, as every test that reads the rendering.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-import json
 import re
 import shutil
 import subprocess
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import kube_prometheus_stack as kps
 import pytest
 import yaml
+from chart_render import render
 from operator_alertmanager import Secrets, TranslationError, generate
-from real_alertmanager import free_port, stamp
+from real_alertmanager import RealAlertmanager, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
-CHART = ROOT / "helm" / "gpuhealth"
 RELEASE, NAMESPACE = "gpuhealth", "gpuhealth"
 INSTALL_MD = ROOT / "docs" / "install.md"
 RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])
@@ -47,14 +43,6 @@ REMEDIATOR = f"{NAMESPACE}/{RELEASE}-remediator/gpuhealth-remediator"  # <namesp
 INFORMATIONAL = REMEDIATOR + "#informational"  # the test's name for the remediation-none child route
 ON = {"monitoring": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True},
                      "prometheusRule": {"enabled": True}, "alertmanagerConfig": {"enabled": True}}}
-
-
-def render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
-    helm.disable_logging()  # the loader logs each symlink it follows (files/rules, files/dashboards)
-    with helm.Chart.load(CHART) as chart:
-        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    return [doc for name, text in sorted(out.items()) if name.endswith(".yaml")
-            for doc in yaml.safe_load_all(text) if doc]
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -407,66 +395,27 @@ def test_kube_prometheus_stacks_grafana_loads_the_dashboards_into_the_documented
 
 # --- kube-prometheus-stack's InfoInhibitor and the informational alerts, on a real Alertmanager ---
 
-class Alertmanager:
-    """Debian's prometheus-alertmanager with a given configuration, alerts pushed through its API."""
+def push_label_sets(am: RealAlertmanager, alerts: dict[str, dict[str, str]]) -> None:
+    """Alerts with these label sets, firing from a minute ago, pushed as Prometheus pushes them."""
+    now = datetime.now(UTC)
+    am._call("POST", "/api/v2/alerts", [
+        {"labels": labels, "startsAt": stamp(now - timedelta(minutes=1)), "endsAt": stamp(now + timedelta(hours=1))}
+        for labels in alerts.values()])
 
-    def __init__(self, config: dict[str, Any], workdir: Path) -> None:
-        self.path, self.workdir = workdir / "alertmanager.yml", workdir
-        self.path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> Alertmanager:
-        log = open(self.workdir / "alertmanager.log", "ab")
-        self.proc = subprocess.Popen(
-            ["prometheus-alertmanager", f"--config.file={self.path}", f"--storage.path={self.workdir}/data",
-             f"--web.listen-address={self.url.removeprefix('http://')}", "--cluster.listen-address=",
-             f"--web.external-url={self.url}", "--log.level=warn"], stdout=log, stderr=log)
-        log.close()
-        deadline = time.monotonic() + 30
-        while not self._ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((self.workdir / "alertmanager.log").read_text())
-            time.sleep(0.05)
-        return self
+def settled(read: Any, done: Any, timeout: float = 5.0) -> Any:
+    """`read()` until `done(value)` or the timeout; the last value either way (the caller asserts on it)."""
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not done(value) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        value = read()
+    return value
 
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
 
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as r:
-            raw = r.read()
-        return json.loads(raw) if raw else None
-
-    def push(self, alerts: dict[str, dict[str, str]]) -> None:
-        now = datetime.now(UTC)
-        self._call("POST", "/api/v2/alerts", [
-            {"labels": labels, "startsAt": stamp(now - timedelta(minutes=1)), "endsAt": stamp(now + timedelta(hours=1))}
-            for labels in alerts.values()])
-
-    def reload(self, config: dict[str, Any]) -> None:
-        self.path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self._call("POST", "/-/reload")
-
-    def inhibited(self, alerts: dict[str, dict[str, str]]) -> dict[str, bool]:
-        listed = {frozenset(a["labels"].items()): a for a in self._call("GET", "/api/v2/alerts")}
-        return {key: bool(listed[frozenset(labels.items())]["status"]["inhibitedBy"]) for key, labels in alerts.items()}
+def inhibited(am: RealAlertmanager, alerts: dict[str, dict[str, str]]) -> dict[str, bool]:
+    listed = {frozenset(a["labels"].items()): a for a in am.alerts()}
+    return {key: bool(listed[frozenset(labels.items())]["status"]["inhibitedBy"]) for key, labels in alerts.items()}
 
 
 def test_the_info_inhibitor_mutes_gpuhealths_informational_alerts_unless_exempted_as_documented(
@@ -486,12 +435,13 @@ def test_the_info_inhibitor_mutes_gpuhealths_informational_alerts_unless_exempte
     rules[2]["target_matchers"].append(f"namespace != {NAMESPACE}")
     assert documented["inhibit_rules"] == rules
     secrets = secrets_of(rendered)
-    with Alertmanager(generate(kps.base_config(), [amc], secrets), tmp_path) as am:
-        am.push(alerts)
-        muted = am.inhibited(alerts)
+    with RealAlertmanager(config=generate(kps.base_config(), [amc], secrets)) as am:
+        push_label_sets(am, alerts)
+        # Alertmanager marks inhibition as its inhibitor goroutine catches up: poll, a few seconds at most
+        muted = settled(lambda: inhibited(am, alerts), lambda m: all(m[n] for n in info) and m["ml-info"])
         assert all(muted[n] for n in info), f"kube-prometheus-stack's defaults no longer mute {muted}: docs/install.md"
         assert muted["ml-info"]
         am.reload(generate({**kps.base_config(), "inhibit_rules": documented["inhibit_rules"]}, [amc], secrets))
-        muted = am.inhibited(alerts)
+        muted = settled(lambda: inhibited(am, alerts), lambda m: not any(m[n] for n in info) and m["ml-info"])
         assert not any(muted[n] for n in info), muted
         assert muted["ml-info"], "the exemption must leave other namespaces' inhibition as it was"

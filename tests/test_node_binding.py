@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import pytest
-import yaml
+from chart_render import render
 from fake_admission import AdmissionPolicies, Attributes, Identity, service_account
 from fake_cluster import FakeCluster
 from kubernetes import client
@@ -24,19 +23,11 @@ from kubernetes.client.exceptions import ApiException
 from exporter.conditions import Condition
 from exporter.node_status import KubeError, NodeConditionWriter
 
-CHART = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth"
 NAMESPACE = "gpuhealth"
 EXPORTER, REMEDIATOR = "gpuhealth-exporter", "gpuhealth-remediator"
 POLICY = "gpuhealth-exporter-own-node"
 HEALTHY = [Condition("GpuhealthGPUHealthy", "True", "GPUsHealthy", "8 of 8 GPUs healthy")]
 FAULTY = [Condition("GpuhealthGPUHealthy", "False", "XidFatal", "Xid 79 on GPU 3")]
-
-
-def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    helm.disable_logging()
-    with helm.Chart.load(CHART) as chart:
-        out = chart.render(values, name="gpuhealth", namespace=NAMESPACE, is_install=True)
-    return [d for name, text in out.items() if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
 
 
 MANIFESTS = render()

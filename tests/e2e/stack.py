@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import kube_prometheus_stack as kps  # noqa: E402
 from chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize  # noqa: E402
+from chart_render import render_fresh as render  # noqa: E402
 from fake_admission import Identity  # noqa: E402
 from fake_cluster import FakeCluster  # noqa: E402
 from operator_alertmanager import generate  # noqa: E402
@@ -173,16 +174,6 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     for key, value in top.items():
         out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
-
-
-def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """The chart as `helm template gpuhealth helm/gpuhealth -n gpuhealth -f values` renders it."""
-    import helm_python as helm
-
-    helm.disable_logging()
-    with helm.Chart.load(ROOT / "helm" / "gpuhealth") as chart:
-        out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    return [d for name, text in sorted(out.items()) if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
 
 
 @dataclass(frozen=True)
