@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -480,19 +481,25 @@ def _workloads(r: YamlReader, value: Any) -> WorkloadPolicy:
     return replace(d, **kw)
 
 
+def read_utf8(path: Path, error: Callable[[str, str, int | None, str], Exception]) -> str:
+    """A configuration file's text, or `error(file, "<file>", line, why)` when it cannot be read or is not UTF-8
+    (the line of the first bad byte), for every file a person edits: the policy, a simulator scenario."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise error(str(path), "<file>", None, f"cannot read: {exc.strerror}") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise error(str(path), "<file>", line, f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+                    f"({exc.reason}); save the file as UTF-8") from exc
+
+
 def load_policy(path: str | Path | None) -> Policy:
     """The policy at `path`, or the defaults when no path is given."""
     if path is None:
         return Policy()
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise PolicyError(str(p), "<file>", None, f"cannot read: {exc.strerror}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise PolicyError(str(p), "<file>", line, f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
-                          f"({exc.reason}); save the file as UTF-8") from exc
+    text = read_utf8(p, PolicyError)
     return parse_policy(text, str(p))

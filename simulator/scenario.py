@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from remediator.nodestate import RUNGS
-from remediator.policy import PolicyError, YamlReader
+from remediator.policy import PolicyError, YamlReader, read_utf8
 from simulator.failure_data import Cause, default_causes_yaml, llama3_counts, model_parameters, named_rate
 
 DAY = 86400.0
@@ -355,15 +355,7 @@ def load_scenario(path: str | Path) -> Scenario:
         shipped = resources.files("simulator.scenarios").joinpath(f"{path}.yaml")
         if shipped.is_file():
             return parse_scenario(shipped.read_text(), f"{path}.yaml")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ScenarioError(str(p), "<file>", None, f"cannot read: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(str(p), "<file>", raw.count(b"\n", 0, exc.start) + 1, "not UTF-8") from None
-    return parse_scenario(text, str(p))
+    return parse_scenario(read_utf8(p, ScenarioError), str(p))
 
 
 def shipped_scenarios() -> list[str]:
