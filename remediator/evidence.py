@@ -13,6 +13,7 @@ from typing import Any
 
 from remediator.actions import COMPONENT
 from remediator.classify import NodeSignal
+from remediator.event_reasons import rung_of_reason
 from remediator.nodestate import (
     DISRUPTIVE,
     LAST_EPISODE_ANNOTATION,
@@ -23,10 +24,6 @@ from remediator.nodestate import (
 )
 from remediator.policy import Policy
 from remediator.webhook import parse_webhook
-
-# Event reason prefixes (remediator/reconciler.py _camel and the ladder's notes) -> the rung
-EVENT_RUNGS = (("Draining", "drain"), ("Drain", "drain"), ("GPUReset", "reset_gpu"), ("Reboot", "reboot"),
-               ("Replace", "replace"))
 
 
 def _time(value: Any) -> datetime | None:
@@ -81,13 +78,6 @@ def signals_from_node(node: dict[str, Any]) -> list[NodeSignal]:
     return out
 
 
-def _event_rung(reason: str) -> str | None:
-    for prefix, rung in EVENT_RUNGS:
-        if reason.startswith(prefix):
-            return rung
-    return None
-
-
 def signals_from_events(events: list[dict[str, Any]]) -> list[NodeSignal]:
     """gpuhealth's Events on Nodes that record a drain, reset, reboot or replacement."""
     out = []
@@ -96,7 +86,7 @@ def signals_from_events(events: list[dict[str, Any]]) -> list[NodeSignal]:
         source = (e.get("source") or {}).get("component") or e.get("reportingComponent")
         if involved.get("kind") != "Node" or source != COMPONENT:
             continue
-        rung = _event_rung(str(e.get("reason") or ""))
+        rung = rung_of_reason(str(e.get("reason") or ""))
         at = _time(e.get("lastTimestamp")) or _time(e.get("eventTime")) or _time(e.get("firstTimestamp"))
         if rung is None or at is None:
             continue

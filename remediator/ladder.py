@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from remediator.budget import Ledger
 from remediator.cluster import NodeView
+from remediator.event_reasons import Note
 from remediator.nodestate import DISRUPTIVE, RUNGS, AlertRecord, NodeState, fmt_time, parse_time, rung_index
 from remediator.policy import Policy
 from remediator.webhook import ALL_GPUS
@@ -57,7 +58,7 @@ class NodePlan:
     final_state: NodeState  # the state to write, once, before any side effect
     resource_version: str | None = None  # the Node's resourceVersion the plan was computed from
     decisions: list[Decision] = field(default_factory=list)
-    notes: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) for Events
+    notes: list[Note] = field(default_factory=list)  # for Events and audit lines
 
     @property
     def changed(self) -> bool:
@@ -86,7 +87,7 @@ def _pick_gpu(alerts: dict[str, AlertRecord]) -> str | None:
 
 
 def _observe(view: NodeView, state: NodeState, now: datetime,
-             policy: Policy) -> tuple[NodeState, list[tuple[str, str]]]:
+             policy: Policy) -> tuple[NodeState, list[Note]]:
     """Progress of the rung under way, as the cluster shows it; a rung past its timeout fails (drain's
     timeout is the policy's drain.on_timeout, handled by the climb)."""
     if state.rung_status != "running" or state.rung is None:
@@ -95,24 +96,20 @@ def _observe(view: NodeView, state: NodeState, now: datetime,
     failed = replace(state, rung_status="failed", rung_done=fmt_time(now))
     rung = state.rung
     if rung == "drain" and view.pods_known and not view.evictable:
-        return done, [("DrainFinished", "no evictable pods left on the node")]
+        return done, [Note("DrainFinished", "no evictable pods left on the node")]
     if rung == "reset_gpu":
         if view.job_status == "succeeded":
-            return done, [("GPUResetSucceeded", f"reset job {state.job} succeeded")]
+            return done, [Note("GPUResetSucceeded", f"reset job {state.job} succeeded")]
         if view.job_status == "failed":
-            return failed, [("GPUResetFailed", f"reset job {state.job} failed")]
+            return failed, [Note("GPUResetFailed", f"reset job {state.job} failed", warning=True)]
     # reboot: the Job's result is ignored (a reboot kills its pod); the boot id tells
     if rung == "reboot" and state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
-        return done, [("RebootSucceeded", f"node is back with boot id {view.boot_id}")]
+        return done, [Note("RebootSucceeded", f"node is back with boot id {view.boot_id}")]
     timeout = policy.rung(rung).timeout
     if rung != "drain" and timeout is not None and _age(now, state.rung_started) >= timeout:
         what = {"replace": "the node was not replaced; it stays out of service for a person"}.get(rung, "failed")
-        return failed, [(f"{_camel(rung)}TimedOut", f"{rung} passed its {timeout} timeout: {what}")]
+        return failed, [Note.timeout(rung, f"{rung} passed its {timeout} timeout: {what}")]
     return state, []
-
-
-def _camel(rung: str) -> str:
-    return {"reset_gpu": "GPUReset", "drain": "Drain", "reboot": "Reboot", "replace": "Replace"}.get(rung, rung)
 
 
 def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
@@ -138,8 +135,8 @@ class _Planner:
         self.plan.decisions.append(Decision(self.v.name, action, decision, reason, self.v.pool,
                                             **kw))  # type: ignore[arg-type]
 
-    def note(self, reason: str, message: str) -> None:
-        self.plan.notes.append((reason, message))
+    def note(self, note: Note) -> None:
+        self.plan.notes.append(note)
 
     def run(self) -> NodePlan:
         self._decide()
@@ -188,8 +185,8 @@ class _Planner:
         if stale:
             if not st.quiet:
                 self.state = replace(st, quiet=True)
-                self.note("EpisodeQuiet", f"no word on {len(stale)} firing alert(s) for {policy.quiet_timeout}; "
-                          "escalation stopped, node left as is")
+                self.note(Note("EpisodeQuiet", f"no word on {len(stale)} firing alert(s) for {policy.quiet_timeout}; "
+                               "escalation stopped, node left as is"))
             return self.out("none", "skipped", "episode went quiet (alerts neither repeated nor resolved, e.g. "
                             "silenced): escalation stopped; `gpuhealth-remediator release` returns the node")
         if st.rung == "replace":
@@ -291,7 +288,8 @@ class _Planner:
             if nxt == "reset_gpu" and gpu is None:
                 self.state = replace(st, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(now),
                                      rung_done=fmt_time(now), timed_out=False)
-                self.note("GPUResetSkipped", "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset")
+                self.note(Note("GPUResetSkipped",
+                               "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset"))
                 continue
             if rung_index(nxt) > max_idx:
                 return self.out("none", "skipped", f"ladder stops at {policy.max_rung}")
@@ -351,8 +349,8 @@ class _Planner:
         timed_out = timeout is not None and _age(self.now, st.rung_started) >= timeout
         if timed_out and not st.timed_out:
             self.state = st = replace(st, timed_out=True)
-            self.note("DrainTimedOut", f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
-                      f"left; policy drain.on_timeout={policy.drain_on_timeout}")
+            self.note(Note.timeout("drain", f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
+                                   f"left; policy drain.on_timeout={policy.drain_on_timeout}"))
         if timed_out and policy.drain_on_timeout == "escalate":
             self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now), drain_failed=True)
             return True

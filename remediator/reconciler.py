@@ -32,6 +32,7 @@ from remediator.budget import Ledger
 from remediator.clock import Clock, utcnow
 from remediator.cluster import NodeView, build_views, evictable_pods
 from remediator.drain import OutOfTime, drain_pass
+from remediator.event_reasons import action_failed_reason, action_reason
 from remediator.intake import Intake, Outcome
 from remediator.jobs import create_job, job_statuses, render_job
 from remediator.ladder import Decision, NodePlan, SilenceCheck, decide
@@ -522,8 +523,8 @@ class Remediator:
             for d in executes:
                 self.metrics.actions.labels(d.action, "dry_run").inc()
                 audit("decision", **self._fields(d, result="dry_run"))
-            for reason, message in plan.notes:
-                audit("progress", node=plan.node, reason=reason, message=message, dry_run=True)
+            for note in plan.notes:
+                audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=True)
             return
         if not executes and not plan.changed:
             return
@@ -563,12 +564,11 @@ class Remediator:
                                   "re-deciding next pass")
             if karpenter_note:
                 audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
-        for reason, message in plan.notes:
-            audit("progress", node=plan.node, reason=reason, message=message, dry_run=False)
-            if reason.endswith("TimedOut"):
-                rung = {"GPUReset": "reset_gpu", "Drain": "drain", "Reboot": "reboot", "Replace": "replace"}
-                self.metrics.rung_timeouts.labels(rung.get(reason[:-len("TimedOut")], reason)).inc()
-            self._event(plan.node, reason, message, now, warning="Fail" in reason or "Timed" in reason)
+        for note in plan.notes:
+            audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=False)
+            if note.timed_out is not None:
+                self.metrics.rung_timeouts.labels(note.timed_out).inc()
+            self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
         # 3. the side effects, now that the intent is on the Node
         for d in executes:
@@ -581,14 +581,14 @@ class Remediator:
             except Exception as exc:
                 self.metrics.actions.labels(d.action, "failed").inc()
                 audit("action", **fields, result="failed", error=str(exc))
-                self._event(d.node, f"{_camel(d.action)}Failed", f"{d.reason}: {exc}", now, warning=True)
+                self._event(d.node, action_failed_reason(d.action), f"{d.reason}: {exc}", now, warning=True)
                 return
             if karpenter_note and d.action in ("drain", "uncordon", "replace"):
                 message, karpenter_note = f"{message}; {karpenter_note}" if message else karpenter_note, ""
             self.metrics.actions.labels(d.action, "executed").inc()
             audit("action", **fields, result="executed", detail=message)
             if d.new or message:
-                self._event(d.node, _camel(d.action), f"{d.reason}{': ' + message if message else ''}", now)
+                self._event(d.node, action_reason(d.action), f"{d.reason}{': ' + message if message else ''}", now)
 
     def _perform(self, d: Decision, view: NodeView, node: dict[str, Any], plan: NodePlan, now: datetime) -> str:
         kube, policy = self.kube, self.policy
@@ -638,6 +638,3 @@ def _seen_again(before: NodeState, after: NodeState) -> bool:
     return replace(after, alerts=before.alerts) == before
 
 
-def _camel(action: str) -> str:
-    return {"cordon": "Cordoned", "drain": "Draining", "reset_gpu": "GPUReset", "reboot": "Reboot",
-            "replace": "Replace", "uncordon": "ReturnedToService"}.get(action, action.title())
