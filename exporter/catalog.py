@@ -57,8 +57,9 @@ _FAMILIES = [
            "EFA devices this node should have (--efa-expected or the instance type). Absent when unknown.",
            "exporter"),
     # --- kernel log ---
-    Family("gpuhealth_xid_errors", "counter", ("xid", *GPU, "fatal"),
-           "NVIDIA Xid events in the kernel log this boot, per GPU and Xid. fatal is true/false where the line "
+    Family("gpuhealth_xid_errors", "counter", ("xid", *GPU, "gpu_instance", "fatal"),
+           "NVIDIA Xid events in the kernel log this boot, per GPU and Xid. gpu_instance is the MIG GPU instance "
+           "the line names (GPU-I:<id>), empty on a GPU without MIG. fatal is true/false where the line "
            "says (Xid 144-150), empty otherwise. 'GPU has fallen off the bus' lines count as Xid 79.", "kmsg"),
     Family("gpuhealth_gpu_recovery_action", "gauge", (*GPU, "action"),
            "The driver's latest GPU recovery action from Xid 154 (value is the code: 0 none, 1 gpu_reset_required, "

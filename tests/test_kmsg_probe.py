@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
@@ -74,6 +75,33 @@ def test_host_and_nic_events_are_counted_by_event_and_device(fixtures: Path, tmp
     sxids = values(file_probe(log).collect(5), "gpuhealth_nvswitch_sxid_errors")
     assert sxids[(("fatal", "true"), ("pci_bus_id", "00000000:C3:00.0"), ("sxid", "24007"))] == 1
     assert len(sxids) == 3
+
+
+# NVIDIA's documented MIG form (Xid catalog, "XID messages on MIG-enabled GPUs"): the GPU instance in the prefix
+MIG_XID = ("[ 5.0] NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=2804, name=python3, Contained: CE User Channel "
+           "(0x9). RST: No, D-RST: No\n")
+
+
+def test_an_xid_on_a_mig_instance_is_counted_with_its_gpu_instance_not_as_unparsed(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(MIG_XID + "[ 6.0] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=a, x\n")
+    result = file_probe(log).collect(5)
+    by_instance = {(s.labels["pci_bus_id"], s.labels["xid"], s.labels["gpu_instance"]): s.value
+                   for s in result.samples if s.name == "gpuhealth_xid_errors"}
+    assert by_instance == {("00000000:01:00.0", "94", "05"): 1, ("00000000:01:00.0", "13", ""): 1}
+    unparsed = [s.value for s in result.samples if s.name == "gpuhealth_kmsg_unparsed_xid_records"]
+    assert unparsed == [0.0], unparsed
+
+
+def test_counts_kept_before_the_gpu_instance_label_are_exported_with_it_empty(tmp_path: Path) -> None:
+    log, state = tmp_path / "kern.log", tmp_path / "state.json"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, pid=1, name=a, x\n")
+    file_probe(log, state).collect(5)
+    doc = json.loads(state.read_text())  # as an exporter of the last release wrote it: no gpu_instance
+    doc["counts"] = [[f, {k: v for k, v in labels.items() if k != "gpu_instance"}, v] for f, labels, v in doc["counts"]]
+    state.write_text(json.dumps(doc))
+    samples = [s for s in file_probe(log, state).collect(5).samples if s.name == "gpuhealth_xid_errors"]
+    assert [(s.labels["xid"], s.labels["gpu_instance"], s.value) for s in samples] == [("13", "", 1.0)]
 
 
 def test_following_a_file_counts_only_what_was_appended(tmp_path: Path) -> None:

@@ -275,7 +275,8 @@ class KmsgProbe:
         if self._same_fall_off_the_bus(m, pci, record):
             return
         fatal = m.fields.get("fatal", "").lower()  # only Xid 144-150 lines say Fatal/Nonfatal
-        labels = {"xid": m.fields["xid"], "pci_bus_id": pci, "fatal": fatal and str(fatal == "fatal").lower()}
+        labels = {"xid": m.fields["xid"], "pci_bus_id": pci, "gpu_instance": m.fields.get("gpu_instance") or "",
+                  "fatal": fatal and str(fatal == "fatal").lower()}
         self._count("gpuhealth_xid_errors", labels)
         if "action_code" in m.fields:
             code = int(m.fields["action_code"], 16)
@@ -333,6 +334,7 @@ class KmsgProbe:
             sample_labels = dict(labels)
             if family == "gpuhealth_xid_errors":
                 sample_labels.update(gpu="", uuid=self.gpu_uuids.get(sample_labels["pci_bus_id"], ""))
+                sample_labels.setdefault("gpu_instance", "")  # counts kept by an exporter before MIG labels
             result.add(family, value, **sample_labels)
         for pci, (code, action, when) in self.recovery.items():
             gpu = {"gpu": "", "uuid": self.gpu_uuids.get(pci, ""), "pci_bus_id": pci, "action": action}
