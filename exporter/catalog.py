@@ -122,6 +122,13 @@ _FAMILIES = [
            "message.", "nvml"),
     Family("gpuhealth_gpu_lost", "gauge", GPU_SOURCED,
            "1 if the driver reports the GPU lost (NVML_ERROR_GPU_IS_LOST).", "nvml"),
+    Family("gpuhealth_gpu_mig_mode", "gauge", GPU_SOURCED,
+           "1 while MIG is enabled on the GPU (absent for a GPU without MIG).", "nvml"),
+    Family("gpuhealth_gpu_mig_mode_pending", "gauge", GPU_SOURCED,
+           "1 while a MIG mode change waits for a GPU reset to take effect.", "nvml"),
+    Family("gpuhealth_gpu_mig_instance_info", "gauge",
+           (*GPU_SOURCED, "gpu_instance", "compute_instance", "profile", "mig_uuid"),
+           "1 per MIG device: its GPU instance and compute instance ids, profile (e.g. 1g.10gb) and UUID.", "nvml"),
     # --- DCGM ---
     Family("gpuhealth_dcgm_health_status", "gauge", ("gpu", "system"),
            "dcgmi health -c: 0 pass, 10 warn, 20 fail (DCGM's codes). system is the health subsystem "

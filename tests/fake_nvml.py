@@ -20,6 +20,17 @@ H100_NVLINKS = 18
 P5_BUS_IDS = [f"00000000:{bus}:00.0" for bus in ("53", "64", "75", "86", "97", "A8", "B9", "CA")]
 
 
+@dataclass(frozen=True)
+class FakeMig:
+    """A MIG device: its slot among the GPU's MIG device handles, GPU and compute instance, profile, UUID."""
+
+    slot: int
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    uuid: str
+
+
 @dataclass
 class FakeGpu:
     uuid: str
@@ -37,6 +48,10 @@ class FakeGpu:
     violation_ns: dict[int, int] = field(default_factory=dict)  # NVML_PERF_POLICY_* -> ns
     # NVML_PAGE_RETIREMENT_CAUSE_* -> page addresses; None: NotSupported, as on Ampere and later.
     retired_pages: dict[int, list[int]] | None = None
+    # (current, pending) NVML_DEVICE_MIG_*; None: NotSupported (a GPU without MIG)
+    mig_mode: tuple[int, int] | None = None
+    mig_devices: list[FakeMig] = field(default_factory=list)
+    max_mig_devices: int = 7
     lost: bool = False
     lost_after: str = ""  # function name from which on the GPU answers GpuIsLost ("" = from the handle)
     # function name -> NVMLError subclass that call raises on this GPU
@@ -87,7 +102,9 @@ class FakeNvml(types.ModuleType):
         return index
 
     # --- per device ---
-    def nvmlDeviceGetUUID(self, handle: int) -> str | bytes:
+    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes:
+        if isinstance(handle, tuple):
+            return self._mig(handle).uuid
         gpu = self._gpu(handle, "nvmlDeviceGetUUID")
         return gpu.uuid.encode() if gpu.old_bindings else gpu.uuid
 
@@ -99,7 +116,9 @@ class FakeNvml(types.ModuleType):
         info.busId = gpu.bus_id.encode()
         return info
 
-    def nvmlDeviceGetName(self, handle: int) -> str | bytes:
+    def nvmlDeviceGetName(self, handle: Any) -> str | bytes:
+        if isinstance(handle, tuple):  # a MIG device: the parent's name and the profile, as NVML names it
+            return f"{self.gpus[handle[0]].name} MIG {self._mig(handle).profile}"
         gpu = self._gpu(handle, "nvmlDeviceGetName")
         return gpu.name.encode() if gpu.old_bindings else gpu.name
 
@@ -158,6 +177,37 @@ class FakeNvml(types.ModuleType):
         return pynvml.c_nvmlViolationTime_t(
             referenceTime=10**12, violationTime=gpu.violation_ns.get(policy, 0)
         )
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        gpu = self._gpu(handle, "nvmlDeviceGetMigMode")
+        if gpu.mig_mode is None:
+            raise pynvml.NVMLError_NotSupported()
+        return list(gpu.mig_mode)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetMaxMigDeviceCount")
+        if gpu.mig_mode is None:
+            raise pynvml.NVMLError_NotSupported()
+        return gpu.max_mig_devices
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, index: int) -> tuple[int, int]:
+        gpu = self._gpu(handle, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if index >= gpu.max_mig_devices:
+            raise pynvml.NVMLError_InvalidArgument()
+        if not any(m.slot == index for m in gpu.mig_devices):
+            raise pynvml.NVMLError_NotFound()  # an empty slot, as NVML answers
+        return (handle, index)
+
+    def _mig(self, handle: Any) -> FakeMig:
+        self._check_init()
+        parent, slot = handle
+        return next(m for m in self.gpus[parent].mig_devices if m.slot == slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple[int, int]) -> int:
+        return self._mig(handle).gpu_instance
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: tuple[int, int]) -> int:
+        return self._mig(handle).compute_instance
 
     def _check_init(self) -> None:
         if not self.initialised:

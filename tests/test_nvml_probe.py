@@ -8,7 +8,7 @@ import threading
 
 import pynvml
 import pytest
-from fake_nvml import P5_BUS_IDS, FakeGpu, FakeNvml, p5_fleet, uuid_of
+from fake_nvml import P5_BUS_IDS, FakeGpu, FakeMig, FakeNvml, p5_fleet, uuid_of
 
 from exporter.catalog import FAMILIES
 from exporter.probes.base import ERROR, MISSING_TOOL, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
@@ -202,7 +202,9 @@ def test_not_supported_call_skips_only_that_metric() -> None:
 
 
 def test_every_sample_is_a_catalog_family_with_its_labels(p5: ProbeResult) -> None:
-    extra = collect([FakeGpu(uuid_of(0), P5_BUS_IDS[0], retired_pages={})])
+    mig = (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE)
+    extra = collect([FakeGpu(uuid_of(0), P5_BUS_IDS[0], retired_pages={}, mig_mode=mig,
+                             mig_devices=[FakeMig(0, 1, 0, "7g.80gb", "MIG-0")])])
     names = set()
     for sample in p5.samples + extra.samples:
         assert sample.name in FAMILIES, sample.name
@@ -332,3 +334,23 @@ def test_run_blocked_inside_nvml_does_not_block_another_run_of_the_probe() -> No
     finally:
         release.set()
         stuck.join(timeout=5)
+
+
+def test_mig_mode_and_each_mig_device_are_reported_and_a_pending_change_is_a_finding() -> None:
+    gpus = p5_fleet()[:3]
+    gpus[0].mig_mode = (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE)
+    gpus[0].mig_devices = [FakeMig(0, 1, 0, "3g.40gb", "MIG-11111111-2222-3333-4444-555555555555"),
+                           FakeMig(2, 5, 0, "1g.10gb", "MIG-66666666-7777-8888-9999-000000000000")]  # slot 1 empty
+    gpus[1].mig_mode = (pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_ENABLE)  # waits for a reset
+    result = collect(gpus)  # gpus[2]: mig_mode None, a GPU without MIG
+    assert value(result, "gpuhealth_gpu_mig_mode", 0) == 1 and value(result, "gpuhealth_gpu_mig_mode_pending", 0) == 0
+    assert value(result, "gpuhealth_gpu_mig_mode", 1) == 0 and value(result, "gpuhealth_gpu_mig_mode_pending", 1) == 1
+    assert not samples(result, "gpuhealth_gpu_mig_mode", 2)
+    instances = [{k: s.labels[k] for k in ("gpu_instance", "compute_instance", "profile", "mig_uuid")}
+                 for s in samples(result, "gpuhealth_gpu_mig_instance_info", 0)]
+    assert instances == [
+        {"gpu_instance": "1", "compute_instance": "0", "profile": "3g.40gb",
+         "mig_uuid": "MIG-11111111-2222-3333-4444-555555555555"},
+        {"gpu_instance": "5", "compute_instance": "0", "profile": "1g.10gb",
+         "mig_uuid": "MIG-66666666-7777-8888-9999-000000000000"}]
+    assert not samples(result, "gpuhealth_gpu_mig_instance_info", 1)  # MIG not on yet: no MIG devices

@@ -217,6 +217,31 @@ class _GpuReader:
         self.read_nvlink()
         self.read_pcie_replays()
         self.read_violations()
+        self.read_mig()
+
+    def read_mig(self) -> None:
+        """MIG mode (current, and whether a change waits for a GPU reset) and each MIG device's GPU and compute
+        instance, profile and UUID. Nothing for a GPU without MIG (NotSupported)."""
+        mode = self.dev("nvmlDeviceGetMigMode")
+        if mode is None:
+            return
+        current, pending = mode
+        enabled = self.const("NVML_DEVICE_MIG_ENABLE")
+        self.add("gpuhealth_gpu_mig_mode", 1 if current == enabled else 0)
+        self.add("gpuhealth_gpu_mig_mode_pending", 1 if pending != current else 0)
+        if current != enabled:
+            return
+        nv = self.nv
+        for slot in range(self.dev("nvmlDeviceGetMaxMigDeviceCount") or 0):
+            mig = self.dev("nvmlDeviceGetMigDeviceHandleByIndex", slot, skip=(nv.NVMLError_NotFound,))
+            if mig is None:
+                continue  # an empty slot
+            gpu_instance = self.call(nv, "nvmlDeviceGetGpuInstanceId", mig)
+            compute_instance = self.call(nv, "nvmlDeviceGetComputeInstanceId", mig)
+            name = _text(self.call(nv, "nvmlDeviceGetName", mig) or "")
+            self.add("gpuhealth_gpu_mig_instance_info", 1, gpu_instance=str(gpu_instance),
+                     compute_instance=str(compute_instance), profile=name.rpartition(" MIG ")[2] if " MIG " in name
+                     else "", mig_uuid=_text(self.call(nv, "nvmlDeviceGetUUID", mig) or ""))
 
     def read_ecc(self) -> None:
         for type_label, type_const in _ECC_TYPES:
