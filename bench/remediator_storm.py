@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 from fake_cluster import FakeCluster  # noqa: E402
 from processes import free_port, stop_group  # noqa: E402
 
-from remediator.nodestate import DISRUPTIVE, STATE_ANNOTATION, TAINT_KEY  # noqa: E402
+from remediator.decide.nodestate import DISRUPTIVE, STATE_ANNOTATION, TAINT_KEY  # noqa: E402
 from remediator.policy import parse_policy  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -365,8 +365,8 @@ def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
     """What a pass computes before it acts, on the fleet as the storm left it (2,000 nodes in an episode at
     10,000): the views, the budget ledger and every node's ladder decision, with the same functions the
     remediator runs (evaluate), on one core, here where no other thread competes. The best of 3."""
-    from remediator.cluster import build_views
-    from remediator.reconciler import evaluate
+    from remediator.act.reconciler import evaluate
+    from remediator.decide.views import build_views
 
     with cluster.lock:
         nodes = [json.loads(json.dumps(n)) for n in cluster.nodes.values()]

@@ -498,7 +498,7 @@ def jobs() -> Dash:
     tj = 'job=~"$training_job"'
     return Dash(
         uid=UID_JOBS, title="gpuhealth / Job reliability",
-        description="Whether workloads succeed, why they fail (infra, app, unknown: remediator/classify.py), "
+        description="Whether workloads succeed, why they fail (infra, app, unknown: remediator/workloads/classify.py), "
                     "the platform-caused failure rate against the 0.5% objective, restart loops, time lost to "
                     "failures, and slow ranks in training jobs (docs/jobs.md).",
         variables=[Variable("namespace", "Namespace", "label_values(gpuhealth_workload_pods_ended_total, namespace)",

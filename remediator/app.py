@@ -32,10 +32,10 @@ from waitress.server import TcpWSGIServer  # type: ignore[import-untyped]
 from waitress.task import ErrorTask, ThreadedTaskDispatcher  # type: ignore[import-untyped]
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from remediator.leader import leader_identity
+from remediator.act.reconciler import Remediator, audit
+from remediator.clients.leader import leader_identity
+from remediator.intake.webhook import WebhookError, parse_webhook
 from remediator.policy import Policy, load_policy
-from remediator.reconciler import Remediator, audit
-from remediator.webhook import WebhookError, parse_webhook
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -143,7 +143,7 @@ def config_from_env(env: dict[str, str] | None = None) -> ServeConfig:
 
 
 def build_remediator(config: ServeConfig) -> Remediator:
-    from remediator.actions import Kube, api_client_from
+    from remediator.clients.kube import Kube, api_client_from
 
     config.policy.check_serve(config.interval)
     api_client = api_client_from(config.kubeconfig)
@@ -254,7 +254,7 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         thread.start()
         app.extensions["remediator_loop"] = thread
         if rem.policy.workloads.enabled:  # classify failed workload pods (docs/jobs.md)
-            from remediator.workloads import start_watcher
+            from remediator.workloads.watcher import start_watcher
 
             app.extensions["workload_watcher"] = start_watcher(
                 rem.kube, rem.policy, rem.metrics, stop, config.interval, clock=rem.clock, dry_run=rem.dry_run,

@@ -15,12 +15,12 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from remediator.act.reconciler import plan_from_json
+from remediator.clients.leader import breaker_trips_of, leader_identity
 from remediator.clock import Clock, utcnow
-from remediator.leader import breaker_trips_of, leader_identity
-from remediator.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
+from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
+from remediator.intake.webhook import Batch, WebhookError, parse_webhook
 from remediator.policy import PolicyError, load_policy
-from remediator.reconciler import plan_from_json
-from remediator.webhook import Batch, WebhookError, parse_webhook
 
 
 def _load_json(path: str) -> Any:
@@ -48,7 +48,7 @@ def _items(path: str) -> list[dict[str, Any]]:
 
 
 def _alertmanager_client(url: str, policy: Any) -> Any:
-    from remediator.alertmanager import AlertmanagerClient
+    from remediator.clients.alertmanager import AlertmanagerClient
 
     return AlertmanagerClient([url], policy.alertmanager_timeout, policy.alertmanager_token_file,
                               policy.alertmanager_ca_file)
@@ -56,9 +56,9 @@ def _alertmanager_client(url: str, policy: Any) -> Any:
 
 def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:
     """What serve's sync with Alertmanager would record and resolve on these Nodes now (alert_sync.py)."""
-    from remediator.alert_sync import read_alertmanager, recorded_states, sync_batch
-    from remediator.alertmanager import AlertmanagerUnavailable
-    from remediator.webhook import NodeAlert
+    from remediator.clients.alertmanager import AlertmanagerUnavailable
+    from remediator.intake.alert_sync import read_alertmanager, recorded_states, sync_batch
+    from remediator.intake.webhook import NodeAlert
 
     try:
         reading = read_alertmanager(am, policy)
@@ -91,7 +91,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     silences = None
     am = _alertmanager_client(args.alertmanager, policy) if args.alertmanager else source
     if am is not None:
-        from remediator.silences import SilenceChecker
+        from remediator.clients.silences import SilenceChecker
         silences = SilenceChecker(am, policy.label_node)
     for batch in batches:
         for fp, why in batch.ignored:
@@ -109,7 +109,7 @@ class InputError(ValueError):
 
 
 def _classify_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
-    from remediator.evidence import signals_from_events, signals_from_webhook
+    from remediator.workloads.evidence import signals_from_events, signals_from_webhook
 
     policy = load_policy(args.policy)
     try:
@@ -144,8 +144,8 @@ def _classify_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any
 
 
 def cmd_classify(args: argparse.Namespace, clock: Clock) -> int:
-    from remediator.classify import classify, pod_gpus
-    from remediator.workloads import settings_of
+    from remediator.workloads.classify import classify, pod_gpus
+    from remediator.workloads.watcher import settings_of
 
     try:
         pod, signals = _classify_inputs(args)
@@ -158,7 +158,7 @@ def cmd_classify(args: argparse.Namespace, clock: Clock) -> int:
 
 
 def _kube(args: argparse.Namespace) -> Any:
-    from remediator.actions import Kube, api_client_from
+    from remediator.clients.kube import Kube, api_client_from
 
     api = api_client_from(args.kubeconfig)
     policy = load_policy(args.policy)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 if TYPE_CHECKING:
-    from remediator.actions import EventOutbox
+    from remediator.clients.kube import EventOutbox
 
 # The label values the remediator's error and timeout counters can take (see app.py and reconciler.py).
 # Each series is created at 0 when the remediator starts, so increase() sees the first event and a
@@ -56,7 +56,7 @@ class Metrics:
                                      "headers_too_large: 431; bad_request: 400)", ["reason"], registry=r)
         self.events_dropped = Counter("gpuhealth_remediator_events_dropped", "Events never sent: refused by the API "
                                       "(a 4xx) or pushed out of a full outbox", ["reason"], registry=r)
-        # Level-triggered reconciliation against Alertmanager's active alerts (remediator/alert_sync.py).
+        # Level-triggered reconciliation against Alertmanager's active alerts (remediator/intake/alert_sync.py).
         self.am_syncs = Counter("gpuhealth_remediator_alertmanager_syncs", "Reads of Alertmanager's active alerts "
                                 "to reconcile the Nodes' records, by result (ok, error)", ["result"], registry=r)
         self.am_sync_changes = Counter("gpuhealth_remediator_alertmanager_sync_changes", "Alert records the "
@@ -66,7 +66,7 @@ class Metrics:
                            "alerts, 0 if no member answered (webhooks and the quiet timeout only)", registry=r)
         self.am_last_sync = Gauge("gpuhealth_remediator_alertmanager_last_sync_timestamp_seconds",
                                   "When the Nodes' records last agreed with Alertmanager (Unix time)", registry=r)
-        # Workload failures (remediator/workloads.py; names fixed: the job-reliability dashboard reads them).
+        # Workload failures (remediator/workloads/watcher.py; names fixed: the job-reliability dashboard reads them).
         self.workload_failures = Counter("gpuhealth_workload_failures", "Failed workload pods by class "
                                          "(infra, app, unknown) and reason", ["class", "reason", "namespace"],
                                          registry=r)
@@ -100,7 +100,7 @@ class Metrics:
 
     def init_workloads(self, namespaces: tuple[str, ...]) -> None:
         """The workload counters at 0 for every label value they can take (namespaces from the policy)."""
-        from remediator.classify import REASONS
+        from remediator.workloads.classify import REASONS
 
         for ns in namespaces:
             for cls, reasons in REASONS.items():

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from remediator.nodestate import RUNGS
+from remediator.decide.nodestate import RUNGS
 
 
 class PolicyError(ValueError):
@@ -51,7 +51,7 @@ class RungPolicy:
 
 @dataclass(frozen=True)
 class WorkloadPolicy:
-    """The `workloads:` section: classifying ended workload pods (remediator/classify.py, workloads.py)."""
+    """The `workloads:` section: classifying ended workload pods (remediator/workloads/classify.py, workloads.py)."""
 
     enabled: bool = False
     namespaces: tuple[str, ...] = ()  # required when enabled: RBAC (pods patch, events, jobs) is granted in these

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediator.cluster import PodRef
-from remediator.ladder import NodePlan
-from remediator.nodestate import AlertRecord, fmt_time, record_alerts
+from remediator.decide.ladder import NodePlan
+from remediator.decide.nodestate import AlertRecord, fmt_time, record_alerts
+from remediator.decide.views import PodRef
 from remediator.policy import Policy
 from simulator.detection import Pipeline
 from simulator.failure_data import Cause

@@ -2,15 +2,15 @@
 
 A node here holds exactly what the remediator reads from a Node (the state annotation, gpuhealth's taint,
 spec.unschedulable, Ready, the boot id, the pods a drain must move, the reset/reboot Job's status), so the
-views handed to remediator.ladder.decide are real NodeViews built from this state.
+views handed to remediator.decide.ladder.decide are real NodeViews built from this state.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from remediator.cluster import NodeView, PodRef
-from remediator.nodestate import RUNGS, NodeState, rung_index
+from remediator.decide.nodestate import RUNGS, NodeState, rung_index
+from remediator.decide.views import NodeView, PodRef
 from remediator.policy import Policy
 from simulator.failure_data import Cause
 

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from remediator.nodestate import RUNGS
+from remediator.decide.nodestate import RUNGS
 from remediator.policy import PolicyError, YamlReader, read_utf8
 from simulator.failure_data import Cause, default_causes_yaml, llama3_counts, model_parameters, named_rate
 

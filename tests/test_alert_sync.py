@@ -1,4 +1,5 @@
-"""The sync's pure part (remediator/alert_sync.py): what it writes, and what it leaves alone, for a given list."""
+"""The sync's pure part (remediator/intake/alert_sync.py): what it writes, and what it leaves alone, for a given
+list."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from datetime import timedelta
 import pytest
 from remediator_harness import T0
 
-from remediator import alert_sync
-from remediator.alert_sync import ActiveAlert, refresh_after, sync_batch
-from remediator.nodestate import AlertRecord, NodeState, fmt_time, record_alerts
+from remediator.decide.nodestate import AlertRecord, NodeState, fmt_time, record_alerts
+from remediator.intake import alert_sync
+from remediator.intake.alert_sync import ActiveAlert, refresh_after, sync_batch
 from remediator.policy import Policy
 
 POLICY = Policy()

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from test_workload_classification import FIXTURES, failed_pod
 
-from remediator.classify import APP, INFRA, classify
 from remediator.policy import Policy
+from remediator.workloads.classify import APP, INFRA, classify
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "jobs").glob("*.yaml"))

@@ -42,7 +42,7 @@ from exporter.conditions import Condition
 from exporter.config import DEFAULT_PROBES, load_file
 from exporter.node_status import NodeConditionWriter
 from remediator import cli as remediator_cli
-from remediator.actions import Kube
+from remediator.clients.kube import Kube
 from remediator.policy import load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -433,7 +433,7 @@ def test_workload_classification_is_granted_in_its_namespaces_only() -> None:
 
 
 def test_pods_delete_is_granted_only_when_the_policy_force_deletes() -> None:
-    # remediator/drain.py deletes pods only for drain.on_timeout: force; wait and escalate only evict.
+    # remediator/act/drain.py deletes pods only for drain.on_timeout: force; wait and escalate only evict.
     assert _grants(RENDERED["default"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
     assert _grants(RENDERED["custom"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch", "delete"}
     escalate = render({"remediator": {"policy": {"drain": {"on_timeout": "escalate"}}}})
@@ -441,7 +441,7 @@ def test_pods_delete_is_granted_only_when_the_policy_force_deletes() -> None:
 
 
 def test_every_request_of_the_remediators_watch_caches_is_granted() -> None:
-    # The remediator keeps Nodes and Pods in watch caches (remediator/fleet_cache.py): list, then watch.
+    # The remediator keeps Nodes and Pods in watch caches (remediator/clients/fleet_cache.py): list, then watch.
     grants = _grants(RENDERED["default"], "gpuhealth-remediator")
     with FakeCluster() as cluster:
         cluster.add_node("gpu-a")

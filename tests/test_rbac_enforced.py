@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from remediator_harness import Harness
 
-from remediator.jobs import job_statuses
+from remediator.act.node_jobs import job_statuses
 
 SA = "system:serviceaccount:gpuhealth:gpuhealth-remediator"
 
@@ -86,7 +86,7 @@ def test_a_request_without_a_token_is_401_once_rbac_is_on(cluster: FakeCluster) 
 
 
 def test_the_old_charts_jobs_role_would_have_hidden_every_reset_outcome() -> None:
-    """The chart granted jobs create and get, but each pass LISTs the Jobs (remediator/jobs.py): in a cluster
+    """The chart granted jobs create and get, but each pass LISTs the Jobs (remediator/act/node_jobs.py): in a cluster
     the list was forbidden, and a reset could never be seen to finish. Enforcement catches it."""
     docs = chart_rbac.render()
     for doc in docs:

@@ -22,7 +22,7 @@ from real_alertmanager import RealAlertmanager, free_port, webhook_of
 from remediator_harness import Harness
 
 from remediator.cli import main
-from remediator.nodestate import STATE_ANNOTATION
+from remediator.decide.nodestate import STATE_ANNOTATION
 
 
 def policy(url: str | list[str], **alertmanager: Any) -> str:

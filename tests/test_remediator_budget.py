@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from remediator_harness import Harness
 
-from remediator.nodestate import DISRUPTIVE, TAINT_KEY
+from remediator.decide.nodestate import DISRUPTIVE, TAINT_KEY
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_a_node_with_an_unreadable_state_counts_as_disrupted_and_is_left_alone(c
 
 
 def test_unknown_keys_in_alert_records_are_ignored() -> None:
-    from remediator.nodestate import NodeState
+    from remediator.decide.nodestate import NodeState
 
     text = ('{"v": 1, "episode": "2026-12-02T10:00:00Z", "future": 1, "alerts": {"fp": {"name": "A", '
             '"remediation": "cordon", "status": "firing", "starts_at": "2026-12-02T10:00:00Z", '

@@ -16,7 +16,7 @@ from fake_cluster import FakeCluster
 from real_alertmanager import RealAlertmanager, webhook_of
 from real_remediator import ServeProcess
 
-from remediator.nodestate import STATE_ANNOTATION
+from remediator.decide.nodestate import STATE_ANNOTATION
 
 TOKEN = "crash-test-token"
 NODES = 40

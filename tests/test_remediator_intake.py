@@ -11,7 +11,7 @@ import pytest
 from fake_cluster import FakeCluster
 from remediator_harness import Harness, webhook
 
-from remediator.intake import Intake
+from remediator.intake.queue import Intake
 
 A, B = "gpu-a", "gpu-b"
 assert zlib.crc32(A.encode()) % 2 == zlib.crc32(B.encode()) % 2, "the test needs two nodes on one worker"

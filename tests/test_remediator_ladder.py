@@ -6,7 +6,7 @@ import pytest
 from fake_cluster import FakeCluster
 from remediator_harness import Harness
 
-from remediator.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, TAINT_KEY
+from remediator.decide.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, TAINT_KEY
 
 POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}

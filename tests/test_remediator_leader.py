@@ -10,8 +10,8 @@ from fake_cluster import FakeCluster
 from remediator_harness import T0, Harness
 
 from remediator.app import config_from_env
-from remediator.leader import leader_identity
-from remediator.nodestate import DISRUPTIVE, HOLD_ANNOTATION
+from remediator.clients.leader import leader_identity
+from remediator.decide.nodestate import DISRUPTIVE, HOLD_ANNOTATION
 
 POLICY = "budget: {max_disrupted: 2, max_cordoned: 10}\nbreaker: {min_nodes: 100}"
 

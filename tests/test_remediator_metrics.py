@@ -37,7 +37,8 @@ def test_an_event_counts_on_the_initialised_series() -> None:
 
 def test_the_known_label_values_are_the_ones_the_code_uses() -> None:
     """Every literal label value the receiver and reconciler pass is initialised (no drift)."""
-    source = "".join((ROOT / "remediator" / f).read_text() for f in ("app.py", "reconciler.py", "workloads.py"))
+    files = ("app.py", "act/reconciler.py", "workloads/watcher.py")
+    source = "".join((ROOT / "remediator" / f).read_text() for f in files)
     for attr, (_, _, values) in COUNTERS.items():
         used = set(re.findall(rf"metrics\.{attr}\.labels\(\"([^\"]+)\"\)", source))
         used |= set(re.findall(r'reject\([^\n]*, "(\w+)"\)', source)) if attr == "webhook_errors" else set()
@@ -51,7 +52,7 @@ def test_the_known_label_values_are_the_ones_the_code_uses() -> None:
 def test_every_rung_a_timeout_can_name_is_an_initialised_series_and_reads_back_as_its_rung() -> None:
     """A rung timeout is counted by the rung the Note carries (no reason text parsed back), on a series the
     metrics initialise; the workload classifier reads the Event reason back into the same rung."""
-    from remediator.event_reasons import RUNG_REASON, Note, rung_of_reason
+    from remediator.decide.event_reasons import RUNG_REASON, Note, rung_of_reason
 
     assert set(RUNG_REASON) == set(m.RUNGS)
     for rung in m.RUNGS:
@@ -62,7 +63,7 @@ def test_every_rung_a_timeout_can_name_is_an_initialised_series_and_reads_back_a
 
 
 def test_workload_counters_start_at_zero_for_every_class_reason_and_namespace() -> None:
-    from remediator.classify import REASONS
+    from remediator.workloads.classify import REASONS
 
     metrics = m.Metrics()
     metrics.init_workloads(("ml", "research"))

@@ -13,9 +13,9 @@ import pytest
 from fake_cluster import FakeCluster
 from remediator_harness import FIXTURES, TOKEN, Harness, firing_fixture, webhook
 
-from remediator.intake import Intake, Outcome
+from remediator.intake.queue import Intake, Outcome
+from remediator.intake.webhook import Batch, parse_webhook
 from remediator.policy import parse_policy
-from remediator.webhook import Batch, parse_webhook
 
 
 @pytest.fixture

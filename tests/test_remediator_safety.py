@@ -11,8 +11,8 @@ from fake_cluster import FakeCluster
 from remediator_harness import FakeAlertmanager, Harness
 
 from remediator.cli import main
-from remediator.nodestate import HOLD_ANNOTATION
-from remediator.silences import SilenceChecker
+from remediator.clients.silences import SilenceChecker
+from remediator.decide.nodestate import HOLD_ANNOTATION
 
 
 def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluster: FakeCluster) -> None:
@@ -331,9 +331,9 @@ def test_inhibited_alert_stops_disruptive_steps_like_a_silence(cluster: FakeClus
 def test_serve_needs_an_alertmanager_url_or_an_explicit_none() -> None:
     from kubernetes import client
 
-    from remediator.actions import Kube
+    from remediator.act.reconciler import Remediator
+    from remediator.clients.kube import Kube
     from remediator.policy import Policy, PolicyError, parse_policy
-    from remediator.reconciler import Remediator
 
     with pytest.raises(PolicyError, match=r"alertmanager\.url"):
         Policy().check_serve(5)

@@ -127,13 +127,15 @@ def test_kernel_log_xids_gain_the_gpu_index_nvml_knows() -> None:
 
     snapshot = Snapshot()
     kmsg = ProbeResult([Sample("gpuhealth_xid_errors", {"xid": "79", "gpu": "", "uuid": "",
-                                                        "pci_bus_id": "00000000:9B:00.0", "fatal": ""}, 1)])
+                                                        "pci_bus_id": "00000000:9B:00.0", "gpu_instance": "",
+                                                        "fatal": ""}, 1)])
     nvml = ProbeResult(gpus=[GpuIdentity("00000000:9B:00.0", "4", "GPU-abc"), GpuIdentity("00000000:05:00.0", "0")])
     for probe in (FakeProbe("kmsg", kmsg), FakeProbe("nvml", nvml)):
         ProbeRunner(probe, snapshot, interval=1, deadline=1).run_once()
     metrics = scrape(snapshot, Expectations(gpus=8))
     assert metrics["gpuhealth_xid_errors_total"] == {
-        (("fatal", ""), ("gpu", "4"), ("pci_bus_id", "00000000:9B:00.0"), ("uuid", "GPU-abc"), ("xid", "79")): 1
+        (("fatal", ""), ("gpu", "4"), ("gpu_instance", ""), ("pci_bus_id", "00000000:9B:00.0"), ("uuid", "GPU-abc"),
+         ("xid", "79")): 1
     }
     assert metrics["gpuhealth_gpus_visible"] == {(): 2}
     assert metrics["gpuhealth_gpus_expected"] == {(): 8}
@@ -144,7 +146,8 @@ def test_xid_counters_keep_their_gpu_labels_when_nvml_fails_later() -> None:
 
     snapshot = Snapshot()
     kmsg = ProbeResult([Sample("gpuhealth_xid_errors", {"xid": "79", "gpu": "", "uuid": "",
-                                                        "pci_bus_id": "00000000:9B:00.0", "fatal": ""}, 1)])
+                                                        "pci_bus_id": "00000000:9B:00.0", "gpu_instance": "",
+                                                        "fatal": ""}, 1)])
     nvml = FakeProbe("nvml", ProbeResult(gpus=[GpuIdentity("00000000:9B:00.0", "4", "GPU-abc")]))
     ProbeRunner(FakeProbe("kmsg", kmsg), snapshot, interval=1, deadline=1).run_once()
     nvml_runner = ProbeRunner(nvml, snapshot, interval=1, deadline=1)

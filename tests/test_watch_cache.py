@@ -13,7 +13,7 @@ import pytest
 from fake_cluster import FakeCluster
 from kubernetes import client
 
-from remediator.watch_cache import WatchCache
+from remediator.clients.watch_cache import WatchCache
 
 Obj = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""The failure classifier (remediator/classify.py) on realistic failed pods, and `gpuhealth-remediator
+"""The failure classifier (remediator/workloads/classify.py) on realistic failed pods, and `gpuhealth-remediator
 classify`, which prints its verdict for on-call."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 import yaml
 from remediator_harness import T0, webhook
 
-from remediator.classify import APP, INFRA, REASONS, UNKNOWN, NodeSignal, Settings, classify, pod_gpus
 from remediator.cli import main
-from remediator.evidence import signals_from_events, signals_from_node
-from remediator.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time
+from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time
+from remediator.workloads.classify import APP, INFRA, REASONS, UNKNOWN, NodeSignal, Settings, classify, pod_gpus
+from remediator.workloads.evidence import signals_from_events, signals_from_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,9 +222,9 @@ def test_an_nccl_timeout_with_a_node_fault_is_infra() -> None:
 
 def test_every_reason_the_classifier_gives_is_a_known_label_value() -> None:
     """The failures metric is labelled with the reason, initialised at 0 from REASONS: no drift."""
-    from remediator import classify as c
+    from remediator.workloads import classify as c
 
-    source = (ROOT / "remediator" / "classify.py").read_text()
+    source = (ROOT / "remediator" / "workloads" / "classify.py").read_text()
     given = {(cls, reason) for cls, reason in re.findall(r'verdict\((INFRA|APP|UNKNOWN), "(\w+)"', source)}
     given |= {("INFRA", r) for r in (*c.DISRUPTION_REASONS.values(), *c.STATUS_REASONS.values())}
     assert given and all(reason in REASONS[getattr(c, cls)] for cls, reason in given), given

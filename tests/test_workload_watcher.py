@@ -1,4 +1,4 @@
-"""The workload watcher (remediator/workloads.py) against the fake API server, through the official client
+"""The workload watcher (remediator/workloads/watcher.py) against the fake API server, through the official client
 and the real WatchCache: pods that end are classified once, recorded on the pod (annotation, Event), logged
 and counted; the restart-loop guard counts on the Job and suspends it when the policy says so; a restarted
 remediator neither counts a pod twice nor forgets a loop."""
@@ -21,14 +21,14 @@ from kubernetes import client
 from prometheus_client import generate_latest
 from remediator_harness import T0, TOKEN, Harness
 
-from remediator.actions import Kube
 from remediator.app import ServeConfig, create_app
+from remediator.clients.kube import Kube
+from remediator.clients.watch_cache import WatchCache
+from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time
 from remediator.metrics import Metrics
-from remediator.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time
 from remediator.policy import Policy, parse_policy
-from remediator.restart_loop import LOOP_ANNOTATION, LoopState
-from remediator.watch_cache import WatchCache
-from remediator.workloads import ENDED_ANNOTATION, ENDED_SELECTOR, FAILURE_ANNOTATION, Sources, WorkloadWatcher
+from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState
+from remediator.workloads.watcher import ENDED_ANNOTATION, ENDED_SELECTOR, FAILURE_ANNOTATION, Sources, WorkloadWatcher
 
 NS = "ml"
 POLICY = "workloads:\n  enabled: true\n  namespaces: [ml]\n"

@@ -1,10 +1,10 @@
 """The workload watcher: as leader, classify the workload pods that end and record what it found.
 
-Pods come from a watch cache (remediator/watch_cache.py's WatchCache, or anything with `items()`):
+Pods come from a watch cache (remediator/clients/watch_cache.py's WatchCache, or anything with `items()`):
 every pass looks at the ended pods of the policy's namespaces (GPU pods, or those the selector picks)
 that carry no `gpuhealth.io/ended` annotation yet. For each:
 - Succeeded: annotated `gpuhealth.io/ended: Succeeded` and counted (the success ratio's denominator);
-- Failed: classified (remediator/classify.py) from the pod and its node's gpuhealth signals (the
+- Failed: classified (remediator/workloads/classify.py) from the pod and its node's gpuhealth signals (the
   Node's state and last-episode annotations, gpuhealth's Events on the Node). An infra verdict is
   recorded at once; app and unknown wait until `workloads.look_ahead` has passed since the failure
   (a node alert may still come and make it infra). Then: the pod's annotations (`gpuhealth.io/ended`
@@ -30,8 +30,11 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.actions import MERGE_PATCH, Kube, read_or_none
-from remediator.classify import (
+from remediator.clients.kube import MERGE_PATCH, Kube, read_or_none
+from remediator.decide.nodestate import fmt_time, parse_time
+from remediator.metrics import Metrics
+from remediator.policy import Policy
+from remediator.workloads.classify import (
     APP,
     NODE_SUSPECT_REASONS,
     Settings,
@@ -41,11 +44,8 @@ from remediator.classify import (
     pod_gpus,
     requested_gpus,
 )
-from remediator.evidence import signals_from_events, signals_from_node
-from remediator.metrics import Metrics
-from remediator.nodestate import fmt_time, parse_time
-from remediator.policy import Policy
-from remediator.restart_loop import LOOP_ANNOTATION, LoopState, count_failure, in_loop, job_of
+from remediator.workloads.evidence import signals_from_events, signals_from_node
+from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState, count_failure, in_loop, job_of
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -113,7 +113,7 @@ def start_watcher(kube: Kube, policy: Policy, metrics: Metrics, stop: threading.
     """serve, when workloads.enabled: a WatchCache of the ended pods of each namespace, and the watcher's loop."""
     from functools import partial
 
-    from remediator.watch_cache import WatchCache
+    from remediator.clients.watch_cache import WatchCache
 
     caches = {ns: WatchCache(partial(kube.core.list_namespaced_pod, ns), field_selector=ENDED_SELECTOR,
                              label_selector=policy.workloads.selector, name=f"pods-{ns}",

@@ -29,8 +29,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from remediator.fleet_cache import FleetCache
-from remediator.nodestate import (
+from remediator.clients.fleet_cache import FleetCache
+from remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
     HOLD_ANNOTATION,
     LAST_EPISODE_ANNOTATION,

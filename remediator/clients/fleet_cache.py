@@ -11,8 +11,8 @@ import threading
 
 from kubernetes import client
 
-from remediator.cluster import GPU_RESOURCE
-from remediator.watch_cache import Obj, WatchCache
+from remediator.clients.watch_cache import Obj, WatchCache
+from remediator.decide.views import GPU_RESOURCE
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from remediator.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
-from remediator.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time, parse_time
+from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
+from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time, parse_time
+from remediator.intake.webhook import Batch, NodeAlert, WebhookError, parse_webhook
 from remediator.policy import Policy
-from remediator.webhook import Batch, NodeAlert, WebhookError, parse_webhook
 
 
 @dataclass(frozen=True)

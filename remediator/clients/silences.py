@@ -9,8 +9,8 @@ answer carries the error and the policy (alertmanager.on_error) decides; by defa
 
 from __future__ import annotations
 
-from remediator.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
-from remediator.ladder import SilenceAnswer
+from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
+from remediator.decide.ladder import SilenceAnswer
 
 
 class SilenceChecker:

@@ -11,10 +11,9 @@ import json
 from datetime import datetime
 from typing import Any
 
-from remediator.actions import COMPONENT
-from remediator.classify import NodeSignal
-from remediator.event_reasons import rung_of_reason
-from remediator.nodestate import (
+from remediator.clients.kube import COMPONENT
+from remediator.decide.event_reasons import rung_of_reason
+from remediator.decide.nodestate import (
     DISRUPTIVE,
     LAST_EPISODE_ANNOTATION,
     STATE_ANNOTATION,
@@ -22,8 +21,9 @@ from remediator.nodestate import (
     NodeState,
     parse_time,
 )
+from remediator.intake.webhook import parse_webhook
 from remediator.policy import Policy
-from remediator.webhook import parse_webhook
+from remediator.workloads.classify import NodeSignal
 
 
 def _time(value: Any) -> datetime | None:

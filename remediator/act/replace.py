@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from remediator.actions import Kube
+from remediator.clients.kube import Kube
 from remediator.policy import Policy
 
 Replacer = Callable[[Kube, str, Policy, datetime, str], str]

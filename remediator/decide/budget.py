@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from remediator.cluster import NodeView
-from remediator.nodestate import DISRUPTIVE, fmt_time, parse_time
+from remediator.decide.nodestate import DISRUPTIVE, fmt_time, parse_time
+from remediator.decide.views import NodeView
 from remediator.policy import Policy
 
 

@@ -15,12 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from remediator.budget import Ledger
-from remediator.cluster import NodeView
-from remediator.event_reasons import Note
-from remediator.nodestate import DISRUPTIVE, RUNGS, AlertRecord, NodeState, fmt_time, parse_time, rung_index
+from remediator.decide.budget import Ledger
+from remediator.decide.event_reasons import Note
+from remediator.decide.nodestate import (
+    ALL_GPUS,
+    DISRUPTIVE,
+    RUNGS,
+    AlertRecord,
+    NodeState,
+    fmt_time,
+    parse_time,
+    rung_index,
+)
+from remediator.decide.views import NodeView
 from remediator.policy import Policy
-from remediator.webhook import ALL_GPUS
 
 JOB_RUNGS = ("reset_gpu", "reboot")
 NEEDS_DRAINED = ("reset_gpu", "reboot", "replace")

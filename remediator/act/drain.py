@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.cluster import PodRef
+from remediator.decide.views import PodRef
 
 log = logging.getLogger("gpuhealth.remediator")
 

@@ -25,20 +25,25 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from remediator.actions import Kube, claim_do_not_disrupt, cordon_body, state_body, uncordon_body, with_do_not_disrupt
-from remediator.alert_sync import SyncPlan, read_alertmanager, recorded_states, sync_batch
-from remediator.alertmanager import AlertmanagerUnavailable, client_from
-from remediator.budget import Ledger
+from remediator.act.drain import OutOfTime, drain_pass
+from remediator.act.node_jobs import create_job, job_statuses, render_job
+from remediator.act.replace import replace_node
+from remediator.clients.alertmanager import AlertmanagerUnavailable, client_from
+from remediator.clients.kube import (
+    Kube,
+    claim_do_not_disrupt,
+    cordon_body,
+    state_body,
+    uncordon_body,
+    with_do_not_disrupt,
+)
+from remediator.clients.leader import LeaderElector, breaker_trips_of
+from remediator.clients.silences import SilenceChecker
 from remediator.clock import Clock, utcnow
-from remediator.cluster import NodeView, build_views, evictable_pods
-from remediator.drain import OutOfTime, drain_pass
-from remediator.event_reasons import action_failed_reason, action_reason
-from remediator.intake import Intake, Outcome
-from remediator.jobs import create_job, job_statuses, render_job
-from remediator.ladder import Decision, NodePlan, SilenceCheck, decide
-from remediator.leader import LeaderElector, breaker_trips_of
-from remediator.metrics import Metrics
-from remediator.nodestate import (
+from remediator.decide.budget import Ledger
+from remediator.decide.event_reasons import action_failed_reason, action_reason
+from remediator.decide.ladder import Decision, NodePlan, SilenceCheck, decide
+from remediator.decide.nodestate import (
     DISRUPTIVE,
     STATE_ANNOTATION,
     TAINT_KEY,
@@ -47,10 +52,12 @@ from remediator.nodestate import (
     parse_time,
     record_alerts,
 )
+from remediator.decide.views import NodeView, build_views, evictable_pods
+from remediator.intake.alert_sync import SyncPlan, read_alertmanager, recorded_states, sync_batch
+from remediator.intake.queue import Intake, Outcome
+from remediator.intake.webhook import Batch
+from remediator.metrics import Metrics
 from remediator.policy import Policy
-from remediator.replace import replace_node
-from remediator.silences import SilenceChecker
-from remediator.webhook import Batch
 
 log = logging.getLogger("gpuhealth.remediator")
 

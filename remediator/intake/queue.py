@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from remediator.webhook import Batch, NodeAlert
+from remediator.intake.webhook import Batch, NodeAlert
 
 log = logging.getLogger("gpuhealth.remediator")
 

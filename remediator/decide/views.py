@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediator.nodestate import (
+from remediator.decide.nodestate import (
     STATE_ANNOTATION,
     TAINT_KEY,
     NodeState,

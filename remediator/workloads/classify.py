@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from remediator.nodestate import parse_time
+from remediator.decide.nodestate import parse_time
 
 INFRA, APP, UNKNOWN = "infra", "app", "unknown"
 CLASSES = (INFRA, APP, UNKNOWN)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediator.nodestate import REMEDIATIONS, AlertRecord, parse_time
+from remediator.decide.nodestate import ALL_GPUS, REMEDIATIONS, AlertRecord, parse_time
 from remediator.policy import Policy
 
 _GPU_INDEX = re.compile(r"^\d{1,3}$")
@@ -48,7 +48,6 @@ class Batch:
         return out
 
 
-ALL_GPUS = "all"
 
 
 def valid_gpu(value: str | None) -> str | None:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 PREFIX = "gpuhealth.io"
+ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
 STATE_ANNOTATION = f"{PREFIX}/state"
 HOLD_ANNOTATION = f"{PREFIX}/hold"
 LAST_EPISODE_ANNOTATION = f"{PREFIX}/last-episode"

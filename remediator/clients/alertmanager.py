@@ -26,7 +26,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
-from remediator.nodestate import parse_time
+from remediator.decide.nodestate import parse_time
 
 MAX_ANSWER_BYTES = 64 << 20  # 10,000 nodes' alerts are a few MB; more than this is not an Alertmanager
 

@@ -26,8 +26,8 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.actions import read_or_none
-from remediator.nodestate import fmt_time
+from remediator.clients.kube import read_or_none
+from remediator.decide.nodestate import fmt_time
 
 log = logging.getLogger("gpuhealth.remediator")
 BREAKER_ANNOTATION = "gpuhealth.io/breaker-trips"

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from remediator.nodestate import fmt_time, parse_time
+from remediator.decide.nodestate import fmt_time, parse_time
 
 LOOP_ANNOTATION = "gpuhealth.io/restart-loop"
 KEEP_PODS = 5  # pods remembered (idempotency, and what on-call reads)
