@@ -39,8 +39,14 @@ def enforce(cluster: FakeCluster, values: dict[str, Any] | None = None) -> list[
     docs = render(values)
     cluster.load_rbac(docs)
     cluster.add_service_account_token(REMEDIATOR_TOKEN, NAMESPACE, REMEDIATOR_SA, pod="gpuhealth-remediator-0")
-    cluster.add_token(ADMIN_TOKEN, Identity("kubernetes-admin", ("system:masters", "system:authenticated")))
+    add_admin(cluster)
     return docs
+
+
+def add_admin(cluster: FakeCluster) -> str:
+    """A person with cluster-admin (system:masters) on this cluster; their bearer token."""
+    cluster.add_token(ADMIN_TOKEN, Identity("kubernetes-admin", ("system:masters", "system:authenticated")))
+    return ADMIN_TOKEN
 
 
 def configuration(cluster: FakeCluster, token: str = REMEDIATOR_TOKEN) -> client.Configuration:

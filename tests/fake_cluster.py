@@ -166,19 +166,11 @@ class WatchEvent:
 
 
 def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str]:
-    """(verb, resource) as the API server's request metrics name them."""
-    parts = path.strip("/").split("/")
-    parts = parts[2:] if parts[0] == "api" else parts[3:]  # drop api/v1 or apis/<group>/<version>
-    if parts[:1] == ["namespaces"] and len(parts) >= 3:
-        parts = parts[2:]
-    resource, rest = (parts[0] if parts else ""), parts[1:]
-    if len(rest) >= 2:
-        resource = f"{resource}/{rest[1]}"
-    named = bool(rest)
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
-    if verb is None:
-        verb = "get" if named else ("watch" if query.get("watch") in ("true", "1") else "list")
-    return verb, resource
+    """(verb, resource) as the API server's request metrics name them: RBAC's attributes of the request."""
+    r = rbac_request(method, path, query)
+    if r is None:
+        return method.lower(), path  # a non-resource path (discovery)
+    return r.verb, f"{r.resource}/{r.subresource}" if r.subresource else r.resource
 
 
 class FakeCluster:

@@ -12,6 +12,8 @@ import tarfile
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -26,9 +28,16 @@ def _package_module() -> ModuleType:
 package = _package_module()
 
 
-def test_the_packaged_chart_carries_every_rule_file_and_dashboard_and_renders(tmp_path: Path) -> None:
-    assert package.main(["--destination", str(tmp_path)]) == 0
-    (archive,) = tmp_path.glob("gpuhealth-*.tgz")
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`make chart`'s archive, packaged once for the module (main exits 0 only when its own check passed)."""
+    destination = tmp_path_factory.mktemp("dist")
+    assert package.main(["--destination", str(destination)]) == 0
+    (made,) = destination.glob("gpuhealth-*.tgz")
+    return made
+
+
+def test_the_packaged_chart_carries_every_rule_file_and_dashboard_and_renders(archive: Path) -> None:
     with tarfile.open(archive) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         assert not [m.name for m in tar.getmembers() if m.issym()]
@@ -38,9 +47,7 @@ def test_the_packaged_chart_carries_every_rule_file_and_dashboard_and_renders(tm
     assert package.check(archive) == []
 
 
-def test_an_archive_missing_a_rule_file_is_refused(tmp_path: Path) -> None:
-    assert package.main(["--destination", str(tmp_path)]) == 0
-    (archive,) = tmp_path.glob("gpuhealth-*.tgz")
+def test_an_archive_missing_a_rule_file_is_refused(archive: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken.tgz"
     with tarfile.open(archive) as src, tarfile.open(broken, "w:gz") as dst:
         for member in src.getmembers():

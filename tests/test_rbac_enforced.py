@@ -4,7 +4,9 @@ does not grant fails a test with 403 instead of passing unnoticed."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import chart_rbac
 import pytest
@@ -35,8 +37,6 @@ def _forbidden(call: object, *args: object, **kwargs: object) -> dict[str, objec
     with pytest.raises(ApiException) as err:
         call(*args, **kwargs)  # type: ignore[operator]
     assert err.value.status == 403
-    import json
-
     body: dict[str, object] = json.loads(err.value.body)
     return body
 
@@ -85,13 +85,19 @@ def test_a_request_without_a_token_is_401_once_rbac_is_on(cluster: FakeCluster) 
     assert err.value.status == 401
 
 
-def test_the_old_charts_jobs_role_would_have_hidden_every_reset_outcome() -> None:
-    """The chart granted jobs create and get, but each pass LISTs the Jobs (remediator/act/node_jobs.py): in a cluster
-    the list was forbidden, and a reset could never be seen to finish. Enforcement catches it."""
+def _with_the_old_jobs_role() -> list[dict[str, Any]]:
+    """Today's chart, with the jobs Role as it was before enforcement found the missing list."""
     docs = chart_rbac.render()
     for doc in docs:
         if doc["kind"] == "Role" and doc["metadata"]["name"] == "gpuhealth-remediator-jobs":
             doc["rules"] = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+    return docs
+
+
+def test_the_old_charts_jobs_role_would_have_hidden_every_reset_outcome() -> None:
+    """The chart granted jobs create and get, but each pass LISTs the Jobs (remediator/act/node_jobs.py): in a cluster
+    the list was forbidden, and a reset could never be seen to finish. Enforcement catches it."""
+    docs = _with_the_old_jobs_role()
     with FakeCluster() as c:
         c.load_rbac(docs)
         c.add_service_account_token(chart_rbac.REMEDIATOR_TOKEN, "gpuhealth", "gpuhealth-remediator")
@@ -113,10 +119,7 @@ def test_the_remediator_tests_run_under_the_charts_rbac(cluster: FakeCluster) ->
 def test_a_forbidden_job_list_leaves_the_reset_unknown_and_is_counted_not_read_as_done() -> None:
     """Under the old chart's jobs Role, a reset Job is created but its outcome cannot be listed: the rung stays
     unknown (it neither succeeds nor fails on a guess) and every failed list is counted."""
-    docs = chart_rbac.render()
-    for doc in docs:
-        if doc["kind"] == "Role" and doc["metadata"]["name"] == "gpuhealth-remediator-jobs":
-            doc["rules"] = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+    docs = _with_the_old_jobs_role()
     with FakeCluster() as c:
         for i in range(10):
             c.add_node(f"gpu-{i}")

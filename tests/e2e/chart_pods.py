@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import re
 import select
 import socket
@@ -74,20 +75,28 @@ def expand(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
+def _data(docs: list[Obj], kind: str, namespace: str, name: str) -> dict[str, str] | None:
+    """A ConfigMap's or Secret's data as the container sees it (a Secret's decoded); None when not rendered."""
+    found = [d for d in docs if d.get("kind") == kind and d["metadata"]["name"] == name
+             and d["metadata"].get("namespace") == namespace]
+    if not found:
+        return None
+    data = dict(found[0].get("data") or {})
+    return {k: base64.b64decode(v).decode() for k, v in data.items()} if kind == "Secret" else {
+        k: str(v) for k, v in data.items()}
+
+
 def _key(docs: list[Obj], kind: str, namespace: str, ref: Obj) -> str | None:
-    obj = [d for d in docs if d.get("kind") == kind and d["metadata"]["name"] == ref["name"]
-           and d["metadata"].get("namespace") == namespace]
-    if not obj:
+    data = _data(docs, kind, namespace, ref["name"])
+    if data is None:
         if ref.get("optional"):
             return None
         raise Unfaithful(f"{kind} {namespace}/{ref['name']} is referenced but not rendered")
-    data = obj[0].get("data") or {}
     if ref["key"] not in data:
         if ref.get("optional"):
             return None
         raise Unfaithful(f"{kind} {namespace}/{ref['name']} has no key {ref['key']!r}")
-    value = data[ref["key"]]
-    return base64.b64decode(value).decode() if kind == "Secret" else str(value)
+    return data[ref["key"]]
 
 
 @dataclass
@@ -222,16 +231,12 @@ def _mount(pod: Pod, docs: list[Obj], host_paths: dict[str, Path], token: str | 
         elif "configMap" in volume or "secret" in volume:
             kind, ref = ("ConfigMap", volume["configMap"]) if "configMap" in volume else ("Secret", volume["secret"])
             name = ref["name"] if kind == "ConfigMap" else ref["secretName"]
-            obj = [d for d in docs if d.get("kind") == kind and d["metadata"]["name"] == name
-                   and d["metadata"].get("namespace") == pod.namespace]
-            if not obj:
+            data = _data(docs, kind, pod.namespace, name)
+            if data is None:
                 if ref.get("optional"):
                     target.mkdir(parents=True, exist_ok=True)
                     continue
                 raise Unfaithful(f"volume {m['name']}: {kind} {pod.namespace}/{name} is not rendered")
-            data = dict(obj[0].get("data") or {})
-            if kind == "Secret":
-                data = {k: base64.b64decode(v).decode() for k, v in data.items()}
             items = ref.get("items") or [{"key": k, "path": k} for k in data]
             target.mkdir(parents=True, exist_ok=True)
             for item in items:
@@ -367,11 +372,45 @@ class ServiceProxy:
             t.join(2)
 
 
-class Addresses:
-    """Loopback addresses handed out as pod, host and Service IPs (127.0.0.0/8 is all loopback on Linux)."""
+def _blocks_in_use() -> set[int]:
+    """The second octets of 127.x.y.z addresses that a socket on this machine is bound to (/proc/net/tcp holds
+    the local address as little-endian hex)."""
+    used = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            address = line.split()[1].partition(":")[0]
+            octets = bytes.fromhex(address)[::-1]
+            if octets[0] == 127:
+                used.add(octets[1])
+    return used
 
-    def __init__(self, block: int) -> None:
-        self._block, self._next = block, 1
+
+_BLOCKS = range(20, 250)
+_blocks_taken: set[int] = set()
+_blocks_lock = threading.Lock()
+
+
+def fresh_block() -> int:
+    """A 127.<block>.0.0/16 that no stack in this process has had and no socket on the machine is bound in. The
+    xdist workers start at different places, so two workers' stacks do not meet either."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    start = (int(worker) if worker.isdigit() else 0) * 97
+    with _blocks_lock:
+        busy = _blocks_in_use() | _blocks_taken
+        for i in range(len(_BLOCKS)):
+            block = _BLOCKS[(start + i) % len(_BLOCKS)]
+            if block not in busy:
+                _blocks_taken.add(block)
+                return block
+    raise RuntimeError("every 127.x.0.0/16 block for the e2e stacks is taken")
+
+
+class Addresses:
+    """Loopback addresses handed out as pod, host and Service IPs (127.0.0.0/8 is all loopback on Linux), from
+    a block of their own (`fresh_block`)."""
+
+    def __init__(self, block: int | None = None) -> None:
+        self._block, self._next = fresh_block() if block is None else block, 1
         self._lock = threading.Lock()
 
     def take(self) -> str:

@@ -44,10 +44,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+import chart_rbac  # noqa: E402
 import kube_prometheus_stack as kps  # noqa: E402
 from chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize  # noqa: E402
 from chart_render import render_fresh as render  # noqa: E402
-from fake_admission import Identity  # noqa: E402
 from fake_cluster import FakeCluster  # noqa: E402
 from operator_alertmanager import generate  # noqa: E402
 from operator_prometheus import pod_monitor, rule_groups, service_monitor  # noqa: E402
@@ -164,7 +164,6 @@ E2E_EXPORTER_CONFIG: dict[str, Any] = {
 MONITORING_ON = {kind: {"enabled": True} for kind in ("podMonitor", "serviceMonitor", "prometheusRule",
                                                        "alertmanagerConfig")}
 RELEASE = NAMESPACE = "gpuhealth"
-ADMIN_TOKEN = "e2e-admin"  # a person's kubeconfig (hold, release): system:masters
 DCGM_EXPORTER_PORT = 9400
 
 
@@ -360,7 +359,7 @@ class Stack:
         self.nodes: dict[str, SimNode] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.prom_port, self.am_port = free_port(), free_port()
-        self.addresses = Addresses(block=int.from_bytes(os.urandom(1)) % 200 + 20)
+        self.addresses = Addresses()
         self.remediators: dict[str, Pod] = {}
         self.services: list[ServiceProxy] = []
         self._stop = threading.Event()
@@ -441,16 +440,22 @@ class Stack:
         agent = getattr(self, "_agent", None)
         if agent is not None:
             agent.join(15)  # a reboot in progress finishes before its node is stopped
-        for service in self.services:
-            service.close()
-        for name in list(self.procs):
-            self.stop_process(name)
-        for node in self.nodes.values():
-            node.shutdown()
-        with contextlib.suppress(Exception):
-            self.cluster.__exit__(None, None, None)
+        # Each part is stopped even when one before it fails to: a node's dcgm-exporter left listening would
+        # hold its address for the rest of the session.
+        with contextlib.ExitStack() as stopping:
+            stopping.callback(self._close_cluster)
+            for node in self.nodes.values():
+                stopping.callback(node.shutdown)
+            for name in list(self.procs):
+                stopping.callback(self.stop_process, name)
+            for service in self.services:
+                stopping.callback(service.close)
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _close_cluster(self) -> None:
+        with contextlib.suppress(Exception):
+            self.cluster.__exit__(None, None, None)
 
     def _fleet(self) -> None:
         unknown = set(self.node_options) - {f"{p}-gpu-{i}" for p, n in self.pools.items() for i in range(n)}
@@ -495,9 +500,8 @@ class Stack:
         # The kubernetes client's in-cluster config insists on https and fixed paths: a kubeconfig with the same
         # service-account token stands in for it.
         kubeconfig = pod.root / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.cluster.url, token)))
+        kubeconfig.write_text(yaml.safe_dump(chart_rbac.kubeconfig(self.cluster, token)))
         if old is not None:
-            self.remediators[name] = pod
             for service in self.services:
                 service.pods = [pod if p.name == name else p for p in service.pods]
         self.remediators[name] = pod
@@ -646,8 +650,7 @@ class Stack:
     def admin_kubeconfig(self) -> Path:
         path = self.workdir / "admin-kubeconfig"
         if not path.exists():
-            self.cluster.add_token(ADMIN_TOKEN, Identity("e2e-admin", ("system:masters", "system:authenticated")))
-            path.write_text(yaml.safe_dump(_kubeconfig(self.cluster.url, ADMIN_TOKEN)))
+            path.write_text(yaml.safe_dump(chart_rbac.kubeconfig(self.cluster, chart_rbac.add_admin(self.cluster))))
         return path
 
     @property
@@ -732,13 +735,6 @@ class Stack:
                 self.nodes[node].reboot()
                 boot = f"boot-{self.nodes[node].boot}"
                 self.cluster.update_node(node, lambda n, boot=boot: n["status"]["nodeInfo"].update(bootID=boot))
-
-
-def _kubeconfig(server: str, token: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-            "clusters": [{"name": "e2e", "cluster": {"server": server}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
-            "users": [{"name": "e2e", "user": {"token": token}}]}
 
 
 def alertmanager_config(docs: list[dict[str, Any]], secrets: Path, service_url: Callable[[str], str]) -> dict[str, Any]:
