@@ -57,7 +57,8 @@ sys.path.insert(0, str(ROOT))
 from fake_cluster import FakeCluster  # noqa: E402
 from processes import free_port, stop_group  # noqa: E402
 
-from remediator.decide.nodestate import DISRUPTIVE, STATE_ANNOTATION, TAINT_KEY  # noqa: E402
+from remediator.decide.nodestate import STATE_ANNOTATION, TAINT_KEY  # noqa: E402
+from remediator.decide.vocabulary import DISRUPTIVE  # noqa: E402
 from remediator.policy import parse_policy  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -365,7 +366,7 @@ def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
     """What a pass computes before it acts, on the fleet as the storm left it (2,000 nodes in an episode at
     10,000): the views, the budget ledger and every node's ladder decision, with the same functions the
     remediator runs (evaluate), on one core, here where no other thread competes. The best of 3."""
-    from remediator.act.reconciler import evaluate
+    from remediator.decide.plan import evaluate
     from remediator.decide.views import build_views
 
     with cluster.lock:

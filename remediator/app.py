@@ -32,10 +32,12 @@ from waitress.server import TcpWSGIServer  # type: ignore[import-untyped]
 from waitress.task import ErrorTask, ThreadedTaskDispatcher  # type: ignore[import-untyped]
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from remediator.act.reconciler import Remediator, audit
+from remediator.audit import audit
 from remediator.clients.leader import leader_identity
 from remediator.intake.webhook import WebhookError, parse_webhook
+from remediator.metrics import AlertIgnoredReason, WebhookErrorReason
 from remediator.policy import Policy, load_policy
+from remediator.service import Remediator
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -170,19 +172,18 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     # not a cut-off body that fails to parse (400).
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes + 1
     app.extensions["remediator"] = rem
-    rem.metrics.watch_events(rem.kube.events)  # Events kept while the API fails: pending, sent late, dropped
     token = config.token
     fixed = f"Bearer {token}".encode() if isinstance(token, str) and token else None
 
-    def reject(code: int, reason: str, label: str) -> tuple[Response, int]:
-        rem.metrics.webhook_errors.labels(label).inc()
+    def reject(code: int, reason: str, label: WebhookErrorReason) -> tuple[Response, int]:
+        rem.metrics.webhook_error(label)
         rem.metrics.webhooks.labels(str(code)).inc()
         audit("webhook_rejected", status=code, reason=reason, remote=request.remote_addr)
         return jsonify({"error": reason}), code
 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(_: Any) -> tuple[Response, int]:
-        return reject(413, f"body larger than {config.max_body_bytes} bytes", "too_large")
+        return reject(413, f"body larger than {config.max_body_bytes} bytes", WebhookErrorReason.TOO_LARGE)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[Response, int]:  # 404, 405...: JSON too, not Flask's HTML page
@@ -200,29 +201,31 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         if expected is not None:
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
-                resp, code = reject(401, "missing or wrong bearer token", "unauthorized")
+                resp, code = reject(401, "missing or wrong bearer token", WebhookErrorReason.UNAUTHORIZED)
                 resp.headers["WWW-Authenticate"] = 'Bearer realm="gpuhealth-remediator"'
                 return resp, code
         length = request.content_length
         if length is not None and length > config.max_body_bytes:
-            return reject(413, f"body larger than {config.max_body_bytes} bytes", "too_large")
+            return reject(413, f"body larger than {config.max_body_bytes} bytes", WebhookErrorReason.TOO_LARGE)
         raw = request.get_data(cache=False)
         if len(raw) > config.max_body_bytes:
-            return reject(413, f"body larger than {config.max_body_bytes} bytes", "too_large")
+            return reject(413, f"body larger than {config.max_body_bytes} bytes", WebhookErrorReason.TOO_LARGE)
         try:
             batch = parse_webhook(raw, rem.policy)
         except WebhookError as exc:
-            return reject(exc.status, str(exc), "invalid")
+            return reject(exc.status, str(exc), WebhookErrorReason.INVALID)
         for fp, why in batch.ignored:
-            rem.metrics.alerts_ignored.labels(why.split(" ")[0] if why.startswith("no ") else "unusable").inc()
+            rem.metrics.alert_ignored(AlertIgnoredReason.NO_LABEL if why.startswith("no ")
+                                      else AlertIgnoredReason.UNUSABLE)
             audit("alert_ignored", fingerprint=fp, reason=why)
-        result = rem.accept(batch)  # queued for recording (rem.intake), or recorded now when there is no intake
+        result = rem.accept(batch)  # queued for recording (the intake), or recorded now when there is no intake
         ignored = [{"fingerprint": f, "reason": r} for f, r in batch.ignored]
         ignored += [{"node": n, "reason": r} for n, r in result.ignored]
         if result.refused:
-            return reject(503, f"could not record alerts on node(s) ({result.refused}): retry", "record_failed")
+            return reject(503, f"could not record alerts on node(s) ({result.refused}): retry",
+                          WebhookErrorReason.RECORD_FAILED)
         rem.metrics.webhooks.labels("202").inc()
-        nodes = "queued" if rem.intake is not None else "recorded"
+        nodes = "queued" if rem.queues_webhooks else "recorded"
         return jsonify({"accepted": len(batch.alerts), nodes: result.queued, "ignored": ignored}), 202
 
     @app.get("/healthz")
@@ -231,8 +234,7 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
 
     @app.get("/readyz")
     def readyz() -> tuple[Response, int]:
-        cache = rem.kube.cache
-        ok = rem.api_ok and (cache is None or cache.healthy)
+        ok = rem.ready()
         return jsonify({"ready": ok, "kubernetes_api": "ok" if ok else "failing"}), 200 if ok else 503
 
     @app.get("/metrics")
@@ -245,20 +247,13 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         # A pass over 10,000 nodes holds the GIL for ~0.4 s; at the default 5 ms switch interval a webhook
         # thread waits up to 5 ms each time it wants it back. 1 ms keeps the answer fast (bench/remediator_storm.py).
         sys.setswitchinterval(0.001)
-        if rem.kube.cache is None:
-            rem.kube.start_cache(stop)  # watches of Nodes and Pods: the loop and the receiver read from them
-        if rem.intake is None:
-            rem.start_intake(stop)  # webhooks are answered first, then recorded
+        rem.start(stop)  # the watches of Nodes and Pods, the intake's workers: answered first, then recorded
         thread = threading.Thread(target=rem.run_forever, args=(stop, config.interval), name="remediator",
                                   daemon=True)
         thread.start()
         app.extensions["remediator_loop"] = thread
         if rem.policy.workloads.enabled:  # classify failed workload pods (docs/jobs.md)
-            from remediator.workloads.watcher import start_watcher
-
-            app.extensions["workload_watcher"] = start_watcher(
-                rem.kube, rem.policy, rem.metrics, stop, config.interval, clock=rem.clock, dry_run=rem.dry_run,
-                is_leader=lambda: rem.dry_run or rem.elector.is_leader())
+            app.extensions["workload_watcher"] = rem.start_workload_watcher(stop, config.interval)
     return app
 
 
@@ -413,8 +408,8 @@ def serve(app: Flask, listen: str, max_body_bytes: int, limits: ServerLimits = S
     finally:
         server.close()
         rem = app.extensions.get("remediator")
-        if rem is not None and rem.intake is not None:
-            rem.intake.flush_at_exit()
+        if rem is not None:
+            rem.flush_intake()  # answered webhooks recorded if the API lets us
         loop_stop = app.extensions.get("remediator_stop")
         if loop_stop is not None:
             loop_stop.set()
@@ -422,4 +417,4 @@ def serve(app: Flask, listen: str, max_body_bytes: int, limits: ServerLimits = S
         if loop is not None:  # a pass under way ends before the interpreter does (killed mid-call, it aborts)
             loop.join(STOP_SECONDS)
         if rem is not None:
-            rem.kube.events.flush(timeout=1.0)  # Events kept while the API failed: one last try
+            rem.flush_events()  # Events kept while the API failed: one last try

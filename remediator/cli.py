@@ -15,10 +15,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from remediator.act.reconciler import plan_from_json
 from remediator.clients.leader import breaker_trips_of, leader_identity
 from remediator.clock import Clock, utcnow
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
+from remediator.decide.plan import plan_from_json
 from remediator.intake.webhook import Batch, WebhookError, parse_webhook
 from remediator.policy import PolicyError, load_policy
 

@@ -2,21 +2,61 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from remediator.decide.vocabulary import Action, Rung, Verdict
+
 if TYPE_CHECKING:
     from remediator.clients.kube import EventOutbox
 
-# The label values the remediator's error and timeout counters can take (see app.py and reconciler.py).
-# Each series is created at 0 when the remediator starts, so increase() sees the first event and a
-# dashboard shows 0, not "No data", while nothing has gone wrong.
-WEBHOOK_ERROR_REASONS = ("unauthorized", "too_large", "invalid", "record_failed")
-ALERT_IGNORED_REASONS = ("no", "unusable", "unknown node", "unreadable state")
-API_OPERATIONS = ("record", "list_nodes", "list_jobs", "execute", "workloads")
-PASS_ABORT_REASONS = ("lost the Lease", "pass ran past its deadline")
-RUNGS = ("reset_gpu", "drain", "reboot", "replace")
+# The label values the remediator's error and timeout counters can take, as enums: the code passes members
+# (the typed methods below take nothing else), and each series is created at 0 when the remediator starts, so
+# increase() sees the first event and a dashboard shows 0, not "No data", while nothing has gone wrong.
+
+
+class WebhookErrorReason(StrEnum):
+    UNAUTHORIZED = "unauthorized"
+    TOO_LARGE = "too_large"
+    INVALID = "invalid"
+    RECORD_FAILED = "record_failed"
+
+
+class AlertIgnoredReason(StrEnum):
+    NO_LABEL = "no"  # the alert lacks a label the remediator needs (no node label, no remediation label)
+    UNUSABLE = "unusable"
+    UNKNOWN_NODE = "unknown node"
+    UNREADABLE_STATE = "unreadable state"
+
+
+class ApiOperation(StrEnum):
+    RECORD = "record"
+    LIST_NODES = "list_nodes"
+    LIST_JOBS = "list_jobs"
+    EXECUTE = "execute"
+    WORKLOADS = "workloads"
+
+
+class PassAbortReason(StrEnum):
+    LOST_LEASE = "lost the Lease"
+    DEADLINE = "pass ran past its deadline"
+
+
+class ActionResult(StrEnum):
+    EXECUTED = "executed"
+    FAILED = "failed"
+    DEFERRED = "deferred"
+    SKIPPED = "skipped"
+    DRY_RUN = "dry_run"
+
+
+WEBHOOK_ERROR_REASONS = tuple(WebhookErrorReason)
+ALERT_IGNORED_REASONS = tuple(AlertIgnoredReason)
+API_OPERATIONS = tuple(ApiOperation)
+PASS_ABORT_REASONS = tuple(PassAbortReason)
+RUNGS = tuple(r for r in Rung if r is not Rung.CORDON)  # the rungs with a timeout
 EVENT_DROP_REASONS = ("rejected", "outbox_full")
 HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_too_large", "bad_request")
 
@@ -91,6 +131,26 @@ class Metrics:
                                 (self.am_sync_changes, ("recorded", "resolved", "refreshed"))):
             for value in values:
                 counter.labels(value)
+
+    # --- typed counting: the label values are the enums' members, nothing else ----------------------------
+    def webhook_error(self, reason: WebhookErrorReason) -> None:
+        self.webhook_errors.labels(reason).inc()
+
+    def alert_ignored(self, reason: AlertIgnoredReason, alerts: int = 1) -> None:
+        self.alerts_ignored.labels(reason).inc(alerts)
+
+    def api_error(self, operation: ApiOperation) -> None:
+        self.api_errors.labels(operation).inc()
+
+    def pass_aborted(self, reason: PassAbortReason) -> None:
+        self.passes_aborted.labels(reason).inc()
+
+    def rung_timed_out(self, rung: Rung) -> None:
+        self.rung_timeouts.labels(rung).inc()
+
+    def action(self, action: Action, result: ActionResult | Verdict) -> None:
+        """A decision's outcome: executed, failed, dry_run, or the verdict itself (deferred, skipped)."""
+        self.actions.labels(action, result).inc()
 
     def watch_events(self, outbox: EventOutbox) -> None:
         """Report a Kube's Event outbox (pending, sent late, dropped) in these metrics."""

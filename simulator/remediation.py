@@ -1,7 +1,7 @@
 """The remediator's own decision path, driven from simulated nodes.
 
 Each pass builds real NodeViews (remediator.decide.views.NodeView) from the simulated Nodes that carry anything
-gpuhealth recorded and hands them to remediator.act.reconciler.evaluate, the function `serve` and `plan` share:
+gpuhealth recorded and hands them to remediator.decide.plan.evaluate, the function `serve` and `plan` share:
 the ledger (budgets, the circuit breaker, the action rate cap) and remediator.decide.ladder.decide are the real ones.
 Nodes with nothing recorded are left out of the views, as decide would skip them anyway; they still count in
 their pool's size (evaluate's pool_sizes), so budgets and the breaker see the whole pool.
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from remediator.act.reconciler import evaluate
 from remediator.decide.budget import Ledger
 from remediator.decide.ladder import NodePlan
 from remediator.decide.nodestate import parse_time
+from remediator.decide.plan import evaluate
 from remediator.policy import Policy
 from simulator.fleet import SimNode
 

@@ -18,12 +18,12 @@ import chart_rbac
 from fake_cluster import FakeCluster
 from kubernetes import client
 
-from remediator.act.reconciler import Remediator
 from remediator.app import ServeConfig, create_app
 from remediator.clients.kube import Kube
 from remediator.decide.ladder import Decision, NodePlan, SilenceCheck
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
 from remediator.policy import Policy, parse_policy
+from remediator.service import Remediator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alertmanager"
 TOKEN = "s3cret-token"

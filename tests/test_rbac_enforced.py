@@ -16,6 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from remediator_harness import Harness
 
 from remediator.act.node_jobs import job_statuses
+from remediator.clients.errors import Forbidden
+from remediator.clients.kube import Kube
 
 SA = "system:serviceaccount:gpuhealth:gpuhealth-remediator"
 
@@ -101,11 +103,11 @@ def test_the_old_charts_jobs_role_would_have_hidden_every_reset_outcome() -> Non
     with FakeCluster() as c:
         c.load_rbac(docs)
         c.add_service_account_token(chart_rbac.REMEDIATOR_TOKEN, "gpuhealth", "gpuhealth-remediator")
-        with pytest.raises(ApiException) as err:
-            job_statuses(client.BatchV1Api(_remediator(c)), "gpuhealth")
+        with pytest.raises(Forbidden) as err:
+            job_statuses(Kube(_remediator(c)), "gpuhealth")
         assert err.value.status == 403
         chart_rbac.enforce(c)  # today's chart
-        assert job_statuses(client.BatchV1Api(_remediator(c)), "gpuhealth") == {}
+        assert job_statuses(Kube(_remediator(c)), "gpuhealth") == {}
 
 
 def test_the_remediator_tests_run_under_the_charts_rbac(cluster: FakeCluster) -> None:

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from remediator_harness import Harness
 
-from remediator.decide.nodestate import DISRUPTIVE, TAINT_KEY
+from remediator.decide.nodestate import TAINT_KEY
+from remediator.decide.vocabulary import DISRUPTIVE
 
 
 @pytest.fixture

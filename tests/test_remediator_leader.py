@@ -11,7 +11,8 @@ from remediator_harness import T0, Harness
 
 from remediator.app import config_from_env
 from remediator.clients.leader import leader_identity
-from remediator.decide.nodestate import DISRUPTIVE, HOLD_ANNOTATION
+from remediator.decide.nodestate import HOLD_ANNOTATION
+from remediator.decide.vocabulary import DISRUPTIVE
 
 POLICY = "budget: {max_disrupted: 2, max_cordoned: 10}\nbreaker: {min_nodes: 100}"
 
@@ -106,7 +107,7 @@ def test_two_leaders_never_exceed_the_budget_when_a_hold_is_released_mid_pass(cl
             cluster.update_node("gpu-2", lambda n: n["metadata"]["annotations"].pop(HOLD_ANNOTATION, None))
             ran_b.append(b.decisions(b.step()))
 
-    a.rem.sleep = slow_sleep
+    a.rem.loop.guard.backoff_sleep = slow_sleep
     a.step()
     disrupted = [n for n in cluster.nodes if a.state(n).active and a.state(n).rung in DISRUPTIVE]
     assert len(disrupted) <= 2, (disrupted, ran_b)

@@ -251,7 +251,7 @@ def test_gpu_label_all_or_unknown_means_every_gpu() -> None:
 
 def test_without_an_intake_alerts_are_recorded_before_the_answer_or_5xx(cluster: FakeCluster) -> None:
     h = Harness(cluster)
-    h.rem.intake = None  # a Remediator used as a library, without serve's intake
+    h.rem.receiver.intake = None  # a Remediator used as a library, without serve's intake
     cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 500)
     response = h.post(webhook("gpu-1", "reboot"))
     assert response.status_code == 503 and "gpu-1" in response.get_json()["error"]

@@ -53,7 +53,7 @@ def test_a_new_fault_is_cordoned_before_a_blocked_drain_backs_off(cluster: FakeC
     h.fire("gpu-2", "cordon")  # recorded on gpu-2 now; acted on in the next pass
     pass_starts = len(cluster.writes())
     writes_at_first_sleep: list[int] = []
-    h.rem.sleep = lambda seconds: writes_at_first_sleep.append(len(cluster.writes()))  # type: ignore[method-assign]
+    h.rem.loop.guard.backoff_sleep = lambda seconds: writes_at_first_sleep.append(len(cluster.writes()))
     h.step()
     cordon = [i for i, (method, path) in enumerate(cluster.writes())
               if i >= pass_starts and method == "PATCH" and path.endswith("/nodes/gpu-2")]
@@ -113,7 +113,7 @@ def test_a_concurrent_write_after_the_recheck_still_fails_the_write(cluster: Fak
     h.fire("gpu-1", "cordon")
     h.rem.elector.try_acquire()
     cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 409, reason="Conflict")  # someone wrote in between
-    h.rem.reconcile()
+    h.rem.loop.reconcile()
     assert not cluster.taints("gpu-1") and "Cordoned" not in cluster.reasons("gpu-1")
     h.step()
     assert cluster.taints("gpu-1")
@@ -331,9 +331,9 @@ def test_inhibited_alert_stops_disruptive_steps_like_a_silence(cluster: FakeClus
 def test_serve_needs_an_alertmanager_url_or_an_explicit_none() -> None:
     from kubernetes import client
 
-    from remediator.act.reconciler import Remediator
     from remediator.clients.kube import Kube
     from remediator.policy import Policy, PolicyError, parse_policy
+    from remediator.service import Remediator
 
     with pytest.raises(PolicyError, match=r"alertmanager\.url"):
         Policy().check_serve(5)

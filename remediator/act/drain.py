@@ -15,9 +15,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
+from remediator.clients.errors import KubeError, NotFound, Rejected
+from remediator.clients.kube import Kube
 from remediator.decide.views import PodRef
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -37,9 +36,8 @@ class DrainResult:
         return f"evicted {len(self.evicted)}, blocked by PDB {len(self.blocked)}, errors {len(self.errors)}"
 
 
-def drain_pass(core: client.CoreV1Api, pods: Sequence[PodRef], backoff: Sequence[float],
-               sleep: Callable[[float], None], force: bool = False, timeout: float = 10.0,
-               guard: Callable[[], None] = lambda: None) -> DrainResult:
+def drain_pass(kube: Kube, pods: Sequence[PodRef], backoff: Sequence[float], sleep: Callable[[float], None],
+               force: bool = False, guard: Callable[[], None] = lambda: None) -> DrainResult:
     """Evict (or, forced, delete) the pods in rounds: every pod once, then those a PodDisruptionBudget
     refused (429) again after each backoff step. The sleeping is per node, not per pod, so a pass over
     a node full of PDB-protected pods stays short."""
@@ -49,7 +47,7 @@ def drain_pass(core: client.CoreV1Api, pods: Sequence[PodRef], backoff: Sequence
         refused: list[PodRef] = []
         for pod in pending:
             guard()
-            outcome = _evict(core, pod, force, timeout)
+            outcome = _evict(kube, pod, force)
             if outcome == "refused":
                 refused.append(pod)
             else:
@@ -67,24 +65,18 @@ def drain_pass(core: client.CoreV1Api, pods: Sequence[PodRef], backoff: Sequence
     return result
 
 
-def _evict(core: client.CoreV1Api, pod: PodRef, force: bool, timeout: float) -> str:
+def _evict(kube: Kube, pod: PodRef, force: bool) -> str:
     """evicted | refused (429) | error"""
     try:
-        if force:
-            core.delete_namespaced_pod(pod.name, pod.namespace, _request_timeout=timeout)
-        else:
-            body = client.V1Eviction.from_dict({"apiVersion": "policy/v1", "kind": "Eviction",
-                                                "metadata": {"name": pod.name, "namespace": pod.namespace}})
-            assert body is not None
-            core.create_namespaced_pod_eviction(pod.name, pod.namespace, body, _request_timeout=timeout)
+        kube.evict(pod.namespace, pod.name, force)
         return "evicted"
-    except ApiException as exc:
-        if exc.status == 404:  # already gone: that is what we wanted
-            return "evicted"
-        if exc.status == 429:
+    except NotFound:  # already gone: that is what we wanted
+        return "evicted"
+    except Rejected as exc:
+        if exc.throttled:
             return "refused"
-        log.info("eviction of %s/%s: HTTP %s %s", pod.namespace, pod.name, exc.status, exc.reason)
+        log.info("eviction of %s/%s: %s", pod.namespace, pod.name, exc)
         return "error"
-    except Exception as exc:  # timeouts, connection errors: next pass
+    except KubeError as exc:  # forbidden, the API's trouble, no answer: next pass
         log.warning("eviction of %s/%s failed: %s", pod.namespace, pod.name, exc)
         return "error"

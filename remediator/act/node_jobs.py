@@ -1,20 +1,18 @@
 """reset_gpu and reboot as privileged Jobs pinned to the node, rendered from templates/*.yaml.j2.
 
 Job names are deterministic per node, rung and episode, so creating one twice (a resent webhook, a
-restart, a new leader) finds the existing Job (409) instead of starting a second.
+restart, a new leader) finds the existing Job (409) instead of starting a second (Kube.create_job).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import yaml
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from remediator.clients.kube import Kube
 from remediator.policy import Policy
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -32,30 +30,14 @@ def render_job(rung: str, name: str, node: str, policy: Policy, gpu: str | None 
     return manifest
 
 
-def create_job(batch: client.BatchV1Api, manifest: dict[str, Any], timeout: float = 10.0) -> bool:
-    """True if created, False if it already existed (idempotent)."""
-    try:
-        job = client.V1Job.from_dict(manifest)
-        assert job is not None
-        batch.create_namespaced_job(manifest["metadata"]["namespace"], job,
-                                    _request_timeout=timeout)
-        return True
-    except ApiException as exc:
-        if exc.status == 409:
-            return False
-        raise
-
-
 JOB_SELECTOR = "app.kubernetes.io/name=gpuhealth-remediator"  # the label the templates put on every Job
 
 
-def job_statuses(batch: client.BatchV1Api, namespace: str, timeout: float = 10.0) -> dict[str, str]:
+def job_statuses(kube: Kube, namespace: str) -> dict[str, str]:
     """Every gpuhealth Job in the namespace by name: succeeded | failed | running. One LIST per pass,
     not one GET per node at a Job rung; a Job not listed is missing (creating it again is idempotent)."""
-    response: Any = batch.list_namespaced_job(namespace, label_selector=JOB_SELECTOR, _preload_content=False,
-                                              _request_timeout=timeout)
     out = {}
-    for job in json.loads(response.data).get("items") or []:
+    for job in kube.list_jobs(namespace, JOB_SELECTOR):
         status = job.get("status") or {}
         conditions = status.get("conditions") or []
         if status.get("succeeded"):

@@ -16,8 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
+from remediator.clients.errors import NotFound, api_call
 from remediator.clients.kube import Kube
 from remediator.policy import Policy
 
@@ -43,18 +42,19 @@ def replace_node(kube: Kube, node: str, policy: Policy, now: datetime, reason: s
 
 @register("nodeclaim")
 def _delete_nodeclaim(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
-    claims: Any = kube.custom.list_cluster_custom_object(
-        "karpenter.sh", "v1", "nodeclaims", _request_timeout=kube.timeout)
+    with api_call():
+        claims: Any = kube.custom.list_cluster_custom_object(
+            "karpenter.sh", "v1", "nodeclaims", _request_timeout=kube.timeout)
     names = [c["metadata"]["name"] for c in claims.get("items", []) if (c.get("status") or {}).get("nodeName") == node]
     if not names:
         raise LookupError(f"no Karpenter NodeClaim has status.nodeName={node}")
     for name in names:
         try:
-            kube.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", name,
-                                                     _request_timeout=kube.timeout)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            with api_call():
+                kube.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", name,
+                                                         _request_timeout=kube.timeout)
+        except NotFound:
+            pass  # gone already: what was wanted
     return f"deleted NodeClaim {', '.join(names)}"
 
 

@@ -1,4 +1,7 @@
-"""Kubernetes side effects on Nodes: state, cordon, uncordon, holds, Events. Nothing else writes Nodes.
+"""The remediator's one Kubernetes client: Nodes (state, holds, conditions), pods (evictions), Jobs, Events.
+
+Failures come out typed (clients/errors.py: Conflict, NotFound, Forbidden, Rejected, ServerError, NoAnswer).
+The patch bodies a decision writes are in decide/node_patches.py; nothing else writes Nodes.
 
 Every write to a Node carries the resourceVersion it was computed from, so a concurrent change (a
 person, another replica) makes it fail with 409 instead of silently overwriting; the next pass
@@ -21,7 +24,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -29,17 +31,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
+from remediator.clients.errors import Conflict, api_call
 from remediator.clients.fleet_cache import FleetCache
-from remediator.decide.nodestate import (
-    DO_NOT_DISRUPT_ANNOTATION,
-    HOLD_ANNOTATION,
-    LAST_EPISODE_ANNOTATION,
-    STATE_ANNOTATION,
-    TAINT_EFFECT,
-    TAINT_KEY,
-    NodeState,
-    fmt_time,
-)
+from remediator.decide.node_patches import state_body
+from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -73,6 +68,13 @@ def read_or_none(read: Callable[..., Any], *args: Any, timeout: float) -> dict[s
     return obj
 
 
+class ApiHealth:
+    """Whether the last of the remediator's calls reached the API (the recorder's and the loop's): /readyz."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+
 class Kube:
     """The handful of API calls the remediator makes, through the official client."""
 
@@ -85,6 +87,7 @@ class Kube:
         self.timeout = request_timeout
         self.cache: FleetCache | None = None  # the watch cache of Nodes and Pods, once started
         self.events = EventOutbox(self._create_event)  # Events the API could not take yet
+        self.health = ApiHealth()
 
     def start_cache(self, stop: threading.Event) -> FleetCache:
         self.cache = FleetCache(self.core, self.timeout)
@@ -97,31 +100,83 @@ class Kube:
         return json.loads(response.data)
 
     def list_nodes(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self._json(
-            self.core.list_node(_preload_content=False, _request_timeout=self.timeout))["items"]
+        with api_call():
+            items: list[dict[str, Any]] = self._json(
+                self.core.list_node(_preload_content=False, _request_timeout=self.timeout))["items"]
         return items
 
     def get_node(self, name: str) -> dict[str, Any]:
-        node: dict[str, Any] = self._json(self.core.read_node(name, _preload_content=False,
-                                                              _request_timeout=self.timeout))
+        with api_call():
+            node: dict[str, Any] = self._json(self.core.read_node(name, _preload_content=False,
+                                                                  _request_timeout=self.timeout))
         return node
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self._json(self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}", _preload_content=False, _request_timeout=self.timeout))["items"]
+        with api_call():
+            items: list[dict[str, Any]] = self._json(self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}", _preload_content=False,
+                _request_timeout=self.timeout))["items"]
+        return items
+
+    def cached_node(self, name: str) -> dict[str, Any] | None:
+        """The watch cache's copy of the Node (None: no cache, or not in it): cheap, maybe stale (a write with
+        its resourceVersion then conflicts, and the writer reads it again)."""
+        return self.cache.nodes.get(name) if self.cache is not None else None
+
+    def recorded_overlay(self) -> dict[str, NodeState] | None:
+        """States written that the cluster does not show (a dry run's); None: the cluster is the record."""
+        return None
+
+    @property
+    def dry_run(self) -> bool:
+        return False
+
+    # --- pods and Jobs (the drain and the node-action Jobs) ---------------------------------
+    def evict(self, namespace: str, name: str, force: bool = False) -> None:
+        """Through the Eviction API, so PodDisruptionBudgets are respected (429 while one allows no disruption);
+        forced (policy drain.on_timeout: force), a plain delete."""
+        with api_call():
+            if force:
+                self.core.delete_namespaced_pod(name, namespace, _request_timeout=self.timeout)
+                return
+            body = client.V1Eviction.from_dict({"apiVersion": "policy/v1", "kind": "Eviction",
+                                                "metadata": {"name": name, "namespace": namespace}})
+            assert body is not None
+            self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=self.timeout)
+
+    def create_job(self, manifest: dict[str, Any]) -> bool:
+        """True if created, False if it already existed (Job names are deterministic: idempotent)."""
+        job = client.V1Job.from_dict(manifest)
+        assert job is not None
+        try:
+            with api_call():
+                self.batch.create_namespaced_job(manifest["metadata"]["namespace"], job,
+                                                 _request_timeout=self.timeout)
+        except Conflict:
+            return False
+        return True
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        with api_call():
+            response: Any = self.batch.list_namespaced_job(namespace, label_selector=label_selector,
+                                                           _preload_content=False, _request_timeout=self.timeout)
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return items
 
     # --- node writes -----------------------------------------------------------------------
     def patch_node(self, name: str, body: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
         if resource_version is not None:
             body = {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
-        node: dict[str, Any] = self._json(self.core.patch_node(
-            name, body, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
+        with api_call():
+            node: dict[str, Any] = self._json(self.core.patch_node(
+                name, body, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
         if self.cache is not None:  # read our own writes before the watch brings them
             self.cache.nodes.apply(node)
         return node
 
     def write_state(self, name: str, state: NodeState, resource_version: str | None) -> dict[str, Any]:
+        """The state annotation alone, guarded by the resourceVersion it was computed from (Conflict if the
+        Node changed since)."""
         return self.patch_node(name, state_body(state), resource_version)
 
     def set_hold(self, name: str, reason: str, by: str, now: datetime) -> dict[str, Any]:
@@ -139,9 +194,10 @@ class Kube:
         cond = {"type": ctype, "status": status, "reason": reason, "message": message,
                 "lastTransitionTime": fmt_time(now).split(".")[0] + "Z",
                 "lastHeartbeatTime": fmt_time(now).split(".")[0] + "Z"}
-        self.core.patch_node_status(name, {"status": {"conditions": [cond]}},
-                                    _content_type="application/strategic-merge-patch+json",
-                                    _preload_content=False, _request_timeout=self.timeout)
+        with api_call():
+            self.core.patch_node_status(name, {"status": {"conditions": [cond]}},
+                                        _content_type="application/strategic-merge-patch+json",
+                                        _preload_content=False, _request_timeout=self.timeout)
 
     # --- events ----------------------------------------------------------------------------
     def event(self, node: str, reason: str, message: str, now: datetime, warning: bool = False,
@@ -293,58 +349,3 @@ class EventOutbox:
                 if done and not self._items:
                     self._flusher = None
                     return
-
-
-def state_body(state: NodeState) -> dict[str, Any]:
-    return {"metadata": {"annotations": {STATE_ANNOTATION: state.to_json()}}}
-
-
-def cordon_body(node: dict[str, Any], state: NodeState) -> dict[str, Any]:
-    """Our NoSchedule taint, unschedulable (when the state says we set it), and the state, in one patch."""
-    spec = node.get("spec") or {}
-    taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
-    taints.append({"key": TAINT_KEY, "value": "true", "effect": TAINT_EFFECT})
-    body: dict[str, Any] = {**state_body(state), "spec": {"taints": taints}}
-    if state.cordoned:
-        body["spec"]["unschedulable"] = True
-    return body
-
-
-def uncordon_body(node: dict[str, Any], before: NodeState, after: NodeState, now: datetime) -> dict[str, Any]:
-    """Undo only what we did: our taint, and unschedulable only if we set it; keep a summary."""
-    spec = node.get("spec") or {}
-    taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
-    summary = {"episode": before.episode, "ended": fmt_time(now), "rung": before.rung,
-               "rung_status": before.rung_status,
-               "alerts": sorted({a.name for a in before.alerts.values() if a.name})}
-    body: dict[str, Any] = {
-        "metadata": {"annotations": {STATE_ANNOTATION: after.to_json(),
-                                     LAST_EPISODE_ANNOTATION: json.dumps(summary, sort_keys=True)}},
-        "spec": {"taints": taints or None}}
-    if before.cordoned:
-        body["spec"]["unschedulable"] = None
-    return body
-
-
-def claim_do_not_disrupt(node: dict[str, Any], before: NodeState, after: NodeState) -> NodeState:
-    """`after`, owning karpenter.sh/do-not-disrupt only if gpuhealth is the one to set it: when the annotation
-    is already on the Node as the plan starts wanting it (a person's, another tool's), it is theirs: left in
-    place, never removed, and the state does not claim it."""
-    if after.do_not_disrupt and not before.do_not_disrupt:
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        if DO_NOT_DISRUPT_ANNOTATION in annotations:
-            return replace(after, do_not_disrupt=False)
-    return after
-
-
-def with_do_not_disrupt(body: dict[str, Any], before: NodeState, after: NodeState) -> tuple[dict[str, Any], str]:
-    """The Node patch with karpenter.sh/do-not-disrupt set (gpuhealth takes it: drain starts) or removed
-    (gpuhealth gives it up: return to service, replace, the episode closed), in the same write as the state;
-    and a note for the audit ("" when nothing changes)."""
-    if after.do_not_disrupt == before.do_not_disrupt:
-        return body, ""
-    value, note = ("true", f"set {DO_NOT_DISRUPT_ANNOTATION}") if after.do_not_disrupt else \
-        (None, f"removed {DO_NOT_DISRUPT_ANNOTATION} (set by gpuhealth)")
-    meta = body.get("metadata") or {}
-    annotations = {**(meta.get("annotations") or {}), DO_NOT_DISRUPT_ANNOTATION: value}
-    return {**body, "metadata": {**meta, "annotations": annotations}}, note

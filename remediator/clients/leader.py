@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -58,6 +58,8 @@ def _lease(body: dict[str, Any]) -> client.V1Lease:
 
 
 class LeaderElector:
+    takes_part = True  # a dry run's Spectator takes none
+
     def __init__(self, coordination: client.CoordinationV1Api, namespace: str, name: str, identity: str,
                  duration: timedelta, clock: Callable[[], datetime], timeout: float = 10.0) -> None:
         self.api, self.namespace, self.name, self.identity = coordination, namespace, name, identity
@@ -165,3 +167,42 @@ class LeaderElector:
                 self.name, self.namespace, _lease(body), _preload_content=False,
                 _request_timeout=self.timeout)).data)
             self._observed = (str(self.lease["metadata"].get("resourceVersion")), self.clock())
+
+
+class Elector(Protocol):
+    """What the loop asks of the Lease: a LeaderElector, or a dry run's Spectator."""
+
+    renew_deadline: timedelta
+    takes_part: bool
+
+    def try_acquire(self) -> bool: ...
+    def is_leader(self) -> bool: ...
+    def renew_loop(self, stop: threading.Event) -> None: ...
+    def breaker_trips(self) -> dict[str, str]: ...
+    def save_breaker_trips(self, trips: dict[str, str]) -> None: ...
+
+
+class Spectator:
+    """A dry run's place in the election: it takes no part (no Lease written, never counted as leader in the
+    metrics), acts as if it led (it decides every pass), and reads the breaker state off the Lease."""
+
+    takes_part = False
+
+    def __init__(self, elector: LeaderElector) -> None:
+        self.elector = elector
+        self.renew_deadline = elector.renew_deadline
+
+    def try_acquire(self) -> bool:
+        return True
+
+    def is_leader(self) -> bool:
+        return True
+
+    def renew_loop(self, stop: threading.Event) -> None:
+        return None
+
+    def breaker_trips(self) -> dict[str, str]:
+        return breaker_trips_of(self.elector.peek())
+
+    def save_breaker_trips(self, trips: dict[str, str]) -> None:
+        return None

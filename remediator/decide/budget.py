@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from remediator.decide.nodestate import DISRUPTIVE, fmt_time, parse_time
+from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.decide.views import NodeView
+from remediator.decide.vocabulary import DISRUPTIVE
 from remediator.policy import Policy
 
 

@@ -1,51 +1,105 @@
-"""The reasons of the Events the remediator writes on Nodes, in one place, and what a pass observed about a rung.
+"""The reasons of the Events the remediator writes, as one StrEnum, and what a pass observed about a rung.
 
 An action that starts writes its action's reason (Cordoned, Draining, GPUReset, Reboot, Replace,
 ReturnedToService) and `<reason>Failed` when it fails; a rung's outcome is a Note (GPUResetSucceeded,
-RebootSucceeded, <Rung>TimedOut, ...). A Note carries what the Event and the metrics need as fields, so no
-caller has to read them back out of the reason's text. The workload classifier reads the reasons of past
-Events back into rungs with `rung_of_reason`.
+RebootSucceeded, <Rung>TimedOut, ...). A Note carries its rung and severity as fields, so no caller reads them
+back out of the reason's text. The workload classifier reads the reasons of past Events (strings from the API)
+back into rungs with `rung_of_reason`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-# The rung's name in its outcome reasons (GPUResetSucceeded, DrainTimedOut, ...)
-RUNG_REASON = {"drain": "Drain", "reset_gpu": "GPUReset", "reboot": "Reboot", "replace": "Replace"}
-# The Event an action writes when it starts
-ACTION_REASON = {"cordon": "Cordoned", "drain": "Draining", "reset_gpu": "GPUReset", "reboot": "Reboot",
-                 "replace": "Replace", "uncordon": "ReturnedToService"}
+from remediator.decide.vocabulary import Action, Rung, Severity
 
 
-def action_reason(action: str) -> str:
-    return ACTION_REASON.get(action, action.title())
+class EventReason(StrEnum):
+    # an action starts (ACTION_REASON) or fails (ACTION_FAILED_REASON)
+    CORDONED = "Cordoned"
+    DRAINING = "Draining"
+    GPU_RESET = "GPUReset"
+    REBOOT = "Reboot"
+    REPLACE = "Replace"
+    RETURNED_TO_SERVICE = "ReturnedToService"
+    CORDONED_FAILED = "CordonedFailed"
+    DRAINING_FAILED = "DrainingFailed"
+    GPU_RESET_FAILED = "GPUResetFailed"  # also the reset Job's outcome
+    REBOOT_FAILED = "RebootFailed"
+    REPLACE_FAILED = "ReplaceFailed"
+    RETURNED_TO_SERVICE_FAILED = "ReturnedToServiceFailed"
+    # a rung's outcome (Notes)
+    DRAIN_FINISHED = "DrainFinished"
+    GPU_RESET_SUCCEEDED = "GPUResetSucceeded"
+    GPU_RESET_SKIPPED = "GPUResetSkipped"
+    REBOOT_SUCCEEDED = "RebootSucceeded"
+    DRAIN_TIMED_OUT = "DrainTimedOut"
+    GPU_RESET_TIMED_OUT = "GPUResetTimedOut"
+    REBOOT_TIMED_OUT = "RebootTimedOut"
+    REPLACE_TIMED_OUT = "ReplaceTimedOut"
+    EPISODE_QUIET = "EpisodeQuiet"
+    # the fleet and people
+    CIRCUIT_BREAKER_OPEN = "CircuitBreakerOpen"
+    HOLD_SET = "HoldSet"
+    HOLD_RELEASED = "HoldReleased"
+    # workloads (remediator/workloads/)
+    WORKLOAD_FAILURE_CLASSIFIED = "WorkloadFailureClassified"
+    RESTART_LOOP = "RestartLoop"
+    RESTART_LOOP_SUSPENDED = "RestartLoopSuspended"
 
 
-def action_failed_reason(action: str) -> str:
-    return f"{action_reason(action)}Failed"
+ACTION_REASON: dict[Action, EventReason] = {
+    Action.CORDON: EventReason.CORDONED, Action.DRAIN: EventReason.DRAINING, Action.RESET_GPU: EventReason.GPU_RESET,
+    Action.REBOOT: EventReason.REBOOT, Action.REPLACE: EventReason.REPLACE,
+    Action.UNCORDON: EventReason.RETURNED_TO_SERVICE}
+ACTION_FAILED_REASON: dict[Action, EventReason] = {action: EventReason(f"{reason}Failed")
+                                                   for action, reason in ACTION_REASON.items()}
+TIMED_OUT_REASON: dict[Rung, EventReason] = {
+    Rung.DRAIN: EventReason.DRAIN_TIMED_OUT, Rung.RESET_GPU: EventReason.GPU_RESET_TIMED_OUT,
+    Rung.REBOOT: EventReason.REBOOT_TIMED_OUT, Rung.REPLACE: EventReason.REPLACE_TIMED_OUT}
+# The rung each reason of ours is about (the workload classifier's evidence); Cordoned and the rest: none.
+RUNG_OF_REASON: dict[EventReason, Rung] = {
+    **{ACTION_REASON[Action(r)]: r for r in TIMED_OUT_REASON},
+    **{ACTION_FAILED_REASON[Action(r)]: r for r in TIMED_OUT_REASON},
+    **{reason: rung for rung, reason in TIMED_OUT_REASON.items()},
+    EventReason.DRAIN_FINISHED: Rung.DRAIN, EventReason.GPU_RESET_SUCCEEDED: Rung.RESET_GPU,
+    EventReason.GPU_RESET_SKIPPED: Rung.RESET_GPU, EventReason.REBOOT_SUCCEEDED: Rung.REBOOT}
+
+
+def action_reason(action: Action) -> EventReason:
+    return ACTION_REASON[action]
+
+
+def action_failed_reason(action: Action) -> EventReason:
+    return ACTION_FAILED_REASON[action]
 
 
 @dataclass(frozen=True)
 class Note:
     """What a pass observed about a node (a rung finished, failed or timed out; an episode went quiet): an
-    Event and an audit line. `timed_out`: the rung whose timeout passed (counted in rung_timeouts)."""
+    Event and an audit line. `rung`: the rung it is about; `timed_out`: that rung passed its timeout (counted
+    in rung_timeouts)."""
 
-    reason: str
+    reason: EventReason
     message: str
-    warning: bool = False
-    timed_out: str | None = None
+    severity: Severity = Severity.NORMAL
+    rung: Rung | None = None
+    timed_out: bool = False
+
+    @property
+    def warning(self) -> bool:
+        return self.severity is Severity.WARNING
 
     @classmethod
-    def timeout(cls, rung: str, message: str) -> Note:
-        return cls(f"{RUNG_REASON.get(rung, rung)}TimedOut", message, warning=True, timed_out=rung)
+    def timeout(cls, rung: Rung, message: str) -> Note:
+        return cls(TIMED_OUT_REASON[rung], message, Severity.WARNING, rung, timed_out=True)
 
 
-# Longest first: "Draining" (drain started) before "Drain" (DrainFinished, DrainTimedOut).
-_PREFIXES = sorted({**{r: a for a, r in ACTION_REASON.items() if a in RUNG_REASON},
-                    **{r: a for a, r in RUNG_REASON.items()}}.items(), key=lambda kv: -len(kv[0]))
-
-
-def rung_of_reason(reason: str) -> str | None:
-    """The rung an Event of ours is about, from its reason (None: not a rung's, e.g. Cordoned)."""
-    return next((rung for prefix, rung in _PREFIXES if reason.startswith(prefix)), None)
+def rung_of_reason(reason: str) -> Rung | None:
+    """The rung an Event of ours is about, from its reason as the API returns it (None: not a rung's, e.g.
+    Cordoned, or not ours)."""
+    try:
+        return RUNG_OF_REASON.get(EventReason(reason))
+    except ValueError:
+        return None

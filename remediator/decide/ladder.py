@@ -16,10 +16,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from remediator.decide.budget import Ledger
-from remediator.decide.event_reasons import Note
+from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import (
     ALL_GPUS,
-    DISRUPTIVE,
     RUNGS,
     AlertRecord,
     NodeState,
@@ -28,10 +27,8 @@ from remediator.decide.nodestate import (
     rung_index,
 )
 from remediator.decide.views import NodeView
+from remediator.decide.vocabulary import DISRUPTIVE, JOB_RUNGS, NEEDS_DRAINED, Action, Rung, Severity, Verdict
 from remediator.policy import Policy
-
-JOB_RUNGS = ("reset_gpu", "reboot")
-NEEDS_DRAINED = ("reset_gpu", "reboot", "replace")
 
 
 @dataclass(frozen=True)
@@ -46,8 +43,8 @@ SilenceCheck = Callable[[str, list[str]], SilenceAnswer]
 @dataclass(frozen=True)
 class Decision:
     node: str
-    action: str  # cordon | drain | reset_gpu | reboot | replace | uncordon | none
-    decision: str  # execute | deferred | skipped
+    action: Action
+    decision: Verdict
     reason: str
     pool: str = ""
     new: bool = True  # starts a rung (False: more work on one under way, e.g. drain retries, a Job re-created)
@@ -104,19 +101,22 @@ def _observe(view: NodeView, state: NodeState, now: datetime,
     failed = replace(state, rung_status="failed", rung_done=fmt_time(now))
     rung = state.rung
     if rung == "drain" and view.pods_known and not view.evictable:
-        return done, [Note("DrainFinished", "no evictable pods left on the node")]
+        return done, [Note(EventReason.DRAIN_FINISHED, "no evictable pods left on the node", rung=Rung.DRAIN)]
     if rung == "reset_gpu":
         if view.job_status == "succeeded":
-            return done, [Note("GPUResetSucceeded", f"reset job {state.job} succeeded")]
+            return done, [Note(EventReason.GPU_RESET_SUCCEEDED, f"reset job {state.job} succeeded",
+                                   rung=Rung.RESET_GPU)]
         if view.job_status == "failed":
-            return failed, [Note("GPUResetFailed", f"reset job {state.job} failed", warning=True)]
+            return failed, [Note(EventReason.GPU_RESET_FAILED, f"reset job {state.job} failed", Severity.WARNING,
+                                     Rung.RESET_GPU)]
     # reboot: the Job's result is ignored (a reboot kills its pod); the boot id tells
     if rung == "reboot" and state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
-        return done, [Note("RebootSucceeded", f"node is back with boot id {view.boot_id}")]
+        return done, [Note(EventReason.REBOOT_SUCCEEDED, f"node is back with boot id {view.boot_id}",
+                                   rung=Rung.REBOOT)]
     timeout = policy.rung(rung).timeout
     if rung != "drain" and timeout is not None and _age(now, state.rung_started) >= timeout:
         what = {"replace": "the node was not replaced; it stays out of service for a person"}.get(rung, "failed")
-        return failed, [Note.timeout(rung, f"{rung} passed its {timeout} timeout: {what}")]
+        return failed, [Note.timeout(Rung(rung), f"{rung} passed its {timeout} timeout: {what}")]
     return state, []
 
 
@@ -139,7 +139,7 @@ class _Planner:
         self.plan = NodePlan(node=v.name, base_state=v.state, final_state=v.state,
                              resource_version=v.resource_version)
 
-    def out(self, action: str, decision: str, reason: str, **kw: object) -> None:
+    def out(self, action: Action, decision: Verdict, reason: str, **kw: object) -> None:
         self.plan.decisions.append(Decision(self.v.name, action, decision, reason, self.v.pool,
                                             **kw))  # type: ignore[arg-type]
 
@@ -155,28 +155,31 @@ class _Planner:
     def _decide(self) -> None:
         v, policy, now = self.v, self.policy, self.now
         if v.damaged:
-            return self.out("none", "skipped", f"state annotation unreadable ({v.damaged}): counted as disrupted "
+            return self.out(Action.NONE, Verdict.SKIPPED,
+                            f"state annotation unreadable ({v.damaged}): counted as disrupted "
                             "and left alone; fix or remove the gpuhealth.io/state annotation")
         st = v.state
         firing = st.firing(now, policy.quiet_timeout)
         actionable = {fp: a for fp, a in firing.items() if a.remediation != "none"}
         if not st.active and not v.our_taint:
             if firing and not actionable:
-                return self.out("none", "skipped", "firing alerts ask for no action (remediation=none)")
+                return self.out(Action.NONE, Verdict.SKIPPED, "firing alerts ask for no action (remediation=none)")
             return None
         if v.excluded:
-            return self.out("none", "skipped", "node excluded by the policy's exclude selectors")
+            return self.out(Action.NONE, Verdict.SKIPPED, "node excluded by the policy's exclude selectors")
         if v.hold:
             who = f" by {v.hold['by']}" if v.hold.get("by") else ""
-            return self.out("none", "skipped", f"held{who}: {v.hold.get('reason', '')}".rstrip(": "))
+            return self.out(Action.NONE, Verdict.SKIPPED, f"held{who}: {v.hold.get('reason', '')}".rstrip(": "))
         if v.human_cordoned:
-            return self.out("none", "skipped", "cordoned by a person, not by gpuhealth: left alone")
+            return self.out(Action.NONE, Verdict.SKIPPED, "cordoned by a person, not by gpuhealth: left alone")
         if v.taken_over:
             if actionable:
-                return self.out("none", "skipped", "gpuhealth's taint was removed from the node: a person took over; "
+                return self.out(Action.NONE, Verdict.SKIPPED,
+                                "gpuhealth's taint was removed from the node: a person took over; "
                                 "nothing is started or undone (hold or release to hand it back)")
             self.state = NodeState(actions=st.actions)
-            return self.out("none", "skipped", "alerts resolved after a person took over (removed gpuhealth's "
+            return self.out(Action.NONE, Verdict.SKIPPED,
+                            "alerts resolved after a person took over (removed gpuhealth's "
                             "taint): episode closed, node left as the person set it")
 
         self.state, notes = _observe(v, st, now, policy)
@@ -193,27 +196,30 @@ class _Planner:
         if stale:
             if not st.quiet:
                 self.state = replace(st, quiet=True)
-                self.note(Note("EpisodeQuiet", f"no word on {len(stale)} firing alert(s) for {policy.quiet_timeout}; "
-                               "escalation stopped, node left as is"))
-            return self.out("none", "skipped", "episode went quiet (alerts neither repeated nor resolved, e.g. "
+                self.note(Note(EventReason.EPISODE_QUIET, f"no word on {len(stale)} firing alert(s) for "
+                               f"{policy.quiet_timeout}; escalation stopped, node left as is"))
+            return self.out(Action.NONE, Verdict.SKIPPED,
+                            "episode went quiet (alerts neither repeated nor resolved, e.g. "
                             "silenced): escalation stopped; `gpuhealth-remediator release` returns the node")
         if st.rung == "replace":
-            return self.out("none", "skipped", "replacement under way: not returned to service")
+            return self.out(Action.NONE, Verdict.SKIPPED, "replacement under way: not returned to service")
         if st.rung is None and not v.our_taint:  # resolved before anything was done: close the episode
             self.state = NodeState(actions=st.actions)
-            return self.out("none", "skipped", "alerts resolved before any action")
+            return self.out(Action.NONE, Verdict.SKIPPED, "alerts resolved before any action")
         if st.healthy_since is None:
             self.state = st = replace(st, healthy_since=fmt_time(now))
         if st.rung_status == "running" and st.rung in JOB_RUNGS:
-            return self.out("uncordon", "deferred", f"{st.rung} still under way (job {st.job}): the node returns "
+            return self.out(Action.UNCORDON, Verdict.DEFERRED,
+                            f"{st.rung} still under way (job {st.job}): the node returns "
                             "once it is done or has failed")
         healthy_for = _age(now, st.healthy_since)
         if healthy_for < policy.healthy_delay:
-            return self.out("uncordon", "deferred", f"healthy for {int(healthy_for.total_seconds())}s of "
+            return self.out(Action.UNCORDON, Verdict.DEFERRED, f"healthy for {int(healthy_for.total_seconds())}s of "
                             f"{int(policy.healthy_delay.total_seconds())}s")
         self.ledger.release(v)
         self.state = NodeState(actions=st.actions)
-        return self.out("uncordon", "execute", f"all alerts resolved for {int(healthy_for.total_seconds())}s: "
+        return self.out(Action.UNCORDON, Verdict.EXECUTE,
+                        f"all alerts resolved for {int(healthy_for.total_seconds())}s: "
                         "undoing what gpuhealth did")
 
     # --- climbing ---------------------------------------------------------------------------
@@ -223,15 +229,16 @@ class _Planner:
             return False
         answer = self.silences(self.v.name, fingerprints)
         if answer.error and self.policy.silence_on_error == "defer":
-            self.out(action, "deferred", f"cannot check Alertmanager silences: {answer.error}")
+            self.out(Action(action), Verdict.DEFERRED, f"cannot check Alertmanager silences: {answer.error}")
             return True
         if answer.silenced_by:
-            self.out(action, "skipped", f"silenced or inhibited in Alertmanager ({', '.join(answer.silenced_by)}): "
+            self.out(Action(action), Verdict.SKIPPED,
+                     f"silenced or inhibited in Alertmanager ({', '.join(answer.silenced_by)}): "
                      "a person took over")
             return True
         return False
 
-    def _stop(self, action: str, decision: str, reason: str) -> None:
+    def _stop(self, action: Action, decision: Verdict, reason: str) -> None:
         """The end of the climb for this pass: a decision only if nothing else was decided."""
         if not self.plan.decisions:
             self.out(action, decision, reason)
@@ -241,11 +248,13 @@ class _Planner:
         v = self.v
         pending = v.pending_pods
         if not pending:
-            return self.out("drain", "deferred", f"waiting for {len(v.evictable)} pod(s) to terminate{before}")
+            return self.out(Action.DRAIN, Verdict.DEFERRED,
+                            f"waiting for {len(v.evictable)} pod(s) to terminate{before}")
         if self._silenced("drain", fps):
             return None
         verb = "deleting" if force else "evicting"
-        return self.out("drain", "execute", f"{why}{verb} {len(pending)} pod(s){before}", new=False, force=force)
+        return self.out(Action.DRAIN, Verdict.EXECUTE,
+                        f"{why}{verb} {len(pending)} pod(s){before}", new=False, force=force)
 
     def _climb(self, target: int, gpu: str | None, fps: list[str]) -> None:
         v, policy, now = self.v, self.policy, self.now
@@ -263,17 +272,18 @@ class _Planner:
                         continue
                     return None
                 if rung == "replace":
-                    return self.out("replace", "skipped", "replacement under way")
+                    return self.out(Action.REPLACE, Verdict.SKIPPED, "replacement under way")
                 if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
                     nxt, why, resume = rung, f"{rung} recorded but its job {st.job} is missing: creating it", True
                 else:
-                    return self.out(rung, "deferred", f"{rung} under way since {st.rung_started}")
+                    return self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {st.rung_started}")
             elif status == "failed":
                 if rung == "drain" and target <= idx:
-                    return self._stop("none", "skipped", "drain failed (timed out) and the alerts ask for no more "
+                    return self._stop(Action.NONE, Verdict.SKIPPED,
+                                      "drain failed (timed out) and the alerts ask for no more "
                                       "than drain: needs a person")
                 if idx >= ceiling:
-                    return self._stop("none", "skipped", f"{rung} failed and the ladder stops at "
+                    return self._stop(Action.NONE, Verdict.SKIPPED, f"{rung} failed and the ladder stops at "
                                       f"{RUNGS[ceiling]}: needs a person")
                 nxt = RUNGS[target] if rung == "drain" else RUNGS[idx + 1]
                 why = f"{rung} failed"
@@ -284,11 +294,11 @@ class _Planner:
                 else:
                     esc = policy.rung(rung).escalate_after
                     if esc is None or idx >= ceiling:
-                        return self._stop("none", "skipped", f"at {rung}, as far as the alerts ask; fault "
+                        return self._stop(Action.NONE, Verdict.SKIPPED, f"at {rung}, as far as the alerts ask; fault "
                                           "persisting does not climb from here")
                     persisted = _age(now, st.rung_done)
                     if persisted < esc:
-                        return self._stop(RUNGS[idx + 1], "deferred", f"fault persists "
+                        return self._stop(Action(RUNGS[idx + 1]), Verdict.DEFERRED, f"fault persists "
                                           f"{int(persisted.total_seconds())}s after {rung}; climbs after "
                                           f"{int(esc.total_seconds())}s")
                     nxt, why = RUNGS[idx + 1], f"fault persisted {int(persisted.total_seconds())}s after {rung}"
@@ -296,26 +306,27 @@ class _Planner:
             if nxt == "reset_gpu" and gpu is None:
                 self.state = replace(st, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(now),
                                      rung_done=fmt_time(now), timed_out=False)
-                self.note(Note("GPUResetSkipped",
-                               "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset"))
+                self.note(Note(EventReason.GPU_RESET_SKIPPED,
+                               "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset",
+                               rung=Rung.RESET_GPU))
                 continue
             if rung_index(nxt) > max_idx:
-                return self.out("none", "skipped", f"ladder stops at {policy.max_rung}")
+                return self.out(Action.NONE, Verdict.SKIPPED, f"ladder stops at {policy.max_rung}")
             if nxt in NEEDS_DRAINED:
                 if not v.pods_known:
-                    return self.out(nxt, "deferred", "pods unknown — pass --pods")
+                    return self.out(Action(nxt), Verdict.DEFERRED, "pods unknown — pass --pods")
                 if v.evictable:  # pods came back after the drain (or never left): drain first
                     return self._drain_more(f" before {nxt}", fps, why="node not drained: ")
             if nxt == "drain" and not v.pods_known:
-                return self.out("drain", "deferred", "pods unknown — pass --pods")
+                return self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
             if not resume:
                 blocked = self.ledger.gate(v, nxt)
                 if blocked:
-                    return self.out(nxt, "deferred", blocked)
+                    return self.out(Action(nxt), Verdict.DEFERRED, blocked)
             if nxt in DISRUPTIVE and self._silenced(nxt, fps):
                 return None
             if resume:
-                self.out(nxt, "execute", why, new=False, gpu=st.gpu, job=st.job)
+                self.out(Action(nxt), Verdict.EXECUTE, why, new=False, gpu=st.gpu, job=st.job)
                 return None
             self.ledger.take(v, nxt)
             started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
@@ -339,7 +350,7 @@ class _Planner:
                                   boot_id=v.boot_id if nxt == "reboot" else st.boot_id)
                 if nxt == "reset_gpu":
                     why += f"; GPU {gpu}" if gpu != ALL_GPUS else "; all GPUs of the node"
-            self.out(nxt, "execute", why, gpu=started.gpu if nxt == "reset_gpu" else None, job=started.job
+            self.out(Action(nxt), Verdict.EXECUTE, why, gpu=started.gpu if nxt == "reset_gpu" else None, job=started.job
                      if nxt in JOB_RUNGS else None)
             self.state = started
             if started.rung_status != "done":
@@ -351,13 +362,13 @@ class _Planner:
         True when the drain failed (on_timeout=escalate) and the climb goes on."""
         policy, st, v = self.policy, self.state, self.v
         if not v.pods_known:
-            self.out("drain", "deferred", "pods unknown — pass --pods")
+            self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
             return False
         timeout = policy.rung("drain").timeout
         timed_out = timeout is not None and _age(self.now, st.rung_started) >= timeout
         if timed_out and not st.timed_out:
             self.state = st = replace(st, timed_out=True)
-            self.note(Note.timeout("drain", f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
+            self.note(Note.timeout(Rung.DRAIN, f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
                                    f"left; policy drain.on_timeout={policy.drain_on_timeout}"))
         if timed_out and policy.drain_on_timeout == "escalate":
             self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now), drain_failed=True)

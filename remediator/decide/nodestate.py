@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from remediator.decide.vocabulary import RUNG_ORDER
+
 PREFIX = "gpuhealth.io"
 ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
 STATE_ANNOTATION = f"{PREFIX}/state"
@@ -26,9 +28,8 @@ DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 TAINT_EFFECT = "NoSchedule"
 STATE_VERSION = 1
 
-RUNGS: tuple[str, ...] = ("cordon", "drain", "reset_gpu", "reboot", "replace")
+RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
-DISRUPTIVE: frozenset[str] = frozenset(RUNGS[1:])
 
 _FRACTION = re.compile(r"\.(\d+)")
 ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)

@@ -21,12 +21,21 @@ _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 class WebhookError(ValueError):
-    """The body is not a valid Alertmanager v4 webhook; the message says why. `status`: the answer, 400 for
-    a body that is not JSON (or nested past what the parser takes), 422 for JSON of the wrong shape."""
+    """The body is not a valid Alertmanager v4 webhook; the message says why, `status` is the answer."""
 
-    def __init__(self, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.status = status
+    status = 422
+
+
+class NotJSON(WebhookError):
+    """Not JSON, or nested past what the parser takes: 400 Bad Request."""
+
+    status = 400
+
+
+class WrongShape(WebhookError):
+    """JSON, but not an Alertmanager v4 body (a field missing or of the wrong type): 422 Unprocessable."""
+
+    status = 422
 
 
 @dataclass(frozen=True)
@@ -64,18 +73,18 @@ def valid_gpu(value: str | None) -> str | None:
 
 def _require(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in obj:
-        raise WebhookError(f"{where}: missing {key!r}")
+        raise WrongShape(f"{where}: missing {key!r}")
     value = obj[key]
     if not isinstance(value, kind):
         name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise WebhookError(f"{where}.{key}: expected {name}")
+        raise WrongShape(f"{where}.{key}: expected {name}")
     return value
 
 
 def _string_map(obj: dict[str, Any], key: str, where: str) -> dict[str, str]:
     value = _require(obj, key, dict, where)
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise WebhookError(f"{where}.{key}: expected a mapping of strings")
+        raise WrongShape(f"{where}.{key}: expected a mapping of strings")
     return dict(value)
 
 
@@ -83,29 +92,29 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise WebhookError(f"body is not JSON: {exc}", 400) from exc
+        raise NotJSON(f"body is not JSON: {exc}") from exc
     except RecursionError:  # "[" * 100000: the C parser stops at the interpreter's depth limit (~1,000 levels)
-        raise WebhookError("body is nested too deeply: more levels than the JSON parser allows (an "
-                           "Alertmanager v4 body has 4)", 400) from None
+        raise NotJSON("body is nested too deeply: more levels than the JSON parser allows (an "
+                      "Alertmanager v4 body has 4)") from None
     if not isinstance(body, dict):
-        raise WebhookError("body: expected a JSON object")
+        raise WrongShape("body: expected a JSON object")
     version = _require(body, "version", str, "body")
     if version != "4":
-        raise WebhookError(f"body.version: expected \"4\", got {version!r}")
+        raise WrongShape(f"body.version: expected \"4\", got {version!r}")
     _require(body, "status", str, "body")
     alerts = _require(body, "alerts", list, "body")
     batch = Batch()
     for i, alert in enumerate(alerts):
         where = f"alerts[{i}]"
         if not isinstance(alert, dict):
-            raise WebhookError(f"{where}: expected an object")
+            raise WrongShape(f"{where}: expected an object")
         status = _require(alert, "status", str, where)
         if status not in ("firing", "resolved"):
-            raise WebhookError(f"{where}.status: expected firing or resolved, got {status!r}")
+            raise WrongShape(f"{where}.status: expected firing or resolved, got {status!r}")
         labels = _string_map(alert, "labels", where)
         fingerprint = _require(alert, "fingerprint", str, where)
         if not fingerprint:
-            raise WebhookError(f"{where}.fingerprint: empty")
+            raise WrongShape(f"{where}.fingerprint: empty")
         starts = _require(alert, "startsAt", str, where)
         ends = alert.get("endsAt")
         try:
@@ -113,7 +122,7 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
             if isinstance(ends, str):
                 parse_time(ends)
         except ValueError as exc:
-            raise WebhookError(f"{where}: bad timestamp: {exc}") from exc
+            raise WrongShape(f"{where}: bad timestamp: {exc}") from exc
         node = labels.get(policy.label_node)
         if not node:
             batch.ignored.append((fingerprint, f"no {policy.label_node!r} label"))

@@ -14,13 +14,13 @@ from typing import Any
 from remediator.clients.kube import COMPONENT
 from remediator.decide.event_reasons import rung_of_reason
 from remediator.decide.nodestate import (
-    DISRUPTIVE,
     LAST_EPISODE_ANNOTATION,
     STATE_ANNOTATION,
     AlertRecord,
     NodeState,
     parse_time,
 )
+from remediator.decide.vocabulary import DISRUPTIVE
 from remediator.intake.webhook import parse_webhook
 from remediator.policy import Policy
 from remediator.workloads.classify import NodeSignal

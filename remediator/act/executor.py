@@ -1,0 +1,164 @@
+"""Executing one node's plan: re-check, write the final state once, then the side effects, then report.
+
+Before a disruptive step the Node is read again and the plan dropped if it changed since the pass read it
+(the next pass decides again); the plan's final state is written once, with the resourceVersion it was
+computed from, and only then are the side effects performed (evictions, Jobs, replacement), each followed by
+an Event, an audit line and a metric. A dry run reports its decisions and stops there: it never takes the
+next step, so each pass shows what a live replica would do now.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from remediator.act.drain import drain_pass
+from remediator.act.node_jobs import render_job
+from remediator.act.pass_guard import PassAborted, PassGuard
+from remediator.act.replace import replace_node
+from remediator.audit import audit
+from remediator.clients.errors import Conflict
+from remediator.clients.kube import Kube
+from remediator.decide.event_reasons import action_failed_reason, action_reason
+from remediator.decide.ladder import Decision, NodePlan
+from remediator.decide.node_patches import (
+    claim_do_not_disrupt,
+    cordon_body,
+    state_body,
+    uncordon_body,
+    with_do_not_disrupt,
+)
+from remediator.decide.nodestate import TAINT_KEY, fmt_time
+from remediator.decide.views import NodeView, evictable_pods
+from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, Verdict
+from remediator.metrics import ActionResult, Metrics
+from remediator.policy import Policy
+
+log = logging.getLogger("gpuhealth.remediator")
+
+KARPENTER_NOTE_ACTIONS = (Action.DRAIN, Action.UNCORDON, Action.REPLACE)  # their Event says what we did to it
+
+
+class Executor:
+    def __init__(self, kube: Kube, policy: Policy, metrics: Metrics, guard: PassGuard) -> None:
+        self.kube, self.policy, self.metrics, self.guard = kube, policy, metrics, guard
+
+    def execute(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime) -> None:
+        executes = plan.executes()
+        for d in plan.decisions:
+            if d.decision != Verdict.EXECUTE:
+                self.metrics.action(d.action, d.decision)
+                audit("decision", **self._fields(d))
+        if self.kube.dry_run:
+            for d in executes:
+                self.metrics.action(d.action, ActionResult.DRY_RUN)
+                audit("decision", **self._fields(d, result="dry_run"))
+            for note in plan.notes:
+                audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=True)
+            return
+        if not executes and not plan.changed:
+            return
+
+        # 1. re-check before anything disruptive: the Node as listed, and (for Jobs and replacement)
+        #    nothing left to evict on it
+        if any(d.action in DISRUPTIVE for d in executes):
+            self.guard.check()
+            fresh = self.kube.get_node(plan.node)
+            if fresh["metadata"].get("resourceVersion") != plan.resource_version:
+                return self._drop(plan, "the node changed since this pass read it (a hold, a person, another "
+                                  "replica): re-deciding next pass")
+            if any(d.action in NEEDS_DRAINED for d in executes):
+                left = evictable_pods(self.kube.pods_on(plan.node))
+                if left:
+                    return self._drop(plan, f"{len(left)} evictable pod(s) on the node right before the "
+                                      "disruptive step: draining again next pass")
+
+        # 2. the final state, written once, with the resourceVersion the plan was computed from
+        plan.final_state = claim_do_not_disrupt(node, plan.base_state, plan.final_state)
+        actions = {d.action for d in executes}
+        if Action.CORDON in actions:
+            body = cordon_body(node, plan.final_state)
+        elif Action.UNCORDON in actions:
+            body = uncordon_body(node, plan.base_state, plan.final_state, now)
+        else:
+            body = state_body(plan.final_state) if plan.changed else {}
+        body, karpenter_note = with_do_not_disrupt(body, plan.base_state, plan.final_state)
+        if body:
+            self.guard.check()
+            try:
+                node = self.kube.patch_node(plan.node, body, plan.resource_version)
+            except Conflict:
+                return self._drop(plan, "the node changed since this pass read it (409 Conflict): "
+                                  "re-deciding next pass")
+            if karpenter_note:
+                audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
+        for note in plan.notes:
+            audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=False)
+            if note.timed_out and note.rung is not None:
+                self.metrics.rung_timed_out(note.rung)
+            self._event(plan.node, note.reason, note.message, now, warning=note.warning)
+
+        # 3. the side effects, now that the intent is on the Node
+        for d in executes:
+            fields = self._fields(d)
+            try:
+                self.guard.check()
+                message = self._perform(d, view, node, plan, now)
+            except PassAborted:
+                raise
+            except Exception as exc:  # any failure of the step: counted, audited, an Event; the rung's timeout
+                self.metrics.action(d.action, ActionResult.FAILED)
+                audit("action", **fields, result="failed", error=str(exc))
+                self._event(d.node, action_failed_reason(d.action), f"{d.reason}: {exc}", now, warning=True)
+                return
+            if karpenter_note and d.action in KARPENTER_NOTE_ACTIONS:
+                message, karpenter_note = f"{message}; {karpenter_note}" if message else karpenter_note, ""
+            self.metrics.action(d.action, ActionResult.EXECUTED)
+            audit("action", **fields, result="executed", detail=message)
+            if d.new or message:
+                self._event(d.node, action_reason(d.action), f"{d.reason}{': ' + message if message else ''}", now)
+
+    def _perform(self, d: Decision, view: NodeView, node: dict[str, Any], plan: NodePlan, now: datetime) -> str:
+        kube, policy = self.kube, self.policy
+        if d.action in (Action.CORDON, Action.UNCORDON):
+            return ""  # done by the state write
+        if d.action == Action.DRAIN:
+            pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
+            result = drain_pass(kube, pods, policy.eviction_backoff, self.guard.sleep, d.force, guard=self.guard.check)
+            if result.errors and not result.evicted and not result.blocked:
+                raise RuntimeError(f"drain pass failed: {result.summary()}")
+            return result.summary() if (result.evicted or result.errors or d.new) else ""
+        if not any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or []):
+            raise RuntimeError("gpuhealth's taint is not on the node: a person took over; not starting")
+        if d.action in (Action.RESET_GPU, Action.REBOOT):
+            assert d.job is not None
+            created = kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
+            return f"job {policy.jobs_namespace}/{d.job} {'created' if created else 'already exists'}"
+        if d.action == Action.REPLACE:
+            try:
+                return replace_node(kube, d.node, policy, now, d.reason)
+            except Exception:
+                # our own write's resourceVersion: the Node exactly as this plan left it
+                failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now))
+                self.guard.check()
+                kube.write_state(d.node, failed, node["metadata"].get("resourceVersion"))
+                raise
+        raise ValueError(f"unknown action {d.action}")
+
+    def _drop(self, plan: NodePlan, why: str) -> None:
+        for d in plan.executes():
+            self.metrics.action(d.action, ActionResult.SKIPPED)
+            audit("decision", **self._fields(d, decision="skipped", reason=why))
+
+    def _fields(self, d: Decision, **extra: Any) -> dict[str, Any]:
+        return {"node": d.node, "pool": d.pool, "action": d.action, "decision": d.decision, "reason": d.reason,
+                "dry_run": self.kube.dry_run, **extra}
+
+    def _event(self, node: str, reason: str, message: str, now: datetime, warning: bool = False) -> None:
+        """Events never fail a step: the outbox keeps what the API does not take (clients/kube.py)."""
+        try:
+            self.kube.event(node, reason, message, now, warning=warning)
+        except Exception as exc:
+            log.warning("event %s on %s: %s", reason, node, exc)

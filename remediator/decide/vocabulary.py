@@ -1,0 +1,59 @@
+"""The words a decision is made of: actions, verdicts, rungs, scopes and severities, as StrEnums.
+
+Each member is its own string (`Action.DRAIN == "drain"`), so the state annotation, the audit lines and the
+metric labels read as before; the types keep code from inventing a value that nothing else knows.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Action(StrEnum):
+    """What a decision does to a node."""
+
+    CORDON = "cordon"
+    DRAIN = "drain"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    REPLACE = "replace"
+    UNCORDON = "uncordon"
+    NONE = "none"
+
+
+class Verdict(StrEnum):
+    """Whether a decided action runs this pass."""
+
+    EXECUTE = "execute"
+    DEFERRED = "deferred"  # not now (a budget, a hold-off, pods unknown): decided again next pass
+    SKIPPED = "skipped"  # not at all (held, silenced, nothing to do)
+
+
+class Rung(StrEnum):
+    """The ladder, in order: each rung is more disruptive than the one before."""
+
+    CORDON = "cordon"
+    DRAIN = "drain"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    REPLACE = "replace"
+
+
+class Scope(StrEnum):
+    """What a fault costs: the whole node, or one GPU of it."""
+
+    NODE = "node"
+    GPU = "gpu"
+
+
+class Severity(StrEnum):
+    """A Kubernetes Event's type."""
+
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+RUNG_ORDER: tuple[Rung, ...] = tuple(Rung)
+DISRUPTIVE: frozenset[Action] = frozenset({Action.DRAIN, Action.RESET_GPU, Action.REBOOT, Action.REPLACE})
+NEEDS_DRAINED: frozenset[Action] = frozenset({Action.RESET_GPU, Action.REBOOT, Action.REPLACE})
+JOB_RUNGS: frozenset[Rung] = frozenset({Rung.RESET_GPU, Rung.REBOOT})

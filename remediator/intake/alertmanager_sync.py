@@ -1,0 +1,68 @@
+"""The sync with Alertmanager, run by the leader's loop: read the active alerts, record what webhooks lost and
+resolve what Alertmanager no longer has (the plan is alert_sync.py's, pure), then report it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from remediator.audit import audit
+from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
+from remediator.clock import Clock
+from remediator.intake.alert_sync import SyncPlan, read_alertmanager, recorded_states, sync_batch
+from remediator.intake.recorder import Recorder
+from remediator.metrics import Metrics
+from remediator.policy import Policy
+
+log = logging.getLogger("gpuhealth.remediator")
+
+
+class AlertmanagerSync:
+    def __init__(self, client: AlertmanagerClient | None, policy: Policy, recorder: Recorder, metrics: Metrics,
+                 clock: Clock) -> None:
+        self.client, self.policy, self.recorder, self.metrics, self.clock = client, policy, recorder, metrics, clock
+        self._synced: datetime | None = None  # when the last sync was tried (None: due now)
+
+    def due(self, now: datetime) -> bool:
+        interval = self.policy.alertmanager_sync_interval
+        if self.client is None or interval is None:
+            return False
+        return self._synced is None or now - self._synced >= interval
+
+    def due_now(self) -> None:
+        """A new leader agrees with Alertmanager before its first action."""
+        self._synced = None
+
+    def sync(self, nodes: list[dict[str, Any]]) -> SyncPlan | None:
+        """None when Alertmanager could not be read: then nothing is resolved (missing data is never a
+        resolution) and the webhooks and episode.quiet_timeout carry on alone."""
+        assert self.client is not None
+        asked_at = self._synced = self.clock()
+        try:
+            reading = read_alertmanager(self.client, self.policy)
+        except AlertmanagerUnavailable as exc:
+            self.metrics.am_syncs.labels("error").inc()
+            self.metrics.am_up.set(0)
+            log.warning("Alertmanager sync: %s: nothing is resolved until it answers (webhooks and "
+                        "episode.quiet_timeout only)", exc)
+            audit("alertmanager_sync", result="error", error=str(exc))
+            return None
+        kube = self.recorder.kube
+        states = recorded_states(nodes, kube.recorded_overlay())
+        plan = sync_batch(states, reading.active, asked_at, self.clock(), self.policy,
+                          resolve=reading.untrusted is None)
+        failed: list[tuple[str, str]] = []
+        if plan.batch.alerts:
+            failed = self.recorder.record(plan.batch, self.clock()).failed
+        self.metrics.am_syncs.labels("ok").inc()
+        self.metrics.am_up.set(1)
+        for change, count in plan.changes().items():
+            self.metrics.am_sync_changes.labels(change).inc(count)
+        if not failed:
+            self.metrics.am_last_sync.set(asked_at.timestamp())
+        if plan.recorded or plan.resolved or failed or reading.untrusted:
+            audit("alertmanager_sync", result="ok", members=reading.members, active=len(reading.active),
+                  ignored=len(reading.ignored), unknown_nodes=plan.unknown_nodes, not_resolving=reading.untrusted,
+                  failed=[n for n, _ in failed], dry_run=kube.dry_run, **plan.changes())
+        return plan

@@ -1,0 +1,127 @@
+"""Recording alerts on the Nodes: each node's alerts merged into its state annotation, one PATCH per node,
+guarded by the resourceVersion it was computed from and retried on a conflict. Failures are returned (the
+intake retries them, or the receiver answers 5xx so that Alertmanager does); nothing is dropped silently.
+
+A dry run records through a DryRunKube: the states are kept in its overlay, and read back from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from remediator.audit import audit
+from remediator.clients.errors import Conflict, KubeError, NotFound
+from remediator.clients.kube import Kube
+from remediator.clock import Clock
+from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, parse_time, record_alerts
+from remediator.intake.webhook import Batch
+from remediator.metrics import AlertIgnoredReason, ApiOperation, Metrics
+
+log = logging.getLogger("gpuhealth.remediator")
+
+SEEN_AGAIN_WRITE_EVERY = timedelta(minutes=1)
+ATTEMPTS = 3  # a 409 (the Node changed since it was read) is tried again with a fresh read, this many times
+
+
+@dataclass
+class RecordResult:
+    recorded: list[str] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (node, reason): unknown node, unreadable state
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (node, error): answer 5xx, Alertmanager retries
+    api_failing: bool = False  # a failure was the API's (5xx, no answer), not one node's rejection (4xx)
+    rejected: list[str] = field(default_factory=list)  # failed nodes whose own 4xx it was: retrying cannot help
+
+
+class Recorder:
+    """`record(batch)`; each write's outcome is told to kube.health (for /readyz)."""
+
+    def __init__(self, kube: Kube, metrics: Metrics, clock: Clock, on_write: Callable[[], None]) -> None:
+        self.kube, self.metrics, self.clock, self.on_write = kube, metrics, clock, on_write
+        # A dry run has no resourceVersion on the cluster to guard its read-modify-write of the overlay with
+        # against the loop's sync: one at a time (a live replica's writes are guarded by the API server).
+        self._lock = threading.Lock() if kube.dry_run else None
+
+    def record(self, batch: Batch, now: datetime | None = None) -> RecordResult:
+        now = now or self.clock()
+        result = RecordResult()
+        wrote = False
+        for node, alerts in batch.by_node().items():
+            outcome = self._record(node, alerts, now)
+            if outcome is None or outcome[0] == "unchanged":
+                result.recorded.append(node)
+                wrote = wrote or outcome is None
+            elif outcome[0] == "ignored":
+                result.ignored.append((node, outcome[1]))
+            else:
+                result.failed.append((node, outcome[1]))
+                result.api_failing = result.api_failing or outcome[0] == "failed"
+                if outcome[0] == "rejected":
+                    result.rejected.append(node)
+        if wrote:  # something new for the loop to decide on
+            self.on_write()
+        return result
+
+    def _record(self, node: str, alerts: list[tuple[str, AlertRecord]], now: datetime) -> tuple[str, str] | None:
+        if self._lock is None:
+            return self._attempts(node, alerts, now)
+        with self._lock:
+            return self._attempts(node, alerts, now)
+
+    def _attempts(self, node: str, alerts: list[tuple[str, AlertRecord]], now: datetime) -> tuple[str, str] | None:
+        """None (written), or (kind, detail): unchanged, ignored, rejected (a 4xx for this node), conflict
+        (409s that outlasted the retries: worth another try later) or failed (the API: 5xx, no answer)."""
+        error = "conflict"
+        for attempt in range(ATTEMPTS):
+            try:
+                # the watch cache's copy first (a stale one costs a 409 and a fresh read), else the API
+                current = (self.kube.cached_node(node) if attempt == 0 else None) or self.kube.get_node(node)
+                base = NodeState.from_json((current["metadata"].get("annotations") or {}).get(STATE_ANNOTATION))
+                new = record_alerts(base, alerts, now)
+                unchanged = _seen_again(base, new)
+                if not unchanged:
+                    self.kube.write_state(node, new, current["metadata"].get("resourceVersion"))
+                audit("recorded", node=node, alerts=len(alerts), episode=new.episode, dry_run=self.kube.dry_run)
+                self.kube.health.ok = True
+                return ("unchanged", "") if unchanged else None
+            except NotFound:
+                audit("alert_ignored", node=node, reason="node not found")
+                self.metrics.alert_ignored(AlertIgnoredReason.UNKNOWN_NODE, len(alerts))
+                return "ignored", "node not found"
+            except Conflict as exc:
+                self.metrics.api_error(ApiOperation.RECORD)
+                log.warning("recording alerts on %s: %s", node, exc)
+                error = str(exc)
+            except KubeError as exc:
+                self.metrics.api_error(ApiOperation.RECORD)
+                log.warning("recording alerts on %s: %s", node, exc)
+                self.kube.health.ok = not exc.transient
+                return ("failed" if exc.transient else "rejected"), str(exc)
+            except ValueError as exc:  # the state annotation cannot be read: never overwrite it
+                log.error("recording alerts on %s: %s", node, exc)
+                self.metrics.alert_ignored(AlertIgnoredReason.UNREADABLE_STATE, len(alerts))
+                return "ignored", f"state annotation unreadable ({exc}): node left alone"
+            except Exception as exc:  # an answer the client could not read: kept for a retry, never dropped
+                self.metrics.api_error(ApiOperation.RECORD)
+                log.warning("recording alerts on %s: %s", node, exc)
+                self.kube.health.ok = False
+                return "failed", str(exc)
+        return "conflict", error
+
+
+def _seen_again(before: NodeState, after: NodeState) -> bool:
+    """Nothing to write: the same alerts seen again within a minute of the last write (duplicates from HA
+    Alertmanagers, storms of repeats). Only `last_seen` would move, and it matters at the scale of
+    episode.quiet_timeout (hours)."""
+    if before.alerts.keys() != after.alerts.keys():
+        return False
+    for fp, new in after.alerts.items():
+        old = before.alerts[fp]
+        if replace(new, last_seen=old.last_seen) != old:
+            return False
+        if parse_time(new.last_seen) - parse_time(old.last_seen) >= SEEN_AGAIN_WRITE_EVERY:
+            return False
+    return replace(after, alerts=before.alerts) == before

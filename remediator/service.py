@@ -1,0 +1,117 @@
+"""The remediator as the Flask app and the CLI see it: one facade over the intake (receiver, recorder, queue),
+the loop (reconciler, executor) and the clients. The app calls these methods and nothing below them.
+
+A dry run is the same program with two stand-ins: a DryRunKube (reads the cluster, records each write
+instead of making it) and a Spectator (no part in the Lease's election).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from remediator.act.reconciler import Reconciler
+from remediator.clients.alertmanager import client_from
+from remediator.clients.dry_run import DryRunKube
+from remediator.clients.kube import Kube
+from remediator.clients.leader import Elector, LeaderElector, Spectator
+from remediator.clients.silences import SilenceChecker
+from remediator.clock import Clock, utcnow
+from remediator.decide.ladder import NodePlan, SilenceCheck
+from remediator.intake.alertmanager_sync import AlertmanagerSync
+from remediator.intake.queue import Intake
+from remediator.intake.receiver import Accepted, Receiver
+from remediator.intake.recorder import Recorder
+from remediator.intake.webhook import Batch
+from remediator.metrics import Metrics
+from remediator.policy import Policy
+
+if TYPE_CHECKING:
+    from remediator.workloads.watcher import WorkloadWatcher
+
+
+class Remediator:
+    def __init__(self, kube: Kube, policy: Policy, identity: str, *, dry_run: bool = False,
+                 clock: Clock = utcnow, sleep: Callable[[float], None] = time.sleep,
+                 metrics: Metrics | None = None, silences: SilenceCheck | None = None,
+                 elector: Elector | None = None) -> None:
+        if dry_run and not kube.dry_run:
+            started = kube.cache
+            kube = DryRunKube(kube.api_client, kube.timeout)
+            kube.cache = started
+        self.kube, self.policy, self.identity, self.clock = kube, policy, identity, clock
+        self.metrics = metrics or Metrics()
+        self.metrics.watch_events(kube.events)  # Events kept while the API fails: pending, sent late, dropped
+        alertmanager = client_from(policy)  # None: `alertmanager.url: none`
+        if silences is None and alertmanager is not None:
+            silences = SilenceChecker(alertmanager, policy.label_node)
+        if silences is None and policy.alertmanager_url != "none":
+            raise ValueError("alertmanager.url is required: an http(s) URL to check silences, or `none` to opt out")
+        self.silences = silences
+        if elector is None:
+            elector = LeaderElector(kube.coordination, policy.lease_namespace, policy.lease_name, identity,
+                                    policy.lease_duration, clock, kube.timeout)
+        if kube.dry_run and isinstance(elector, LeaderElector):
+            elector = Spectator(elector)
+        self.elector = elector
+        self.wake = threading.Event()
+        self.recorder = Recorder(kube, self.metrics, clock, on_write=self.wake.set)
+        self.receiver = Receiver(kube, self.recorder, self.metrics, clock)
+        self.am_sync = AlertmanagerSync(alertmanager, policy, self.recorder, self.metrics, clock)
+        self.loop = Reconciler(kube, policy, identity, elector, self.metrics, clock, sleep, silences, self.am_sync)
+        self.loop.wake = self.wake
+
+    @property
+    def queues_webhooks(self) -> bool:
+        """True: webhooks are answered once queued (serve); False: recorded before the answer."""
+        return self.receiver.intake is not None
+
+    # --- the receiver ------------------------------------------------------------------------------
+    def start_intake(self, stop: threading.Event | None = None, retry: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0),
+                     hold_off: float = 5.0) -> Intake:
+        return self.receiver.start_intake(stop, retry, hold_off)
+
+    def accept(self, batch: Batch) -> Accepted:
+        """Queued for the intake's workers (or recorded now, without an intake); unknown nodes reported."""
+        return self.receiver.accept(batch)
+
+    def ready(self) -> bool:
+        """The Kubernetes API answers (the last write and the last pass reached it; the watches are healthy)."""
+        cache = self.kube.cache
+        return self.kube.health.ok and (cache is None or cache.healthy)
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader()
+
+    # --- the loop ----------------------------------------------------------------------------------
+    def run_once(self) -> list[NodePlan] | None:
+        return self.loop.run_once()
+
+    def run_forever(self, stop: threading.Event, interval: float) -> None:
+        self.loop.run_forever(stop, interval)
+
+    def start(self, stop: threading.Event) -> None:
+        """What `serve` runs beside the receiver: the watch caches (nodes and pods), the intake's workers."""
+        if self.kube.cache is None:
+            self.kube.start_cache(stop)
+        if self.receiver.intake is None:
+            self.start_intake(stop)
+
+    def start_workload_watcher(self, stop: threading.Event, interval: float) -> WorkloadWatcher:
+        """Classify failed workload pods (docs/jobs.md); only the leader writes."""
+        from remediator.workloads.watcher import start_watcher
+
+        return start_watcher(self.kube, self.policy, self.metrics, stop, interval, clock=self.clock,
+                             dry_run=self.kube.dry_run, is_leader=self.is_leader)
+
+    # --- on the way out ----------------------------------------------------------------------------
+    def flush_intake(self) -> None:
+        """Answered webhooks recorded, if the API lets us (Alertmanager's repeats bring back the rest)."""
+        if self.receiver.intake is not None:
+            self.receiver.intake.flush_at_exit()
+
+    def flush_events(self) -> None:
+        """Events kept while the API failed: one last try."""
+        self.kube.events.flush(timeout=1.0)
