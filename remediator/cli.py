@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from remediator.clients.leader import breaker_trips_of, leader_identity
 from remediator.clock import Clock, utcnow
+from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
 from remediator.decide.plan import plan_from_json
 from remediator.intake.webhook import Batch, WebhookError, parse_webhook
@@ -173,7 +174,8 @@ def cmd_hold(args: argparse.Namespace, clock: Clock) -> int:
         print(f"{args.node}: would hold ({args.reason}) [dry run: nothing changed]")
         return 0
     kube.set_hold(args.node, args.reason, args.by, now)
-    kube.event(args.node, "HoldSet", f"held by {args.by}: {args.reason}; gpuhealth will not act on this node", now)
+    kube.event(args.node, EventReason.HOLD_SET, f"held by {args.by}: {args.reason}; gpuhealth will not act on this "
+               "node", now)
     print(f"{args.node}: held ({args.reason})")
     return 0
 
@@ -195,7 +197,7 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
         print(f"{args.node}: would release [dry run: nothing changed]")
         return 0
     kube.clear_hold(args.node, state if raw else None, node["metadata"].get("resourceVersion"))
-    kube.event(args.node, "HoldReleased", f"released by {args.by}; gpuhealth resumes", now)
+    kube.event(args.node, EventReason.HOLD_RELEASED, f"released by {args.by}; gpuhealth resumes", now)
     print(f"{args.node}: released")
     return 0
 

@@ -431,3 +431,21 @@ def test_a_pod_appearing_between_the_list_and_the_job_stops_the_job(h: Harness, 
     h.advance(seconds=10)
     assert h.decisions(h.step()) == [("gpu-4", "cordon", "execute"), ("gpu-4", "drain", "execute")]
     assert cluster.jobs == {} and cluster.evictions() == ["default/late-arrival"]
+
+
+def test_a_dry_run_keeps_what_it_would_have_written_and_reads_its_own_records_back(cluster: FakeCluster) -> None:
+    """The dry run's client (clients/dry_run.py) makes no write: it keeps each one, and the states it recorded
+    are what its next pass reads (the webhook's alerts are on the node as far as the dry run is concerned)."""
+    from remediator.clients.dry_run import DryRunKube
+
+    h = Harness(cluster, POLICY, dry_run=True)
+    kube = h.rem.kube
+    assert isinstance(kube, DryRunKube) and kube.dry_run
+    h.fire("gpu-2", "reboot")
+    assert [(w.what, w.target) for w in kube.would] == [("write_state", "gpu-2")]
+    assert not cluster.node("gpu-2")["metadata"].get("annotations", {}).get("gpuhealth.io/state")
+    assert kube.recorded_overlay()["gpu-2"].active
+    assert h.decisions(h.step())[0] == ("gpu-2", "cordon", "execute")  # decided from its own record
+    h.fire("gpu-2", "reboot")  # seen again: nothing new to write (and no conflict with its own record)
+    assert h.metric("gpuhealth_remediator_api_errors_total", operation="record") == 0
+    assert [w for w in cluster.writes() if "leases" not in w[1]] == []

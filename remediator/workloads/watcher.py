@@ -31,6 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from remediator.clients.kube import MERGE_PATCH, Kube, read_or_none
+from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.metrics import Metrics
 from remediator.policy import Policy
@@ -305,7 +306,8 @@ class WorkloadWatcher:
         audit("workload_failure", namespace=ns, pod=name, node=facts.node, workload=record["workload"],
               **{"class": verdict.cls}, reason=verdict.reason, evidence=list(verdict.evidence),
               node_suspect=suspect, dry_run=self.dry_run)
-        self._event(name, ns, "Pod", "v1", "WorkloadFailureClassified", message, now, warning=verdict.cls != APP)
+        self._event(name, ns, "Pod", "v1", EventReason.WORKLOAD_FAILURE_CLASSIFIED, message, now,
+                    warning=verdict.cls != APP)
         return Outcome(ns, name, phase, verdict, recorded=True)
 
     def _node(self, name: str) -> dict[str, Any] | None:
@@ -405,9 +407,10 @@ class WorkloadWatcher:
             return
         message = (f"{after.count} failures in a row with the same application cause ({after.cause}) and no progress "
                    f"(pods {', '.join(after.pods)})")
-        self._event(job_name, workload.namespace, "Job", "batch/v1", "RestartLoop", message, now, warning=True)
+        self._event(job_name, workload.namespace, "Job", "batch/v1", EventReason.RESTART_LOOP, message, now,
+                    warning=True)
         if suspend:
-            self._event(job_name, workload.namespace, "Job", "batch/v1", "RestartLoopSuspended",
+            self._event(job_name, workload.namespace, "Job", "batch/v1", EventReason.RESTART_LOOP_SUSPENDED,
                         f"gpuhealth suspended the Job (spec.suspend: true): {message}. Fix the cause, then resume "
                         "it: kubectl patch job ... -p '{\"spec\":{\"suspend\":false}}'", now, warning=True)
 
