@@ -304,8 +304,8 @@ def run_size(nodes: int, pools: int, workdir: Path, timeout: float) -> Run:
         names = build_cluster(cluster, nodes, pools)
         pool_of = {n: n.rsplit("-gpu-", 1)[0] for n in names}
         sizes = Counter(pool_of.values())
-        cordon_limit = {p: policy.max_cordoned.limit(s) for p, s in sizes.items()}
-        disrupt_limit = {p: policy.max_disrupted.limit(s) for p, s in sizes.items()}
+        cordon_limit = {p: policy.budget.max_cordoned.limit(s) for p, s in sizes.items()}
+        disrupt_limit = {p: policy.budget.max_disrupted.limit(s) for p, s in sizes.items()}
         alerted = names[: nodes // 5]
         run = Run(nodes, pools, len(alerted), -(-len(alerted) // ALERTS_PER_POST))
         (workdir / "policy.yaml").write_text(policy_text())

@@ -51,8 +51,8 @@ def _items(path: str) -> list[dict[str, Any]]:
 def _alertmanager_client(url: str, policy: Any) -> Any:
     from remediator.clients.alertmanager import AlertmanagerClient
 
-    return AlertmanagerClient([url], policy.alertmanager_timeout, policy.alertmanager_token_file,
-                              policy.alertmanager_ca_file)
+    return AlertmanagerClient([url], policy.alertmanager.timeout, policy.alertmanager.bearer_token_file,
+                              policy.alertmanager.ca_file)
 
 
 def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:
@@ -93,7 +93,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     am = _alertmanager_client(args.alertmanager, policy) if args.alertmanager else source
     if am is not None:
         from remediator.clients.silences import SilenceChecker
-        silences = SilenceChecker(am, policy.label_node)
+        silences = SilenceChecker(am, policy.alert_labels.node)
     for batch in batches:
         for fp, why in batch.ignored:
             print(json.dumps({"fingerprint": fp, "ignored": why}), file=sys.stderr)
@@ -187,7 +187,7 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
     raw = (node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
     state = NodeState.from_json(raw)
     # alerts that went quiet (never resolved) are dropped: releasing says "the person is done"
-    stale = state.stale(now, policy.quiet_timeout)
+    stale = state.stale(now, policy.episode.quiet_timeout)
     if stale:
         alerts = {fp: a for fp, a in state.alerts.items() if fp not in stale}
         firing = any(a.status == "firing" and a.remediation != "none" for a in alerts.values())

@@ -3,6 +3,9 @@
 Every key has a default (see docs/remediation.md and policy.example.yaml); a policy file only
 needs the keys it changes. Unknown keys are errors: a typo must not silently fall back to a
 default that disrupts more than intended.
+
+`Policy` mirrors the file: one frozen dataclass per top-level section (`policy.budget.max_disrupted` is
+`budget.max_disrupted`), each field commented with its meaning, unit and YAML key.
 """
 
 from __future__ import annotations
@@ -45,104 +48,279 @@ class Quota:
 
 @dataclass(frozen=True)
 class RungPolicy:
-    timeout: timedelta | None  # how long the rung's own work may take before it counts as failed
-    escalate_after: timedelta | None  # how long the fault may persist after the rung before climbing
+    """One rung's limits: a `ladder.<rung>:` mapping (`cordon`, `drain`, `reset_gpu`, `reboot`, `replace`)."""
+
+    # How long the rung's own work may take before it counts as failed (None: no limit). YAML: ladder.<rung>.timeout.
+    timeout: timedelta | None
+    # How long the fault may persist after the rung is done before the ladder climbs (None: it never climbs from
+    # here by time). YAML: ladder.<rung>.escalate_after.
+    escalate_after: timedelta | None
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """The `pools:` section: how nodes are grouped into the pools that budgets and the breaker count per."""
+
+    # Node label whose value names a node's pool. YAML: pools.label.
+    label: str = "karpenter.sh/nodepool"
+    # The pool of nodes without that label. YAML: pools.default.
+    default: str = "default"
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    """The `budget:` section: how much of a pool gpuhealth may take out of service at once, and how fast."""
+
+    # Nodes of a pool in drain or a higher rung at once: a count or a percentage of the pool (a percentage is at
+    # least 1 node). YAML: budget.max_disrupted ("10%").
+    max_disrupted: Quota = Quota(percent=10)
+    # Nodes of a pool carrying gpuhealth's taint (cordoned) at once: a count or a percentage. YAML: budget.max_cordoned.
+    max_cordoned: Quota = Quota(percent=20)
+    # Actions started fleet-wide in any rolling hour (a count). YAML: budget.max_actions_per_hour.
+    max_actions_per_hour: int = 20
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    """The `breaker:` section: the per-pool circuit breaker that stops new disruptive actions in an alert storm."""
+
+    # Share of a pool firing at once above which the breaker opens, in percent (30.0 is 30%). YAML: breaker.threshold.
+    threshold: float = 30.0
+    # ...and at least this many firing nodes (one or two bad nodes are not a storm). YAML: breaker.min_nodes.
+    min_nodes: int = 3
+    # The breaker closes by itself this long after it last tripped. YAML: breaker.cooldown.
+    cooldown: timedelta = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class LadderSettings:
+    """The `ladder:` section: the highest rung gpuhealth climbs to by itself, and each rung's timeouts."""
+
+    # The highest rung the ladder climbs to (one of remediator.decide.nodestate.RUNGS). YAML: ladder.max_rung.
+    max_rung: str = "replace"
+    # Every rung's limits, by rung name; a file's ladder.<rung> overrides only the keys it names. YAML: ladder.<rung>.
+    rungs: dict[str, RungPolicy] = field(default_factory=lambda: dict(DEFAULT_RUNGS))
+
+    def rung(self, name: str) -> RungPolicy:
+        """The limits of rung `name` (KeyError if it is not a rung)."""
+        return self.rungs[name]
+
+
+@dataclass(frozen=True)
+class DrainSettings:
+    """The `drain:` section: evicting a node's pods before the disruptive rungs."""
+
+    # What happens once a drain passes its timeout: "wait" | "force" | "escalate". YAML: drain.on_timeout.
+    on_timeout: str = "wait"
+    # In-pass retry delays, in seconds, for evictions a PodDisruptionBudget refused (429); later passes retry too.
+    # YAML: drain.eviction_backoff (a list of durations).
+    eviction_backoff: tuple[float, ...] = (1.0,)
+    # Annotate karpenter.sh/do-not-disrupt on the Node from the drain until return to service or replace, so
+    # Karpenter does not consolidate a node mid-ladder. YAML: drain.karpenter_do_not_disrupt.
+    karpenter_do_not_disrupt: bool = True
+
+
+@dataclass(frozen=True)
+class ReturnToServiceSettings:
+    """The `return_to_service:` section: when gpuhealth undoes its changes to a node that became healthy."""
+
+    # Every alert resolved for this long before gpuhealth uncordons the node. YAML: return_to_service.healthy_delay.
+    healthy_delay: timedelta = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """The `episode:` section: when an episode whose alerts stopped repeating goes quiet."""
+
+    # Firing alerts not repeated (by webhook or sync) for this long: the episode stops escalating and the node is
+    # left as it is. YAML: episode.quiet_timeout.
+    quiet_timeout: timedelta = timedelta(hours=6)
+
+
+@dataclass(frozen=True)
+class AlertLabels:
+    """The `alert_labels:` section: the names of the alert labels the remediator reads."""
+
+    # The label naming the alert's Node. YAML: alert_labels.node.
+    node: str = "node"
+    # The label naming the rung the alert asks for (or "none"). YAML: alert_labels.remediation.
+    remediation: str = "remediation"
+    # The label naming the GPU index, when the alert is about one GPU. YAML: alert_labels.gpu.
+    gpu: str = "gpu"
+
+
+@dataclass(frozen=True)
+class AlertmanagerSettings:
+    """The `alertmanager:` section: where silences are checked and alerts are synced from."""
+
+    # The first (or only) Alertmanager URL, without a trailing slash. None: not set (serve refuses); "none":
+    # silences deliberately not checked. YAML: alertmanager.url (a URL, a list of them, or none).
+    url: str | None = None
+    # Every member of an HA Alertmanager, in order, when alertmanager.url is a list; () otherwise.
+    peers: tuple[str, ...] = ()
+    # Timeout of each call to Alertmanager, in seconds. YAML: alertmanager.timeout (a duration).
+    timeout: float = 5.0
+    # What a pass does when Alertmanager cannot be asked about silences: "defer" | "proceed". YAML:
+    # alertmanager.on_error.
+    on_error: str = "defer"
+    # How often the leader syncs the alerts Alertmanager lists as active; None: webhooks only (edge-triggered).
+    # YAML: alertmanager.sync_interval (a duration, or off/null).
+    sync_interval: timedelta | None = timedelta(seconds=30)
+    # The route's receiver, a regular expression (None: any receiver). YAML: alertmanager.receiver.
+    receiver: str | None = "(.+/)?gpuhealth-remediator"
+    # The matchers the sync lists alerts with, as the route's; None: the node label =~ ".+" (see
+    # Policy.alertmanager_matchers). YAML: alertmanager.filters.
+    filters: tuple[str, ...] | None = None
+    # An Alertmanager younger than this may not know every alert yet: its sync never resolves. YAML:
+    # alertmanager.min_uptime.
+    min_uptime: timedelta = timedelta(minutes=5)
+    # A file whose content is sent as Authorization: Bearer, read at each call (None: none). YAML:
+    # alertmanager.bearer_token_file.
+    bearer_token_file: str | None = None
+    # A CA bundle for an https:// url (None: the system's). YAML: alertmanager.ca_file.
+    ca_file: str | None = None
+
+    @property
+    def silences_url(self) -> str | None:
+        """Where to check silences; None when not set or opted out with `alertmanager.url: none`."""
+        return None if self.url in (None, "none") else self.url
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The Alertmanager URLs to ask, in order (an HA pair: any member that answers)."""
+        first = self.silences_url
+        if first is None:
+            return ()
+        return self.peers if first in self.peers else (first,)
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The `jobs:` section: the Kubernetes Jobs that run the reset_gpu and reboot rungs on a node."""
+
+    # The namespace the Jobs are created in. YAML: jobs.namespace.
+    namespace: str = "gpuhealth"
+    # The Jobs' container image. YAML: jobs.image.
+    image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    # The Jobs' service account. YAML: jobs.service_account.
+    service_account: str = "gpuhealth-node-action"
+    # Seconds a finished Job is kept before Kubernetes deletes it. YAML: jobs.ttl_seconds_after_finished.
+    ttl_seconds_after_finished: int = 3600
+
+
+@dataclass(frozen=True)
+class ReplaceSettings:
+    """The `replace:` section: how the replace rung asks for a new node (remediator/act/replace.py)."""
+
+    # "nodeclaim" (delete the Karpenter NodeClaim) | "condition" (set a Node condition for Karpenter node repair)
+    # | "hook" (POST to hook_url). YAML: replace.method.
+    method: str = "nodeclaim"
+    # The URL POSTed to for method "hook" (required then). YAML: replace.hook_url.
+    hook_url: str | None = None
+    # The Node condition type set to False for method "condition". YAML: replace.condition_type.
+    condition_type: str = "AcceleratedHardwareReady"
+
+
+@dataclass(frozen=True)
+class LeaderSettings:
+    """The `leader:` section: the Lease that elects the one replica that acts (its namespace also gets the
+    breaker's Events)."""
+
+    # The Lease's namespace. YAML: leader.namespace.
+    namespace: str = "gpuhealth"
+    # The Lease's name. YAML: leader.name.
+    name: str = "gpuhealth-remediator"
+    # How long a claim to lead lasts (at least 3s; renewed every third of it); serve --interval must be shorter.
+    # YAML: leader.lease_duration.
+    lease_duration: timedelta = timedelta(seconds=15)
 
 
 @dataclass(frozen=True)
 class WorkloadPolicy:
     """The `workloads:` section: classifying ended workload pods (remediator/workloads/classify.py, workloads.py)."""
 
+    # Whether serve starts the workload watcher. YAML: workloads.enabled.
     enabled: bool = False
-    namespaces: tuple[str, ...] = ()  # required when enabled: RBAC (pods patch, events, jobs) is granted in these
-    selector: str | None = None  # label selector of the pods to watch; None: every pod that requests GPUs
+    # Required when enabled: RBAC (pods patch, events, jobs) is granted in these. YAML: workloads.namespaces.
+    namespaces: tuple[str, ...] = ()
+    # Label selector of the pods to watch; None: every pod that requests GPUs. YAML: workloads.selector.
+    selector: str | None = None
     # Exit codes that are the application's own doing. 1 is not among them: a CUDA error from a broken
-    # GPU also ends a Python program with 1.
+    # GPU also ends a Python program with 1. YAML: workloads.app_exit_codes.
     app_exit_codes: tuple[int, ...] = (2, 126, 127)
-    look_behind: timedelta = timedelta(minutes=10)  # node alerts this long before the failure count
-    look_ahead: timedelta = timedelta(minutes=5)  # ...and this long after: app/unknown verdicts wait this long
-    node_suspect_window: timedelta = timedelta(hours=1)  # a workload counts once per node in this window
-    restart_loop_threshold: int = 3  # the same app cause this many times in a row is a restart loop
-    restart_loop_suspend: bool = False  # suspend the Job (spec.suspend) in a restart loop
+    # Node alerts this long before the failure count. YAML: workloads.look_behind.
+    look_behind: timedelta = timedelta(minutes=10)
+    # ...and this long after: app/unknown verdicts wait this long. YAML: workloads.look_ahead.
+    look_ahead: timedelta = timedelta(minutes=5)
+    # A workload counts once per node in this window. YAML: workloads.node_suspect_window.
+    node_suspect_window: timedelta = timedelta(hours=1)
+    # The same app cause this many times in a row is a restart loop. YAML: workloads.restart_loop.threshold.
+    restart_loop_threshold: int = 3
+    # Suspend the Job (spec.suspend) in a restart loop. YAML: workloads.restart_loop.suspend.
+    restart_loop_suspend: bool = False
 
 
 @dataclass(frozen=True)
 class Policy:
-    pool_label: str = "karpenter.sh/nodepool"
-    default_pool: str = "default"
+    """The whole policy file: one group per top-level YAML section, each with its own defaults.
+
+    A field of a group is read as `policy.<section>.<key>` (policy.budget.max_disrupted,
+    policy.leader.lease_duration); a changed copy is `replace(policy, budget=replace(policy.budget, ...))`.
+    """
+
+    # How nodes are grouped into pools. YAML: pools.
+    pools: PoolSettings = field(default_factory=PoolSettings)
+    # Label selectors (mappings of label: value) of nodes gpuhealth never touches. YAML: exclude (a list).
     exclude: tuple[dict[str, str], ...] = ()
-    max_disrupted: Quota = Quota(percent=10)
-    max_cordoned: Quota = Quota(percent=20)
-    max_actions_per_hour: int = 20
-    breaker_threshold: float = 30.0
-    breaker_min_nodes: int = 3
-    breaker_cooldown: timedelta = timedelta(minutes=30)
-    max_rung: str = "replace"
-    rungs: dict[str, RungPolicy] = field(default_factory=lambda: dict(DEFAULT_RUNGS))
-    drain_on_timeout: str = "wait"
-    eviction_backoff: tuple[float, ...] = (1.0,)
-    karpenter_do_not_disrupt: bool = True  # karpenter.sh/do-not-disrupt on the Node from drain until return/replace
-    healthy_delay: timedelta = timedelta(minutes=15)
-    quiet_timeout: timedelta = timedelta(hours=6)
-    label_node: str = "node"
-    label_remediation: str = "remediation"
-    label_gpu: str = "gpu"
-    alertmanager_url: str | None = None  # None: not set (serve refuses); "none": silences deliberately not checked
-    alertmanager_peers: tuple[str, ...] = ()  # every member of an HA Alertmanager, when url is a list
-    alertmanager_timeout: float = 5.0
-    alertmanager_sync_interval: timedelta | None = timedelta(seconds=30)  # None: webhooks only (edge-triggered)
-    alertmanager_receiver: str | None = "(.+/)?gpuhealth-remediator"  # the route's receiver (a regex), or any
-    alertmanager_filters: tuple[str, ...] | None = None  # matchers, as the route's (None: the node label =~ ".+")
-    alertmanager_min_uptime: timedelta = timedelta(minutes=5)  # a younger Alertmanager never resolves
-    alertmanager_token_file: str | None = None
-    alertmanager_ca_file: str | None = None
-    silence_on_error: str = "defer"
-    jobs_namespace: str = "gpuhealth"
-    jobs_image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-    jobs_service_account: str = "gpuhealth-node-action"
-    jobs_ttl_seconds: int = 3600
-    replace_method: str = "nodeclaim"
-    replace_hook_url: str | None = None
-    replace_condition_type: str = "AcceleratedHardwareReady"
-    lease_namespace: str = "gpuhealth"
-    lease_name: str = "gpuhealth-remediator"
-    lease_duration: timedelta = timedelta(seconds=15)
-    workloads: WorkloadPolicy = WorkloadPolicy()
+    # How many nodes of a pool may be out at once, and how many actions an hour. YAML: budget.
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
+    # The per-pool circuit breaker. YAML: breaker.
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    # The highest rung, and each rung's timeouts. YAML: ladder.
+    ladder: LadderSettings = field(default_factory=LadderSettings)
+    # Evicting pods. YAML: drain.
+    drain: DrainSettings = field(default_factory=DrainSettings)
+    # Undoing gpuhealth's changes once a node is healthy. YAML: return_to_service.
+    return_to_service: ReturnToServiceSettings = field(default_factory=ReturnToServiceSettings)
+    # When an episode goes quiet. YAML: episode.
+    episode: EpisodeSettings = field(default_factory=EpisodeSettings)
+    # The alert labels read. YAML: alert_labels.
+    alert_labels: AlertLabels = field(default_factory=AlertLabels)
+    # Silences and the alert sync. YAML: alertmanager.
+    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
+    # The reset_gpu and reboot Jobs. YAML: jobs.
+    jobs: JobSettings = field(default_factory=JobSettings)
+    # How a node is replaced. YAML: replace.
+    replace: ReplaceSettings = field(default_factory=ReplaceSettings)
+    # Leader election (the Lease). YAML: leader.
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    # Classifying failed workload pods. YAML: workloads.
+    workloads: WorkloadPolicy = field(default_factory=WorkloadPolicy)
 
     def rung(self, name: str) -> RungPolicy:
-        return self.rungs[name]
-
-    @property
-    def silences_url(self) -> str | None:
-        """Where to check silences; None when not set or opted out with `alertmanager.url: none`."""
-        return None if self.alertmanager_url in (None, "none") else self.alertmanager_url
-
-    @property
-    def alertmanager_members(self) -> tuple[str, ...]:
-        """The Alertmanager URLs to ask, in order (an HA pair: any member that answers)."""
-        first = self.silences_url
-        if first is None:
-            return ()
-        return self.alertmanager_peers if first in self.alertmanager_peers else (first,)
+        """Rung `name`'s limits: policy.ladder.rung(name)."""
+        return self.ladder.rung(name)
 
     @property
     def alertmanager_matchers(self) -> tuple[str, ...]:
-        """The filter the sync lists alerts with: what the route sends gpuhealth (every alert that names a node)."""
-        if self.alertmanager_filters is not None:
-            return self.alertmanager_filters
-        return (f'{self.label_node}=~".+"',)
+        """The filter the sync lists alerts with: what the route sends gpuhealth (every alert that names a node).
+        On Policy, not AlertmanagerSettings: the default needs alert_labels.node."""
+        if self.alertmanager.filters is not None:
+            return self.alertmanager.filters
+        return (f'{self.alert_labels.node}=~".+"',)
 
     def check_serve(self, interval: float) -> None:
         """What `serve` needs beyond a valid file: a silence source (or an explicit opt-out), and passes
         shorter than the Lease, so a leader's view is never older than its claim to lead."""
-        if self.alertmanager_url is None:
+        if self.alertmanager.url is None:
             raise PolicyError("<policy>", "alertmanager.url", None,
                               "required for serve: an http(s) URL to check silences, or `none` to opt out "
                               "(then Alertmanager silences do not stop gpuhealth; only holds do)")
-        if interval <= 0 or interval >= self.lease_duration.total_seconds():
+        lease = self.leader.lease_duration.total_seconds()
+        if interval <= 0 or interval >= lease:
             raise PolicyError("<policy>", "leader.lease_duration", None,
                               f"the reconcile interval ({interval:g}s) must be shorter than the lease duration "
-                              f"({self.lease_duration.total_seconds():g}s)")
+                              f"({lease:g}s)")
 
 
 DEFAULT_RUNGS: dict[str, RungPolicy] = {
@@ -274,44 +452,76 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     r = YamlReader(source, text)
     top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
                          "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads"})
-    d = Policy()
+    # Keyword arguments are evaluated in order: the sections are checked in this order (the first error wins).
+    return Policy(
+        pools=_pools(r, top.get("pools")),
+        exclude=_exclude(r, top.get("exclude")),
+        budget=_budget(r, top.get("budget")),
+        breaker=_breaker(r, top.get("breaker")),
+        ladder=_ladder(r, top.get("ladder")),
+        drain=_drain(r, top.get("drain")),
+        return_to_service=_return_to_service(r, top.get("return_to_service")),
+        episode=_episode(r, top.get("episode")),
+        alert_labels=_alert_labels(r, top.get("alert_labels")),
+        alertmanager=_alertmanager(r, top.get("alertmanager")),
+        jobs=_jobs(r, top.get("jobs")),
+        replace=_replace(r, top.get("replace")),
+        leader=_leader(r, top.get("leader")),
+        workloads=_workloads(r, top["workloads"]) if top.get("workloads") is not None else WorkloadPolicy(),
+    )
+
+
+def _pools(r: YamlReader, value: Any) -> PoolSettings:
+    pools = r.section("pools", {"label", "default"}, value)
     kw: dict[str, Any] = {}
-
-    pools = r.section("pools", {"label", "default"}, top.get("pools"))
     if "label" in pools:
-        kw["pool_label"] = r.string("pools.label", pools["label"])
+        kw["label"] = r.string("pools.label", pools["label"])
     if "default" in pools:
-        kw["default_pool"] = r.string("pools.default", pools["default"])
+        kw["default"] = r.string("pools.default", pools["default"])
+    return PoolSettings(**kw)
 
-    exclude = top.get("exclude")
-    if exclude is not None:
-        if not isinstance(exclude, list):
-            raise r.fail("exclude", "expected a list of label selectors (mappings of label: value)")
-        selectors = []
-        for item in exclude:
-            if not isinstance(item, dict) or not item or not all(
-                    isinstance(k, str) and isinstance(v, str) for k, v in item.items()):
-                raise r.fail("exclude", f"each selector must be a non-empty mapping of label: \"value\", got {item!r}")
-            selectors.append(dict(item))
-        kw["exclude"] = tuple(selectors)
 
-    budget = r.section("budget", {"max_disrupted", "max_cordoned", "max_actions_per_hour"}, top.get("budget"))
+def _exclude(r: YamlReader, exclude: Any) -> tuple[dict[str, str], ...]:
+    if exclude is None:
+        return ()
+    if not isinstance(exclude, list):
+        raise r.fail("exclude", "expected a list of label selectors (mappings of label: value)")
+    selectors = []
+    for item in exclude:
+        if not isinstance(item, dict) or not item or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in item.items()):
+            raise r.fail("exclude", f"each selector must be a non-empty mapping of label: \"value\", got {item!r}")
+        selectors.append(dict(item))
+    return tuple(selectors)
+
+
+def _budget(r: YamlReader, value: Any) -> BudgetSettings:
+    budget = r.section("budget", {"max_disrupted", "max_cordoned", "max_actions_per_hour"}, value)
+    kw: dict[str, Any] = {}
     if "max_disrupted" in budget:
         kw["max_disrupted"] = r.quota("budget.max_disrupted", budget["max_disrupted"])
     if "max_cordoned" in budget:
         kw["max_cordoned"] = r.quota("budget.max_cordoned", budget["max_cordoned"])
     if "max_actions_per_hour" in budget:
         kw["max_actions_per_hour"] = r.integer("budget.max_actions_per_hour", budget["max_actions_per_hour"])
+    return BudgetSettings(**kw)
 
-    breaker = r.section("breaker", {"threshold", "min_nodes", "cooldown"}, top.get("breaker"))
+
+def _breaker(r: YamlReader, value: Any) -> BreakerSettings:
+    breaker = r.section("breaker", {"threshold", "min_nodes", "cooldown"}, value)
+    kw: dict[str, Any] = {}
     if "threshold" in breaker:
-        kw["breaker_threshold"] = r.percent("breaker.threshold", breaker["threshold"])
+        kw["threshold"] = r.percent("breaker.threshold", breaker["threshold"])
     if "min_nodes" in breaker:
-        kw["breaker_min_nodes"] = r.integer("breaker.min_nodes", breaker["min_nodes"], minimum=1)
+        kw["min_nodes"] = r.integer("breaker.min_nodes", breaker["min_nodes"], minimum=1)
     if "cooldown" in breaker:
-        kw["breaker_cooldown"] = r.duration("breaker.cooldown", breaker["cooldown"])
+        kw["cooldown"] = r.duration("breaker.cooldown", breaker["cooldown"])
+    return BreakerSettings(**kw)
 
-    ladder = r.section("ladder", {"max_rung", *RUNGS}, top.get("ladder"))
+
+def _ladder(r: YamlReader, value: Any) -> LadderSettings:
+    ladder = r.section("ladder", {"max_rung", *RUNGS}, value)
+    kw: dict[str, Any] = {}
     if "max_rung" in ladder:
         kw["max_rung"] = r.string("ladder.max_rung", ladder["max_rung"], RUNGS)
     rungs = dict(DEFAULT_RUNGS)
@@ -324,11 +534,14 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
                 if "timeout" in spec else base.timeout,
                 escalate_after=r.duration(f"ladder.{name}.escalate_after", spec["escalate_after"], optional=True)
                 if "escalate_after" in spec else base.escalate_after)
-    kw["rungs"] = rungs
+    return LadderSettings(rungs=rungs, **kw)
 
-    drain = r.section("drain", {"on_timeout", "eviction_backoff", "karpenter_do_not_disrupt"}, top.get("drain"))
+
+def _drain(r: YamlReader, value: Any) -> DrainSettings:
+    drain = r.section("drain", {"on_timeout", "eviction_backoff", "karpenter_do_not_disrupt"}, value)
+    kw: dict[str, Any] = {}
     if "on_timeout" in drain:
-        kw["drain_on_timeout"] = r.string("drain.on_timeout", drain["on_timeout"], ("wait", "force", "escalate"))
+        kw["on_timeout"] = r.string("drain.on_timeout", drain["on_timeout"], ("wait", "force", "escalate"))
     if "eviction_backoff" in drain:
         steps = drain["eviction_backoff"]
         if not isinstance(steps, list):
@@ -340,65 +553,41 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             raise r.fail("drain.karpenter_do_not_disrupt",
                          f"expected true or false, got {drain['karpenter_do_not_disrupt']!r}")
         kw["karpenter_do_not_disrupt"] = drain["karpenter_do_not_disrupt"]
+    return DrainSettings(**kw)
 
-    rts = r.section("return_to_service", {"healthy_delay"}, top.get("return_to_service"))
+
+def _return_to_service(r: YamlReader, value: Any) -> ReturnToServiceSettings:
+    rts = r.section("return_to_service", {"healthy_delay"}, value)
+    kw: dict[str, Any] = {}
     if "healthy_delay" in rts:
         kw["healthy_delay"] = r.duration("return_to_service.healthy_delay", rts["healthy_delay"])
+    return ReturnToServiceSettings(**kw)
 
-    episode = r.section("episode", {"quiet_timeout"}, top.get("episode"))
+
+def _episode(r: YamlReader, value: Any) -> EpisodeSettings:
+    episode = r.section("episode", {"quiet_timeout"}, value)
+    kw: dict[str, Any] = {}
     if "quiet_timeout" in episode:
         kw["quiet_timeout"] = r.duration("episode.quiet_timeout", episode["quiet_timeout"])
+    return EpisodeSettings(**kw)
 
-    labels = r.section("alert_labels", {"node", "remediation", "gpu"}, top.get("alert_labels"))
+
+def _alert_labels(r: YamlReader, value: Any) -> AlertLabels:
+    labels = r.section("alert_labels", {"node", "remediation", "gpu"}, value)
+    kw: dict[str, Any] = {}
     for key in ("node", "remediation", "gpu"):
         if key in labels:
-            kw[f"label_{key}"] = r.string(f"alert_labels.{key}", labels[key])
-
-    _alertmanager(r, kw, top.get("alertmanager"))
-
-    jobs = r.section("jobs", {"namespace", "image", "service_account", "ttl_seconds_after_finished"}, top.get("jobs"))
-    if "namespace" in jobs:
-        kw["jobs_namespace"] = r.string("jobs.namespace", jobs["namespace"])
-    if "image" in jobs:
-        kw["jobs_image"] = r.string("jobs.image", jobs["image"])
-    if "service_account" in jobs:
-        kw["jobs_service_account"] = r.string("jobs.service_account", jobs["service_account"])
-    if "ttl_seconds_after_finished" in jobs:
-        kw["jobs_ttl_seconds"] = r.integer("jobs.ttl_seconds_after_finished", jobs["ttl_seconds_after_finished"])
-
-    rep = r.section("replace", {"method", "hook_url", "condition_type"}, top.get("replace"))
-    if "method" in rep:
-        kw["replace_method"] = r.string("replace.method", rep["method"], ("nodeclaim", "condition", "hook"))
-    if "hook_url" in rep:
-        kw["replace_hook_url"] = r.string("replace.hook_url", rep["hook_url"], optional=True)
-    if "condition_type" in rep:
-        kw["replace_condition_type"] = r.string("replace.condition_type", rep["condition_type"])
-    if kw.get("replace_method") == "hook" and not kw.get("replace_hook_url"):
-        raise r.fail("replace.hook_url", "required when replace.method is hook")
-
-    leader = r.section("leader", {"namespace", "name", "lease_duration"}, top.get("leader"))
-    if "namespace" in leader:
-        kw["lease_namespace"] = r.string("leader.namespace", leader["namespace"])
-    if "name" in leader:
-        kw["lease_name"] = r.string("leader.name", leader["name"])
-    if "lease_duration" in leader:
-        kw["lease_duration"] = r.duration("leader.lease_duration", leader["lease_duration"])
-        if kw["lease_duration"] < timedelta(seconds=3):
-            raise r.fail("leader.lease_duration", "expected at least 3s (it is renewed every third of it)")
-
-    if top.get("workloads") is not None:
-        kw["workloads"] = _workloads(r, top["workloads"])
-
-    merged = {**{f: getattr(d, f) for f in d.__dataclass_fields__}, **kw}
-    return Policy(**merged)
+            kw[key] = r.string(f"alert_labels.{key}", labels[key])
+    return AlertLabels(**kw)
 
 
 _LABEL_TERM = re.compile(r"^[A-Za-z0-9_./-]+(=|==|!=)[A-Za-z0-9_.-]*$|^!?[A-Za-z0-9_./-]+$")
 
 
-def _alertmanager(r: YamlReader, kw: dict[str, Any], value: Any) -> None:
+def _alertmanager(r: YamlReader, value: Any) -> AlertmanagerSettings:
     am = r.section("alertmanager", {"url", "timeout", "on_error", "sync_interval", "receiver", "filters",
                                     "min_uptime", "bearer_token_file", "ca_file"}, value)
+    kw: dict[str, Any] = {}
     if "url" in am:
         urls = am["url"] if isinstance(am["url"], list) else [am["url"]]
         if not urls:
@@ -409,34 +598,75 @@ def _alertmanager(r: YamlReader, kw: dict[str, Any], value: Any) -> None:
             if url is not None and (url != "none" or len(urls) > 1) and not re.match(r"^https?://", url):
                 raise r.fail("alertmanager.url", f"expected an http(s) URL or none, got {url!r}")
             checked.append(url.rstrip("/") if url else None)
-        kw["alertmanager_url"] = checked[0]
+        kw["url"] = checked[0]
         if len(checked) > 1:
-            kw["alertmanager_peers"] = tuple(u for u in checked if u)
+            kw["peers"] = tuple(u for u in checked if u)
     if "timeout" in am:
-        kw["alertmanager_timeout"] = (r.duration("alertmanager.timeout", am["timeout"]) or timedelta()).total_seconds()
+        kw["timeout"] = (r.duration("alertmanager.timeout", am["timeout"]) or timedelta()).total_seconds()
     if "on_error" in am:
-        kw["silence_on_error"] = r.string("alertmanager.on_error", am["on_error"], ("defer", "proceed"))
+        kw["on_error"] = r.string("alertmanager.on_error", am["on_error"], ("defer", "proceed"))
     if "sync_interval" in am:
         off = am["sync_interval"] in (None, "off") or am["sync_interval"] is False
-        kw["alertmanager_sync_interval"] = None if off else r.duration("alertmanager.sync_interval",
-                                                                        am["sync_interval"])
+        kw["sync_interval"] = None if off else r.duration("alertmanager.sync_interval", am["sync_interval"])
     if "receiver" in am:
         receiver = r.string("alertmanager.receiver", am["receiver"], optional=True)
         try:
             re.compile(receiver or "")
         except re.error as exc:
             raise r.fail("alertmanager.receiver", f"not a regular expression: {exc}") from exc
-        kw["alertmanager_receiver"] = receiver
+        kw["receiver"] = receiver
     if "filters" in am and am["filters"] is not None:
         filters = am["filters"]
         if not isinstance(filters, list):
             raise r.fail("alertmanager.filters", 'expected a list of matchers like node=~".+"')
-        kw["alertmanager_filters"] = tuple(r.string("alertmanager.filters", f) for f in filters)
+        kw["filters"] = tuple(r.string("alertmanager.filters", f) for f in filters)
     if "min_uptime" in am:
-        kw["alertmanager_min_uptime"] = r.duration("alertmanager.min_uptime", am["min_uptime"])
+        kw["min_uptime"] = r.duration("alertmanager.min_uptime", am["min_uptime"])
     for key in ("bearer_token_file", "ca_file"):
         if key in am:
-            kw[f"alertmanager_{key.replace('bearer_', '')}"] = r.string(f"alertmanager.{key}", am[key], optional=True)
+            kw[key] = r.string(f"alertmanager.{key}", am[key], optional=True)
+    return AlertmanagerSettings(**kw)
+
+
+def _jobs(r: YamlReader, value: Any) -> JobSettings:
+    jobs = r.section("jobs", {"namespace", "image", "service_account", "ttl_seconds_after_finished"}, value)
+    kw: dict[str, Any] = {}
+    for key in ("namespace", "image", "service_account"):
+        if key in jobs:
+            kw[key] = r.string(f"jobs.{key}", jobs[key])
+    if "ttl_seconds_after_finished" in jobs:
+        kw["ttl_seconds_after_finished"] = r.integer("jobs.ttl_seconds_after_finished",
+                                                     jobs["ttl_seconds_after_finished"])
+    return JobSettings(**kw)
+
+
+def _replace(r: YamlReader, value: Any) -> ReplaceSettings:
+    rep = r.section("replace", {"method", "hook_url", "condition_type"}, value)
+    kw: dict[str, Any] = {}
+    if "method" in rep:
+        kw["method"] = r.string("replace.method", rep["method"], ("nodeclaim", "condition", "hook"))
+    if "hook_url" in rep:
+        kw["hook_url"] = r.string("replace.hook_url", rep["hook_url"], optional=True)
+    if "condition_type" in rep:
+        kw["condition_type"] = r.string("replace.condition_type", rep["condition_type"])
+    if kw.get("method") == "hook" and not kw.get("hook_url"):
+        raise r.fail("replace.hook_url", "required when replace.method is hook")
+    return ReplaceSettings(**kw)
+
+
+def _leader(r: YamlReader, value: Any) -> LeaderSettings:
+    leader = r.section("leader", {"namespace", "name", "lease_duration"}, value)
+    kw: dict[str, Any] = {}
+    if "namespace" in leader:
+        kw["namespace"] = r.string("leader.namespace", leader["namespace"])
+    if "name" in leader:
+        kw["name"] = r.string("leader.name", leader["name"])
+    if "lease_duration" in leader:
+        kw["lease_duration"] = r.duration("leader.lease_duration", leader["lease_duration"])
+        if kw["lease_duration"] < timedelta(seconds=3):
+            raise r.fail("leader.lease_duration", "expected at least 3s (it is renewed every third of it)")
+    return LeaderSettings(**kw)
+
 
 def _workloads(r: YamlReader, value: Any) -> WorkloadPolicy:
     w = r.section("workloads", {"enabled", "namespaces", "selector", "app_exit_codes", "look_behind", "look_ahead",

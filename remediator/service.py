@@ -46,13 +46,13 @@ class Remediator:
         self.metrics.watch_events(kube.events)  # Events kept while the API fails: pending, sent late, dropped
         alertmanager = client_from(policy)  # None: `alertmanager.url: none`
         if silences is None and alertmanager is not None:
-            silences = SilenceChecker(alertmanager, policy.label_node)
-        if silences is None and policy.alertmanager_url != "none":
+            silences = SilenceChecker(alertmanager, policy.alert_labels.node)
+        if silences is None and policy.alertmanager.url != "none":
             raise ValueError("alertmanager.url is required: an http(s) URL to check silences, or `none` to opt out")
         self.silences = silences
         if elector is None:
-            elector = LeaderElector(kube.coordination, policy.lease_namespace, policy.lease_name, identity,
-                                    policy.lease_duration, clock, kube.timeout)
+            elector = LeaderElector(kube.coordination, policy.leader.namespace, policy.leader.name, identity,
+                                    policy.leader.lease_duration, clock, kube.timeout)
         if kube.dry_run and isinstance(elector, LeaderElector):
             elector = Spectator(elector)
         self.elector = elector

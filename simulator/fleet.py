@@ -75,7 +75,7 @@ class SimNode:
     def view(self, policy: Policy) -> NodeView:
         st = self.state
         return NodeView(
-            name=self.name, pool=self.pool, labels={policy.pool_label: self.pool}, unschedulable=self.unschedulable,
+            name=self.name, pool=self.pool, labels={policy.pools.label: self.pool}, unschedulable=self.unschedulable,
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,

@@ -82,7 +82,7 @@ def write_report(path: Path, summary: dict[str, Any], runs: list[RunResult], pol
     body = (f"<!doctype html><html><head><meta charset='utf-8'><title>gpuhealth-sim: "
             f"{html.escape(summary['scenario'])}</title></head><body><h1>gpuhealth-sim: "
             f"{html.escape(summary['scenario'])}</h1><p>policy: {html.escape(str(summary.get('policy')))}; "
-            f"healthy delay {policy.healthy_delay}; max disrupted {policy.max_disrupted}</p>"
+            f"healthy delay {policy.return_to_service.healthy_delay}; max disrupted {policy.budget.max_disrupted}</p>"
             f"<pre>{html.escape(render_text(summary))}</pre>{images}<p>Plots: the first run (seed {runs[0].seed}).</p>"
             "</body></html>")
     path.write_text(body)

@@ -65,14 +65,14 @@ class Remediator:
                 if esc is not None:
                     when.append(parse_time(st.rung_done) + esc)
             if st.active and st.healthy_since:
-                when.append(parse_time(st.healthy_since) + p.healthy_delay)
+                when.append(parse_time(st.healthy_since) + p.return_to_service.healthy_delay)
             for a in st.alerts.values():
                 if a.status == "firing":
-                    when.append(parse_time(a.last_seen) + p.quiet_timeout)
+                    when.append(parse_time(a.last_seen) + p.episode.quiet_timeout)
             if rate_capped:
                 when.extend(parse_time(t) + HOUR for t in st.actions)
         for tripped in self.breaker_trips.values():
-            when.append(parse_time(tripped) + p.breaker_cooldown)
+            when.append(parse_time(tripped) + p.breaker.cooldown)
         later = [to_seconds(w) for w in when]
         later = [t for t in later if t > now + 1e-6]
         return min(later) if later else None

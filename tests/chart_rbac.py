@@ -24,9 +24,9 @@ ADMIN_TOKEN = "cluster-admin-token"
 
 def policy_values(policy: Policy) -> dict[str, Any]:
     """The chart values that grant what this policy needs (the chart derives its RBAC from remediator.policy)."""
-    p: dict[str, Any] = {"jobs": {"namespace": policy.jobs_namespace},
-                         "leader": {"namespace": policy.lease_namespace, "name": policy.lease_name}}
-    if policy.drain_on_timeout == "force":
+    p: dict[str, Any] = {"jobs": {"namespace": policy.jobs.namespace},
+                         "leader": {"namespace": policy.leader.namespace, "name": policy.leader.name}}
+    if policy.drain.on_timeout == "force":
         p["drain"] = {"on_timeout": "force"}
     if policy.workloads.enabled:
         p["workloads"] = {"enabled": True, "namespaces": list(policy.workloads.namespaces)}

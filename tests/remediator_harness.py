@@ -79,8 +79,8 @@ class Harness:
         if isinstance(policy, str):
             policy = parse_policy(policy)
         policy = policy or Policy()
-        if silences is None and policy.alertmanager_url is None:  # tests that do not use silences opt out
-            policy = dataclasses.replace(policy, alertmanager_url="none")
+        if silences is None and policy.alertmanager.url is None:  # tests that do not use silences opt out
+            policy = dataclasses.replace(policy, alertmanager=dataclasses.replace(policy.alertmanager, url="none"))
         self.policy = policy
         self.cluster = cluster
         self.now = start

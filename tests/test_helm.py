@@ -620,9 +620,9 @@ def test_remediator_policy_loads(key: str, tmp_path: Path) -> None:
     text = one(RENDERED[key], "ConfigMap", "gpuhealth-remediator")["data"]["policy.yaml"]
     (tmp_path / "policy.yaml").write_text(text)
     policy = load_policy(str(tmp_path / "policy.yaml"))
-    assert policy.lease_namespace == NAMESPACE and policy.lease_name == "gpuhealth-remediator"
-    assert policy.jobs_namespace == ("gpuhealth-jobs" if key == "custom" else NAMESPACE)
-    assert policy.alertmanager_url
+    assert policy.leader.namespace == NAMESPACE and policy.leader.name == "gpuhealth-remediator"
+    assert policy.jobs.namespace == ("gpuhealth-jobs" if key == "custom" else NAMESPACE)
+    assert policy.alertmanager.url
     if hasattr(policy, "check_serve"):
         policy.check_serve(10.0)
 
@@ -640,10 +640,10 @@ def test_the_alertmanager_token_and_ca_the_policy_names_are_mounted_there(key: s
         for item in secret.get("items", []):
             files[f"{mounts[volume]}/{item['path']}"] = (secret["secretName"], item["key"])
     if key != "custom":
-        assert policy.alertmanager_token_file is None and policy.alertmanager_ca_file is None
+        assert policy.alertmanager.bearer_token_file is None and policy.alertmanager.ca_file is None
         return
-    assert files[str(policy.alertmanager_token_file)] == ("am-reader", "token")
-    assert files[str(policy.alertmanager_ca_file)] == ("am-ca", "root.pem")
+    assert files[str(policy.alertmanager.bearer_token_file)] == ("am-reader", "token")
+    assert files[str(policy.alertmanager.ca_file)] == ("am-ca", "root.pem")
 
 
 def test_remediator_runs_two_replicas_with_a_pdb_and_a_service() -> None:

@@ -86,7 +86,7 @@ def test_reset_waits_for_pods_that_use_the_gpu_to_be_gone(h: Harness, cluster: F
     h.fire("gpu-3", "reset_gpu", gpu="3")
     h.step()
     assert cluster.jobs == {}
-    assert len(h.slept) == len(h.policy.eviction_backoff)  # 429 retried with backoff, then left for later
+    assert len(h.slept) == len(h.policy.drain.eviction_backoff)  # 429 retried with backoff, then left for later
 
 
 def test_fault_persisting_after_a_successful_reset_climbs_to_reboot(h: Harness, cluster: FakeCluster) -> None:

@@ -25,14 +25,14 @@ def test_percent_budgets_never_round_a_small_pool_to_zero(size: int, pct: int, l
 
 
 def test_an_absolute_zero_budget_is_respected() -> None:
-    assert parse_policy("budget: {max_disrupted: 0}").max_disrupted.limit(50) == 0
+    assert parse_policy("budget: {max_disrupted: 0}").budget.max_disrupted.limit(50) == 0
 
 
 def test_keys_override_only_what_they_name() -> None:
     p = parse_policy("ladder:\n  reset_gpu: {escalate_after: 5m}\ndrain: {on_timeout: escalate}\n")
     assert p.rung("reset_gpu").escalate_after == timedelta(minutes=5)
     assert p.rung("reset_gpu").timeout == timedelta(minutes=10)
-    assert p.drain_on_timeout == "escalate"
+    assert p.drain.on_timeout == "escalate"
 
 
 @pytest.mark.parametrize(("text", "key", "line"), [
@@ -71,8 +71,8 @@ def test_broken_yaml_is_a_policy_error_with_a_line(tmp_path: Path) -> None:
 
 
 def test_alertmanager_url_accepts_an_explicit_none_and_events_namespace_is_gone() -> None:
-    assert parse_policy("alertmanager: {url: none}").silences_url is None
-    assert parse_policy("alertmanager: {url: 'http://am:9093/'}").silences_url == "http://am:9093"
+    assert parse_policy("alertmanager: {url: none}").alertmanager.silences_url is None
+    assert parse_policy("alertmanager: {url: 'http://am:9093/'}").alertmanager.silences_url == "http://am:9093"
     with pytest.raises(PolicyError, match="unknown key"):
         parse_policy("events: {namespace: gpuhealth}")
 
@@ -124,13 +124,13 @@ def test_a_policy_file_that_is_not_utf8_names_the_file_and_why(tmp_path: Path) -
 
 def test_an_ha_alertmanager_is_a_list_of_members_asked_in_order() -> None:
     policy = parse_policy("alertmanager: {url: [http://am-0:9093/, http://am-1:9093]}")
-    assert policy.alertmanager_members == ("http://am-0:9093", "http://am-1:9093")
-    assert parse_policy("alertmanager: {url: none}").alertmanager_members == ()
+    assert policy.alertmanager.members == ("http://am-0:9093", "http://am-1:9093")
+    assert parse_policy("alertmanager: {url: none}").alertmanager.members == ()
 
 
 def test_the_alertmanager_sync_can_be_turned_off_and_its_settings_are_checked() -> None:
-    assert parse_policy("alertmanager: {sync_interval: off}").alertmanager_sync_interval is None
-    assert parse_policy("alertmanager: {sync_interval: 1m}").alertmanager_sync_interval == timedelta(minutes=1)
+    assert parse_policy("alertmanager: {sync_interval: off}").alertmanager.sync_interval is None
+    assert parse_policy("alertmanager: {sync_interval: 1m}").alertmanager.sync_interval == timedelta(minutes=1)
     with pytest.raises(PolicyError, match=r"alertmanager\.receiver.*not a regular expression"):
         parse_policy("alertmanager:\n  receiver: '(unclosed'\n")
     with pytest.raises(PolicyError, match=r"alertmanager\.url.*expected an http\(s\) URL"):

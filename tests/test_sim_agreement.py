@@ -70,7 +70,7 @@ def test_node_availability_agrees_with_the_renewal_form() -> None:
     rule = pipe.alerts["NetdevTransmitTimeout"]
     resolve = (pipe.scrape_interval_s / 2 + rule.window_s + rule.keep_firing_for_s + rule.evaluation_interval_s / 2
                + pipe.actionable_route.group_interval_s / 2)
-    mttr = 90 * 60 + resolve + Policy().healthy_delay.total_seconds() + pipe.pass_interval_s / 2
+    mttr = 90 * 60 + resolve + Policy().return_to_service.healthy_delay.total_seconds() + pipe.pass_interval_s / 2
     r = run(sc, detection_delay_s=300)[0]
     assert r.outages > 2000
     assert abs(r.mean_outage_h * 3600 - mttr) < 60

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from remediator.policy import Policy, Quota, parse_policy
+from remediator.policy import BudgetSettings, Policy, Quota, ReturnToServiceSettings, parse_policy
 from simulator.scenario import parse_scenario
 from tests.sim_helpers import run
 
@@ -21,8 +21,8 @@ failures: {{rate: {rate}, mix: {mix}, lemon: {{fraction: 0}}}}
 
 def test_the_disruption_budget_defers_and_is_never_exceeded() -> None:
     sc = parse_scenario(_fleet("", nodes=40, rate=400.0), "budget.yaml")
-    tight = run(sc, Policy(max_disrupted=Quota(count=1)))[0]
-    loose = run(sc, Policy(max_disrupted=Quota(count=40)))[0]
+    tight = run(sc, Policy(budget=BudgetSettings(max_disrupted=Quota(count=1))))[0]
+    loose = run(sc, Policy(budget=BudgetSettings(max_disrupted=Quota(count=40))))[0]
     assert tight.max_disrupted["p"] == 1
     assert tight.deferred.get("disruption_budget", 0) > 0
     assert loose.max_disrupted["p"] > 1 and "disruption_budget" not in loose.deferred
@@ -60,8 +60,8 @@ def test_the_ladder_climbs_to_replace_and_max_rung_stops_it() -> None:
 
 def test_the_healthy_delay_is_the_policys() -> None:
     sc = parse_scenario(_fleet("", nodes=50, rate=30.0), "delay.yaml")
-    short = run(sc, Policy(healthy_delay=timedelta(minutes=5)))[0]
-    long = run(sc, Policy(healthy_delay=timedelta(hours=2)))[0]
+    short = run(sc, Policy(return_to_service=ReturnToServiceSettings(healthy_delay=timedelta(minutes=5))))[0]
+    long = run(sc, Policy(return_to_service=ReturnToServiceSettings(healthy_delay=timedelta(hours=2))))[0]
     assert long.mean_outage_h - short.mean_outage_h > 1.5  # 115 minutes more per outage, give or take
 
 

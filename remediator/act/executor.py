@@ -126,7 +126,8 @@ class Executor:
             return ""  # done by the state write
         if d.action == Action.DRAIN:
             pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
-            result = drain_pass(kube, pods, policy.eviction_backoff, self.guard.sleep, d.force, guard=self.guard.check)
+            result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
+                                guard=self.guard.check)
             if result.errors and not result.evicted and not result.blocked:
                 raise RuntimeError(f"drain pass failed: {result.summary()}")
             return result.summary() if (result.evicted or result.errors or d.new) else ""
@@ -135,7 +136,7 @@ class Executor:
         if d.action in (Action.RESET_GPU, Action.REBOOT):
             assert d.job is not None
             created = kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
-            return f"job {policy.jobs_namespace}/{d.job} {'created' if created else 'already exists'}"
+            return f"job {policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
         if d.action == Action.REPLACE:
             try:
                 return replace_node(kube, d.node, policy, now, d.reason)

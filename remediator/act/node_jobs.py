@@ -23,8 +23,8 @@ def render_job(rung: str, name: str, node: str, policy: Policy, gpu: str | None 
     source = (TEMPLATES / f"{rung}.yaml.j2").read_text()
     timeout = policy.rung(rung).timeout
     text = _ENV.from_string(source).render(
-        name=name, namespace=policy.jobs_namespace, node=node, gpu=gpu, image=policy.jobs_image,
-        service_account=policy.jobs_service_account, ttl_seconds=policy.jobs_ttl_seconds,
+        name=name, namespace=policy.jobs.namespace, node=node, gpu=gpu, image=policy.jobs.image,
+        service_account=policy.jobs.service_account, ttl_seconds=policy.jobs.ttl_seconds_after_finished,
         deadline_seconds=int(timeout.total_seconds()) if timeout else 3600)
     manifest: dict[str, Any] = yaml.safe_load(text)
     return manifest

@@ -143,10 +143,10 @@ class Reconciler:
             nonlocal listed, unknown
             if listed is None:
                 try:
-                    listed = job_statuses(self.kube, self.policy.jobs_namespace)
+                    listed = job_statuses(self.kube, self.policy.jobs.namespace)
                 except Exception as exc:
                     # A Job rung's outcome is unknown this pass (403: the Role lacks jobs list; docs/install.md)
-                    log.warning("listing jobs in %s: %s", self.policy.jobs_namespace, exc)
+                    log.warning("listing jobs in %s: %s", self.policy.jobs.namespace, exc)
                     self.metrics.api_error(ApiOperation.LIST_JOBS)
                     listed, unknown = {}, True
             if unknown:
@@ -166,9 +166,9 @@ class Reconciler:
         for pool, why in ledger.newly_tripped.items():  # closed -> open only
             audit("breaker_open", pool=pool, reason=why, dry_run=self.kube.dry_run)
             self.guard.check()
-            self.kube.event(self.policy.lease_name, EventReason.CIRCUIT_BREAKER_OPEN,
-                            f"pool {pool}: {why}; new disruptive actions stop for {self.policy.breaker_cooldown}",
-                            now, warning=True, kind="Lease", namespace=self.policy.lease_namespace,
+            self.kube.event(self.policy.leader.name, EventReason.CIRCUIT_BREAKER_OPEN,
+                            f"pool {pool}: {why}; new disruptive actions stop for {self.policy.breaker.cooldown}",
+                            now, warning=True, kind="Lease", namespace=self.policy.leader.namespace,
                             api_version="coordination.k8s.io/v1")
         if ledger.breaker_trips != stored_trips:
             self.guard.check()

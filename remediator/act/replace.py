@@ -34,9 +34,9 @@ def register(name: str) -> Callable[[Replacer], Replacer]:
 def replace_node(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
     """Hand the node over; returns what was done. Raises on failure (the rung then counts as failed)."""
     try:
-        method = _REGISTRY[policy.replace_method]
+        method = _REGISTRY[policy.replace.method]
     except KeyError:
-        raise ValueError(f"unknown replace method {policy.replace_method!r}") from None
+        raise ValueError(f"unknown replace method {policy.replace.method!r}") from None
     return method(kube, node, policy, now, reason)
 
 
@@ -60,16 +60,16 @@ def _delete_nodeclaim(kube: Kube, node: str, policy: Policy, now: datetime, reas
 
 @register("condition")
 def _set_condition(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
-    kube.set_condition(node, policy.replace_condition_type, "False", "GpuhealthReplace", reason, now)
-    return f"set condition {policy.replace_condition_type}=False for Karpenter node repair"
+    kube.set_condition(node, policy.replace.condition_type, "False", "GpuhealthReplace", reason, now)
+    return f"set condition {policy.replace.condition_type}=False for Karpenter node repair"
 
 
 @register("hook")
 def _call_hook(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
-    if not policy.replace_hook_url:
+    if not policy.replace.hook_url:
         raise ValueError("replace.hook_url is not set")
     data = json.dumps({"node": node, "reason": reason, "at": now.isoformat()}).encode()
-    request = urllib.request.Request(policy.replace_hook_url, data=data, method="POST",
+    request = urllib.request.Request(policy.replace.hook_url, data=data, method="POST",
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=kube.timeout) as response:
         return f"replace hook answered HTTP {response.status}"

@@ -166,8 +166,8 @@ class AlertmanagerClient:
 
 def client_from(policy: Any) -> AlertmanagerClient | None:
     """The policy's Alertmanager (alertmanager.* keys), or None when it opted out (`url: none`)."""
-    members = policy.alertmanager_members
+    members = policy.alertmanager.members
     if not members:
         return None
-    return AlertmanagerClient(members, policy.alertmanager_timeout, policy.alertmanager_token_file,
-                              policy.alertmanager_ca_file)
+    return AlertmanagerClient(members, policy.alertmanager.timeout, policy.alertmanager.bearer_token_file,
+                              policy.alertmanager.ca_file)

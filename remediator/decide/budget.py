@@ -54,7 +54,7 @@ class Ledger:
                 usage.disrupted.add(v.name)
             if v.our_taint or v.state.cordoned:
                 usage.cordoned.add(v.name)
-            if any(a.remediation != "none" for a in v.state.firing(now, policy.quiet_timeout).values()):
+            if any(a.remediation != "none" for a in v.state.firing(now, policy.episode.quiet_timeout).values()):
                 usage.firing.add(v.name)
             actions += v.state.actions_since(hour_ago)
         for pool, size in (pool_sizes or {}).items():
@@ -66,17 +66,17 @@ class Ledger:
 
     # --- limits ----------------------------------------------------------------------------
     def disrupted_limit(self, pool: str) -> int:
-        return self.policy.max_disrupted.limit(self.pools[pool].size)
+        return self.policy.budget.max_disrupted.limit(self.pools[pool].size)
 
     def cordoned_limit(self, pool: str) -> int:
-        return self.policy.max_cordoned.limit(self.pools[pool].size)
+        return self.policy.budget.max_cordoned.limit(self.pools[pool].size)
 
     def _check_breaker(self, pool: str) -> None:
         """Trips (again) while the storm lasts, so the cool-down runs from its end; reported (newly_tripped)
         only when the breaker goes from closed to open."""
         usage = self.pools[pool]
         share = 100.0 * len(usage.firing) / max(1, usage.size)
-        if share > self.policy.breaker_threshold and len(usage.firing) >= self.policy.breaker_min_nodes:
+        if share > self.policy.breaker.threshold and len(usage.firing) >= self.policy.breaker.min_nodes:
             was_open = self.breaker_open(pool)
             self.breaker_trips[pool] = fmt_time(self.now)
             if not was_open:
@@ -84,13 +84,14 @@ class Ledger:
 
     def breaker_open(self, pool: str) -> bool:
         tripped = self.breaker_trips.get(pool)
-        return tripped is not None and self.now - parse_time(tripped) < self.policy.breaker_cooldown
+        return tripped is not None and self.now - parse_time(tripped) < self.policy.breaker.cooldown
 
     # --- gates: None when allowed, else the reason -----------------------------------------
     def gate(self, view: NodeView, action: str) -> str | None:
         usage = self.pools[view.pool]
-        if self.actions_last_hour >= self.policy.max_actions_per_hour:
-            return f"action rate cap reached ({self.actions_last_hour}/{self.policy.max_actions_per_hour} per hour)"
+        cap = self.policy.budget.max_actions_per_hour
+        if self.actions_last_hour >= cap:
+            return f"action rate cap reached ({self.actions_last_hour}/{cap} per hour)"
         if action == "cordon" and view.name not in usage.cordoned:
             limit = self.cordoned_limit(view.pool)
             if len(usage.cordoned) >= limit:

@@ -159,7 +159,7 @@ class _Planner:
                             f"state annotation unreadable ({v.damaged}): counted as disrupted "
                             "and left alone; fix or remove the gpuhealth.io/state annotation")
         st = v.state
-        firing = st.firing(now, policy.quiet_timeout)
+        firing = st.firing(now, policy.episode.quiet_timeout)
         actionable = {fp: a for fp, a in firing.items() if a.remediation != "none"}
         if not st.active and not v.our_taint:
             if firing and not actionable:
@@ -186,18 +186,18 @@ class _Planner:
         self.plan.notes.extend(notes)
         if not actionable:
             return self._settle()
-        target = min(max(rung_index(a.remediation) for a in actionable.values()), rung_index(policy.max_rung))
+        target = min(max(rung_index(a.remediation) for a in actionable.values()), rung_index(policy.ladder.max_rung))
         return self._climb(target, _pick_gpu(actionable), sorted(actionable))
 
     def _settle(self) -> None:
         """No actionable alert fires: return to service after the healthy delay, or stay quiet."""
         v, policy, now, st = self.v, self.policy, self.now, self.state
-        stale = st.stale(now, policy.quiet_timeout)
+        stale = st.stale(now, policy.episode.quiet_timeout)
         if stale:
             if not st.quiet:
                 self.state = replace(st, quiet=True)
                 self.note(Note(EventReason.EPISODE_QUIET, f"no word on {len(stale)} firing alert(s) for "
-                               f"{policy.quiet_timeout}; escalation stopped, node left as is"))
+                               f"{policy.episode.quiet_timeout}; escalation stopped, node left as is"))
             return self.out(Action.NONE, Verdict.SKIPPED,
                             "episode went quiet (alerts neither repeated nor resolved, e.g. "
                             "silenced): escalation stopped; `gpuhealth-remediator release` returns the node")
@@ -213,9 +213,9 @@ class _Planner:
                             f"{st.rung} still under way (job {st.job}): the node returns "
                             "once it is done or has failed")
         healthy_for = _age(now, st.healthy_since)
-        if healthy_for < policy.healthy_delay:
+        if healthy_for < policy.return_to_service.healthy_delay:
             return self.out(Action.UNCORDON, Verdict.DEFERRED, f"healthy for {int(healthy_for.total_seconds())}s of "
-                            f"{int(policy.healthy_delay.total_seconds())}s")
+                            f"{int(policy.return_to_service.healthy_delay.total_seconds())}s")
         self.ledger.release(v)
         self.state = NodeState(actions=st.actions)
         return self.out(Action.UNCORDON, Verdict.EXECUTE,
@@ -228,7 +228,7 @@ class _Planner:
         if self.silences is None:
             return False
         answer = self.silences(self.v.name, fingerprints)
-        if answer.error and self.policy.silence_on_error == "defer":
+        if answer.error and self.policy.alertmanager.on_error == "defer":
             self.out(Action(action), Verdict.DEFERRED, f"cannot check Alertmanager silences: {answer.error}")
             return True
         if answer.silenced_by:
@@ -258,7 +258,7 @@ class _Planner:
 
     def _climb(self, target: int, gpu: str | None, fps: list[str]) -> None:
         v, policy, now = self.v, self.policy, self.now
-        max_idx = rung_index(policy.max_rung)
+        max_idx = rung_index(policy.ladder.max_rung)
         for _ in range(2 * len(RUNGS) + 2):
             st = self.state
             rung, status, idx = st.rung, st.rung_status, rung_index(st.rung)
@@ -311,7 +311,7 @@ class _Planner:
                                rung=Rung.RESET_GPU))
                 continue
             if rung_index(nxt) > max_idx:
-                return self.out(Action.NONE, Verdict.SKIPPED, f"ladder stops at {policy.max_rung}")
+                return self.out(Action.NONE, Verdict.SKIPPED, f"ladder stops at {policy.ladder.max_rung}")
             if nxt in NEEDS_DRAINED:
                 if not v.pods_known:
                     return self.out(Action(nxt), Verdict.DEFERRED, "pods unknown — pass --pods")
@@ -336,7 +336,7 @@ class _Planner:
                                   cordoned=st.cordoned or not v.unschedulable)
             elif nxt == "drain":
                 # Karpenter must not consolidate a node mid-ladder: annotated in the write that starts the drain
-                started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.karpenter_do_not_disrupt)
+                started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.drain.karpenter_do_not_disrupt)
                 if not v.evictable:
                     started = replace(started, rung_status="done", rung_done=fmt_time(now))
                     why += "; nothing to evict"
@@ -369,11 +369,11 @@ class _Planner:
         if timed_out and not st.timed_out:
             self.state = st = replace(st, timed_out=True)
             self.note(Note.timeout(Rung.DRAIN, f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
-                                   f"left; policy drain.on_timeout={policy.drain_on_timeout}"))
-        if timed_out and policy.drain_on_timeout == "escalate":
+                                   f"left; policy drain.on_timeout={policy.drain.on_timeout}"))
+        if timed_out and policy.drain.on_timeout == "escalate":
             self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now), drain_failed=True)
             return True
-        if timed_out and policy.drain_on_timeout == "force":
+        if timed_out and policy.drain.on_timeout == "force":
             self._drain_more("", fps, force=True, why=f"drain passed its {timeout} timeout "
                              "(policy drain.on_timeout=force): ")
             return False

@@ -91,7 +91,7 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
             state, damaged = NodeState(), str(exc)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return NodeView(
-        name=name, pool=labels.get(policy.pool_label, policy.default_pool), labels=labels,
+        name=name, pool=labels.get(policy.pools.label, policy.pools.default), labels=labels,
         unschedulable=bool(spec.get("unschedulable")),
         our_taint=any(t.get("key") == TAINT_KEY for t in spec.get("taints") or []),
         state=state, hold=hold_of(annotations), excluded=any(_matches(labels, s) for s in policy.exclude),

@@ -96,10 +96,10 @@ def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:
     """Every member's active alerts for the route's receiver. AlertmanagerUnavailable when no member answered,
     or the receiver regex names none of Alertmanager's receivers (every list would be empty, and everything
     would look resolved)."""
-    answers, errors = client.alerts_everywhere(policy.alertmanager_matchers, policy.alertmanager_receiver)
+    answers, errors = client.alerts_everywhere(policy.alertmanager_matchers, policy.alertmanager.receiver)
     if not answers:
         raise AlertmanagerUnavailable("; ".join(errors))
-    regex = policy.alertmanager_receiver
+    regex = policy.alertmanager.receiver
     if regex:
         names = client.receivers(answers[0].member)
         if not any(re.fullmatch(regex, n) for n in names):
@@ -114,14 +114,14 @@ def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:
     if errors:
         reading.untrusted = f"not every member answered ({'; '.join(errors)})"
         return reading
-    if policy.alertmanager_min_uptime:
+    if policy.alertmanager.min_uptime:
         for answer in answers:
             try:
                 age = client.age(answer.member)
             except AlertmanagerUnavailable as exc:
                 reading.untrusted = f"cannot tell how long it has been up ({exc})"
                 return reading
-            if age < policy.alertmanager_min_uptime:
+            if age < policy.alertmanager.min_uptime:
                 reading.untrusted = (f"{answer.member} has been up {int(age.total_seconds())}s, less than "
                                      f"alertmanager.min_uptime: it may not have heard from every Prometheus yet")
                 return reading
@@ -149,7 +149,7 @@ def recorded_states(nodes: list[dict[str, Any]],
 def refresh_after(policy: Policy) -> timedelta:
     """How old a firing alert's last_seen may get before a sync writes it again: well inside the quiet
     timeout, and rare enough that a fleet with thousands of alerting nodes is not rewritten every pass."""
-    return min(policy.quiet_timeout / 4, timedelta(minutes=30))
+    return min(policy.episode.quiet_timeout / 4, timedelta(minutes=30))
 
 
 def sync_batch(states: Mapping[str, NodeState], active: list[ActiveAlert], asked_at: datetime, now: datetime,

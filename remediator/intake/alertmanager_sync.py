@@ -25,7 +25,7 @@ class AlertmanagerSync:
         self._synced: datetime | None = None  # when the last sync was tried (None: due now)
 
     def due(self, now: datetime) -> bool:
-        interval = self.policy.alertmanager_sync_interval
+        interval = self.policy.alertmanager.sync_interval
         if self.client is None or interval is None:
             return False
         return self._synced is None or now - self._synced >= interval

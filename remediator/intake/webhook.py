@@ -123,16 +123,16 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
                 parse_time(ends)
         except ValueError as exc:
             raise WrongShape(f"{where}: bad timestamp: {exc}") from exc
-        node = labels.get(policy.label_node)
+        node = labels.get(policy.alert_labels.node)
         if not node:
-            batch.ignored.append((fingerprint, f"no {policy.label_node!r} label"))
+            batch.ignored.append((fingerprint, f"no {policy.alert_labels.node!r} label"))
             continue
         if not _NODE_NAME.match(node):
-            batch.ignored.append((fingerprint, f"label {policy.label_node}={node!r} is not a node name"))
+            batch.ignored.append((fingerprint, f"label {policy.alert_labels.node}={node!r} is not a node name"))
             continue
-        remediation = labels.get(policy.label_remediation)
+        remediation = labels.get(policy.alert_labels.remediation)
         if remediation is None:
-            batch.ignored.append((fingerprint, f"no {policy.label_remediation!r} label"))
+            batch.ignored.append((fingerprint, f"no {policy.alert_labels.remediation!r} label"))
             continue
         if remediation not in REMEDIATIONS:
             batch.ignored.append((fingerprint, f"unknown remediation {remediation!r}"))
@@ -140,7 +140,7 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
         record = AlertRecord(
             name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=starts,
             last_seen=starts, ends_at=ends if status == "resolved" and isinstance(ends, str) else None,
-            gpu=valid_gpu(labels.get(policy.label_gpu)), severity=labels.get("severity", ""),
+            gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
             component=labels.get("component", ""))
         batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))
     return batch

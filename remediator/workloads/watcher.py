@@ -287,8 +287,8 @@ class WorkloadWatcher:
         workload = workload_of(pod)
         suspect = verdict.reason in NODE_SUSPECT_REASONS and bool(facts.node)
         loop = self._count_loop(pod, workload, verdict, now)
-        pool = (((node or {}).get("metadata") or {}).get("labels") or {}).get(self.policy.pool_label,
-                                                                              self.policy.default_pool)
+        pool = (((node or {}).get("metadata") or {}).get("labels") or {}).get(self.policy.pools.label,
+                                                                              self.policy.pools.default)
         record = {**verdict.to_json(), "node": facts.node, "pool": pool,
                   "workload": f"{workload.kind}/{workload.name}",
                   "failed_at": fmt_time(verdict.failed_at) if verdict.failed_at else None,
@@ -430,7 +430,7 @@ class WorkloadWatcher:
             if key not in newest or stamp >= newest[key][0]:
                 newest[key] = (stamp, record)
             if record and record.get("node_suspect") and at is not None and now - at < window:
-                where = (str(record.get("node")), str(record.get("pool") or self.policy.default_pool))
+                where = (str(record.get("node")), str(record.get("pool") or self.policy.pools.default))
                 suspects.setdefault(where, set()).add((key.namespace, f"{key.kind}/{key.name}"))
         threshold = self.policy.workloads.restart_loop_threshold
         loops = {(k.namespace, k.name): 1.0 if record and int(record.get("loop") or 0) >= threshold else 0.0
