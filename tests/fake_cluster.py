@@ -37,6 +37,9 @@ and behaves like the API server where the remediator depends on it:
   Bindings on every write, with the policies' own CEL (tests/fake_admission.py); a node PATCH is admitted
   with the patched Node as `object` and the stored one as `oldObject`, as on the API server. A denial is
   the API server's Status (its reason and code, its "... denied request: ..." message).
+- Dynamic Resource Allocation (`dra`, tests/fake_dra.py): ResourceSlices, ResourceClaims and DeviceTaintRules
+  in resource.k8s.io, discovery of the versions served, and NoExecute device taints evicting the pods whose
+  claims use the device, as kube-controller-manager does.
 The kubernetes client sends POST bodies without Content-Type; as the API server does, we read JSON.
 """
 
@@ -58,6 +61,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fake_admission import ANONYMOUS, AdmissionPolicies, Attributes, Identity, attributes, service_account
+from fake_dra import FakeDra
 from fake_rbac import Authorizer
 from fake_rbac import request as rbac_request
 
@@ -190,6 +194,7 @@ class FakeCluster:
         self.leases: dict[tuple[str, str], Obj] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.nodeclaims: dict[str, Obj] = {}
+        self.dra = FakeDra(self)  # ResourceSlices, ResourceClaims, DeviceTaintRules (tests/fake_dra.py)
         self.requests: list[tuple[str, str]] = []
         self.forbidden: list[tuple[str, str, str]] = []  # (user, method, path) of every request RBAC denied
         self._evicted: list[str] = []
@@ -644,6 +649,8 @@ class FakeCluster:
             return self._leases(method, parts[4], parts[6:], body)
         if parts[:4] == ["apis", "batch", "v1", "namespaces"] and parts[5:6] == ["jobs"]:
             return self._jobs(method, parts[4], parts[6:], body, ls)
+        if parts[:2] == ["apis", "resource.k8s.io"]:
+            return self.dra.route(method, parts[2:], body, ls)
         if parts[:4] == ["apis", "karpenter.sh", "v1", "nodeclaims"]:
             if method == "GET" and len(parts) == 4:
                 return 200, {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaimList", "metadata": {},

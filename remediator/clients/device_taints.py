@@ -1,0 +1,132 @@
+"""DRA device taints: which API version serves DeviceTaintRule, and the rules gpuhealth makes and removes.
+
+DeviceTaintRule is GA in resource.k8s.io/v1 (Kubernetes 1.37); before that it is served only with the
+`DRADeviceTaintRules` feature gate, in an older version (v1beta2, v1alpha3). `served_version` asks discovery
+which version serves it (None: none does, and the remediator stays at node scope, saying so in the audit).
+Every rule gpuhealth makes carries the label `app.kubernetes.io/managed-by: gpuhealth` and its node's, so
+that return to service removes only ours, never a rule a person or the DRA driver made.
+
+The rules are written through the client's generic object calls (CustomObjectsApi works for any API group),
+so one code path serves every version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kubernetes import client
+
+from remediator.clients.errors import Conflict, NotFound, api_call
+from remediator.clients.kube import Kube
+
+log = logging.getLogger("gpuhealth.remediator")
+
+GROUP = "resource.k8s.io"
+PLURAL = "devicetaintrules"
+VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")  # preferred first
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuhealth"}
+NODE_LABEL = "gpuhealth.io/node-hash"  # a node name can outgrow a label value (63 characters): its hash
+NODE_ANNOTATION = "gpuhealth.io/node"
+DISCOVERY_TTL = 600.0  # seconds a discovery answer is trusted (an upgrade that starts serving it is seen)
+
+
+def node_hash(node: str) -> str:
+    return hashlib.sha1(node.encode()).hexdigest()[:16]
+
+
+def rule_name(node: str, device: str, effect: str) -> str:
+    """Deterministic (creating twice finds the first: 409), a DNS subdomain, within 253 characters."""
+    base = f"gpuhealth-{node}-{device}-{effect}".lower()
+    digest = hashlib.sha1(base.encode()).hexdigest()[:8]
+    return f"{base[:240].rstrip('-.')}-{digest}"
+
+
+def rule_body(version: str, node: str, driver: str, pool: str, device: str, key: str, effect: str,
+              reason: str) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{version}", "kind": "DeviceTaintRule",
+            "metadata": {"name": rule_name(node, device, effect), "labels": {**MANAGED_BY, NODE_LABEL: node_hash(node)},
+                         "annotations": {NODE_ANNOTATION: node, "gpuhealth.io/reason": reason[:1024]}},
+            "spec": {"deviceSelector": {"driver": driver, "pool": pool, "device": device},
+                     "taint": {"key": key, "value": "true", "effect": effect}}}
+
+
+class DeviceTaints:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._served: tuple[float, str | None] | None = None
+        self._lock = threading.Lock()
+
+    def served_version(self) -> str | None:
+        """The preferred version that serves DeviceTaintRule, from discovery (kept DISCOVERY_TTL seconds)."""
+        with self._lock:
+            if self._served is not None and time.monotonic() - self._served[0] < DISCOVERY_TTL:
+                return self._served[1]
+        version = self._discover()
+        with self._lock:
+            self._served = (time.monotonic(), version)
+        return version
+
+    def _discover(self) -> str | None:
+        try:
+            with api_call():
+                answer: Any = client.ResourceApi(self.kube.api_client).get_api_group(
+                    _preload_content=False, _request_timeout=self.kube.timeout)
+        except NotFound:
+            return None
+        offered = [v.get("version") for v in json.loads(answer.data).get("versions") or []]
+        for version in (v for v in VERSIONS if v in offered):
+            try:
+                with api_call():
+                    listed: Any = self.kube.custom.get_api_resources(GROUP, version, _preload_content=False,
+                                                                     _request_timeout=self.kube.timeout)
+            except NotFound:
+                continue
+            resources = json.loads(listed.data)
+            if any(r.get("name") == PLURAL for r in resources.get("resources") or []):
+                return version
+        return None
+
+    def taint(self, version: str, node: str, driver: str, pool: str, devices: Iterable[str], key: str, effect: str,
+              reason: str) -> list[str]:
+        """One rule per device (idempotent: one that exists is left as it is). Returns the rules' names."""
+        names = []
+        for device in devices:
+            body = rule_body(version, node, driver, pool, device, key, effect, reason)
+            names.append(body["metadata"]["name"])
+            if self.kube.dry_run:
+                continue
+            try:
+                with api_call():
+                    self.kube.custom.create_cluster_custom_object(GROUP, version, PLURAL, body,
+                                                                  _request_timeout=self.kube.timeout)
+            except Conflict:
+                pass  # made by an earlier pass (or replica): the same name is the same rule
+        return names
+
+    def ours(self, version: str, node: str) -> list[str]:
+        selector = ",".join(f"{k}={v}" for k, v in {**MANAGED_BY, NODE_LABEL: node_hash(node)}.items())
+        with api_call():
+            listed: Any = self.kube.custom.list_cluster_custom_object(GROUP, version, PLURAL, label_selector=selector,
+                                                                      _request_timeout=self.kube.timeout)
+        return [item["metadata"]["name"] for item in listed.get("items") or []
+                if (item["metadata"].get("annotations") or {}).get(NODE_ANNOTATION) == node]
+
+    def release(self, version: str, node: str) -> list[str]:
+        """Remove the rules gpuhealth made for this node; returns their names."""
+        names = self.ours(version, node)
+        for name in names:
+            if self.kube.dry_run:
+                continue
+            try:
+                with api_call():
+                    self.kube.custom.delete_cluster_custom_object(GROUP, version, PLURAL, name,
+                                                                  _request_timeout=self.kube.timeout)
+            except NotFound:
+                pass
+        return names

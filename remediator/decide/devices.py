@@ -1,0 +1,129 @@
+"""A node's GPUs as a DRA driver publishes them (ResourceSlices), and which pods hold each (ResourceClaims).
+
+NVIDIA's DRA driver (`gpu.nvidia.com`) publishes one pool per node, named after the node, with a device per
+GPU (`gpu-<index>`: attributes `type: gpu`, `uuid`, `resource.kubernetes.io/pciBusID`) and, on a MIG GPU, a
+device per MIG instance (`type: mig`, `uuid`, `parentUUID`, `profile`). See tests/fixtures/dra for recorded
+slices. An alert names its GPU by PCI bus id (the kernel log's `0000:9b:00`, NVML's `00000000:9B:00.0`), by
+UUID, or by index; `NodeDevices.find` accepts each.
+
+A reset takes every MIG instance of the GPU with it, so quarantining a GPU quarantines its whole family: the
+GPU's device and the devices whose parent it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+DRA_DRIVER = "gpu.nvidia.com"
+PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+_PCI = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$")
+
+
+def normal_pci(value: str | None) -> str | None:
+    """A PCI bus id as domain:bus:device in lower-case hex, whatever the writer's width and function suffix."""
+    m = _PCI.match((value or "").strip())
+    if not m:
+        return None
+    domain = int(m.group(1) or "0", 16)
+    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}"
+
+
+def _attr(device: dict[str, Any], key: str) -> Any:
+    attributes = (device.get("basic") or device).get("attributes") or {}  # v1alpha3 wraps devices in `basic`
+    value = attributes.get(key) or {}
+    return next((value[k] for k in ("string", "int", "version", "bool") if k in value), None)
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # the DRA device name (gpu-0, gpu-0-mig-19-6-1)
+    uuid: str
+    kind: str  # gpu | mig
+    pci_bus_id: str | None = None  # normalised (normal_pci)
+    parent_uuid: str | None = None  # a MIG device's GPU
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """One node's pool of a DRA driver's devices."""
+
+    driver: str
+    pool: str
+    devices: tuple[Device, ...] = ()
+
+    def find(self, gpu: str) -> Device | None:
+        """The GPU an alert's `gpu` label names: a PCI bus id, a UUID (a MIG UUID names its GPU), or an index."""
+        gpus = [d for d in self.devices if d.kind == "gpu"]
+        pci = normal_pci(gpu)
+        for d in gpus:
+            if (pci is not None and d.pci_bus_id == pci) or d.uuid == gpu:
+                return d
+        for d in self.devices:
+            if d.kind == "mig" and d.uuid == gpu:
+                return next((g for g in gpus if g.uuid == d.parent_uuid), None)
+        if gpu.isdigit():
+            return next((g for g in gpus if g.index == int(gpu) or g.name == f"gpu-{gpu}"), None)
+        return None
+
+    def family(self, gpu: Device) -> tuple[Device, ...]:
+        """The GPU and its MIG devices: what one reset takes, and so what one quarantine covers."""
+        return (gpu, *(d for d in self.devices if d.kind == "mig" and d.parent_uuid == gpu.uuid))
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(1 for d in self.devices if d.kind == "gpu")
+
+
+def devices_by_node(slices: Iterable[dict[str, Any]], driver: str = DRA_DRIVER) -> dict[str, NodeDevices]:
+    """Each node's devices of `driver`, from ResourceSlices (`kubectl get resourceslices -o json` items). A
+    pool spread over several slices is joined; slices of other drivers (compute-domain.nvidia.com) are not GPUs."""
+    found: dict[str, tuple[str, list[Device]]] = {}
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        node = spec.get("nodeName")
+        if spec.get("driver") != driver or not node:
+            continue
+        pool = (spec.get("pool") or {}).get("name") or node
+        devices = found.setdefault(node, (pool, []))[1]
+        for d in spec.get("devices") or []:
+            kind = str(_attr(d, "type") or "gpu")
+            if kind not in ("gpu", "mig"):
+                continue
+            index = _attr(d, "index")
+            devices.append(Device(name=d.get("name", ""), uuid=str(_attr(d, "uuid") or ""), kind=kind,
+                                  pci_bus_id=normal_pci(_attr(d, PCI_ATTRIBUTE)),
+                                  parent_uuid=_attr(d, "parentUUID"), index=index if isinstance(index, int) else None))
+    return {node: NodeDevices(driver, pool, tuple(sorted(ds, key=lambda d: d.name)))
+            for node, (pool, ds) in found.items()}
+
+
+@dataclass(frozen=True)
+class ClaimIndex:
+    """Pods by the device their claims were allocated: (driver, pool, device) -> namespace/name."""
+
+    pods: dict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
+
+    def using(self, driver: str, pool: str, devices: Iterable[str]) -> tuple[str, ...]:
+        out: list[str] = []
+        for name in devices:
+            out += [p for p in self.pods.get((driver, pool, name), ()) if p not in out]
+        return tuple(out)
+
+
+def claim_index(claims: Iterable[dict[str, Any]]) -> ClaimIndex:
+    """From ResourceClaims (`kubectl get resourceclaims -A -o json` items): status.allocation's results and the
+    pods in status.reservedFor."""
+    pods: dict[tuple[str, str, str], list[str]] = {}
+    for claim in claims:
+        ns = (claim.get("metadata") or {}).get("namespace", "")
+        status = claim.get("status") or {}
+        holders = [f"{ns}/{r['name']}" for r in status.get("reservedFor") or [] if r.get("resource") == "pods"]
+        for result in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+            key = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+            pods.setdefault(key, [])
+            pods[key] += [h for h in holders if h not in pods[key]]
+    return ClaimIndex({k: tuple(v) for k, v in pods.items()})

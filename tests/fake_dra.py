@@ -1,0 +1,192 @@
+"""Dynamic Resource Allocation on the fake API server: ResourceSlices, ResourceClaims and DeviceTaintRules
+(resource.k8s.io), as strict as the API server, and NoExecute applied as kube-controller-manager applies it.
+
+- Served versions: DeviceTaintRule is GA in resource.k8s.io/v1 (Kubernetes 1.37); before, it sits behind the
+  `DRADeviceTaintRules` feature gate in an older version (v1alpha3). `served` says which versions serve it (an
+  empty tuple: a cluster without the gate); discovery (`/apis/resource.k8s.io`, `/apis/resource.k8s.io/<v>`)
+  lists exactly those, and a request to a version that does not serve it is a 404, as on the API server.
+- Validation: a DeviceTaintRule needs a name, a device selector naming a driver, and a taint whose key is a
+  qualified name and whose effect is NoSchedule, NoExecute or None; anything else is 422 Invalid. Names are
+  unique (409 AlreadyExists).
+- NoExecute: when a rule with effect NoExecute is created, every ResourceClaim allocated one of the devices it
+  selects (status.allocation.devices.results: driver, pool, device) and not tolerating the taint (the result's
+  tolerations) has the pods it is reserved for (status.reservedFor) deleted, as the device taint eviction
+  controller does. NoSchedule and None evict nothing (the scheduler is not modelled: nothing new is placed).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fake_cluster import FakeCluster
+
+Obj = dict[str, Any]
+GROUP = "resource.k8s.io"
+EFFECTS = ("NoSchedule", "NoExecute", "None")
+_QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _status(code: int, reason: str, message: str = "") -> Obj:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+class FakeDra:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.served: tuple[str, ...] = ("v1",)  # the versions serving DeviceTaintRule
+        self.slices: dict[str, Obj] = {}
+        self.claims: dict[tuple[str, str], Obj] = {}
+        self.rules: dict[str, Obj] = {}
+        self._selector: str | None = None  # the request's labelSelector (routes run under the cluster's lock)
+
+    # --- test setup ------------------------------------------------------------------------------
+    def add_slice(self, obj: Obj) -> Obj:
+        with self.cluster.lock:
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = self.cluster._next_rv()
+            self.slices[obj["metadata"]["name"]] = obj
+            return obj
+
+    def add_claim(self, namespace: str, name: str, devices: list[tuple[str, str, str]], pods: list[str],
+                  tolerations: list[Obj] | None = None) -> Obj:
+        """A claim allocated (driver, pool, device) each, reserved for these pods of its namespace."""
+        with self.cluster.lock:
+            results = [{"request": "gpu", "driver": d, "pool": p, "device": n,
+                        **({"tolerations": tolerations} if tolerations else {})} for d, p, n in devices]
+            reserved = [{"resource": "pods", "name": pod,
+                         "uid": (self.cluster.pods.get((namespace, pod)) or {}).get("metadata", {}).get("uid", pod)}
+                        for pod in pods]
+            claim: Obj = {"apiVersion": f"{GROUP}/v1", "kind": "ResourceClaim",
+                          "metadata": {"name": name, "namespace": namespace, "uid": f"uid-claim-{name}",
+                                       "resourceVersion": self.cluster._next_rv()},
+                          "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                              "deviceClassName": "gpu.nvidia.com", "count": len(devices)}}]}},
+                          "status": {"allocation": {"devices": {"results": results}}, "reservedFor": reserved}}
+            self.claims[(namespace, name)] = claim
+            return claim
+
+    # --- routes ----------------------------------------------------------------------------------
+    def route(self, method: str, parts: list[str], body: Any, label_selector: str | None = None) -> tuple[int, Obj]:
+        """parts: the path after /apis/resource.k8s.io."""
+        self._selector = label_selector
+        if not parts:
+            return 200, self._group()
+        version, rest = parts[0], parts[1:]
+        if version not in ("v1", "v1beta2", "v1beta1", "v1alpha3"):
+            return 404, _status(404, "NotFound", f"the server could not find resource.k8s.io/{version}")
+        if not rest:
+            return 200, self._resources(version)
+        if rest == ["resourceslices"] and method == "GET" and version == "v1":
+            return 200, self._list("ResourceSliceList", self.slices.values())
+        if rest == ["resourceclaims"] and method == "GET" and version == "v1":
+            return 200, self._list("ResourceClaimList", self.claims.values())
+        if rest[:1] == ["namespaces"] and rest[2:] == ["resourceclaims"] and method == "GET" and version == "v1":
+            return 200, self._list("ResourceClaimList", (c for (ns, _), c in self.claims.items() if ns == rest[1]))
+        if rest[:1] == ["devicetaintrules"]:
+            if version not in self.served:
+                return 404, _status(404, "NotFound", "the server could not find the requested resource")
+            return self._rules(method, version, rest[1:], body)
+        return 404, _status(404, "NotFound", f"no route for {method} /apis/resource.k8s.io/{'/'.join(parts)}")
+
+    def _group(self) -> Obj:
+        versions = sorted({"v1", *self.served}, key=("v1", "v1beta2", "v1beta1", "v1alpha3").index)
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": GROUP,
+                "versions": [{"groupVersion": f"{GROUP}/{v}", "version": v} for v in versions],
+                "preferredVersion": {"groupVersion": f"{GROUP}/v1", "version": "v1"}}
+
+    def _resources(self, version: str) -> Obj:
+        names = ["resourceslices", "resourceclaims", "deviceclasses"] if version == "v1" else []
+        if version in self.served:
+            names.append("devicetaintrules")
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{version}",
+                "resources": [{"name": n, "namespaced": n == "resourceclaims", "kind": n, "verbs": ["list"]}
+                              for n in names]}
+
+    def _list(self, kind: str, items: Any) -> Obj:
+        from fake_cluster import _selected
+
+        return {"apiVersion": f"{GROUP}/v1", "kind": kind, "metadata": {"resourceVersion": str(self.cluster.rv)},
+                "items": [copy.deepcopy(o) for o in items if _selected(o, None, self._selector)]}
+
+    def _rules(self, method: str, version: str, rest: list[str], body: Any) -> tuple[int, Obj]:
+        if method == "GET" and not rest:
+            return 200, self._list("DeviceTaintRuleList", self.rules.values()) | {"apiVersion": f"{GROUP}/{version}"}
+        if method == "POST" and not rest:
+            error = _invalid(body)
+            if error:
+                return 422, _status(422, "Invalid", f"DeviceTaintRule.resource.k8s.io is invalid: {error}")
+            name = body["metadata"]["name"]
+            if name in self.rules:
+                return 409, _status(409, "AlreadyExists", f'devicetaintrules.resource.k8s.io "{name}" already exists')
+            rule = copy.deepcopy(body)
+            rule["apiVersion"] = f"{GROUP}/{version}"
+            rule["metadata"].update(resourceVersion=self.cluster._next_rv(), uid=f"uid-dtr-{name}")
+            self.rules[name] = rule
+            if rule["spec"]["taint"]["effect"] == "NoExecute":
+                self._evict(rule)
+            return 201, copy.deepcopy(rule)
+        if len(rest) != 1:
+            return 405, _status(405, "MethodNotAllowed")
+        rule = self.rules.get(rest[0])
+        if rule is None:
+            return 404, _status(404, "NotFound", f'devicetaintrules.resource.k8s.io "{rest[0]}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(rule)
+        if method == "DELETE":
+            del self.rules[rest[0]]
+            return 200, copy.deepcopy(rule)
+        return 405, _status(405, "MethodNotAllowed")
+
+    def tainted(self, driver: str, pool: str, device: str) -> list[Obj]:
+        """The taints the rules put on this device now."""
+        return [r["spec"]["taint"] for r in self.rules.values() if _selects(r, driver, pool, device)]
+
+    def _evict(self, rule: Obj) -> None:
+        taint = rule["spec"]["taint"]
+        for (ns, _), claim in list(self.claims.items()):
+            results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+            hit = [r for r in results if _selects(rule, r["driver"], r["pool"], r["device"])]
+            if not hit or all(_tolerates(r.get("tolerations") or [], taint) for r in hit):
+                continue
+            for consumer in (claim.get("status") or {}).get("reservedFor") or []:
+                key = (ns, consumer["name"])
+                if consumer.get("resource") == "pods" and key in self.cluster.pods:
+                    self.cluster._terminate(key)
+
+
+def _invalid(body: Any) -> str:
+    if not isinstance(body, dict) or body.get("kind") != "DeviceTaintRule":
+        return "expected a DeviceTaintRule"
+    if not (body.get("metadata") or {}).get("name"):
+        return "metadata.name: Required value"
+    spec = body.get("spec") or {}
+    selector = spec.get("deviceSelector") or {}
+    if not selector.get("driver"):
+        return "spec.deviceSelector.driver: Required value"
+    taint = spec.get("taint") or {}
+    if not _QUALIFIED.match(str(taint.get("key") or "")):
+        return f"spec.taint.key: Invalid value: {taint.get('key')!r}: must be a qualified name"
+    if taint.get("effect") not in EFFECTS:
+        return f"spec.taint.effect: Unsupported value: {taint.get('effect')!r}: supported values: {', '.join(EFFECTS)}"
+    return ""
+
+
+def _selects(rule: Obj, driver: str, pool: str, device: str) -> bool:
+    selector = rule["spec"].get("deviceSelector") or {}
+    return (selector.get("driver") == driver and selector.get("pool") in (None, pool)
+            and selector.get("device") in (None, device))
+
+
+def _tolerates(tolerations: list[Obj], taint: Obj) -> bool:
+    for t in tolerations:
+        if t.get("effect") not in (None, "", taint["effect"]):
+            continue
+        if t.get("operator") == "Exists" and t.get("key") in (None, "", taint["key"]):
+            return True
+        if t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
