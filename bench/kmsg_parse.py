@@ -48,15 +48,15 @@ from typing import Any
 
 from synthetic_log import SyntheticLog, append_at_rate
 
-from exporter.kernel_events import KernelEventMatcher, Pattern, load_patterns
-from exporter.kernel_log import KernelRecord
-from exporter.probes.kmsg import KmsgProbe
-from exporter.probes.kmsg_sources import Batch, FileSource, Position
+from exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
+from exporter.kernel.probe import KmsgProbe
+from exporter.kernel.records import KernelRecord
+from exporter.kernel.sources import Batch, FileSource, Position
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 
 TARGET_RECORDS_PER_SECOND = 300_000
-KMSG_INTERVAL, KMSG_DEADLINE = 1.0, 5.0  # the shipped defaults (exporter/config.py)
+KMSG_INTERVAL, KMSG_DEADLINE = 1.0, 5.0  # the shipped defaults (exporter/probes/registry.py)
 _KMSG_PREFIX = "[0-9]+,[0-9]+,[0-9]+,[^;]*;"
 
 

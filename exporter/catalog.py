@@ -2,7 +2,8 @@
 
 This table is the exporter's public contract (rules/ and dashboards/ depend on it); docs/metrics.md
 is checked against it by the tests. Counter names are given without the `_total` suffix, which the
-exposition adds.
+exposition adds. Families come in groups by what fills them; which probe fills which group is the
+probe registry's (exporter/probes/registry.py), the rest the exporter fills itself.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from dataclasses import dataclass
 
 GPU = ("gpu", "uuid", "pci_bus_id")
 GPU_SOURCED = (*GPU, "source")
-BOTH_GPU_SOURCES = "nvml, dcgm_exporter"
 
 
 @dataclass(frozen=True)
@@ -20,153 +20,160 @@ class Family:
     type: str  # "gauge" | "counter"
     labels: tuple[str, ...]
     help: str
-    probe: str  # the probe that fills it ("exporter" for the exporter itself)
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        return tuple(self.probe.split(", "))
 
     @property
     def exposed_name(self) -> str:
         return f"{self.name}_total" if self.type == "counter" else self.name
 
 
-_FAMILIES = [
-    # --- the exporter and its probes (fail-closed signals) ---
-    Family("gpuhealth_exporter_build_info", "gauge", ("version",), "Always 1; the exporter's version.", "exporter"),
+# The exporter's own: its probes' health (fail-closed signals) and the GPU and EFA counts.
+EXPORTER = (
+    Family("gpuhealth_exporter_build_info", "gauge", ("version",), "Always 1; the exporter's version."),
     Family("gpuhealth_probe_success", "gauge", ("probe",),
-           "1 if the probe's last run finished in time with valid data, else 0 (fail closed).", "exporter"),
+           "1 if the probe's last run finished in time with valid data, else 0 (fail closed)."),
     Family("gpuhealth_probe_error", "gauge", ("probe", "reason"),
            "1 while the probe is failing, with the failure reason "
-           "(timeout, missing_tool, permission_denied, not_found, bad_output, output_too_large, stale, error).",
-           "exporter"),
-    Family("gpuhealth_probe_failures", "counter", ("probe", "reason"), "Probe runs that failed, by reason.",
-           "exporter"),
-    Family("gpuhealth_probe_duration_seconds", "gauge", ("probe",), "Duration of the probe's last run.",
-           "exporter"),
+           "(timeout, missing_tool, permission_denied, not_found, bad_output, output_too_large, stale, error)."),
+    Family("gpuhealth_probe_failures", "counter", ("probe", "reason"), "Probe runs that failed, by reason."),
+    Family("gpuhealth_probe_duration_seconds", "gauge", ("probe",), "Duration of the probe's last run."),
     Family("gpuhealth_probe_last_success_timestamp_seconds", "gauge", ("probe",),
-           "Unix time of the probe's last successful run (absent until the first).", "exporter"),
-    Family("gpuhealth_probe_interval_seconds", "gauge", ("probe",), "Configured run interval of the probe.",
-           "exporter"),
+           "Unix time of the probe's last successful run (absent until the first)."),
+    Family("gpuhealth_probe_interval_seconds", "gauge", ("probe",), "Configured run interval of the probe."),
     Family("gpuhealth_gpus_visible", "gauge", (),
-           "GPUs the driver can talk to (NVML; dcgm-exporter when NVML is off). Absent when no source works.",
-           "exporter"),
+           "GPUs the driver can talk to (NVML; dcgm-exporter when NVML is off). Absent when no source works."),
     Family("gpuhealth_gpus_expected", "gauge", (),
-           "GPUs this node should have (--gpus-expected or the instance type). Absent when unknown.", "exporter"),
+           "GPUs this node should have (--gpus-expected or the instance type). Absent when unknown."),
     Family("gpuhealth_efa_devices_expected", "gauge", (),
-           "EFA devices this node should have (--efa-expected or the instance type). Absent when unknown.",
-           "exporter"),
-    # --- kernel log ---
+           "EFA devices this node should have (--efa-expected or the instance type). Absent when unknown."),
+)
+# From the kernel log.
+KERNEL_LOG = (
     Family("gpuhealth_xid_errors", "counter", ("xid", *GPU, "gpu_instance", "fatal"),
            "NVIDIA Xid events in the kernel log this boot, per GPU and Xid. gpu_instance is the MIG GPU instance "
            "the line names (GPU-I:<id>), empty on a GPU without MIG. fatal is true/false where the line "
-           "says (Xid 144-150), empty otherwise. 'GPU has fallen off the bus' lines count as Xid 79.", "kmsg"),
+           "says (Xid 144-150), empty otherwise. 'GPU has fallen off the bus' lines count as Xid 79."),
     Family("gpuhealth_gpu_recovery_action", "gauge", (*GPU, "action"),
            "The driver's latest GPU recovery action from Xid 154 (value is the code: 0 none, 1 gpu_reset_required, "
-           "2 node_reboot_required, 3 drain_p2p, 4 drain_and_reset).", "kmsg"),
+           "2 node_reboot_required, 3 drain_p2p, 4 drain_and_reset)."),
     Family("gpuhealth_gpu_recovery_action_timestamp_seconds", "gauge", (*GPU, "action"),
            "Unix time of the driver's latest Xid 154 recovery-action announcement for the GPU (by the kernel's "
-           "timestamp on /dev/kmsg), so rules can tell a fresh request from one a reset has since answered.",
-           "kmsg"),
+           "timestamp on /dev/kmsg), so rules can tell a fresh request from one a reset has since answered."),
     Family("gpuhealth_node_boot_time_seconds", "gauge", (),
-           "Unix time the node booted (/proc/stat btime): a change is a reboot, and kernel-log counters restart.",
-           "kmsg"),
+           "Unix time the node booted (/proc/stat btime): a change is a reboot, and kernel-log counters restart."),
     Family("gpuhealth_nvswitch_sxid_errors", "counter", ("sxid", "pci_bus_id", "fatal"),
-           "NVSwitch SXid events in the kernel log this boot.", "kmsg"),
+           "NVSwitch SXid events in the kernel log this boot."),
     Family("gpuhealth_kernel_events", "counter", ("event", "device"),
            "Host and NIC kernel-log events this boot (pcie_aer_fatal, mce, hung_task, soft_lockup, mlx5_fatal, "
-           "efa_error, ...; see exporter/data/kernel_patterns.yaml).", "kmsg"),
+           "efa_error, ...; see exporter/data/kernel_patterns.yaml)."),
     Family("gpuhealth_kmsg_records", "counter", ("origin",),
-           "Kernel-log records read; origin=kernel are parsed, origin=userspace are ignored.", "kmsg"),
+           "Kernel-log records read; origin=kernel are parsed, origin=userspace are ignored."),
     Family("gpuhealth_kmsg_unparsed_xid_records", "counter", (),
-           "Records that mention an NVRM Xid but match no Xid pattern (a new line shape: never silent).", "kmsg"),
+           "Records that mention an NVRM Xid but match no Xid pattern (a new line shape: never silent)."),
     Family("gpuhealth_kmsg_records_missed", "counter", (),
-           "Records lost before they could be read (ring buffer overwritten, seen as a sequence gap).", "kmsg"),
+           "Records lost before they could be read (ring buffer overwritten, seen as a sequence gap)."),
     Family("gpuhealth_kmsg_lines_unrecognised", "counter", (),
            "Lines of a --kmsg-file input in no kernel-log shape and not text (binary, corrupt): never parsed. "
-           "While they outnumber the records read, the probe fails (bad_output: not a kernel log).", "kmsg"),
+           "While they outnumber the records read, the probe fails (bad_output: not a kernel log)."),
     Family("gpuhealth_kmsg_lines_truncated", "counter", (),
            "Lines of a --kmsg-file input longer than 64 KiB (no kernel record is): cut there, the rest skipped "
-           "up to the next newline.", "kmsg"),
-    # --- GPU state (NVML and/or DCGM; `source` tells which) ---
-    Family("gpuhealth_gpu_info", "gauge", (*GPU_SOURCED, "model"), "Always 1 per GPU a source sees.", BOTH_GPU_SOURCES),
+           "up to the next newline."),
+)
+# GPU state, from NVML and from dcgm-exporter (`source` tells which).
+GPU_STATE = (
+    Family("gpuhealth_gpu_info", "gauge", (*GPU_SOURCED, "model"), "Always 1 per GPU a source sees."),
     Family("gpuhealth_gpu_ecc_errors", "counter", (*GPU_SOURCED, "type", "scope"),
-           "ECC errors; type double_bit|single_bit, scope volatile (since driver load)|aggregate (lifetime).",
-           BOTH_GPU_SOURCES),
+           "ECC errors; type double_bit|single_bit, scope volatile (since driver load)|aggregate (lifetime)."),
     Family("gpuhealth_gpu_remapped_rows", "gauge", (*GPU_SOURCED, "cause"),
-           "Rows remapped for uncorrectable|correctable errors (lifetime).", BOTH_GPU_SOURCES),
-    Family("gpuhealth_gpu_row_remap_failure", "gauge", GPU_SOURCED, "1 if row remapping has failed.", BOTH_GPU_SOURCES),
+           "Rows remapped for uncorrectable|correctable errors (lifetime)."),
+    Family("gpuhealth_gpu_row_remap_failure", "gauge", GPU_SOURCED, "1 if row remapping has failed."),
     Family("gpuhealth_gpu_row_remap_pending", "gauge", GPU_SOURCED,
-           "1 if a row remap is pending (applied at the next GPU reset).", BOTH_GPU_SOURCES),
+           "1 if a row remap is pending (applied at the next GPU reset)."),
     Family("gpuhealth_gpu_retired_pages", "gauge", (*GPU_SOURCED, "cause"),
-           "Pages retired for double_bit|single_bit errors (pre-Ampere GPUs).", BOTH_GPU_SOURCES),
+           "Pages retired for double_bit|single_bit errors (pre-Ampere GPUs)."),
     Family("gpuhealth_gpu_retired_pages_pending", "gauge", GPU_SOURCED,
-           "1 if a page retirement is pending.", BOTH_GPU_SOURCES),
+           "1 if a page retirement is pending."),
     Family("gpuhealth_gpu_temperature_celsius", "gauge", (*GPU_SOURCED, "sensor"),
-           "Temperature of the GPU die (sensor=gpu) or its memory (sensor=memory).", BOTH_GPU_SOURCES),
+           "Temperature of the GPU die (sensor=gpu) or its memory (sensor=memory)."),
     Family("gpuhealth_gpu_clock_event_reasons", "gauge", GPU_SOURCED,
-           "Current clock-event (throttle) reasons as NVML's bitmask.", BOTH_GPU_SOURCES),
+           "Current clock-event (throttle) reasons as NVML's bitmask."),
     Family("gpuhealth_gpu_clock_event_active", "gauge", (*GPU_SOURCED, "reason"),
            "1 while a clock-event reason is active (hw_slowdown 0x8, hw_thermal_slowdown 0x40, "
-           "hw_power_brake_slowdown 0x80, sw_thermal_slowdown 0x20, sw_power_cap 0x4, ...).", BOTH_GPU_SOURCES),
+           "hw_power_brake_slowdown 0x80, sw_thermal_slowdown 0x20, sw_power_cap 0x4, ...)."),
     Family("gpuhealth_gpu_violation_seconds", "counter", (*GPU_SOURCED, "reason"),
-           "Time the GPU was held below its clocks by a thermal|power limit.", BOTH_GPU_SOURCES),
-    Family("gpuhealth_gpu_pcie_replays", "counter", GPU_SOURCED, "PCIe replays (link-level retries).",
-           BOTH_GPU_SOURCES),
+           "Time the GPU was held below its clocks by a thermal|power limit."),
+    Family("gpuhealth_gpu_pcie_replays", "counter", GPU_SOURCED, "PCIe replays (link-level retries)."),
     Family("gpuhealth_gpu_nvlink_errors", "counter", (*GPU_SOURCED, "type"),
-           "NVLink errors summed over links; type crc_flit|crc_data|replay|recovery.", BOTH_GPU_SOURCES),
+           "NVLink errors summed over links; type crc_flit|crc_data|replay|recovery."),
+)
+# GPU state only NVML has.
+NVML_ONLY = (
     Family("gpuhealth_gpu_nvlink_links", "gauge", GPU_SOURCED,
-           "NVLink links the GPU has (absent for a GPU without NVLink).", "nvml"),
+           "NVLink links the GPU has (absent for a GPU without NVLink)."),
     Family("gpuhealth_gpu_nvlink_links_down", "gauge", GPU_SOURCED,
            "NVLink links of the GPU that are not active; which ones: the GpuhealthNVLinkHealthy condition's "
-           "message.", "nvml"),
+           "message."),
     Family("gpuhealth_gpu_lost", "gauge", GPU_SOURCED,
-           "1 if the driver reports the GPU lost (NVML_ERROR_GPU_IS_LOST).", "nvml"),
+           "1 if the driver reports the GPU lost (NVML_ERROR_GPU_IS_LOST)."),
     Family("gpuhealth_gpu_mig_mode", "gauge", GPU_SOURCED,
-           "1 while MIG is enabled on the GPU (absent for a GPU without MIG).", "nvml"),
+           "1 while MIG is enabled on the GPU (absent for a GPU without MIG)."),
     Family("gpuhealth_gpu_mig_mode_pending", "gauge", GPU_SOURCED,
-           "1 while a MIG mode change waits for a GPU reset to take effect.", "nvml"),
+           "1 while a MIG mode change waits for a GPU reset to take effect."),
     Family("gpuhealth_gpu_mig_instance_info", "gauge",
            (*GPU_SOURCED, "gpu_instance", "compute_instance", "profile", "mig_uuid"),
-           "1 per MIG device: its GPU instance and compute instance ids, profile (e.g. 1g.10gb) and UUID.", "nvml"),
-    # --- DCGM ---
+           "1 per MIG device: its GPU instance and compute instance ids, profile (e.g. 1g.10gb) and UUID."),
+)
+# From `dcgmi health`.
+DCGM_HEALTH = (
     Family("gpuhealth_dcgm_health_status", "gauge", ("gpu", "system"),
            "dcgmi health -c: 0 pass, 10 warn, 20 fail (DCGM's codes). system is the health subsystem "
-           "(memory, pcie, nvlink, thermal, power, ...); gpu and system are empty for the overall result.", "dcgm"),
+           "(memory, pcie, nvlink, thermal, power, ...); gpu and system are empty for the overall result."),
+)
+# From a local dcgm-exporter, beside GPU_STATE.
+DCGM_EXPORTER = (
     Family("gpuhealth_dcgm_last_xid", "gauge", GPU_SOURCED,
-           "DCGM_FI_DEV_XID_ERRORS: the LAST Xid DCGM saw (a value, not a count; absent until the first).",
-           "dcgm_exporter"),
+           "DCGM_FI_DEV_XID_ERRORS: the LAST Xid DCGM saw (a value, not a count; absent until the first)."),
     Family("gpuhealth_dcgm_exporter_foreign_samples", "counter", (),
            "dcgm-exporter samples whose Hostname label names another host (neither the node name nor one of "
            "dcgm_exporter_hostnames): dropped, never reported as this node's. A scrape whose every GPU sample "
-           "is another host's fails the probe (bad_output): the URL is not node-local.", "dcgm_exporter"),
+           "is another host's fails the probe (bad_output): the URL is not node-local."),
+)
+# From `dcgmi diag`.
+DCGM_DIAG = (
     Family("gpuhealth_dcgm_diag_result", "gauge", ("category", "test", "gpu", "result"),
-           "1 per dcgmi diag test and GPU, with its result pass|fail|warn|skip (skip is normal).", "diag"),
-    Family("gpuhealth_dcgm_diag_failed_tests", "gauge", (), "Test results that failed in the last dcgmi diag.",
-           "diag"),
-    Family("gpuhealth_dcgm_diag_last_run_timestamp_seconds", "gauge", (), "Unix time the last diag finished.",
-           "diag"),
-    # --- EFA ---
+           "1 per dcgmi diag test and GPU, with its result pass|fail|warn|skip (skip is normal)."),
+    Family("gpuhealth_dcgm_diag_failed_tests", "gauge", (), "Test results that failed in the last dcgmi diag."),
+    Family("gpuhealth_dcgm_diag_last_run_timestamp_seconds", "gauge", (), "Unix time the last diag finished."),
+)
+# From the EFA devices in sysfs.
+EFA = (
     Family("gpuhealth_efa_devices_visible", "gauge", (),
-           "EFA devices present in sysfs (vendor 0x1d0f, device 0xefa*).", "efa"),
-    Family("gpuhealth_efa_device_info", "gauge", ("device", "pci_device_id"), "Always 1 per EFA device.", "efa"),
+           "EFA devices present in sysfs (vendor 0x1d0f, device 0xefa*)."),
+    Family("gpuhealth_efa_device_info", "gauge", ("device", "pci_device_id"), "Always 1 per EFA device."),
     Family("gpuhealth_efa_hw_counter", "counter", ("device", "port", "counter"),
            "EFA hw_counters from sysfs (port empty for device-level counters). By default only the health "
            "signals: rdma_read_wr_err, rdma_write_wr_err, rx_drops, retrans_pkts, retrans_bytes, "
            "retrans_timeout_events, unresponsive_remote_events, impaired_remote_conn_events, cmds_err, "
            "no_completion_cmds and the device-level *_err; efa_counters (--efa-counters) exports all or a given "
-           "list.", "efa"),
-]
+           "list."),
+)
 
-FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for group in (EXPORTER, KERNEL_LOG, GPU_STATE, NVML_ONLY, DCGM_HEALTH, DCGM_EXPORTER, DCGM_DIAG, EFA)
+    for f in group
+}
 
 
 def markdown_table() -> str:
     """The metrics table of docs/metrics.md (`python -m exporter.catalog` prints it)."""
+    # Imported here, not at the top: the registry reads the catalog's groups.
+    from exporter.probes.registry import filled_by
+
     rows = ["| metric | type | labels | filled by | meaning |", "|---|---|---|---|---|"]
     for f in FAMILIES.values():
         labels = ", ".join(f"`{name}`" for name in f.labels) or "—"
-        rows.append(f"| `{f.exposed_name}` | {f.type} | {labels} | {f.probe} | {f.help.replace('|', '/')} |")
+        rows.append(f"| `{f.exposed_name}` | {f.type} | {labels} | {', '.join(filled_by(f.name))} | "
+                    f"{f.help.replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 
 

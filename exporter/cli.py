@@ -7,9 +7,9 @@ import contextlib
 import logging
 import os
 import shlex
-import shutil
 import signal
 import sys
+import textwrap
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -21,16 +21,14 @@ from prometheus_client.process_collector import ProcessCollector
 from exporter import __version__
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
-from exporter.config import DEFAULT_PROBES, ConfigError, Settings, expand_placeholders, load_file
+from exporter.config import ConfigError, Settings, expand_placeholders, load_file
 from exporter.exposition import start_server
 from exporter.instance_types import lookup
-from exporter.kernel_events import KernelEventMatcher, PatternError, load_patterns
+from exporter.kernel.patterns import PatternError, load_patterns
 from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
 from exporter.probes.base import Probe, adopt_tool_orphans, stop_tools
-from exporter.probes.dcgm import DcgmDiagProbe, DcgmExporterProbe, DcgmHealthProbe
-from exporter.probes.efa import EfaProbe, counter_selection
-from exporter.probes.kmsg import KmsgProbe
-from exporter.probes.nvml import NvmlProbe
+from exporter.probes.efa import counter_selection
+from exporter.probes.registry import BY_NAME, NAMES, PROBES
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 
@@ -47,14 +45,21 @@ the latest snapshot and never touch hardware.
 Settings come from defaults, then --config FILE (YAML, same names with underscores), then flags.
 """
 
-EPILOG = """\
+
+def _probe_lines() -> str:
+    """`probes: kmsg (kernel log), ...`, from the registry; a probe and what it reads stay on one line."""
+    items = ", ".join(f"{spec.name} ({spec.about})".replace(" ", "\xa0") for spec in PROBES)
+    return textwrap.fill(items, width=108, initial_indent="probes: ", subsequent_indent=" " * 8,
+                         break_long_words=False, break_on_hyphens=False).replace("\xa0", " ")
+
+
+EPILOG = f"""\
 examples:
   what does this node look like?       gpuhealth-exporter --once
   a dmesg capture from another node    gpuhealth-exporter --once --kmsg-file dmesg.txt --disable nvml,dcgm,diag,efa
   serve on :9842 as the DaemonSet      gpuhealth-exporter --config /etc/gpuhealth/exporter.yaml
 
-probes: kmsg (kernel log), nvml (nvidia-ml-py), dcgm (dcgmi health), diag (dcgmi diag),
-        dcgm_exporter (a local dcgm-exporter's /metrics; on when --dcgm-exporter-url is given), efa (sysfs)
+{_probe_lines()}
 metrics: docs/metrics.md
 """
 
@@ -71,9 +76,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _probe_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in DEFAULT_PROBES]
+    unknown = [n for n in names if n not in BY_NAME]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown probe {', '.join(unknown)} (known: {', '.join(DEFAULT_PROBES)})")
+        raise argparse.ArgumentTypeError(f"unknown probe {', '.join(unknown)} (known: {', '.join(NAMES)})")
     return names
 
 
@@ -172,8 +177,9 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
     if args.no_conditions:
         settings = replace(settings, conditions=False)
     probes = dict(settings.probes)
-    if settings.dcgm_exporter:  # a URL turns the probe on; --disable dcgm_exporter still wins
-        probes["dcgm_exporter"] = replace(probes["dcgm_exporter"], enabled=True)
+    for spec in PROBES:  # a setting may turn a probe on (a dcgm-exporter URL); --disable still wins
+        if spec.enabled_by is not None and spec.enabled_by(settings):
+            probes[spec.name] = replace(probes[spec.name], enabled=True)
     for groups, enabled in ((args.enable, True), (args.disable, False)):
         for name in (n for group in groups for n in group):
             probes[name] = replace(probes[name], enabled=enabled)
@@ -184,21 +190,21 @@ def check_settings(s: Settings) -> None:
     """Refuse what cannot work, with the setting at fault; a missing tool on PATH is a probe failure instead."""
     if s.kmsg_file:
         _readable("--kmsg-file", s.kmsg_file)
-    if s.probes["efa"].enabled and not Path(s.sysfs_root).is_dir():
-        raise UsageError(f"--sysfs-root {s.sysfs_root}: not a directory")
+    if s.kernel_patterns:  # refused whether or not the kmsg probe is on: nothing starts on a half-read config
+        load_patterns(Path(s.kernel_patterns))
     if s.dcgm_exporter and not s.dcgm_exporter.startswith(("http://", "https://")):
         _readable("--dcgm-exporter-url", s.dcgm_exporter)
-    if s.probes["dcgm_exporter"].enabled and not s.dcgm_exporter:
-        raise UsageError("the dcgm_exporter probe needs --dcgm-exporter-url (or dcgm_exporter: in the config)")
     try:
         argv = shlex.split(s.dcgmi)
     except ValueError as exc:
         raise UsageError(f"--dcgmi {s.dcgmi!r}: {exc}") from exc
     if not argv:
         raise UsageError("--dcgmi: empty command")
-    uses_dcgmi = s.probes["dcgm"].enabled or s.probes["diag"].enabled
-    if uses_dcgmi and "/" in argv[0] and not shutil.which(argv[0]):
-        raise UsageError(f"--dcgmi {argv[0]}: not an executable file")
+    for name, ps in s.probes.items():  # each enabled probe's own check (the registry's)
+        check = BY_NAME[name].check
+        why = check(s) if ps.enabled and check is not None else None
+        if why:
+            raise UsageError(why)
     port = s.listen.rpartition(":")[2]
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--listen {s.listen!r}: expected [ADDR]:PORT")
@@ -215,20 +221,8 @@ def expectations(s: Settings) -> Expectations:
 
 
 def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
-    matcher = KernelEventMatcher(load_patterns(Path(s.kernel_patterns)) if s.kernel_patterns else None)
-    dcgmi = shlex.split(s.dcgmi)
-    makers: dict[str, Any] = {
-        "kmsg": lambda: KmsgProbe.for_path(
-            s.kmsg_file or s.kmsg_device, bool(s.kmsg_file), matcher=matcher,
-            state_file=None if once else s.state_file, boot_id_file=s.boot_id_file),
-        "nvml": NvmlProbe,
-        "dcgm": lambda: DcgmHealthProbe(dcgmi),
-        "diag": lambda: DcgmDiagProbe(dcgmi, level=s.diag_level),
-        "dcgm_exporter": lambda: DcgmExporterProbe(
-            s.dcgm_exporter, node=s.node, aliases=tuple(s.dcgm_exporter_hostnames.split(","))),
-        "efa": lambda: EfaProbe(s.sysfs_root, counter_selection(s.efa_counters)),
-    }
-    return [(makers[name](), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]
+    """The enabled probes, each with its interval and deadline, built as the registry says."""
+    return [(BY_NAME[name].build(s, once), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]
 
 
 def run_once(s: Settings, show_conditions: bool = False) -> bytes:

@@ -17,11 +17,12 @@ from prometheus_client.registry import Collector
 from exporter import __version__
 from exporter.catalog import FAMILIES
 from exporter.probes.base import STALE
+from exporter.probes.registry import gpu_counters
 from exporter.samples import GpuIdentity, Sample
 from exporter.snapshot import ProbeState, Snapshot
 
 # Which probe's GPU list is gpuhealth_gpus_visible, in order of preference.
-VISIBLE_GPU_SOURCES = ("nvml", "dcgm_exporter")
+VISIBLE_GPU_SOURCES = gpu_counters()
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,10 @@ def gpu_inventory(states: dict[str, ProbeState]) -> dict[str, GpuIdentity]:
     for st in states.values():
         if st.result is None:
             continue
-        uuids = st.result.facts.get("gpu_uuids")
-        if isinstance(uuids, dict):
-            for pci, uuid in uuids.items():
+        if st.result.kernel is not None:  # the kernel log knows UUIDs by PCI bus id (NVRM's "GPU at" lines)
+            for pci, uuid in st.result.kernel.gpu_uuids.items():
                 old = merged.get(pci, GpuIdentity(pci))
-                merged[pci] = GpuIdentity(pci, old.index, old.uuid or str(uuid))
+                merged[pci] = GpuIdentity(pci, old.index, old.uuid or uuid)
         for gpu in st.result.gpus or []:
             old = merged.get(gpu.pci_bus_id, GpuIdentity(gpu.pci_bus_id))
             merged[gpu.pci_bus_id] = GpuIdentity(gpu.pci_bus_id, old.index or gpu.index, old.uuid or gpu.uuid)

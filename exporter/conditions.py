@@ -7,32 +7,39 @@ kernel-log faults once `fault_window` seconds pass without the fault being seen 
 probe reported is kept while that probe is failing (its last result stands), and a condition whose
 sources are failing and show no fault is Unknown, never True: a probe that dies cannot make a node
 look healthy.
+
+Which condition a kernel-log fault sets is the data's: each pattern in kernel_patterns.yaml names it
+(`condition:`). Which probes a condition is built from is the probe registry's.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from exporter.collector import Expectations, trusted, visible_gpus
+from exporter.condition_types import EFA, FAULTS, GPU, KERNEL, NVLINK, PROBES
+from exporter.probes.registry import feeding, filled_by
+from exporter.samples import KernelFault, ProbeResult
 from exporter.snapshot import ProbeState
 
 # Xids that mean the GPU needs at least a reset (DESIGN.md "Signal facts"); 144-150 only when Fatal.
 NODE_FAULT_XIDS = frozenset({48, 64, 74, 79, 95, 109, 119, 120, 136, 140, 143, 155, 156, 158})
 NVLINK5_XIDS = frozenset(range(144, 151))
-KERNEL_FAULT_EVENTS = frozenset({"pcie_aer_fatal", "mce", "hung_task", "soft_lockup", "hard_lockup", "mlx5_fatal"})
-NVLINK_FAULT_EVENTS = frozenset({"nvlink_error"})
-EFA_FAULT_EVENTS = frozenset({"efa_error"})
 MAX_MESSAGE = 1024
+EFA_DEVICES_VISIBLE = "gpuhealth_efa_devices_visible"
 
 
 # The probes each condition is built from (those that are enabled).
-SOURCES = {
-    "GpuhealthGPUHealthy": ("kmsg", "nvml", "dcgm", "diag", "dcgm_exporter"),
-    "GpuhealthNVLinkHealthy": ("kmsg", "nvml"),
-    "GpuhealthEFAHealthy": ("kmsg", "efa"),
-    "GpuhealthKernelHealthy": ("kmsg",),
+SOURCES = {ctype: feeding(ctype) for ctype in FAULTS}
+
+# How a kernel-log event says what is wrong, by the condition its pattern sets: (reason, message).
+_EVENT_WORDS: dict[str, tuple[str, Callable[[KernelFault], str]]] = {
+    NVLINK: ("NVLinkError", lambda f: "NVLink training/discovery failure in kernel log"),
+    EFA: ("EFADriverError", lambda f: f"efa driver error on {f.device or 'unknown device'}"),
 }
+_ANY_EVENT: tuple[str, Callable[[KernelFault], str]] = ("KernelFault", lambda f: f"{f.event} {f.device}".strip())
 
 
 @dataclass(frozen=True)
@@ -43,23 +50,26 @@ class Condition:
     message: str
 
 
-def _recent(states: dict[str, ProbeState], window: float, now: float) -> list[dict[str, str]]:
-    st = states.get("kmsg")
-    if st is None or st.result is None:
-        return []
-    events = st.result.facts.get("recent_events") or []
-    assert isinstance(events, list)
-    return [{k: str(v) for k, v in e.items()} for e in events if now - float(e["time"]) <= window]
+def _recent(results: Iterable[ProbeResult], window: float, now: float) -> list[KernelFault]:
+    """The kernel-log faults seen within the window, oldest first."""
+    return [f for r in results if r.kernel is not None for f in r.kernel.recent if now - f.time <= window]
 
 
-def _facts(states: dict[str, ProbeState], key: str) -> list[str]:
-    out: list[str] = []
-    for st in states.values():
-        if st.result is not None:
-            items = st.result.facts.get(key) or []
-            assert isinstance(items, list)
-            out.extend(str(i) for i in items)
-    return out
+def _is_node_fault(f: KernelFault) -> bool:
+    xid = int(f.xid)
+    return xid in NODE_FAULT_XIDS or (xid in NVLINK5_XIDS and f.fatal is True)
+
+
+def _kernel_log_problems(faults: list[KernelFault], ctype: str) -> list[tuple[str, str]]:
+    """What the kernel log says against one condition: its fatal Xids, then fatal SXids, then events."""
+    mine = [f for f in faults if f.condition == ctype]
+    problems = [("FatalXid", f"Xid {f.xid} on GPU {f.pci_bus_id or 'unknown'}")
+                for f in mine if f.kind == "xid" and _is_node_fault(f)]
+    problems += [("FatalSXid", f"SXid {f.sxid} on NVSwitch {f.pci_bus_id}")
+                 for f in mine if f.kind == "sxid" and f.fatal is True]
+    reason, words = _EVENT_WORDS.get(ctype, _ANY_EVENT)
+    problems += [(reason, words(f)) for f in mine if f.kind == "event"]
+    return problems
 
 
 def _condition(
@@ -75,11 +85,6 @@ def _condition(
     return Condition(ctype, "True", healthy_reason, healthy_message)
 
 
-def _is_node_fault(e: dict[str, str]) -> bool:
-    xid = int(e["xid"])
-    return xid in NODE_FAULT_XIDS or (xid in NVLINK5_XIDS and e.get("fatal") == "true")
-
-
 def evaluate(
     states: dict[str, ProbeState], expect: Expectations, fault_window: float, now: float | None = None
 ) -> list[Condition]:
@@ -88,38 +93,28 @@ def evaluate(
     failing = sorted(n for n in states if n not in good)
     # Faults come from every probe's latest good result, even if the probe has failed since.
     known = {n: st for n, st in states.items() if st.result is not None}
-    recent = _recent(known, fault_window, now_wall)
-    xids = [e for e in recent if e["kind"] == "xid"]
-    events = [e for e in recent if e["kind"] == "event"]
+    results = [st.result for st in known.values() if st.result is not None]
+    recent = _recent(results, fault_window, now_wall)
 
     gpu: list[tuple[str, str]] = []
     visible = visible_gpus(known)
     if expect.gpus is not None and visible is not None and visible < expect.gpus:
         gpu.append(("GPUsMissing", f"{visible} of {expect.gpus} GPUs visible"))
-    gpu += [("FatalXid", f"Xid {e['xid']} on GPU {e['pci_bus_id'] or 'unknown'}") for e in xids if _is_node_fault(e)]
-    for st in known.values():
-        assert st.result is not None
-        gpu += [("GPURecoveryAction", f"driver asks {s.labels['action']} for GPU {s.labels['pci_bus_id']}")
-                for s in st.result.samples if s.name == "gpuhealth_gpu_recovery_action" and s.value != 0]
-    gpu += [("GPUFault", p) for p in _facts(known, "gpu_problems")]
+    gpu += _kernel_log_problems(recent, GPU)
+    gpu += [("GPURecoveryAction", f"driver asks {a.action} for GPU {a.pci_bus_id}")
+            for r in results if r.kernel is not None for a in r.kernel.recovery if a.code != 0]
+    gpu += [("GPUFault", p) for r in results for p in r.problems.gpu]
 
-    nvlink = [("NVLinkFault", p) for p in _facts(known, "nvlink_problems")]
-    nvlink += [("FatalSXid", f"SXid {e['sxid']} on NVSwitch {e['pci_bus_id']}")
-               for e in recent if e["kind"] == "sxid" and e["fatal"] == "true"]
-    nvlink += [("NVLinkError", "NVLink training/discovery failure in kernel log")
-               for e in events if e["event"] in NVLINK_FAULT_EVENTS][:1]
+    nvlink = [("NVLinkFault", p) for r in results for p in r.problems.nvlink]
+    nvlink += _kernel_log_problems(recent, NVLINK)
 
     efa: list[tuple[str, str]] = []
-    efa_st = known.get("efa")
-    if efa_st is not None and efa_st.result is not None and expect.efa_devices is not None:
-        seen = next((s.value for s in efa_st.result.samples if s.name == "gpuhealth_efa_devices_visible"), None)
-        if seen is not None and seen < expect.efa_devices:
-            efa.append(("EFADevicesMissing", f"{seen:g} of {expect.efa_devices} EFA devices visible"))
-    efa += [("EFADriverError", f"efa driver error on {e['device'] or 'unknown device'}")
-            for e in events if e["event"] in EFA_FAULT_EVENTS]
+    seen = _efa_devices_visible(known) if expect.efa_devices is not None else None
+    if seen is not None and expect.efa_devices is not None and seen < expect.efa_devices:
+        efa.append(("EFADevicesMissing", f"{seen:g} of {expect.efa_devices} EFA devices visible"))
+    efa += _kernel_log_problems(recent, EFA)
 
-    kernel = [("KernelFault", f"{e['event']} {e['device']}".strip()) for e in events
-              if e["event"] in KERNEL_FAULT_EVENTS]
+    kernel = _kernel_log_problems(recent, KERNEL)
 
     probes = [("ProbeFailed", f"{name}: {st.reason or 'stale'} ({st.message or 'no fresh result'})")
               for name, st in sorted(states.items()) if name not in good]
@@ -129,12 +124,21 @@ def evaluate(
         return _condition(ctype, _dedupe(problems), sources_failing, reason, message)
 
     return [
-        build("GpuhealthGPUHealthy", gpu, "GPUsHealthy", "no GPU fault seen"),
-        build("GpuhealthNVLinkHealthy", nvlink, "NVLinkHealthy", "no NVLink/NVSwitch fault seen"),
-        build("GpuhealthEFAHealthy", efa, "EFAHealthy", "EFA devices present, no driver error"),
-        build("GpuhealthKernelHealthy", kernel, "KernelHealthy", "no host kernel fault seen"),
-        _condition("GpuhealthProbesHealthy", probes, [], "ProbesHealthy", "every probe reports in time"),
+        build(GPU, gpu, "GPUsHealthy", "no GPU fault seen"),
+        build(NVLINK, nvlink, "NVLinkHealthy", "no NVLink/NVSwitch fault seen"),
+        build(EFA, efa, "EFAHealthy", "EFA devices present, no driver error"),
+        build(KERNEL, kernel, "KernelHealthy", "no host kernel fault seen"),
+        _condition(PROBES, probes, [], "ProbesHealthy", "every probe reports in time"),
     ]
+
+
+def _efa_devices_visible(known: dict[str, ProbeState]) -> float | None:
+    """The EFA devices the probe that counts them saw in its latest result."""
+    for name in filled_by(EFA_DEVICES_VISIBLE):
+        st = known.get(name)
+        if st is not None and st.result is not None:
+            return next((s.value for s in st.result.samples if s.name == EFA_DEVICES_VISIBLE), None)
+    return None
 
 
 def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -13,28 +13,15 @@ import yaml
 
 from exporter.node_status import SA_DIR
 from exporter.probes.efa import DEFAULT, counter_selection, counter_word_error
+from exporter.probes.registry import PROBES, ProbeSettings
 
 
 class ConfigError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class ProbeSettings:
-    enabled: bool = True
-    interval: float = 15.0
-    deadline: float = 10.0
-
-
-DEFAULT_PROBES: dict[str, ProbeSettings] = {
-    "kmsg": ProbeSettings(interval=1.0, deadline=5.0),
-    "nvml": ProbeSettings(interval=15.0, deadline=10.0),
-    "dcgm": ProbeSettings(interval=30.0, deadline=20.0),
-    # dcgmi diag -r 1 takes seconds on a healthy node; an hour apart it costs nothing measurable.
-    "diag": ProbeSettings(interval=3600.0, deadline=300.0),
-    "dcgm_exporter": ProbeSettings(enabled=False, interval=15.0, deadline=5.0),
-    "efa": ProbeSettings(interval=15.0, deadline=5.0),
-}
+# Each probe's `probes.<name>` section as it is when the file does not set it (the registry's defaults).
+DEFAULT_PROBES: dict[str, ProbeSettings] = {spec.name: spec.defaults for spec in PROBES}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from exporter.probes.kmsg import KmsgProbe
+from exporter.kernel.probe import KmsgProbe
 from exporter.samples import ProbeResult
 
 

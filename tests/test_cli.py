@@ -120,6 +120,32 @@ def test_a_dcgm_exporter_url_turns_its_probe_on_whatever_else_is_disabled(fixtur
     assert "gpuhealth_probe_success" not in families(proc.stdout)
 
 
+def test_a_bad_kernel_pattern_file_is_refused_at_start_naming_the_pattern_and_why(tmp_path: Path) -> None:
+    patterns = tmp_path / "patterns.yaml"
+    patterns.write_text("patterns:\n  - {name: oom, kind: event, event: oom_kill, regex: '^Out of memory', "
+                        "condition: GpuhealthMemoryHealthy}\n")
+    # refused whether or not the kmsg probe is on, as before the patterns named conditions
+    for disable in ("nvml,dcgm,diag,efa", "kmsg,nvml,dcgm,diag,efa"):
+        proc = run("--once", "--kernel-patterns", str(patterns), "--disable", disable)
+        assert proc.returncode == 2 and proc.stdout == ""
+        (line,) = [line for line in proc.stderr.splitlines() if "error" in line]
+        assert f"{patterns}: pattern 'oom': condition must be one of" in line
+        assert "not 'GpuhealthMemoryHealthy'" in line
+
+
+def test_a_kernel_pattern_file_of_ones_own_sets_the_condition_it_names(tmp_path: Path) -> None:
+    patterns = tmp_path / "patterns.yaml"
+    patterns.write_text("patterns:\n  - {name: oom, kind: event, event: oom_kill, regex: '^Out of memory', "
+                        "condition: GpuhealthKernelHealthy}\n")
+    log = tmp_path / "kern.log"
+    log.write_text("[ 5.0] Out of memory: Killed process 4242 (python)\n")
+    proc = run("--once", "--show-conditions", "--kernel-patterns", str(patterns), "--kmsg-file", str(log),
+               "--disable", "nvml,dcgm,diag,efa")
+    assert proc.returncode == 0, proc.stderr
+    assert families(proc.stdout)["gpuhealth_kernel_events_total"] == {(("device", ""), ("event", "oom_kill")): 1}
+    assert "condition GpuhealthKernelHealthy=False KernelFault: oom_kill" in proc.stderr
+
+
 def test_an_unreadable_kmsg_file_is_refused_at_start(tmp_path: Path) -> None:
     directory = tmp_path / "a-directory"
     directory.mkdir()

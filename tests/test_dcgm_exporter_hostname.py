@@ -83,7 +83,7 @@ def test_mixed_scrape_keeps_only_this_nodes_gpus_and_none_of_the_others_faults()
     assert samples[FOREIGN] == foreign
     assert {dict(k[1]).get("gpu") for k in samples if k != FOREIGN} == {"0"}
     assert [g.index for g in result.gpus or []] == ["0"]
-    assert result.facts["gpu_problems"] == []  # GPU 1's faults are not this node's
+    assert list(result.problems.gpu) == []  # GPU 1's faults are not this node's
     assert samples[key("gpuhealth_gpu_row_remap_pending", **GPU0)] == 1
     validate(result)
 

@@ -35,7 +35,8 @@ from exporter.probes.dcgm import (
     parse_diag,
     parse_health,
 )
-from exporter.samples import GpuIdentity, ProbeResult, Sample
+from exporter.probes.registry import BY_NAME
+from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 L4_SCRAPE = FIXTURES / "metrics_kops_aws_L4_580.105.08.prom"
@@ -190,7 +191,7 @@ def test_health_healthy_report_gives_overall_zero_and_no_problems(tmp_path: Path
     cmd = cat_dcgmi(tmp_path, FIXTURES / "virtualclient_DCGMIHealthCheckResults.json", "health -c -j")
     result = DcgmHealthProbe(cmd).collect(5)
     assert result.samples == [Sample("gpuhealth_dcgm_health_status", {"gpu": "", "system": ""}, 0.0)]
-    assert result.facts == {"gpu_problems": []}
+    assert result.problems == Problems()
     assert result.gpus is None
 
 
@@ -205,14 +206,14 @@ def test_health_failure_is_reported_per_gpu_and_system_with_only_failures_as_pro
         key("gpuhealth_dcgm_health_status", gpu="1", system=""): 10,
         key("gpuhealth_dcgm_health_status", gpu="1", system="pcie"): 10,
     }
-    assert result.facts["gpu_problems"] == [
+    assert list(result.problems.gpu) == [
         "dcgmi health: GPU 0 memory failure: Detected 2 volatile double-bit ECC error(s) in GPU 0."]
 
 
 def test_health_overall_failure_without_details_is_still_a_problem() -> None:
     result = parse_health({"body": {"Overall Health": {"value": "Failure"}}})
     assert as_map(result) == {key("gpuhealth_dcgm_health_status", gpu="", system=""): 20}
-    assert result.facts["gpu_problems"] == [
+    assert list(result.problems.gpu) == [
         "dcgmi health: overall health is failure (no details in the report)"]
 
 
@@ -253,7 +254,7 @@ def test_diag_3x_level1_passes_deployment_tests_without_gpu(tmp_path: Path) -> N
     assert diag_results(result) == {("Deployment", t, "", "pass") for t in R1_TESTS}
     assert scalar(result, "gpuhealth_dcgm_diag_failed_tests") == 0
     assert before <= scalar(result, "gpuhealth_dcgm_diag_last_run_timestamp_seconds") <= time.time()
-    assert result.facts == {"gpu_problems": []}
+    assert result.problems == Problems()
     assert result.run_again_after is None
 
 
@@ -270,7 +271,7 @@ def test_diag_3x_level3_skip_is_normal_and_gpu_tests_carry_the_gpu(tmp_path: Pat
         ("Stress", "Memory Bandwidth", "0", "pass"),
     }
     assert scalar(result, "gpuhealth_dcgm_diag_failed_tests") == 0
-    assert result.facts["gpu_problems"] == []
+    assert list(result.problems.gpu) == []
 
 
 def test_diag_3x_failing_test_is_reported_per_gpu_despite_non_zero_exit(tmp_path: Path) -> None:
@@ -287,7 +288,7 @@ def test_diag_3x_failing_test_is_reported_per_gpu_despite_non_zero_exit(tmp_path
     }
     assert scalar(result, "gpuhealth_dcgm_diag_failed_tests") == 1
     assert result.run_again_after == 300  # re-checked soon, so a GPU reset that fixed it shows quickly
-    assert result.facts["gpu_problems"] == [
+    assert list(result.problems.gpu) == [
         "dcgmi diag: Memory Bandwidth failed on GPU 0: "
         "GPU 0 only achieved a memory bandwidth of 210.32 GB/s, failing to meet 250.00 GB/s for test 0"]
 
@@ -330,7 +331,7 @@ def test_diag_4x_passing_document_reports_each_gpu_and_summary_only_tests(tmp_pa
         ("Hardware", "eud", "", "skip"),
     }
     assert scalar(result, "gpuhealth_dcgm_diag_failed_tests") == 0
-    assert result.facts["gpu_problems"] == []
+    assert list(result.problems.gpu) == []
 
 
 def test_diag_4x_failures_on_gpu_and_cpu_are_problems_and_warnings_are_not(tmp_path: Path) -> None:
@@ -343,7 +344,7 @@ def test_diag_4x_failures_on_gpu_and_cpu_are_problems_and_warnings_are_not(tmp_p
         ("Stress", "cpu_eud", "", "fail"),
     }
     assert scalar(result, "gpuhealth_dcgm_diag_failed_tests") == 2
-    assert result.facts["gpu_problems"] == [
+    assert list(result.problems.gpu) == [
         "dcgmi diag: memory failed on GPU 0: "
         "A DBE has occurred since the last time a GPU reset was run on GPU 0.",
         "dcgmi diag: cpu_eud failed: CPU EUD test failed on CPU 0",
@@ -387,7 +388,7 @@ def test_exporter_file_scrape_of_real_l4_maps_fields_and_drops_hostname() -> Non
     }
     assert result.gpus == [GpuIdentity("00000000:31:00.0", index="0",
                                        uuid="GPU-c2f76b33-7953-256e-8f33-1343419b1a1c")]
-    assert result.facts == {"gpu_problems": []}
+    assert result.problems == Problems()
 
 
 def test_exporter_accepts_old_hostname_and_new_lowercase_hostname_labels(tmp_path: Path) -> None:
@@ -473,7 +474,7 @@ def test_exporter_http_scrape_maps_faults_of_two_gpus() -> None:
         GpuIdentity("00000000:10:1C.0", index="0", uuid=GPU0["uuid"]),
         GpuIdentity("00000000:10:1D.0", index="1", uuid=GPU1["uuid"]),
     ]
-    assert result.facts["gpu_problems"] == [
+    assert list(result.problems.gpu) == [
         f"dcgm-exporter: GPU 1 ({GPU1['uuid']}): 2 volatile double-bit ECC errors",
         f"dcgm-exporter: GPU 1 ({GPU1['uuid']}): row remapping failed",
     ]
@@ -596,7 +597,7 @@ def test_every_sample_from_fixtures_is_a_catalog_family_with_its_exact_labels() 
             assert set(s.labels) == set(FAMILIES[s.name].labels), (s.name, sorted(s.labels))
             assert all(isinstance(v, str) for v in s.labels.values())
             names.add(s.name)
-    assert {f for f, fam in FAMILIES.items() if set(fam.sources) & {"dcgm", "diag", "dcgm_exporter"}} <= names
+    assert {f.name for probe in ("dcgm", "diag", "dcgm_exporter") for f in BY_NAME[probe].families} <= names
 
 
 def test_health_watches_are_set_before_the_first_check_and_again_after_a_failure(tmp_path: Path) -> None:

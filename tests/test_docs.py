@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from exporter.catalog import FAMILIES
-from exporter.kernel_events import load_patterns
+from exporter.kernel.patterns import load_patterns
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\| `(?P<name>[a-z_]+)` \| (?P<type>gauge|counter) \| (?P<labels>[^|]*) \|")

@@ -24,6 +24,7 @@ from exporter.catalog import FAMILIES
 from exporter.probes import efa
 from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
 from exporter.probes.efa import DEFAULT_COUNTERS, EfaProbe, counter_selection
+from exporter.probes.registry import BY_NAME
 from exporter.samples import ProbeResult, Sample
 
 P4D_TREE = Path(__file__).parent / "fixtures" / "sysfs" / "p4d"
@@ -47,6 +48,11 @@ def counters(result: ProbeResult, device: str) -> dict[tuple[str, str], float]:
             for s in result.samples if s.name == "gpuhealth_efa_hw_counter" and s.labels["device"] == device}
 
 
+def devices(result: ProbeResult) -> list[str]:
+    """The EFA devices the probe found, in the order it reports them."""
+    return [s.labels["device"] for s in result.samples if s.name == "gpuhealth_efa_device_info"]
+
+
 def counter_file(root: Path, device: str, counter: str) -> Path:
     return root / "sys" / "class" / "infiniband" / device / "ports" / "1" / "hw_counters" / counter
 
@@ -67,7 +73,7 @@ def one_efa(tmp_path: Path) -> Path:
 def test_counts_efa_devices_and_ignores_other_rdma_devices(p4d: ProbeResult) -> None:
     (visible,) = [s for s in p4d.samples if s.name == "gpuhealth_efa_devices_visible"]
     assert visible == Sample("gpuhealth_efa_devices_visible", {}, 3)
-    assert p4d.facts == {"efa_devices": ["rdmap144s27", "rdmap16s27", "rdmap32s27"]}
+    assert devices(p4d) == ["rdmap144s27", "rdmap16s27", "rdmap32s27"]
     assert p4d.gpus is None
 
 
@@ -182,7 +188,7 @@ def test_every_counter_rules_and_dashboards_read_is_exported_by_default() -> Non
 def test_node_without_infiniband_class_has_zero_devices(tmp_path: Path) -> None:
     result = collect(tmp_path)
     assert result.samples == [Sample("gpuhealth_efa_devices_visible", {}, 0)]
-    assert result.facts == {"efa_devices": []}
+    assert devices(result) == []
 
 
 def test_node_with_only_mellanox_devices_has_zero_efa_devices(tmp_path: Path) -> None:
@@ -192,18 +198,18 @@ def test_node_with_only_mellanox_devices_has_zero_efa_devices(tmp_path: Path) ->
 
 def test_legacy_efa_names_and_every_efa_device_id_are_recognised(tmp_path: Path) -> None:
     build_efa_sysfs(tmp_path, [("efa_0", "0xefa0", {}), ("efa_1", "0xEFA3", {})])
-    assert collect(tmp_path).facts == {"efa_devices": ["efa_0", "efa_1"]}
+    assert devices(collect(tmp_path)) == ["efa_0", "efa_1"]
 
 
 def test_amazon_device_that_is_not_efa_is_ignored(tmp_path: Path) -> None:
     build_efa_sysfs(tmp_path, [("ena_rdma0", "0xec20", {})])
-    assert collect(tmp_path).facts == {"efa_devices": []}
+    assert devices(collect(tmp_path)) == []
 
 
 def test_rdma_device_without_pci_parent_is_ignored(one_efa: Path) -> None:
     soft = one_efa / "sys" / "class" / "infiniband" / "rxe0"
     (soft / "ports" / "1").mkdir(parents=True)
-    assert collect(one_efa).facts == {"efa_devices": ["rdmap0s31"]}
+    assert devices(collect(one_efa)) == ["rdmap0s31"]
 
 
 def test_port_state_is_not_a_signal(one_efa: Path) -> None:
@@ -227,7 +233,7 @@ def test_every_sample_is_a_catalog_family_with_its_labels(p4d: ProbeResult) -> N
         assert sample.name in FAMILIES, sample.name
         assert set(sample.labels) == set(FAMILIES[sample.name].labels), sample
         names.add(sample.name)
-    assert names == {name for name, family in FAMILIES.items() if family.probe == "efa"}
+    assert names == {family.name for family in BY_NAME["efa"].families}
 
 
 # --- failing closed ---

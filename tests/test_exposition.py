@@ -18,9 +18,9 @@ from prometheus_client.registry import Collector
 
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.exposition import start_server
+from exporter.kernel.probe import KmsgProbe
 from exporter.probes.base import Probe
 from exporter.probes.efa import EfaProbe
-from exporter.probes.kmsg import KmsgProbe
 from exporter.probes.nvml import NvmlProbe
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot

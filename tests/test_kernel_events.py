@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kernel_events import KernelEventMatcher, PatternError, load_patterns
-from exporter.kernel_log import iter_text_records
+from exporter.kernel.patterns import KernelEventMatcher, PatternError, load_patterns
+from exporter.kernel.records import iter_text_records
 
 # One row per record of tests/fixtures/kmsg/samples.txt, in order: (kind, the fields that matter).
 EXPECTED_SAMPLES: list[tuple[str | None, dict[str, str]]] = [
@@ -116,6 +116,15 @@ def test_a_new_pattern_is_one_entry_in_the_data_file(tmp_path: Path) -> None:
     ("patterns:\n  - {name: x, kind: event, event: e, regex: a, part_of: [y]}\n", "name no pattern: y"),
     ("patterns:\n  - {name: x, kind: event, event: e, regex: a, announces: y}\n", "announces must be a list"),
     ("patterns:\n  - {name: x, kind: ignore, regex: a, part_of: [x]}\n", "part_of/announces are for event patterns"),
+    ("patterns:\n  - {name: x, kind: event, event: e, regex: a, condition: GpuhealthGpuHealthy}\n",
+     "pattern 'x': condition must be one of GpuhealthGPUHealthy, GpuhealthNVLinkHealthy, GpuhealthEFAHealthy, "
+     "GpuhealthKernelHealthy, not 'GpuhealthGpuHealthy'"),
+    ("patterns:\n  - {name: x, kind: event, event: e, regex: a, condition: GpuhealthProbesHealthy}\n",
+     "condition must be one of"),  # about the probes, not a fault a line can report
+    ("patterns:\n  - {name: x, kind: event, event: e, regex: a, condition: [GpuhealthKernelHealthy]}\n",
+     "condition must be one of"),
+    ("patterns:\n  - {name: x, kind: ignore, regex: a, condition: GpuhealthKernelHealthy}\n",
+     "pattern 'x': condition is for xid, sxid, event patterns, not ignore"),
 ])
 def test_a_bad_pattern_file_is_refused_with_file_entry_and_reason(tmp_path: Path, body: str, why: str) -> None:
     f = tmp_path / "bad.yaml"
@@ -134,3 +143,42 @@ def test_a_missing_or_unreadable_pattern_file_is_a_clear_error(tmp_path: Path) -
 def test_every_shipped_pattern_is_anchored_at_the_start_of_the_kernel_message() -> None:
     # an application's log that quotes a kernel line must not match: only the kernel's own prefix starts a record
     assert [p.name for p in load_patterns() if not p.regex.pattern.startswith("^")] == []
+
+
+# --- the node condition each pattern sets (`condition:`) ---
+
+# What exporter/conditions.py decided in code before the patterns named their condition: every Xid (the
+# fatal ones) the GPU condition, every SXid (the fatal ones) NVLink's, and these events.
+_EVENT_CONDITIONS_IN_CODE = {
+    "nvlink_error": "GpuhealthNVLinkHealthy", "efa_error": "GpuhealthEFAHealthy",
+    **dict.fromkeys(("pcie_aer_fatal", "mce", "hung_task", "soft_lockup", "hard_lockup", "mlx5_fatal"),
+                    "GpuhealthKernelHealthy"),
+}
+
+
+def test_each_shipped_pattern_sets_the_condition_the_code_gave_its_kind_and_event() -> None:
+    by_kind = {"xid": "GpuhealthGPUHealthy", "sxid": "GpuhealthNVLinkHealthy"}
+    for p in load_patterns():
+        expected = _EVENT_CONDITIONS_IN_CODE.get(p.event, "") if p.kind == "event" else by_kind.get(p.kind, "")
+        assert p.condition == expected, p.name
+
+
+def test_a_match_carries_its_patterns_condition(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("patterns:\n"
+                 "  - {name: oom, kind: event, event: oom_kill, regex: '^Out of memory',\n"
+                 "     condition: GpuhealthKernelHealthy}\n"
+                 "  - {name: quiet, kind: event, event: usb, regex: '^usb '}\n")
+    matcher = KernelEventMatcher(load_patterns(f))
+    oom, usb = matcher.match("Out of memory: Killed process 1"), matcher.match("usb 1-1: new device")
+    assert oom is not None and oom.condition == "GpuhealthKernelHealthy"
+    assert usb is not None and usb.condition == ""
+
+
+def test_the_condition_of_a_kind_and_event_is_the_first_pattern_that_names_one() -> None:
+    matcher = KernelEventMatcher()
+    assert matcher.condition_of("xid") == "GpuhealthGPUHealthy"
+    assert matcher.condition_of("sxid") == "GpuhealthNVLinkHealthy"
+    assert matcher.condition_of("event", "mce") == "GpuhealthKernelHealthy"
+    assert matcher.condition_of("event", "mce_corrected") == ""
+    assert matcher.condition_of("event", "no_such_event") == ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kmsg_file_harness import file_probe, settle, total, xids
 
-from exporter.probes.kmsg import KmsgProbe
+from exporter.kernel.probe import KmsgProbe
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.kernel_events import KernelEventMatcher
-from exporter.kernel_log import iter_text_records, parse_kmsg_record
+from exporter.kernel.patterns import KernelEventMatcher
+from exporter.kernel.probe import KmsgProbe
+from exporter.kernel.records import iter_text_records, parse_kmsg_record
 from exporter.probes.base import BAD_OUTPUT, ProbeError
-from exporter.probes.kmsg import KmsgProbe
 
 MATCHER = KernelEventMatcher()
 REAL_LINES = [line for line in (Path(__file__).parent / "fixtures" / "kmsg" / "samples.txt").read_text().splitlines()

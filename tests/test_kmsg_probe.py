@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from exporter.kernel.probe import KmsgProbe
 from exporter.probes.base import NOT_FOUND, ProbeError
-from exporter.probes.kmsg import KmsgProbe
 from exporter.samples import ProbeResult
 
 
@@ -226,7 +226,7 @@ def test_a_log_that_blocks_forever_is_a_timeout_not_a_hung_exporter(tmp_path: Pa
 
 class FakeKmsgDevice:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import exporter.probes.kmsg_sources as sources
+        import exporter.kernel.sources as sources
 
         self.records: list[str] = []
         self.first = 0  # index of the oldest record still in the ring
@@ -321,9 +321,10 @@ def test_device_events_are_timed_by_the_kernel_so_a_restart_keeps_a_fault_in_its
 ) -> None:
     dev = FakeKmsgDevice(monkeypatch)
     dev.add("NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.")
-    first = device_probe(tmp_path).collect(5).facts["recent_events"]
-    again = device_probe(tmp_path).collect(5).facts["recent_events"]
-    assert first == again and len(first) == 1  # restored from the state file, same time
+    first = device_probe(tmp_path).collect(5).kernel
+    again = device_probe(tmp_path).collect(5).kernel
+    assert first is not None and again is not None
+    assert first.recent == again.recent and len(first.recent) == 1  # restored from the state file, same time
 
 
 def test_same_gpu_falling_off_the_bus_hours_apart_in_a_capture_without_timestamps_counts_twice(

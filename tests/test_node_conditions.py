@@ -14,8 +14,8 @@ from fake_probe import FakeProbe
 
 from exporter.collector import Expectations
 from exporter.conditions import evaluate
+from exporter.kernel.probe import KmsgProbe
 from exporter.node_status import KubeError, NodeConditionWriter
-from exporter.probes.kmsg import KmsgProbe
 from exporter.runner import ProbeRunner
 from exporter.samples import GpuIdentity, ProbeResult, Sample
 from exporter.snapshot import Snapshot

@@ -13,6 +13,7 @@ from fake_nvml import P5_BUS_IDS, FakeGpu, FakeMig, FakeNvml, p5_fleet, uuid_of
 from exporter.catalog import FAMILIES
 from exporter.probes.base import ERROR, MISSING_TOOL, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
 from exporter.probes.nvml import NvmlProbe
+from exporter.probes.registry import BY_NAME
 from exporter.samples import GpuIdentity, ProbeResult, Sample
 
 
@@ -90,7 +91,7 @@ def test_remapped_rows_pending_and_failure(p5: ProbeResult) -> None:
 
 
 def test_gpu_problems_name_remap_failure_double_bit_ecc_and_lost_gpu(p5: ProbeResult) -> None:
-    assert p5.facts["gpu_problems"] == [
+    assert list(p5.problems.gpu) == [
         f"gpu 2 {uuid_of(2)} {P5_BUS_IDS[2]}: 2 volatile double-bit ECC errors",
         f"gpu 2 {uuid_of(2)} {P5_BUS_IDS[2]}: row remap failure",
         "gpu 5: lost (NVML_ERROR_GPU_IS_LOST)",
@@ -111,7 +112,7 @@ def test_gpu_lost_mid_read_drops_its_partial_readings_but_keeps_its_identity() -
     gpu1 = [s for s in result.samples if s.labels["gpu"] == "1"]
     assert gpu1 == [Sample("gpuhealth_gpu_lost", gpu_labels(1), 1)]
     assert result.gpus == [GpuIdentity(P5_BUS_IDS[0], "0", uuid_of(0))]
-    assert result.facts["gpu_problems"] == [
+    assert list(result.problems.gpu) == [
         f"gpu 1 {uuid_of(1)} {P5_BUS_IDS[1]}: lost (NVML_ERROR_GPU_IS_LOST)"
     ]
 
@@ -140,7 +141,7 @@ def test_nvlink_links_are_counted_per_gpu_and_a_link_going_down_is_a_problem_nam
     fleet[6].nvlink_up[17] = 1
     probe = NvmlProbe(FakeNvml(fleet))
     result = probe.collect(deadline=10)
-    assert result.facts["nvlink_problems"] == []
+    assert list(result.problems.nvlink) == []
     links = (value(result, "gpuhealth_gpu_nvlink_links", 6), value(result, "gpuhealth_gpu_nvlink_links_down", 6))
     assert links == (18, 0)
     fleet[6].nvlink_up[17] = 0
@@ -148,14 +149,14 @@ def test_nvlink_links_are_counted_per_gpu_and_a_link_going_down_is_a_problem_nam
     result = probe.collect(deadline=10)
     assert value(result, "gpuhealth_gpu_nvlink_links_down", 6) == 2
     assert value(result, "gpuhealth_gpu_nvlink_links_down", 4) == 0
-    assert result.facts["nvlink_problems"] == [f"gpu 6 {uuid_of(6)} {P5_BUS_IDS[6]}: NVLink link {link} down"
+    assert list(result.problems.nvlink) == [f"gpu 6 {uuid_of(6)} {P5_BUS_IDS[6]}: NVLink link {link} down"
                                                for link in (3, 17)]
 
 
 def test_a_link_down_since_start_is_exported_but_not_a_condition_problem(p5: ProbeResult) -> None:
     # A PCIe GPU without an NVLink bridge reports its unused links as down from the start.
     assert value(p5, "gpuhealth_gpu_nvlink_links_down", 6) == 1
-    assert p5.facts["nvlink_problems"] == []
+    assert list(p5.problems.nvlink) == []
 
 
 def test_nvlink_errors_are_summed_over_links(p5: ProbeResult) -> None:
@@ -167,7 +168,7 @@ def test_gpu_without_nvlink_has_no_link_samples() -> None:
     result = collect([FakeGpu(uuid_of(0), P5_BUS_IDS[0], name="NVIDIA A10G", nvlink_up=[])])
     assert samples(result, "gpuhealth_gpu_nvlink_links") == samples(result, "gpuhealth_gpu_nvlink_links_down") == []
     assert samples(result, "gpuhealth_gpu_nvlink_errors") == []
-    assert result.facts["nvlink_problems"] == []
+    assert list(result.problems.nvlink) == []
 
 
 def test_pcie_replays_and_violation_seconds(p5: ProbeResult) -> None:
@@ -210,7 +211,7 @@ def test_every_sample_is_a_catalog_family_with_its_labels(p5: ProbeResult) -> No
         assert sample.name in FAMILIES, sample.name
         assert set(sample.labels) == set(FAMILIES[sample.name].labels), sample
         names.add(sample.name)
-    assert names == {name for name, family in FAMILIES.items() if "nvml" in family.sources}
+    assert names == {family.name for family in BY_NAME["nvml"].families}
 
 
 # --- failing closed ---

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.kernel_events import KernelEventMatcher, Pattern, load_patterns
-from exporter.kernel_log import iter_text_records
-from exporter.regex_prefilter import gate, required_literals
+from exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
+from exporter.kernel.prefilter import gate, required_literals
+from exporter.kernel.records import iter_text_records
 
 PATTERNS = load_patterns()
 MATCHER = KernelEventMatcher(PATTERNS)

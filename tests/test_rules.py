@@ -23,6 +23,7 @@ from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 from promql_names import metric_names
 
 from exporter.catalog import FAMILIES
+from exporter.probes.registry import filled_by
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
@@ -350,7 +351,7 @@ def test_state_alerts_ride_out_a_probe_gap(rule: dict[str, Any]) -> None:
     alert is dropped on a gap, keep_firing_for does not help it), or its `for` never completes."""
     families = {f.exposed_name: f for f in FAMILIES.values()}
     read = [families[n] for n in metric_names(rule["expr"]) if n in families]
-    if not any(set(f.sources) & STATE_PROBES for f in read):
+    if not any(set(filled_by(f.name)) & STATE_PROBES for f in read):
         return
     assert _minutes(rule.get("keep_firing_for", "0s")) >= 1, f"{rule['alert']}: a probe gap resolves it"
     if rule.get("for"):

@@ -32,11 +32,10 @@ from exporter.probes.base import (
     classify,
     run_command,
 )
-from exporter.samples import GpuIdentity, ProbeResult, Sample
+from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
 
 log = logging.getLogger(__name__)
 
-PROBLEMS = "gpu_problems"  # facts key: list[str] of human-readable failures
 _MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
@@ -149,7 +148,7 @@ def parse_health(doc: dict[str, Any]) -> ProbeResult:
     problems = [_health_problem(e) for e in failing]
     if not problems and worst[("", "")] >= HEALTH_FAILURE:
         problems.append("dcgmi health: overall health is failure (no details in the report)")
-    result.facts[PROBLEMS] = problems
+    result.problems = Problems(gpu=tuple(problems))
     return result
 
 
@@ -268,7 +267,7 @@ def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
     failed = [r for r in results.values() if r.result == "fail"]
     out.add("gpuhealth_dcgm_diag_failed_tests", len(failed))
     out.add("gpuhealth_dcgm_diag_last_run_timestamp_seconds", now)
-    out.facts[PROBLEMS] = [_diag_problem(r) for r in failed]
+    out.problems = Problems(gpu=tuple(_diag_problem(r) for r in failed))
     if failed:
         # Re-check soon: after a GPU reset the hourly result would otherwise say "failed" for an hour.
         out.run_again_after = DIAG_RECHECK_AFTER_FAILURE_SECONDS
@@ -483,7 +482,7 @@ def _map_series(series: list[PromSample]) -> ProbeResult:
     result = ProbeResult(samples=list(samples.values()), gpus=[g[0] for g in gpus.values()])
     for _, labels, model in gpus.values():
         result.add("gpuhealth_gpu_info", 1, **labels, model=model)
-    result.facts[PROBLEMS] = sorted(set(problems))
+    result.problems = Problems(gpu=tuple(sorted(set(problems))))
     return result
 
 

@@ -92,7 +92,7 @@ class EfaProbe:
     def collect(self, deadline: float) -> ProbeResult:
         give_up_at = time.monotonic() + deadline
         devices = self._efa_devices()
-        result = ProbeResult(facts={"efa_devices": [name for name, _ in devices]})
+        result = ProbeResult()
         result.add("gpuhealth_efa_devices_visible", len(devices))
         for name, pci_device_id in devices:
             # Each hw_counters read is an admin command to the device: stop between devices when late.

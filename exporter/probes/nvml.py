@@ -24,7 +24,7 @@ from exporter.probes.base import (
     TIMEOUT,
     ProbeError,
 )
-from exporter.samples import GpuIdentity, ProbeResult, Sample
+from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
 
 SOURCE = "nvml"
 
@@ -125,8 +125,7 @@ def _collect(nv: Any, give_up_at: float, links_seen_up: set[tuple[str, int]]) ->
         if report.identity is not None:
             gpus.append(report.identity)
     result.gpus = gpus
-    result.facts["gpu_problems"] = gpu_problems
-    result.facts["nvlink_problems"] = nvlink_problems
+    result.problems = Problems(gpu=tuple(gpu_problems), nvlink=tuple(nvlink_problems))
     return result
 
 

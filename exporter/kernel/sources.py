@@ -6,9 +6,9 @@ import errno
 import os
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-from exporter.kernel_log import KernelRecord, iter_text_records, parse_kmsg_record
+from exporter.kernel.records import KernelRecord, iter_text_records, parse_kmsg_record
 from exporter.probes.base import NOT_FOUND, ProbeError
 
 _READ_SIZE = 16384  # larger than any /dev/kmsg record (the kernel caps one at ~8 KiB with its metadata)
@@ -38,6 +38,15 @@ class Batch(NamedTuple):
     records: list[KernelRecord]
     missed: int = 0  # lost to ring-buffer overwrites (/dev/kmsg)
     truncated: int = 0  # lines cut at MAX_LINE (file)
+
+
+class Source(Protocol):
+    kind: str  # "device" | "file"
+    path: str
+
+    def read(self, position: Position, until: float) -> Batch: ...
+
+    def close(self) -> None: ...
 
 
 class DeviceSource:

@@ -1,4 +1,8 @@
-"""Recognise GPU, NVSwitch, PCIe, CPU and NIC faults in kernel-log text, by the patterns in a YAML file."""
+"""Recognise GPU, NVSwitch, PCIe, CPU and NIC faults in kernel-log text, by the patterns in a YAML file.
+
+The file (exporter/data/kernel_patterns.yaml, its header says what each key means) is checked as it is
+loaded: a mistake is refused with the file, the pattern's name and why.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +14,14 @@ from typing import Any
 
 import yaml
 
-from exporter.regex_prefilter import gate, required_literals
+from exporter.condition_types import FAULTS
+from exporter.kernel.prefilter import gate, required_literals
 
 KINDS = {"xid", "gpu_map", "sxid", "event", "unparsed_xid", "ignore"}
 REQUIRED_GROUPS = {"gpu_map": {"pci", "uuid"}, "sxid": {"pci", "sxid", "fatal"}}
-
-# Xid 154 recovery actions, by the code the driver prints.
-RECOVERY_ACTIONS = {
-    0: "none",
-    1: "gpu_reset_required",
-    2: "node_reboot_required",
-    3: "drain_p2p",
-    4: "drain_and_reset",
-}
+# The kinds whose matches are faults the probe keeps for the node conditions, so may name one.
+CONDITION_KINDS = ("xid", "sxid", "event")
+KEYS = {"name", "kind", "regex", "event", "xid", "extract", "part_of", "announces", "condition"}
 
 
 class PatternError(ValueError):
@@ -41,6 +40,7 @@ class Pattern:
     # patterns just before it reported (an AER detail after its header), or, for `announces`, just after it.
     part_of: tuple[str, ...] = ()
     announces: tuple[str, ...] = ()
+    condition: str = ""  # the node condition a match sets False (exporter/condition_types.py); "" for none
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Match:
     implied: bool = False  # the Xid comes from the pattern (a "fallen off the bus" line), not the text
     part_of: tuple[str, ...] = ()
     announces: tuple[str, ...] = ()
+    condition: str = ""
 
 
 def default_pattern_file() -> Path:
@@ -70,7 +71,7 @@ def _pattern(path: Path, i: int, entry: Any) -> Pattern:
     where = f"{path}: patterns[{i}]"
     if not isinstance(entry, dict):
         raise PatternError(f"{where}: must be a mapping")
-    unknown = set(entry) - {"name", "kind", "regex", "event", "xid", "extract", "part_of", "announces"}
+    unknown = set(entry) - KEYS
     if unknown:
         raise PatternError(f"{where}: unknown key(s) {sorted(unknown)}")
     name = entry.get("name")
@@ -94,6 +95,7 @@ def _pattern(path: Path, i: int, entry: Any) -> Pattern:
     related = {key: _names(where, key, entry.get(key)) for key in ("part_of", "announces")}
     if kind != "event" and any(related.values()):
         raise PatternError(f"{where}: part_of/announces are for event patterns")
+    condition = _condition(where, kind, entry.get("condition"))
     return Pattern(
         name=name,
         kind=kind,
@@ -103,7 +105,18 @@ def _pattern(path: Path, i: int, entry: Any) -> Pattern:
         extract={k: _compile(f"{where} extract.{k}", v) for k, v in extract.items()},
         part_of=related["part_of"],
         announces=related["announces"],
+        condition=condition,
     )
+
+
+def _condition(where: str, kind: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if kind not in CONDITION_KINDS:
+        raise PatternError(f"{where}: condition is for {', '.join(CONDITION_KINDS)} patterns, not {kind}")
+    if value not in FAULTS:
+        raise PatternError(f"{where}: condition must be one of {', '.join(FAULTS)}, not {value!r}")
+    return str(value)
 
 
 def _names(where: str, key: str, value: Any) -> tuple[str, ...]:
@@ -136,7 +149,7 @@ def load_patterns(path: Path | None = None) -> list[Pattern]:
 class KernelEventMatcher:
     def __init__(self, patterns: list[Pattern] | None = None) -> None:
         self.patterns = patterns if patterns is not None else load_patterns()
-        # Most records match nothing: one gate search rules them out (exporter/regex_prefilter.py), and a
+        # Most records match nothing: one gate search rules them out (exporter/kernel/prefilter.py), and a
         # pattern is searched only when a literal it cannot match without is in the text.
         literals = [required_literals(p.regex) for p in self.patterns]
         self._gate = gate(literals)
@@ -164,5 +177,16 @@ class KernelEventMatcher:
                 em = rx.search(text)
                 if em:
                     fields.update({f"{key}_{g}" if g != "v" else key: v for g, v in em.groupdict().items() if v})
-            return Match(p.name, p.kind, fields, bool(p.xid), p.part_of, p.announces)
+            return Match(p.name, p.kind, fields, bool(p.xid), p.part_of, p.announces, p.condition)
         return None
+
+    def condition_of(self, kind: str, event: str = "") -> str:
+        """The condition the first pattern of this kind (and event) that names one sets; "" if none does.
+
+        For faults kept by an exporter from before patterns named their condition (its state file's
+        recent faults carry none).
+        """
+        for p in self.patterns:
+            if p.condition and p.kind == kind and (kind != "event" or p.event == event):
+                return p.condition
+        return ""
