@@ -98,8 +98,16 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
         for fp, why in batch.ignored:
             print(json.dumps({"fingerprint": fp, "ignored": why}), file=sys.stderr)
     trips = breaker_trips_of(_load_json(args.lease)) if args.lease else None
+    dra = None
+    if args.resourceslices:
+        from remediator.decide.devices import claim_index, devices_by_node
+        from remediator.decide.views import DraFleet
+
+        dra = DraFleet(devices_by_node(_items(args.resourceslices), policy.dra.driver),
+                       claim_index(_items(args.resourceclaims) if args.resourceclaims else []),
+                       None if args.device_taint_api == "none" else args.device_taint_api)
     decisions = plan_from_json(nodes, _items(args.pods) if args.pods else None, batches, policy, now,
-                               silences, trips)
+                               silences, trips, dra)
     for d in decisions:
         print(json.dumps(d.line()))
     return 0
@@ -261,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "the Nodes' recorded alerts it no longer has are resolved, those it has are recorded "
                         "(receiver, filters, token and CA from the policy's alertmanager section); silences are "
                         "checked there too")
+    pl.add_argument("--resourceslices", metavar="FILE", help="kubectl get resourceslices -o json: the GPUs a DRA "
+                    "driver publishes; a GPU-scoped fault on such a node quarantines that GPU (quarantine_gpu rows "
+                    "with its devices, the taint's effect and the pods it affects) instead of the node")
+    pl.add_argument("--resourceclaims", metavar="FILE", help="kubectl get resourceclaims -A -o json: which pods hold "
+                    "which device (without it, no pod is named)")
+    pl.add_argument("--device-taint-api", default="v1", metavar="VERSION",
+                    help="the resource.k8s.io version that serves DeviceTaintRule in the cluster (default v1, "
+                    "Kubernetes 1.37; v1alpha3 behind the DRADeviceTaintRules gate before; none: not served, "
+                    "node scope)")
     pl.add_argument("--now", help="evaluate at this RFC 3339 time (default: now)")
     pl.add_argument("--alertmanager", metavar="URL", help="Alertmanager URL to check silences (default: not checked, "
                     "or the --from-alertmanager URL)")

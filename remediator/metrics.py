@@ -37,6 +37,7 @@ class ApiOperation(StrEnum):
     LIST_JOBS = "list_jobs"
     EXECUTE = "execute"
     WORKLOADS = "workloads"
+    LIST_DRA = "list_dra"  # ResourceSlices, ResourceClaims, DeviceTaintRule discovery (GPU scope)
 
 
 class PassAbortReason(StrEnum):

@@ -78,6 +78,9 @@ class BudgetSettings:
     max_cordoned: Quota = Quota(percent=20)
     # Actions started fleet-wide in any rolling hour (a count). YAML: budget.max_actions_per_hour.
     max_actions_per_hour: int = 20
+    # GPUs of a pool quarantined one by one (DRA device taints) at once: a count or a percentage of the pool's
+    # GPUs (at least 1). YAML: budget.max_quarantined_gpus ("10%").
+    max_quarantined_gpus: Quota = Quota(percent=10)
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,21 @@ class WorkloadPolicy:
 
 
 @dataclass(frozen=True)
+class DraSettings:
+    """The `dra:` section: GPU-scoped remediation on nodes whose GPUs a DRA driver publishes (docs/remediation.md,
+    "Node scope and GPU scope"). A GPU-scoped fault (its alerts name one GPU and ask for at most reset_gpu) on such
+    a node quarantines that GPU and its MIG devices with a DeviceTaintRule (NoSchedule for cordon, NoExecute for
+    drain) and leaves the node schedulable; anything else, or a GPU step that fails, takes the node ladder."""
+
+    # Use GPU scope where the cluster serves DeviceTaintRule and the node's GPUs are published. YAML: dra.enabled.
+    enabled: bool = True
+    # The DRA driver whose ResourceSlices publish the GPUs (its pool is the node). YAML: dra.driver.
+    driver: str = "gpu.nvidia.com"
+    # The key of the device taints gpuhealth sets (value "true"). YAML: dra.taint_key.
+    taint_key: str = "gpuhealth.io/unhealthy"
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole policy file: one group per top-level YAML section, each with its own defaults.
 
@@ -296,6 +314,8 @@ class Policy:
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     # Classifying failed workload pods. YAML: workloads.
     workloads: WorkloadPolicy = field(default_factory=WorkloadPolicy)
+    # GPU scope: quarantining one GPU with a DRA device taint instead of the node. YAML: dra.
+    dra: DraSettings = field(default_factory=DraSettings)
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""
@@ -451,7 +471,7 @@ class YamlReader:
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     r = YamlReader(source, text)
     top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
-                         "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads"})
+                         "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads", "dra"})
     # Keyword arguments are evaluated in order: the sections are checked in this order (the first error wins).
     return Policy(
         pools=_pools(r, top.get("pools")),
@@ -468,7 +488,25 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         replace=_replace(r, top.get("replace")),
         leader=_leader(r, top.get("leader")),
         workloads=_workloads(r, top["workloads"]) if top.get("workloads") is not None else WorkloadPolicy(),
+        dra=_dra(r, top.get("dra")),
     )
+
+
+def _dra(r: YamlReader, value: Any) -> DraSettings:
+    dra = r.section("dra", {"enabled", "driver", "taint_key"}, value)
+    kw: dict[str, Any] = {}
+    if "enabled" in dra:
+        if not isinstance(dra["enabled"], bool):
+            raise r.fail("dra.enabled", f"expected true or false, got {dra['enabled']!r}")
+        kw["enabled"] = dra["enabled"]
+    if "driver" in dra:
+        kw["driver"] = r.string("dra.driver", dra["driver"])
+    if "taint_key" in dra:
+        key = r.string("dra.taint_key", dra["taint_key"])
+        if not re.match(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", key):
+            raise r.fail("dra.taint_key", f"{key!r} is not a qualified name (prefix/name, as a label key)")
+        kw["taint_key"] = key
+    return DraSettings(**kw)
 
 
 def _pools(r: YamlReader, value: Any) -> PoolSettings:
@@ -496,7 +534,8 @@ def _exclude(r: YamlReader, exclude: Any) -> tuple[dict[str, str], ...]:
 
 
 def _budget(r: YamlReader, value: Any) -> BudgetSettings:
-    budget = r.section("budget", {"max_disrupted", "max_cordoned", "max_actions_per_hour"}, value)
+    budget = r.section("budget", {"max_disrupted", "max_cordoned", "max_actions_per_hour", "max_quarantined_gpus"},
+                       value)
     kw: dict[str, Any] = {}
     if "max_disrupted" in budget:
         kw["max_disrupted"] = r.quota("budget.max_disrupted", budget["max_disrupted"])
@@ -504,6 +543,8 @@ def _budget(r: YamlReader, value: Any) -> BudgetSettings:
         kw["max_cordoned"] = r.quota("budget.max_cordoned", budget["max_cordoned"])
     if "max_actions_per_hour" in budget:
         kw["max_actions_per_hour"] = r.integer("budget.max_actions_per_hour", budget["max_actions_per_hour"])
+    if "max_quarantined_gpus" in budget:
+        kw["max_quarantined_gpus"] = r.quota("budget.max_quarantined_gpus", budget["max_quarantined_gpus"])
     return BudgetSettings(**kw)
 
 

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 if TYPE_CHECKING:
     from fake_cluster import FakeCluster
 
 Obj = dict[str, Any]
+RECORDED_SLICES = Path(__file__).parent / "fixtures" / "dra" / "resourceslices_eks_2x8_h100_v1.yaml"
 GROUP = "resource.k8s.io"
 EFFECTS = ("NoSchedule", "NoExecute", "None")
 _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -44,6 +48,19 @@ class FakeDra:
         self._selector: str | None = None  # the request's labelSelector (routes run under the cluster's lock)
 
     # --- test setup ------------------------------------------------------------------------------
+    def publish_gpus(self, node: str) -> list[Obj]:
+        """The node's eight GPUs as NVIDIA's DRA driver published them on a real EKS H100 node
+        (tests/fixtures/dra/resourceslices_eks_2x8_h100_v1.yaml), with this node's name as node and pool.
+        Returns the devices (name, attributes: uuid, resource.kubernetes.io/pciBusID ...)."""
+        recorded = yaml.safe_load(RECORDED_SLICES.read_text())["items"]
+        obj = copy.deepcopy(next(s for s in recorded if s["spec"]["driver"] == "gpu.nvidia.com"))
+        obj["metadata"] = {"name": f"{node}-gpu.nvidia.com-x", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": node, "controller": True}]}
+        obj["spec"].update(nodeName=node, pool={"name": node, "generation": 1, "resourceSliceCount": 1})
+        self.add_slice(obj)
+        devices: list[Obj] = sorted(obj["spec"]["devices"], key=lambda d: d["name"])
+        return devices
+
     def add_slice(self, obj: Obj) -> Obj:
         with self.cluster.lock:
             obj = copy.deepcopy(obj)

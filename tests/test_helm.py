@@ -106,6 +106,10 @@ REMEDIATOR_CLUSTER = {
     ("", "pods"): {"list", "watch", "delete"},  # delete only with drain.on_timeout: force
     ("", "pods/eviction"): {"create"},
     ("karpenter.sh", "nodeclaims"): {"list", "delete"},
+    # GPU scope (dra.enabled, the default): a pass lists the GPUs and claims, and makes and removes device taints
+    ("resource.k8s.io", "resourceslices"): {"list"},
+    ("resource.k8s.io", "resourceclaims"): {"list"},
+    ("resource.k8s.io", "devicetaintrules"): {"create", "list", "delete"},
 }
 REMEDIATOR_NAMESPACED = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},

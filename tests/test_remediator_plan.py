@@ -113,3 +113,39 @@ def test_plan_names_a_bad_pods_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     body = _write(tmp_path, "a.json", webhook("gpu-1", "reboot"))
     assert main(["plan", "--nodes", nodes, "--pods", str(pods), "--alerts", body]) == 2
     assert f"error: {pods}:" in capsys.readouterr().err
+
+
+def test_plan_with_resourceslices_quarantines_the_gpu_and_names_the_pods_it_affects(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A GPU-scoped alert on a node whose GPUs a DRA driver publishes: a quarantine_gpu row with the devices,
+    the taint's effect and the pods, and no node cordon while the GPU scope holds; serve decides the same."""
+    with FakeCluster() as cluster:
+        cluster.add_node("gpu-1")
+        devices = cluster.dra.publish_gpus("gpu-1")
+        for d in devices:
+            cluster.add_pod("gpu-1", f"train-{d['name']}")
+            cluster.dra.add_claim("default", f"c-{d['name']}", [("gpu.nvidia.com", "gpu-1", d["name"])],
+                                  [f"train-{d['name']}"])
+        bus = f"0000{devices[4]['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
+        nodes = _write(tmp_path, "nodes.json", {"kind": "List", "items": list(cluster.nodes.values())})
+        pods = _write(tmp_path, "pods.json", {"kind": "List", "items": list(cluster.pods.values())})
+        slices = _write(tmp_path, "slices.json", {"kind": "List", "items": list(cluster.dra.slices.values())})
+        claims = _write(tmp_path, "claims.json", {"kind": "List", "items": list(cluster.dra.claims.values())})
+        body = _write(tmp_path, "a.json", webhook("gpu-1", "drain", gpu=bus))
+        lines = _run(capsys, "--nodes", nodes, "--pods", pods, "--alerts", body, "--resourceslices", slices,
+                     "--resourceclaims", claims)
+        assert [(x["action"], x["decision"], x.get("effect")) for x in lines] == [
+            ("quarantine_gpu", "execute", "NoSchedule"), ("quarantine_gpu", "execute", "NoExecute")]
+        assert all(x["devices"] == ["gpu-4"] and x["pods"] == ["default/train-gpu-4"] for x in lines)
+
+        node_scope = _run(capsys, "--nodes", nodes, "--pods", pods, "--alerts", body, "--resourceslices", slices,
+                          "--resourceclaims", claims, "--device-taint-api", "none")
+        assert node_scope[0]["action"] == "cordon"
+        assert "the cluster serves no DeviceTaintRule" in node_scope[0]["reason"]
+
+        h = Harness(cluster, dry_run=True)
+        h.now = T0.replace(second=30)
+        h.post(Path(body).read_text())
+        served = [(d.action, d.decision, d.effect, d.devices, d.pods) for d in h.decided(h.step())]
+        assert served == [(x["action"], x["decision"], x["effect"], tuple(x["devices"]), tuple(x["pods"]))
+                          for x in lines]

@@ -19,6 +19,7 @@ from remediator.act.node_jobs import render_job
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.act.replace import replace_node
 from remediator.audit import audit
+from remediator.clients.device_taints import DeviceTaints
 from remediator.clients.errors import Conflict
 from remediator.clients.kube import Kube
 from remediator.decide.event_reasons import action_failed_reason, action_reason
@@ -32,7 +33,7 @@ from remediator.decide.node_patches import (
 )
 from remediator.decide.nodestate import TAINT_KEY, fmt_time
 from remediator.decide.views import NodeView, evictable_pods
-from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, Verdict
+from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, Scope, TaintEffect, Verdict
 from remediator.metrics import ActionResult, Metrics
 from remediator.policy import Policy
 
@@ -44,6 +45,7 @@ KARPENTER_NOTE_ACTIONS = (Action.DRAIN, Action.UNCORDON, Action.REPLACE)  # thei
 class Executor:
     def __init__(self, kube: Kube, policy: Policy, metrics: Metrics, guard: PassGuard) -> None:
         self.kube, self.policy, self.metrics, self.guard = kube, policy, metrics, guard
+        self.taints = DeviceTaints(kube)
 
     def execute(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime) -> None:
         executes = plan.executes()
@@ -63,7 +65,7 @@ class Executor:
 
         # 1. re-check before anything disruptive: the Node as listed, and (for Jobs and replacement)
         #    nothing left to evict on it
-        if any(d.action in DISRUPTIVE for d in executes):
+        if any(d.action in DISRUPTIVE or d.effect == TaintEffect.NO_EXECUTE for d in executes):
             self.guard.check()
             fresh = self.kube.get_node(plan.node)
             if fresh["metadata"].get("resourceVersion") != plan.resource_version:
@@ -71,6 +73,9 @@ class Executor:
                                   "replica): re-deciding next pass")
             if any(d.action in NEEDS_DRAINED for d in executes):
                 left = evictable_pods(self.kube.pods_on(plan.node))
+                if plan.final_state.scope == Scope.GPU:  # only the quarantined GPU's pods must be gone
+                    holders = set(view.holders(plan.final_state.devices))
+                    left = [p for p in left if f"{p.namespace}/{p.name}" in holders]
                 if left:
                     return self._drop(plan, f"{len(left)} evictable pod(s) on the node right before the "
                                       "disruptive step: draining again next pass")
@@ -80,7 +85,7 @@ class Executor:
         actions = {d.action for d in executes}
         if Action.CORDON in actions:
             body = cordon_body(node, plan.final_state)
-        elif Action.UNCORDON in actions:
+        elif Action.UNCORDON in actions or Action.RELEASE_GPU in actions:
             body = uncordon_body(node, plan.base_state, plan.final_state, now)
         else:
             body = state_body(plan.final_state) if plan.changed else {}
@@ -122,8 +127,11 @@ class Executor:
 
     def _perform(self, d: Decision, view: NodeView, node: dict[str, Any], plan: NodePlan, now: datetime) -> str:
         kube, policy = self.kube, self.policy
-        if d.action in (Action.CORDON, Action.UNCORDON):
-            return ""  # done by the state write
+        if d.action in (Action.CORDON, Action.UNCORDON, Action.RELEASE_GPU):  # the state write did the rest
+            released = self._release(view, plan) if d.action != Action.CORDON else []
+            return f"removed device taint rule(s) {', '.join(released)}" if released else ""
+        if d.action == Action.QUARANTINE_GPU:
+            return self._quarantine(d, view)
         if d.action == Action.DRAIN:
             pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
             result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
@@ -131,7 +139,8 @@ class Executor:
             if result.errors and not result.evicted and not result.blocked:
                 raise RuntimeError(f"drain pass failed: {result.summary()}")
             return result.summary() if (result.evicted or result.errors or d.new) else ""
-        if not any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or []):
+        if plan.final_state.scope == Scope.NODE and not any(
+                t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or []):
             raise RuntimeError("gpuhealth's taint is not on the node: a person took over; not starting")
         if d.action in (Action.RESET_GPU, Action.REBOOT):
             assert d.job is not None
@@ -147,6 +156,21 @@ class Executor:
                 kube.write_state(d.node, failed, node["metadata"].get("resourceVersion"))
                 raise
         raise ValueError(f"unknown action {d.action}")
+
+    def _quarantine(self, d: Decision, view: NodeView) -> str:
+        """One DeviceTaintRule per device, in the version the cluster serves (the ladder chose GPU scope only
+        where one does); kube-controller-manager evicts for NoExecute."""
+        assert view.devices is not None and view.taint_api is not None and d.effect is not None
+        names = self.taints.taint(view.taint_api, d.node, view.devices.driver, view.devices.pool, d.devices,
+                                  self.policy.dra.taint_key, d.effect, d.reason)
+        pods = f"; pods on it: {', '.join(d.pods)}" if d.pods else "; no pod holds it"
+        return f"{d.effect} device taint on {', '.join(d.devices)} (DeviceTaintRule {', '.join(names)}){pods}"
+
+    def _release(self, view: NodeView, plan: NodePlan) -> list[str]:
+        """Return to service: the DeviceTaintRules gpuhealth made for this node, and only those."""
+        if not plan.base_state.devices or view.taint_api is None:
+            return []
+        return self.taints.release(view.taint_api, plan.node)
 
     def _drop(self, plan: NodePlan, why: str) -> None:
         for d in plan.executes():

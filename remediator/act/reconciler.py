@@ -18,14 +18,16 @@ from remediator.act.executor import Executor
 from remediator.act.node_jobs import job_statuses
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.audit import audit
+from remediator.clients.errors import Forbidden, KubeError, NotFound
 from remediator.clients.kube import Kube
 from remediator.clients.leader import Elector
 from remediator.clock import Clock
 from remediator.decide.budget import Ledger
+from remediator.decide.devices import claim_index, devices_by_node
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.ladder import NodePlan, SilenceCheck
 from remediator.decide.plan import evaluate
-from remediator.decide.views import build_views
+from remediator.decide.views import DraFleet, build_views
 from remediator.decide.vocabulary import Action
 from remediator.intake.alertmanager_sync import AlertmanagerSync
 from remediator.metrics import ApiOperation, Metrics
@@ -44,6 +46,7 @@ class Reconciler:
         self.wake = threading.Event()
         self.last_plans: list[NodePlan] = []
         self._was_leader = False
+        self._dra_unavailable = False  # said once: the cluster serves no DRA, or the chart grants no access
 
     def run_once(self) -> list[NodePlan] | None:
         """Reconcile if leader (None when not). A dry run takes no part in the election: it only reads."""
@@ -101,7 +104,8 @@ class Reconciler:
         by_name = {n["metadata"]["name"]: n for n in nodes}
         cache = self.kube.cache
         pods_on = cache.pods_on if cache is not None else self.kube.pods_on
-        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay())
+        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay(),
+                            self._dra())
         trips = self.elector.breaker_trips()
         ledger, plans = evaluate(views, self.policy, now, trips, self.silences)
         view_of = {v.name: v for v in views}
@@ -122,6 +126,26 @@ class Reconciler:
             self.guard.end()
         self.last_plans = plans
         return plans
+
+    def _dra(self) -> DraFleet | None:
+        """What DRA publishes this pass (None: node scope for every node). A cluster without resource.k8s.io/v1
+        (404) or a chart without the grants (403) is node scope, said once; the API's trouble is counted."""
+        if not self.policy.dra.enabled:
+            return None
+        try:
+            devices = devices_by_node(self.kube.list_resource_slices(), self.policy.dra.driver)
+            if not devices:
+                return None
+            claims = claim_index(self.kube.list_resource_claims())
+            return DraFleet(devices, claims, self.executor.taints.served_version())
+        except (NotFound, Forbidden) as exc:
+            if not self._dra_unavailable:
+                log.warning("DRA objects cannot be read (%s): every node is remediated at node scope", exc)
+            self._dra_unavailable = True
+        except KubeError as exc:
+            self.metrics.api_error(ApiOperation.LIST_DRA)
+            log.warning("listing DRA objects: %s: node scope this pass", exc)
+        return None
 
     def _nodes(self) -> list[dict[str, Any]]:
         """The fleet as the watch cache has it (a list of every Node when there is no cache)."""

@@ -118,6 +118,21 @@ class Kube:
                 _request_timeout=self.timeout))["items"]
         return items
 
+    # --- DRA: the GPUs drivers publish and the claims on them (GPU scope) ---------------------
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        with api_call():
+            response: Any = client.ResourceV1Api(self.api_client).list_resource_slice(
+                _preload_content=False, _request_timeout=self.timeout)
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return items
+
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        with api_call():
+            response: Any = client.ResourceV1Api(self.api_client).list_resource_claim_for_all_namespaces(
+                _preload_content=False, _request_timeout=self.timeout)
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return items
+
     def cached_node(self, name: str) -> dict[str, Any] | None:
         """The watch cache's copy of the Node (None: no cache, or not in it): cheap, maybe stale (a write with
         its resourceVersion then conflicts, and the writer reads it again)."""

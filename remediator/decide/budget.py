@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import DISRUPTIVE
+from remediator.decide.vocabulary import DISRUPTIVE, Action, Scope
 from remediator.policy import Policy
 
 
@@ -21,11 +21,20 @@ class PoolUsage:
     disrupted: set[str] = field(default_factory=set)  # nodes in drain or higher
     cordoned: set[str] = field(default_factory=set)  # nodes carrying our taint
     firing: set[str] = field(default_factory=set)  # nodes with firing actionable alerts
+    gpus: int = 0  # GPUs the pool's DRA drivers publish
+    quarantined: set[str] = field(default_factory=set)  # nodes with a GPU quarantined (GPU scope)
 
 
 def _disrupted(view: NodeView) -> bool:
-    """In drain or higher; a node whose state cannot be read counts too (fail closed)."""
-    return view.damaged is not None or (view.state.active and view.state.rung in DISRUPTIVE)
+    """In drain or higher at node scope; a node whose state cannot be read counts too (fail closed). A node with
+    one GPU quarantined stays in service: it counts against the GPU budget instead."""
+    if view.damaged is not None:
+        return True
+    return view.state.active and view.state.scope == Scope.NODE and view.state.rung in DISRUPTIVE
+
+
+def _quarantined(view: NodeView) -> bool:
+    return view.state.active and view.state.scope == Scope.GPU and view.state.rung is not None
 
 
 @dataclass
@@ -52,6 +61,9 @@ class Ledger:
             usage.size += 1
             if _disrupted(v):
                 usage.disrupted.add(v.name)
+            if _quarantined(v):
+                usage.quarantined.add(v.name)
+            usage.gpus += v.devices.gpu_count if v.devices is not None else 0
             if v.our_taint or v.state.cordoned:
                 usage.cordoned.add(v.name)
             if any(a.remediation != "none" for a in v.state.firing(now, policy.episode.quiet_timeout).values()):
@@ -70,6 +82,10 @@ class Ledger:
 
     def cordoned_limit(self, pool: str) -> int:
         return self.policy.budget.max_cordoned.limit(self.pools[pool].size)
+
+    def quarantined_limit(self, pool: str) -> int:
+        """GPUs: one per quarantined node (a fault on several GPUs of a node takes the node)."""
+        return self.policy.budget.max_quarantined_gpus.limit(self.pools[pool].gpus)
 
     def _check_breaker(self, pool: str) -> None:
         """Trips (again) while the storm lasts, so the cool-down runs from its end; reported (newly_tripped)
@@ -92,6 +108,14 @@ class Ledger:
         cap = self.policy.budget.max_actions_per_hour
         if self.actions_last_hour >= cap:
             return f"action rate cap reached ({self.actions_last_hour}/{cap} per hour)"
+        if action == Action.QUARANTINE_GPU:
+            if self.breaker_open(view.pool):
+                return (f"circuit breaker open for pool {view.pool} since {self.breaker_trips[view.pool]} "
+                        f"(too many nodes firing at once)")
+            limit = self.quarantined_limit(view.pool)
+            if view.name not in usage.quarantined and len(usage.quarantined) >= limit:
+                return f"GPU quarantine budget of pool {view.pool} in use ({len(usage.quarantined)}/{limit} GPUs)"
+            return None
         if action == "cordon" and view.name not in usage.cordoned:
             limit = self.cordoned_limit(view.pool)
             if len(usage.cordoned) >= limit:
@@ -109,6 +133,8 @@ class Ledger:
     def take(self, view: NodeView, action: str) -> None:
         usage = self.pools[view.pool]
         self.actions_last_hour += 1
+        if action == Action.QUARANTINE_GPU:
+            usage.quarantined.add(view.name)
         if action == "cordon":
             usage.cordoned.add(view.name)
         if action in DISRUPTIVE:
@@ -118,3 +144,4 @@ class Ledger:
         usage = self.pools[view.pool]
         usage.cordoned.discard(view.name)
         usage.disrupted.discard(view.name)
+        usage.quarantined.discard(view.name)

@@ -23,12 +23,17 @@ class EventReason(StrEnum):
     REBOOT = "Reboot"
     REPLACE = "Replace"
     RETURNED_TO_SERVICE = "ReturnedToService"
+    GPU_QUARANTINED = "GPUQuarantined"
+    GPU_RETURNED_TO_SERVICE = "GPUReturnedToService"
     CORDONED_FAILED = "CordonedFailed"
     DRAINING_FAILED = "DrainingFailed"
     GPU_RESET_FAILED = "GPUResetFailed"  # also the reset Job's outcome
     REBOOT_FAILED = "RebootFailed"
     REPLACE_FAILED = "ReplaceFailed"
     RETURNED_TO_SERVICE_FAILED = "ReturnedToServiceFailed"
+    GPU_QUARANTINED_FAILED = "GPUQuarantinedFailed"
+    GPU_RETURNED_TO_SERVICE_FAILED = "GPUReturnedToServiceFailed"
+    NODE_SCOPE = "NodeScope"  # a GPU-scoped fault taken to the node ladder (why: the Event's message)
     # a rung's outcome (Notes)
     DRAIN_FINISHED = "DrainFinished"
     GPU_RESET_SUCCEEDED = "GPUResetSucceeded"
@@ -52,7 +57,8 @@ class EventReason(StrEnum):
 ACTION_REASON: dict[Action, EventReason] = {
     Action.CORDON: EventReason.CORDONED, Action.DRAIN: EventReason.DRAINING, Action.RESET_GPU: EventReason.GPU_RESET,
     Action.REBOOT: EventReason.REBOOT, Action.REPLACE: EventReason.REPLACE,
-    Action.UNCORDON: EventReason.RETURNED_TO_SERVICE}
+    Action.UNCORDON: EventReason.RETURNED_TO_SERVICE, Action.QUARANTINE_GPU: EventReason.GPU_QUARANTINED,
+    Action.RELEASE_GPU: EventReason.GPU_RETURNED_TO_SERVICE}
 ACTION_FAILED_REASON: dict[Action, EventReason] = {action: EventReason(f"{reason}Failed")
                                                    for action, reason in ACTION_REASON.items()}
 TIMED_OUT_REASON: dict[Rung, EventReason] = {

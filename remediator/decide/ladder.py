@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from remediator.decide.budget import Ledger
 from remediator.decide.event_reasons import EventReason, Note
@@ -27,7 +28,17 @@ from remediator.decide.nodestate import (
     rung_index,
 )
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import DISRUPTIVE, JOB_RUNGS, NEEDS_DRAINED, Action, Rung, Severity, Verdict
+from remediator.decide.vocabulary import (
+    DISRUPTIVE,
+    JOB_RUNGS,
+    NEEDS_DRAINED,
+    Action,
+    Rung,
+    Scope,
+    Severity,
+    TaintEffect,
+    Verdict,
+)
 from remediator.policy import Policy
 
 
@@ -51,9 +62,18 @@ class Decision:
     force: bool = False  # drain: delete instead of evict (policy drain.on_timeout: force)
     gpu: str | None = None
     job: str | None = None
+    devices: tuple[str, ...] = ()  # quarantine_gpu, release_gpu: the DRA devices (a GPU and its MIG devices)
+    effect: TaintEffect | None = None  # quarantine_gpu: NoSchedule (cordon) or NoExecute (drain)
+    pods: tuple[str, ...] = ()  # quarantine_gpu: namespace/name of the pods whose claims use the devices
 
-    def line(self) -> dict[str, str]:
-        return {"node": self.node, "action": self.action, "decision": self.decision, "reason": self.reason}
+    def line(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"node": self.node, "action": self.action, "decision": self.decision,
+                               "reason": self.reason}
+        if self.devices:
+            out["devices"] = list(self.devices)
+        if self.effect is not None:
+            out.update(effect=self.effect, pods=list(self.pods))
+        return out
 
 
 @dataclass
@@ -135,11 +155,24 @@ class _Planner:
     def __init__(self, v: NodeView, policy: Policy, now: datetime, ledger: Ledger,
                  silences: SilenceCheck | None) -> None:
         self.v, self.policy, self.now, self.ledger, self.silences = v, policy, now, ledger, silences
+        self.full = v  # the whole node; at GPU scope, self.v holds only the quarantined GPU's pods
         self.state = v.state
+        self.scope_note = ""  # why a fault on one GPU takes the node (said in the first decision's reason)
         self.plan = NodePlan(node=v.name, base_state=v.state, final_state=v.state,
                              resource_version=v.resource_version)
 
     def out(self, action: Action, decision: Verdict, reason: str, **kw: object) -> None:
+        st = self.state
+        if action == Action.UNCORDON and self.plan.base_state.scope == Scope.GPU:
+            st = self.plan.base_state  # returning to service closes the episode: its scope was the GPU's
+        if st.scope == Scope.GPU and action in (Action.CORDON, Action.DRAIN):
+            # GPU scope: the node's cordon and drain are the GPU's device taints (kube-controller-manager evicts)
+            effect = TaintEffect.NO_SCHEDULE if action == Action.CORDON else TaintEffect.NO_EXECUTE
+            kw = {k: w for k, w in kw.items() if k not in ("force",)}
+            kw.update(devices=st.devices, effect=effect, pods=self.full.holders(st.devices))
+            action = Action.QUARANTINE_GPU
+        elif st.scope == Scope.GPU and action == Action.UNCORDON:
+            action, kw = Action.RELEASE_GPU, {**kw, "devices": st.devices}
         self.plan.decisions.append(Decision(self.v.name, action, decision, reason, self.v.pool,
                                             **kw))  # type: ignore[arg-type]
 
@@ -172,7 +205,7 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED, f"held{who}: {v.hold.get('reason', '')}".rstrip(": "))
         if v.human_cordoned:
             return self.out(Action.NONE, Verdict.SKIPPED, "cordoned by a person, not by gpuhealth: left alone")
-        if v.taken_over:
+        if v.taken_over and st.scope == Scope.NODE:
             if actionable:
                 return self.out(Action.NONE, Verdict.SKIPPED,
                                 "gpuhealth's taint was removed from the node: a person took over; "
@@ -182,12 +215,72 @@ class _Planner:
                             "alerts resolved after a person took over (removed gpuhealth's "
                             "taint): episode closed, node left as the person set it")
 
-        self.state, notes = _observe(v, st, now, policy)
+        self._scope_view()
+        self.state, notes = _observe(self.v, st, now, policy)
         self.plan.notes.extend(notes)
         if not actionable:
             return self._settle()
-        target = min(max(rung_index(a.remediation) for a in actionable.values()), rung_index(policy.ladder.max_rung))
+        target = min(max(rung_index(a.remediation) for a in actionable.values()),
+                     rung_index(policy.ladder.max_rung))
+        target = max(target, rung_index(self.state.node_floor)) if self.state.scope == Scope.NODE else target
+        self._choose_scope(actionable, target)
         return self._climb(target, _pick_gpu(actionable), sorted(actionable))
+
+    # --- scope ------------------------------------------------------------------------------
+    def _gpu_family(self, actionable: dict[str, AlertRecord], target: int) -> tuple[tuple[str, ...], str]:
+        """The DRA devices a GPU-scoped fault quarantines (the GPU and its MIG devices), or () and why the fault
+        takes the node ("" when the node has no DRA devices at all: nothing to explain)."""
+        v, policy = self.full, self.policy
+        if v.devices is None:
+            return (), ""
+        if not policy.dra.enabled:
+            return (), "dra.enabled is false"
+        if v.taint_api is None:
+            return (), ("the cluster serves no DeviceTaintRule (resource.k8s.io; before Kubernetes 1.37, the "
+                        "DRADeviceTaintRules feature gate)")
+        if target > rung_index(Rung.RESET_GPU):
+            return (), f"the alerts ask for {RUNGS[target]}, which takes the node"
+        gpus = {a.gpu for a in actionable.values()}
+        label = next(iter(gpus)) if len(gpus) == 1 else None
+        if label is None or label in (ALL_GPUS, "unknown"):
+            return (), "the alerts name no single GPU"
+        gpu = v.devices.find(label)
+        if gpu is None:
+            return (), f"GPU {label} is not among the node's DRA devices (driver {v.devices.driver})"
+        return tuple(d.name for d in v.devices.family(gpu)), ""
+
+    def _choose_scope(self, actionable: dict[str, AlertRecord], target: int) -> None:
+        """At an episode's first step: GPU scope when the fault is one GPU's and the cluster can quarantine it.
+        At GPU scope: the node ladder once the fault is no longer that GPU's alone (another GPU, a bigger
+        remediation). Either way a change of scope is said in the audit trail (the decision's reason, an Event)."""
+        st = self.state
+        if st.scope == Scope.NODE and st.rung is not None:
+            return
+        devices, why = self._gpu_family(actionable, target)
+        if st.scope == Scope.GPU and devices != st.devices:
+            self._to_node_scope(why or "the alerts now name another GPU", floor=None)
+        elif st.scope == Scope.NODE and devices:
+            self.state = replace(st, scope=Scope.GPU, devices=devices)
+        elif st.scope == Scope.NODE and why:
+            self.scope_note = f"; node scope: {why}"
+        self._scope_view()
+
+    def _scope_view(self) -> None:
+        """At GPU scope the rungs see only the pods that hold the quarantined devices (their claims say so)."""
+        if self.state.scope != Scope.GPU:
+            self.v = self.full
+            return
+        holders = set(self.full.holders(self.state.devices))
+        self.v = replace(self.full, evictable=[p for p in self.full.evictable if f"{p.namespace}/{p.name}" in holders])
+
+    def _to_node_scope(self, why: str, floor: str | None) -> None:
+        """The GPU-scoped steps are not enough: the node ladder from its start (cordon, drain), then `floor`."""
+        st = self.state
+        self.state = replace(st, scope=Scope.NODE, rung=None, rung_status=None, rung_started=None, rung_done=None,
+                             timed_out=False, node_floor=floor)
+        self.v = self.full
+        self.note(Note(EventReason.NODE_SCOPE, f"GPU {', '.join(st.devices)}: {why}; the node ladder takes over",
+                       Severity.WARNING))
 
     def _settle(self) -> None:
         """No actionable alert fires: return to service after the healthy delay, or stay quiet."""
@@ -257,15 +350,25 @@ class _Planner:
                         f"{why}{verb} {len(pending)} pod(s){before}", new=False, force=force)
 
     def _climb(self, target: int, gpu: str | None, fps: list[str]) -> None:
-        v, policy, now = self.v, self.policy, self.now
+        policy, now = self.policy, self.now
         max_idx = rung_index(policy.ladder.max_rung)
-        for _ in range(2 * len(RUNGS) + 2):
-            st = self.state
+        for _ in range(4 * len(RUNGS) + 4):
+            v, st = self.v, self.state
+            if st.scope == Scope.GPU and (st.rung_status == "failed" or (st.rung_status == "done" and rung_index(
+                    st.rung) >= rung_index(Rung.RESET_GPU) and target > rung_index(st.rung))):
+                # a GPU step failed or timed out (or the fault outgrew the GPU): the node ladder, above that step
+                failed = st.rung_status == "failed"
+                floor = RUNGS[rung_index(st.rung) + 1] if failed and st.rung != Rung.DRAIN else None
+                self._to_node_scope(f"{st.rung} {'failed' if failed else 'was not enough'}", floor)
+                target = max(target, rung_index(floor))
+                continue
             rung, status, idx = st.rung, st.rung_status, rung_index(st.rung)
             ceiling = min(max_idx, target) if st.drain_failed else max_idx
             resume = False
             if rung is None:
-                nxt, why = "cordon", f"alert asks for {RUNGS[target]}"
+                nxt, why = "cordon", f"alert asks for {RUNGS[target]}{self.scope_note}"
+                if st.scope == Scope.GPU:
+                    why += f"; GPU scope: quarantining {', '.join(st.devices)}, the node stays in service"
             elif status == "running":
                 if rung == "drain":
                     if self._draining(fps):
@@ -319,8 +422,9 @@ class _Planner:
                     return self._drain_more(f" before {nxt}", fps, why="node not drained: ")
             if nxt == "drain" and not v.pods_known:
                 return self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
+            budgeted = Action.QUARANTINE_GPU if st.scope == Scope.GPU and nxt in ("cordon", "drain") else nxt
             if not resume:
-                blocked = self.ledger.gate(v, nxt)
+                blocked = self.ledger.gate(v, budgeted)
                 if blocked:
                     return self.out(Action(nxt), Verdict.DEFERRED, blocked)
             if nxt in DISRUPTIVE and self._silenced(nxt, fps):
@@ -328,12 +432,18 @@ class _Planner:
             if resume:
                 self.out(Action(nxt), Verdict.EXECUTE, why, new=False, gpu=st.gpu, job=st.job)
                 return None
-            self.ledger.take(v, nxt)
+            self.ledger.take(v, budgeted)
             started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
                                      rung_done=None, timed_out=False)
             if nxt == "cordon":
                 started = replace(started, rung_status="done", rung_done=fmt_time(now),
-                                  cordoned=st.cordoned or not v.unschedulable)
+                                  cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
+            elif nxt == "drain" and st.scope == Scope.GPU:  # kube-controller-manager evicts the GPU's pods
+                if not v.evictable:
+                    started = replace(started, rung_status="done", rung_done=fmt_time(now))
+                    why += "; no pod holds the GPU"
+                else:
+                    why += f"; {len(v.pending_pods)} pod(s) hold the GPU"
             elif nxt == "drain":
                 # Karpenter must not consolidate a node mid-ladder: annotated in the write that starts the drain
                 started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.drain.karpenter_do_not_disrupt)

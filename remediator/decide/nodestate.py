@@ -94,6 +94,9 @@ class NodeState:
     timed_out: bool = False  # the running rung passed its timeout (reported once)
     drain_failed: bool = False  # a drain failed this episode: never climb above the alerts' own rung
     actions: tuple[str, ...] = ()  # start times of actions in the last hour (rate cap)
+    scope: str = "node"  # node | gpu: the episode quarantines one GPU (DRA device taints), the node stays in service
+    devices: tuple[str, ...] = ()  # GPU scope: the DRA devices quarantined (the GPU and its MIG devices)
+    node_floor: str | None = None  # a GPU step failed: the node ladder starts here, above it (e.g. reboot)
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -151,6 +154,7 @@ class NodeState:
             known = set(cls.__dataclass_fields__)
             rest = {k: v for k, v in data.items() if k in known}
             rest["actions"] = tuple(rest.get("actions") or ())
+            rest["devices"] = tuple(rest.get("devices") or ())
             return cls(alerts=alerts, **rest)
         except (TypeError, AttributeError) as exc:
             raise ValueError(f"state annotation is damaged: {exc}") from exc

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from remediator.decide.budget import Ledger
 from remediator.decide.ladder import Decision, NodePlan, SilenceCheck, decide
 from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, record_alerts
-from remediator.decide.views import NodeView, build_views
+from remediator.decide.views import DraFleet, NodeView, build_views
 from remediator.decide.vocabulary import Action, Verdict
 from remediator.policy import Policy
 
@@ -32,9 +32,10 @@ def evaluate(views: list[NodeView], policy: Policy, now: datetime, breaker_trips
 
 def plan_from_json(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | None, batches: Iterable[AlertsByNode],
                    policy: Policy, now: datetime, silences: SilenceCheck | None = None,
-                   breaker_trips: dict[str, str] | None = None) -> list[Decision]:
+                   breaker_trips: dict[str, str] | None = None, dra: DraFleet | None = None) -> list[Decision]:
     """What serve would decide now, from `kubectl get nodes/pods -o json`, the Lease's breaker state and
-    webhook bodies; no cluster. pods None: unknown (drains and Jobs are deferred, not assumed empty)."""
+    webhook bodies; no cluster. pods None: unknown (drains and Jobs are deferred, not assumed empty). dra: the
+    ResourceSlices and ResourceClaims (GPU scope), None for none."""
     by_name = {(n.get("metadata") or {}).get("name", ""): n for n in nodes}
     states: dict[str, NodeState] = {}
     missing: list[str] = []
@@ -62,7 +63,7 @@ def plan_from_json(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | Non
         def pods_on(name: str) -> list[dict[str, Any]]:
             return [p for p in known if (p.get("spec") or {}).get("nodeName") == name]
 
-    views = build_views(nodes, policy, pods_on, None, states)
+    views = build_views(nodes, policy, pods_on, None, states, dra)
     _, plans = evaluate(views, policy, now, breaker_trips, silences)
     out = [d for p in plans for d in p.decisions]
     decided = {d.node for d in out}

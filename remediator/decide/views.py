@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediator.decide.devices import ClaimIndex, NodeDevices
 from remediator.decide.nodestate import (
     STATE_ANNOTATION,
     TAINT_KEY,
@@ -32,6 +33,15 @@ class PodRef:
     terminating: bool = False  # deletion requested (evicted): still on the node until it is gone
 
 
+@dataclass(frozen=True)
+class DraFleet:
+    """What DRA publishes for the fleet, for one pass: each node's devices, the claims, the served taint API."""
+
+    devices: dict[str, NodeDevices]
+    claims: ClaimIndex
+    taint_api: str | None
+
+
 @dataclass
 class NodeView:
     name: str
@@ -49,6 +59,15 @@ class NodeView:
     pods_known: bool = True  # False in `plan` without --pods: nothing can be said about draining
     job_status: str | None = None  # succeeded | failed | running | missing (None: not looked up)
     damaged: str | None = None  # the state annotation could not be read (fail closed: hands off)
+    devices: NodeDevices | None = None  # the node's GPUs as its DRA driver publishes them (None: no DRA)
+    claims: ClaimIndex | None = None  # which pods hold which device (ResourceClaims)
+    taint_api: str | None = None  # the resource.k8s.io version serving DeviceTaintRule (None: none does)
+
+    def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
+        """namespace/name of the pods whose claims use these devices of this node."""
+        if self.devices is None or self.claims is None:
+            return ()
+        return self.claims.using(self.devices.driver, self.devices.pool, devices)
 
     @property
     def human_cordoned(self) -> bool:
@@ -128,13 +147,15 @@ def evictable_pods(pods: Iterable[dict[str, Any]]) -> list[PodRef]:
 def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
                 pods_on: Callable[[str], list[dict[str, Any]]] | None,
                 job_status: Callable[[str], str] | None = None,
-                states: dict[str, NodeState] | None = None) -> list[NodeView]:
+                states: dict[str, NodeState] | None = None, dra: DraFleet | None = None) -> list[NodeView]:
     """Views of all nodes; pods and Job status are looked up only for nodes in an episode.
-    pods_on None: the pods are unknown (plan without --pods)."""
+    pods_on None: the pods are unknown (plan without --pods). dra None: no DRA (node scope only)."""
     views = []
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "")
         view = node_view(node, policy, (states or {}).get(name))
+        if dra is not None and name in dra.devices:
+            view.devices, view.claims, view.taint_api = dra.devices[name], dra.claims, dra.taint_api
         if pods_on is None:
             view.pods_known = False
         elif view.state.active or view.our_taint:

@@ -18,6 +18,8 @@ class Action(StrEnum):
     REBOOT = "reboot"
     REPLACE = "replace"
     UNCORDON = "uncordon"
+    QUARANTINE_GPU = "quarantine_gpu"  # GPU scope: a DRA device taint on one GPU (cordon: NoSchedule; drain: NoExecute)
+    RELEASE_GPU = "release_gpu"  # GPU scope's return to service: gpuhealth's device taints removed
     NONE = "none"
 
 
@@ -44,6 +46,13 @@ class Scope(StrEnum):
 
     NODE = "node"
     GPU = "gpu"
+
+
+class TaintEffect(StrEnum):
+    """A DRA device taint's effect (resource.k8s.io DeviceTaint)."""
+
+    NO_SCHEDULE = "NoSchedule"  # no new claim gets the device
+    NO_EXECUTE = "NoExecute"  # and kube-controller-manager evicts the pods whose claims use it
 
 
 class Severity(StrEnum):

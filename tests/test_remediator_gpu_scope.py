@@ -1,0 +1,171 @@
+"""GPU scope (docs/remediation.md, "Node scope and GPU scope"): a fault on one GPU of a node whose GPUs a DRA
+driver publishes costs that GPU and the pods on it, not the node. The fake API server publishes the GPUs as
+NVIDIA's driver did on a real EKS H100 node and evicts for NoExecute as kube-controller-manager does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fake_cluster import FakeCluster
+from remediator_harness import Harness
+
+from remediator.decide.nodestate import TAINT_KEY
+
+DRIVER = "gpu.nvidia.com"
+POLICY = """
+alertmanager: {url: none}
+return_to_service: {healthy_delay: 10m}
+ladder:
+  reset_gpu: {timeout: 10m}
+"""
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster() as c:
+        yield c
+
+
+def _dra_node(c: FakeCluster, name: str = "gpu-1") -> list[dict[str, Any]]:
+    """A node with its 8 GPUs published, and a training pod on each GPU (its claim allocated that GPU)."""
+    c.add_node(name)
+    devices = c.dra.publish_gpus(name)
+    for d in devices:
+        pod = f"train-{d['name']}"
+        c.add_pod(name, pod, labels={"app": "train"})
+        c.dra.add_claim("default", f"claim-{name}-{d['name']}", [(DRIVER, name, d["name"])], [pod])
+    return devices
+
+
+def _pci(device: dict[str, Any]) -> str:
+    """The GPU's bus id as an Xid alert's gpu label carries it: the exporter writes NVML's form (00000000:64:00.0)
+    whatever the kernel line printed; the DRA driver publishes 0000:64:00.0."""
+    return f"0000{device['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
+
+
+def _rules(c: FakeCluster) -> list[tuple[str, str]]:
+    return sorted((r["spec"]["deviceSelector"]["device"], r["spec"]["taint"]["effect"]) for r in c.dra.rules.values())
+
+
+def test_a_cordon_alert_on_one_gpu_quarantines_that_gpu_and_leaves_the_node_schedulable(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", gpu=_pci(devices[3]))
+    (decision,) = h.decided(h.step())
+    assert (decision.action, decision.decision, decision.effect) == ("quarantine_gpu", "execute", "NoSchedule")
+    assert decision.devices == ("gpu-3",) and decision.pods == ("default/train-gpu-3",)
+    assert _rules(cluster) == [("gpu-3", "NoSchedule")]
+    assert not cluster.taints("gpu-1") and not cluster.node("gpu-1")["spec"].get("unschedulable")
+    assert cluster.evictions() == []
+    assert "GPUQuarantined" in cluster.reasons("gpu-1")
+
+
+def test_a_drain_alert_evicts_the_pod_on_that_gpu_and_the_other_seven_keep_running(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "drain", gpu=_pci(devices[5]))
+    decided = h.decided(h.step())
+    assert [(d.action, d.effect) for d in decided] == [("quarantine_gpu", "NoSchedule"),
+                                                       ("quarantine_gpu", "NoExecute")]
+    assert cluster.evictions() == ["default/train-gpu-5"]  # by the device taint, as kube-controller-manager does
+    assert len(cluster.pods_on("gpu-1")) == 8  # the evicted one is still terminating
+    h.advance(seconds=60)
+    h.step()  # the pod is gone: the GPU's drain is done
+    assert h.state("gpu-1").rung == "drain" and h.state("gpu-1").rung_status == "done"
+    assert {p["metadata"]["name"] for p in cluster.pods_on("gpu-1")} == {f"train-gpu-{i}" for i in range(8)} - {
+        "train-gpu-5"}
+    assert not cluster.taints("gpu-1")
+
+
+def test_return_to_service_removes_only_our_device_taints_after_the_healthy_delay(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    cluster.dra.rules["a-persons-rule"] = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+                                           "metadata": {"name": "a-persons-rule"},
+                                           "spec": {"deviceSelector": {"driver": DRIVER, "pool": "gpu-1",
+                                                                       "device": "gpu-0"},
+                                                    "taint": {"key": "example.com/x", "effect": "NoSchedule"}}}
+    h.fire("gpu-1", "cordon", gpu=_pci(devices[2]))
+    h.step()
+    h.resolve("gpu-1", "cordon", gpu=_pci(devices[2]))
+    assert h.decisions(h.step()) == [("gpu-1", "release_gpu", "deferred")]
+    h.advance(minutes=11)
+    assert h.decisions(h.step()) == [("gpu-1", "release_gpu", "execute")]
+    assert set(cluster.dra.rules) == {"a-persons-rule"}
+    assert not h.state("gpu-1").active
+    assert "GPUReturnedToService" in cluster.reasons("gpu-1")
+
+
+def test_a_reset_runs_on_the_quarantined_gpu_and_a_failed_one_takes_the_node_ladder(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    gpu = _pci(devices[1])
+    h.fire("gpu-1", "reset_gpu", gpu=gpu)
+    h.step()
+    h.advance(seconds=60)
+    decided = h.decided(h.step())  # the GPU's pod is gone: its reset
+    assert [(d.action, d.gpu) for d in decided] == [("reset_gpu", gpu)]
+    assert not cluster.taints("gpu-1")  # the node is still in service
+    (job,) = cluster.jobs
+    cluster.jobs[job]["status"] = {"failed": 1}
+    plans = h.step()
+    assert "NodeScope" in cluster.reasons("gpu-1")
+    assert [d.action for d in h.decided(plans)][:2] == ["cordon", "drain"]  # the node ladder, from its start
+    assert any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+    state = h.state("gpu-1")
+    assert state.scope == "node" and state.node_floor == "reboot"  # above the reset that failed
+
+
+@pytest.mark.parametrize(("remediation", "gpu", "why"), [
+    ("reboot", "pci", "the alerts ask for reboot, which takes the node"),
+    ("cordon", "all", "the alerts name no single GPU"),
+    ("cordon", "00000000:FF:00.0", "GPU 00000000:FF:00.0 is not among the node's DRA devices"),
+])
+def test_a_fault_beyond_one_gpu_takes_the_node_and_the_audit_says_why(cluster: FakeCluster, remediation: str,
+                                                                      gpu: str, why: str) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", remediation, gpu=_pci(devices[0]) if gpu == "pci" else gpu)
+    first = h.decided(h.step())[0]
+    assert first.action == "cordon" and f"node scope: {why}" in first.reason
+    assert not cluster.dra.rules and any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+
+
+def test_a_cluster_that_serves_no_device_taint_rule_gets_node_scope_and_is_told(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    cluster.dra.served = ()
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    first = h.decided(h.step())[0]
+    assert first.action == "cordon" and "the cluster serves no DeviceTaintRule" in first.reason
+
+
+def test_an_older_cluster_serving_it_behind_the_feature_gate_gets_its_version(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    cluster.dra.served = ("v1alpha3",)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    assert h.decided(h.step())[0].action == "quarantine_gpu"
+    assert {r["apiVersion"] for r in cluster.dra.rules.values()} == {"resource.k8s.io/v1alpha3"}
+
+
+def test_the_gpu_budget_counts_quarantined_gpus_of_the_pool(cluster: FakeCluster) -> None:
+    one = _dra_node(cluster, "gpu-1")
+    two = _dra_node(cluster, "gpu-2")
+    h = Harness(cluster, POLICY + "budget: {max_quarantined_gpus: 1}\n")
+    h.fire("gpu-1", "cordon", gpu=_pci(one[0]))
+    h.fire("gpu-2", "cordon", gpu=_pci(two[0]))
+    decided = {(d.node, d.decision) for d in h.decided(h.step())}
+    assert ("gpu-1", "execute") in decided
+    assert ("gpu-2", "deferred") in decided
+    assert h.metric("gpuhealth_remediator_actions_total", action="quarantine_gpu", result="deferred") == 1
+
+
+def test_without_dra_the_node_ladder_is_unchanged(cluster: FakeCluster) -> None:
+    cluster.add_node("gpu-1")
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", gpu="00000000:64:00.0")
+    first = h.decided(h.step())[0]
+    assert first.action == "cordon" and "node scope" not in first.reason
