@@ -107,6 +107,7 @@ bench: deps .stamp-apt-bench
 	$(BIN)/python bench/remediator_storm.py --quick
 	$(BIN)/python bench/rules_scale.py --quick
 	$(BIN)/python bench/sim_speed.py --quick
+	$(BIN)/python bench/gpu_scope_capacity.py
 
 clean:
 	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache
