@@ -120,15 +120,15 @@ class Kube:
 
     # --- DRA: the GPUs drivers publish and the claims on them (GPU scope) ---------------------
     def list_resource_slices(self) -> list[dict[str, Any]]:
-        with api_call():
-            response: Any = client.ResourceV1Api(self.api_client).list_resource_slice(
-                _preload_content=False, _request_timeout=self.timeout)
-        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
-        return items
+        return self._resource_items("list_resource_slice")
 
     def list_resource_claims(self) -> list[dict[str, Any]]:
+        return self._resource_items("list_resource_claim_for_all_namespaces")
+
+    def _resource_items(self, method: str) -> list[dict[str, Any]]:
+        """A cluster-wide list of resource.k8s.io/v1 objects, as plain JSON."""
         with api_call():
-            response: Any = client.ResourceV1Api(self.api_client).list_resource_claim_for_all_namespaces(
+            response: Any = getattr(client.ResourceV1Api(self.api_client), method)(
                 _preload_content=False, _request_timeout=self.timeout)
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return items

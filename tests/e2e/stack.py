@@ -182,6 +182,8 @@ class NodeOptions:
     dcgm_exporter: Path = HEALTHY_DCGM_EXPORTER  # the scrape its dcgm-exporter serves
     gpus_expected: int | None = None  # --gpus-expected (None: unknown, nothing to compare)
     enable: tuple[str, ...] = ()  # probes to turn on beyond the rendered config's (e.g. diag, nvml)
+    dra: bool = False  # its 8 GPUs published by NVIDIA's DRA driver (as on a real EKS H100 node), an inference
+    # pod on each (namespace serve, its ResourceClaim allocated that GPU)
 
 
 class _ScrapeServer(ThreadingHTTPServer):
@@ -479,6 +481,12 @@ class Stack:
                                            options=options)
                 # a training job on every node, protected by a PodDisruptionBudget
                 self.cluster.add_pod(name, f"train-{name}", namespace="ml", labels={"app": "train"})
+                if options.dra:
+                    for device in self.cluster.dra.publish_gpus(name):
+                        pod = f"infer-{name}-{device['name']}"
+                        self.cluster.add_pod(name, pod, namespace="serve", labels={"app": "infer"})
+                        self.cluster.dra.add_claim("serve", f"{pod}-gpu", [("gpu.nvidia.com", name, device["name"])],
+                                                   [pod])
         self.cluster.add_pdb("ml", {"app": "train"}, disruptions_allowed=1)
 
     def _start_remediators(self) -> None:

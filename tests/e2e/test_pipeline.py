@@ -72,6 +72,38 @@ def test_fatal_xid_79_cordons_drains_reboots_and_returns_the_node_to_service(sta
     assert all(not stack.cluster.node(n)["spec"].get("unschedulable") for n in others)
 
 
+@pytest.fixture
+def dra_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    yield from _running(request, node_options={"pool-a-gpu-0": NodeOptions(dra=True)})
+
+
+def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_the_other_seven_keep_running(
+        dra_stack: Stack) -> None:
+    """GPU scope end to end: the kernel line, the exporter's counter, the rule, Alertmanager's route as the
+    operator renders it, the remediator's DeviceTaintRule; the fake API server evicts as kube-controller-manager
+    does. (Return to service is the harness's: GPUXidFatal stays firing ~10 minutes after the event.)"""
+    stack = dra_stack
+    node = stack.nodes["pool-a-gpu-0"]
+    devices = {d["name"]: d for d in stack.cluster.dra.slices[f"{node.name}-gpu.nvidia.com-x"]["spec"]["devices"]}
+    bus = devices["gpu-2"]["attributes"]["resource.kubernetes.io/pciBusID"]["string"].rsplit(".", 1)[0]
+    node.xid(48, pci=bus, detail="An uncorrectable double bit error (DBE) has been detected on GPU")
+    wait_for("GPUXidFatal firing", lambda: stack.firing("GPUXidFatal", node.name), timeout=40)
+    def quarantined() -> set[tuple[str, str]]:
+        with stack.cluster.lock:
+            return {(r["spec"]["deviceSelector"]["device"], r["spec"]["taint"]["effect"])
+                    for r in stack.cluster.dra.rules.values()}
+
+    wait_for("the GPU quarantined with NoExecute", lambda: ("gpu-2", "NoExecute") in quarantined(), timeout=40)
+    wait_for("the pod on that GPU evicted",
+             lambda: f"serve/infer-{node.name}-gpu-2" in stack.cluster.evictions(), timeout=30)
+    assert {device for device, _ in quarantined()} == {"gpu-2"}
+    wait_for("the reset Job for that GPU", lambda: [j for j in stack.jobs(node.name)
+                                                    if "reset" in j["metadata"]["name"]], timeout=60)
+    assert not stack.cordoned(node.name)
+    assert stack.cluster.evictions() == [f"serve/infer-{node.name}-gpu-2"]  # the other seven, and train-*, kept
+    assert "GPUQuarantined" in events(stack, node.name) and "Cordoned" not in events(stack, node.name)
+
+
 def test_a_single_application_xid_leaves_the_node_alone(stack: Stack) -> None:
     node = stack.nodes["pool-b-gpu-1"]
     node.xid(13, pci="0000:38:00")
