@@ -104,7 +104,7 @@ def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
         from remediator.decide.views import DraFleet
 
         dra = DraFleet(devices_by_node(_items(args.resourceslices), policy.dra.driver),
-                       claim_index(_items(args.resourceclaims) if args.resourceclaims else []),
+                       claim_index(_items(args.resourceclaims)) if args.resourceclaims else None,
                        None if args.device_taint_api == "none" else args.device_taint_api)
     decisions = plan_from_json(nodes, _items(args.pods) if args.pods else None, batches, policy, now,
                                silences, trips, dra)

@@ -169,3 +169,91 @@ def test_without_dra_the_node_ladder_is_unchanged(cluster: FakeCluster) -> None:
     h.fire("gpu-1", "cordon", gpu="00000000:64:00.0")
     first = h.decided(h.step())[0]
     assert first.action == "cordon" and "node scope" not in first.reason
+
+
+# --- the edges a review found ---------------------------------------------------------------------------
+
+def _to_reset_done(h: Harness, cluster: FakeCluster, gpu: str) -> None:
+    h.fire("gpu-1", "reset_gpu", gpu=gpu)
+    h.step()
+    h.advance(seconds=60)
+    h.step()  # the reset Job
+    (job,) = cluster.jobs
+    cluster.jobs[job]["status"] = {"succeeded": 1}
+    h.step()
+    assert h.state("gpu-1").rung == "reset_gpu" and h.state("gpu-1").rung_status == "done"
+
+
+def test_a_reset_that_was_not_enough_reboots_only_after_the_nodes_cordon_and_drain(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)  # ladder.reset_gpu.escalate_after: 30m, the default
+    gpu = _pci(devices[1])
+    _to_reset_done(h, cluster, gpu)
+    h.advance(minutes=31)
+    h.fire("gpu-1", "reset_gpu", gpu=gpu)  # still firing: the fault survived the reset
+    decided = [d.action for d in h.decided(h.step())]
+    assert decided[:2] == ["cordon", "drain"] and "reboot" not in decided  # the node's pods first
+    assert any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+    assert not [j for j in cluster.jobs if "reboot" in j[1]]
+    assert h.state("gpu-1").scope == "node" and h.state("gpu-1").node_floor == "reboot"
+
+
+def test_one_failed_read_of_the_dra_objects_keeps_the_gpu_scope_and_waits(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    h.step()
+    cluster.fail("GET", "/apis/resource.k8s.io/v1/resourceslices", 503)
+    assert h.decisions(h.step()) == [("gpu-1", "none", "deferred")]
+    assert h.state("gpu-1").scope == "gpu" and not cluster.taints("gpu-1")
+    assert h.metric("gpuhealth_remediator_api_errors_total", operation="list_dra") == 1
+    h.step()
+    assert h.state("gpu-1").scope == "gpu" and _rules(cluster) == [("gpu-0", "NoSchedule")]
+
+
+def test_a_quarantine_the_api_refused_fails_its_rung_and_no_reset_runs_without_it(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    cluster.fail("POST", "/apis/resource.k8s.io/v1/devicetaintrules", 503, times=100)
+    h.fire("gpu-1", "reset_gpu", gpu=_pci(devices[1]))
+    h.step()
+    assert h.state("gpu-1").rung_status == "failed" and not cluster.dra.rules
+    assert "GPUQuarantinedFailed" in cluster.reasons("gpu-1")
+    h.step()
+    assert h.state("gpu-1").scope == "node" and any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+    assert not cluster.jobs  # the node's drain comes first
+
+
+def test_a_device_taint_rule_left_with_no_episode_behind_it_is_swept(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    h.step()
+    cluster.update_node("gpu-1", lambda n: n["metadata"]["annotations"].pop("gpuhealth.io/state"))  # state lost
+    h.step()
+    assert not cluster.dra.rules
+
+
+def test_a_gpu_scoped_reset_is_not_held_by_the_nodes_disruption_budget(cluster: FakeCluster) -> None:
+    devices = _dra_node(cluster, "gpu-1")
+    cluster.add_node("gpu-2")
+    cluster.add_pod("gpu-2", "other")
+    h = Harness(cluster, POLICY + "budget: {max_disrupted: 1}\n")
+    h.fire("gpu-2", "drain", gpu=None)  # takes the pool's one disruption
+    h.fire("gpu-1", "reset_gpu", gpu=_pci(devices[1]))
+    h.step()
+    h.advance(seconds=60)
+    decided = {(d.node, d.action, d.decision) for d in h.decided(h.step())}
+    assert ("gpu-1", "reset_gpu", "execute") in decided
+
+
+def test_a_gpu_scope_state_is_version_2_and_an_unknown_scope_fails_closed() -> None:
+    import json
+
+    from remediator.decide.nodestate import NodeState
+
+    gpu = NodeState(episode="x", scope="gpu", devices=("gpu-1",))
+    assert json.loads(gpu.to_json())["v"] == 2 and NodeState.from_json(gpu.to_json()) == gpu
+    assert json.loads(NodeState(episode="x").to_json())["v"] == 1  # what an older remediator reads
+    with pytest.raises(ValueError, match="scope"):
+        NodeState.from_json('{"v": 2, "scope": "rack"}')

@@ -143,6 +143,11 @@ def test_plan_with_resourceslices_quarantines_the_gpu_and_names_the_pods_it_affe
         assert node_scope[0]["action"] == "cordon"
         assert "the cluster serves no DeviceTaintRule" in node_scope[0]["reason"]
 
+        unknown = _run(capsys, "--nodes", nodes, "--pods", pods, "--alerts", body, "--resourceslices", slices)
+        assert [(x["action"], x["decision"]) for x in unknown] == [("quarantine_gpu", "execute"),
+                                                                 ("quarantine_gpu", "deferred")]
+        assert "pods unknown" in unknown[1]["reason"]  # without the claims, nobody knows who holds the GPU
+
         h = Harness(cluster, dry_run=True)
         h.now = T0.replace(second=30)
         h.post(Path(body).read_text())

@@ -131,7 +131,15 @@ class Executor:
             released = self._release(view, plan) if d.action != Action.CORDON else []
             return f"removed device taint rule(s) {', '.join(released)}" if released else ""
         if d.action == Action.QUARANTINE_GPU:
-            return self._quarantine(d, view)
+            try:
+                return self._quarantine(d, view)
+            except Exception:
+                # not quarantined: the rung failed (the next pass hands the fault to the node ladder), on our own
+                # write's resourceVersion
+                failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now))
+                self.guard.check()
+                self.kube.write_state(d.node, failed, node["metadata"].get("resourceVersion"))
+                raise
         if d.action == Action.DRAIN:
             pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
             result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
@@ -139,9 +147,12 @@ class Executor:
             if result.errors and not result.evicted and not result.blocked:
                 raise RuntimeError(f"drain pass failed: {result.summary()}")
             return result.summary() if (result.evicted or result.errors or d.new) else ""
-        if plan.final_state.scope == Scope.NODE and not any(
-                t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or []):
+        at_gpu_scope = plan.final_state.scope == Scope.GPU and d.action == Action.RESET_GPU
+        tainted = any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
+        if not at_gpu_scope and not tainted:
             raise RuntimeError("gpuhealth's taint is not on the node: a person took over; not starting")
+        if at_gpu_scope and view.taint_api is not None and not self.taints.ours(view.taint_api, d.node):
+            raise RuntimeError("gpuhealth's device taints are gone from the GPU: a person took over; not starting")
         if d.action in (Action.RESET_GPU, Action.REBOOT):
             assert d.job is not None
             created = kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
@@ -178,8 +189,13 @@ class Executor:
             audit("decision", **self._fields(d, decision="skipped", reason=why))
 
     def _fields(self, d: Decision, **extra: Any) -> dict[str, Any]:
-        return {"node": d.node, "pool": d.pool, "action": d.action, "decision": d.decision, "reason": d.reason,
-                "dry_run": self.kube.dry_run, **extra}
+        fields = {"node": d.node, "pool": d.pool, "action": d.action, "decision": d.decision, "reason": d.reason,
+                  "dry_run": self.kube.dry_run}
+        if d.devices:  # GPU scope: which devices, and the pods a NoExecute evicts, named before it happens
+            fields["devices"] = list(d.devices)
+        if d.effect is not None:
+            fields.update(effect=d.effect, pods=list(d.pods))
+        return {**fields, **extra}
 
     def _event(self, node: str, reason: str, message: str, now: datetime, warning: bool = False) -> None:
         """Events never fail a step: the outbox keeps what the API does not take (clients/kube.py)."""

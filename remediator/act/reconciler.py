@@ -27,7 +27,7 @@ from remediator.decide.devices import claim_index, devices_by_node
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.ladder import NodePlan, SilenceCheck
 from remediator.decide.plan import evaluate
-from remediator.decide.views import DraFleet, build_views
+from remediator.decide.views import DraFleet, NodeView, build_views
 from remediator.decide.vocabulary import Action
 from remediator.intake.alertmanager_sync import AlertmanagerSync
 from remediator.metrics import ApiOperation, Metrics
@@ -104,8 +104,8 @@ class Reconciler:
         by_name = {n["metadata"]["name"]: n for n in nodes}
         cache = self.kube.cache
         pods_on = cache.pods_on if cache is not None else self.kube.pods_on
-        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay(),
-                            self._dra())
+        dra = self._dra()
+        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay(), dra)
         trips = self.elector.breaker_trips()
         ledger, plans = evaluate(views, self.policy, now, trips, self.silences)
         view_of = {v.name: v for v in views}
@@ -119,6 +119,7 @@ class Reconciler:
                 except Exception as exc:  # one node's trouble is not the next node's
                     self.metrics.api_error(ApiOperation.EXECUTE)
                     log.warning("node %s: %s", plan.node, exc)
+            self._sweep_device_taints(views, plans, dra)
         except PassAborted as exc:
             self.metrics.pass_aborted(exc.reason)
             audit("pass_aborted", reason=str(exc), identity=self.identity)
@@ -142,10 +143,26 @@ class Reconciler:
             if not self._dra_unavailable:
                 log.warning("DRA objects cannot be read (%s): every node is remediated at node scope", exc)
             self._dra_unavailable = True
+        except Exception as exc:  # the API's trouble, an answer the client cannot read: node scope, not no pass
+            self.metrics.api_error(ApiOperation.LIST_DRA)
+            log.warning("listing DRA objects: %s: nodes without a GPU scope episode get node scope this pass", exc)
+        return None
+
+    def _sweep_device_taints(self, views: list[NodeView], plans: list[NodePlan], dra: DraFleet | None) -> None:
+        """gpuhealth's DeviceTaintRules whose node has no episode that holds them (a release that failed, an episode
+        a person closed, a node replaced or deleted): removed, so no GPU stays quarantined with no state behind it."""
+        if dra is None or dra.taint_api is None or self.kube.dry_run:
+            return
+        holding = {v.name for v in views if v.damaged is not None or (v.state.active and v.state.devices)}
+        holding |= {p.node for p in plans if p.final_state.active and p.final_state.devices}  # started this pass
+        try:
+            for node in self.executor.taints.nodes_with_rules(dra.taint_api):
+                if node not in holding:
+                    released = self.executor.taints.release(dra.taint_api, node)
+                    audit("device_taints_swept", node=node, rules=released)
         except KubeError as exc:
             self.metrics.api_error(ApiOperation.LIST_DRA)
-            log.warning("listing DRA objects: %s: node scope this pass", exc)
-        return None
+            log.warning("sweeping gpuhealth's device taints: %s", exc)
 
     def _nodes(self) -> list[dict[str, Any]]:
         """The fleet as the watch cache has it (a list of every Node when there is no cache)."""
@@ -187,6 +204,9 @@ class Reconciler:
             m.budget_limit.labels(pool, "disrupted").set(ledger.disrupted_limit(pool))
             m.budget_limit.labels(pool, "cordoned").set(ledger.cordoned_limit(pool))
             m.breaker_open.labels(pool).set(1 if ledger.breaker_open(pool) else 0)
+            if usage.gpus:  # GPU scope: quarantined GPUs against their own budget
+                m.budget_in_use.labels(pool, "quarantined_gpus").set(len(usage.quarantined))
+                m.budget_limit.labels(pool, "quarantined_gpus").set(ledger.quarantined_limit(pool))
         for pool, why in ledger.newly_tripped.items():  # closed -> open only
             audit("breaker_open", pool=pool, reason=why, dry_run=self.kube.dry_run)
             self.guard.check()

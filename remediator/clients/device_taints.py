@@ -117,6 +117,15 @@ class DeviceTaints:
         return [item["metadata"]["name"] for item in listed.get("items") or []
                 if (item["metadata"].get("annotations") or {}).get(NODE_ANNOTATION) == node]
 
+    def nodes_with_rules(self, version: str) -> set[str]:
+        """The nodes gpuhealth's rules are for (one LIST of ours, by label)."""
+        with api_call():
+            listed: Any = self.kube.custom.list_cluster_custom_object(
+                GROUP, version, PLURAL, label_selector=",".join(f"{k}={v}" for k, v in MANAGED_BY.items()),
+                _request_timeout=self.kube.timeout)
+        return {node for item in listed.get("items") or []
+                if (node := (item["metadata"].get("annotations") or {}).get(NODE_ANNOTATION))}
+
     def release(self, version: str, node: str) -> list[str]:
         """Remove the rules gpuhealth made for this node; returns their names."""
         names = self.ours(version, node)

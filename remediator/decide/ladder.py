@@ -215,6 +215,11 @@ class _Planner:
                             "alerts resolved after a person took over (removed gpuhealth's "
                             "taint): episode closed, node left as the person set it")
 
+        if st.scope == Scope.GPU and (self.full.devices is None or self.full.taint_api is None):
+            # the DRA objects could not be read this pass (an API error, a driver restarting): no evidence that
+            # the fault outgrew its GPU, and no way to change its device taints: wait, at GPU scope
+            return self.out(Action.NONE, Verdict.DEFERRED, f"GPU scope ({', '.join(st.devices)}): the DRA objects "
+                            "or the DeviceTaintRule API could not be read this pass")
         self._scope_view()
         self.state, notes = _observe(self.v, st, now, policy)
         self.plan.notes.extend(notes)
@@ -254,8 +259,8 @@ class _Planner:
         At GPU scope: the node ladder once the fault is no longer that GPU's alone (another GPU, a bigger
         remediation). Either way a change of scope is said in the audit trail (the decision's reason, an Event)."""
         st = self.state
-        if st.scope == Scope.NODE and st.rung is not None:
-            return
+        if st.scope == Scope.NODE and (st.rung is not None or st.devices):
+            return  # at node scope for this episode (a GPU scope that handed over never comes back)
         devices, why = self._gpu_family(actionable, target)
         if st.scope == Scope.GPU and devices != st.devices:
             self._to_node_scope(why or "the alerts now name another GPU", floor=None)
@@ -271,7 +276,8 @@ class _Planner:
             self.v = self.full
             return
         holders = set(self.full.holders(self.state.devices))
-        self.v = replace(self.full, evictable=[p for p in self.full.evictable if f"{p.namespace}/{p.name}" in holders])
+        self.v = replace(self.full, evictable=[p for p in self.full.evictable if f"{p.namespace}/{p.name}" in holders],
+                         pods_known=self.full.pods_known and self.full.claims is not None)
 
     def _to_node_scope(self, why: str, floor: str | None) -> None:
         """The GPU-scoped steps are not enough: the node ladder from its start (cordon, drain), then `floor`."""
@@ -406,6 +412,11 @@ class _Planner:
                                           f"{int(esc.total_seconds())}s")
                     nxt, why = RUNGS[idx + 1], f"fault persisted {int(persisted.total_seconds())}s after {rung}"
 
+            if st.scope == Scope.GPU and rung_index(nxt) > rung_index(Rung.RESET_GPU):
+                # a reset that was not enough (the fault persisted): reboot and replace take the node, from its cordon
+                self._to_node_scope(f"{rung} was not enough: the alerts ask for {nxt}", floor=nxt)
+                target = max(target, rung_index(nxt))
+                continue
             if nxt == "reset_gpu" and gpu is None:
                 self.state = replace(st, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(now),
                                      rung_done=fmt_time(now), timed_out=False)
@@ -422,7 +433,7 @@ class _Planner:
                     return self._drain_more(f" before {nxt}", fps, why="node not drained: ")
             if nxt == "drain" and not v.pods_known:
                 return self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
-            budgeted = Action.QUARANTINE_GPU if st.scope == Scope.GPU and nxt in ("cordon", "drain") else nxt
+            budgeted = Action.QUARANTINE_GPU if st.scope == Scope.GPU else nxt  # the node stays in service
             if not resume:
                 blocked = self.ledger.gate(v, budgeted)
                 if blocked:

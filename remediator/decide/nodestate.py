@@ -26,7 +26,10 @@ TAINT_KEY = f"{PREFIX}/unhealthy"
 # drain until return to service or replacement, and removes it only when it set it (NodeState.do_not_disrupt)
 DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 TAINT_EFFECT = "NoSchedule"
-STATE_VERSION = 1
+# 2: GPU scope (scope, devices, node_floor). A state with a GPU scope episode is written as version 2, so that an
+# older remediator (a rollback) fails closed on it (counted as disrupted, left alone) instead of reading a node
+# without gpuhealth's taint as one a person took over; every other state is still written as version 1.
+STATE_VERSION = 2
 
 RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
@@ -122,7 +125,8 @@ class NodeState:
     def to_json(self) -> str:
         data = asdict(self)
         data["actions"] = list(self.actions)
-        return json.dumps({"v": STATE_VERSION, **data}, sort_keys=True, separators=(",", ":"))
+        version = STATE_VERSION if self.scope != "node" or self.devices else 1
+        return json.dumps({"v": version, **data}, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None) -> NodeState:
@@ -155,6 +159,8 @@ class NodeState:
             rest = {k: v for k, v in data.items() if k in known}
             rest["actions"] = tuple(rest.get("actions") or ())
             rest["devices"] = tuple(rest.get("devices") or ())
+            if rest.setdefault("scope", "node") not in ("node", "gpu"):
+                raise ValueError(f"state annotation: scope {rest['scope']!r} is neither node nor gpu")
             return cls(alerts=alerts, **rest)
         except (TypeError, AttributeError) as exc:
             raise ValueError(f"state annotation is damaged: {exc}") from exc

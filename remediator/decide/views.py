@@ -38,7 +38,7 @@ class DraFleet:
     """What DRA publishes for the fleet, for one pass: each node's devices, the claims, the served taint API."""
 
     devices: dict[str, NodeDevices]
-    claims: ClaimIndex
+    claims: ClaimIndex | None  # None: not known (plan without --resourceclaims): GPU-scoped pods unknown
     taint_api: str | None
 
 
