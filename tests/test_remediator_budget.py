@@ -108,12 +108,12 @@ def test_fake_field_selector_not_equal_excludes_matches(cluster: FakeCluster) ->
 def test_a_node_with_an_unreadable_state_counts_as_disrupted_and_is_left_alone(cluster: FakeCluster) -> None:
     h = Harness(cluster, "budget: {max_disrupted: 1}")
     cluster.update_node("gpu-00", lambda n: n["metadata"]["annotations"].update(
-        {"gpuhealth.io/state": '{"v": 2, "rung": "reboot"}'}))
+        {"gpuhealth.io/state": '{"v": 99, "rung": "reboot"}'}))
     h.fire("gpu-01", "drain")
     plans = h.step()
     assert ("gpu-00", "none", "skipped") in h.decisions(plans)
     assert ("gpu-01", "drain", "deferred") in h.decisions(plans)  # the budget of 1 is taken by gpu-00
-    assert cluster.annotations("gpu-00")["gpuhealth.io/state"] == '{"v": 2, "rung": "reboot"}'
+    assert cluster.annotations("gpu-00")["gpuhealth.io/state"] == '{"v": 99, "rung": "reboot"}'
     assert not cluster.taints("gpu-00")
 
 

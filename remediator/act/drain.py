@@ -80,3 +80,6 @@ def _evict(kube: Kube, pod: PodRef, force: bool) -> str:
     except KubeError as exc:  # forbidden, the API's trouble, no answer: next pass
         log.warning("eviction of %s/%s failed: %s", pod.namespace, pod.name, exc)
         return "error"
+    except Exception as exc:  # the client refused the call itself (a value it cannot send): this pod, not the drain
+        log.warning("eviction of %s/%s failed: %s", pod.namespace, pod.name, exc)
+        return "error"
