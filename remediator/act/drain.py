@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from remediator.clients.errors import KubeError, NotFound, Rejected
+from remediator.clients.errors import NotFound, Rejected
 from remediator.clients.kube import Kube
 from remediator.decide.views import PodRef
 
@@ -77,9 +77,6 @@ def _evict(kube: Kube, pod: PodRef, force: bool) -> str:
             return "refused"
         log.info("eviction of %s/%s: %s", pod.namespace, pod.name, exc)
         return "error"
-    except KubeError as exc:  # forbidden, the API's trouble, no answer: next pass
-        log.warning("eviction of %s/%s failed: %s", pod.namespace, pod.name, exc)
-        return "error"
-    except Exception as exc:  # the client refused the call itself (a value it cannot send): this pod, not the drain
+    except Exception as exc:  # forbidden, the API's trouble, no answer, a call the client refused: this pod, next pass
         log.warning("eviction of %s/%s failed: %s", pod.namespace, pod.name, exc)
         return "error"
