@@ -134,11 +134,7 @@ class Executor:
             try:
                 return self._quarantine(d, view)
             except Exception:
-                # not quarantined: the rung failed (the next pass hands the fault to the node ladder), on our own
-                # write's resourceVersion
-                failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now))
-                self.guard.check()
-                self.kube.write_state(d.node, failed, node["metadata"].get("resourceVersion"))
+                self._fail_rung(plan, node, now)  # not quarantined: the next pass hands it to the node ladder
                 raise
         if d.action == Action.DRAIN:
             pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
@@ -161,12 +157,16 @@ class Executor:
             try:
                 return replace_node(kube, d.node, policy, now, d.reason)
             except Exception:
-                # our own write's resourceVersion: the Node exactly as this plan left it
-                failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now))
-                self.guard.check()
-                kube.write_state(d.node, failed, node["metadata"].get("resourceVersion"))
+                self._fail_rung(plan, node, now)
                 raise
         raise ValueError(f"unknown action {d.action}")
+
+    def _fail_rung(self, plan: NodePlan, node: dict[str, Any], now: datetime) -> None:
+        """The step that started the plan's rung failed: the rung is failed, written on our own write's
+        resourceVersion (the Node exactly as this plan left it)."""
+        failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now))
+        self.guard.check()
+        self.kube.write_state(plan.node, failed, node["metadata"].get("resourceVersion"))
 
     def _quarantine(self, d: Decision, view: NodeView) -> str:
         """One DeviceTaintRule per device, in the version the cluster serves (the ladder chose GPU scope only

@@ -6,8 +6,8 @@ which version serves it (None: none does, and the remediator stays at node scope
 Every rule gpuhealth makes carries the label `app.kubernetes.io/managed-by: gpuhealth` and its node's, so
 that return to service removes only ours, never a rule a person or the DRA driver made.
 
-The rules are written through the client's generic object calls (CustomObjectsApi works for any API group),
-so one code path serves every version.
+The rules are written through the client (clients/kube.py), with its generic object calls (they work for any API
+group, so one code path serves every version); a dry run's client records them instead.
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ from typing import Any
 
 from kubernetes import client
 
-from remediator.clients.errors import Conflict, NotFound, api_call
-from remediator.clients.kube import Kube
+from remediator.clients.errors import NotFound, api_call
+from remediator.clients.kube import DEVICE_TAINT_RULES, DRA_GROUP, Kube
 
 log = logging.getLogger("gpuhealth.remediator")
 
-GROUP = "resource.k8s.io"
-PLURAL = "devicetaintrules"
 VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")  # preferred first
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuhealth"}
 NODE_LABEL = "gpuhealth.io/node-hash"  # a node name can outgrow a label value (63 characters): its hash
@@ -49,7 +47,7 @@ def rule_name(node: str, device: str, effect: str) -> str:
 
 def rule_body(version: str, node: str, driver: str, pool: str, device: str, key: str, effect: str,
               reason: str) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{version}", "kind": "DeviceTaintRule",
+    return {"apiVersion": f"{DRA_GROUP}/{version}", "kind": "DeviceTaintRule",
             "metadata": {"name": rule_name(node, device, effect), "labels": {**MANAGED_BY, NODE_LABEL: node_hash(node)},
                          "annotations": {NODE_ANNOTATION: node, "gpuhealth.io/reason": reason[:1024]}},
             "spec": {"deviceSelector": {"driver": driver, "pool": pool, "device": device},
@@ -83,12 +81,12 @@ class DeviceTaints:
         for version in (v for v in VERSIONS if v in offered):
             try:
                 with api_call():
-                    listed: Any = self.kube.custom.get_api_resources(GROUP, version, _preload_content=False,
+                    listed: Any = self.kube.custom.get_api_resources(DRA_GROUP, version, _preload_content=False,
                                                                      _request_timeout=self.kube.timeout)
             except NotFound:
                 continue
             resources = json.loads(listed.data)
-            if any(r.get("name") == PLURAL for r in resources.get("resources") or []):
+            if any(r.get("name") == DEVICE_TAINT_RULES for r in resources.get("resources") or []):
                 return version
         return None
 
@@ -98,44 +96,27 @@ class DeviceTaints:
         names = []
         for device in devices:
             body = rule_body(version, node, driver, pool, device, key, effect, reason)
+            self.kube.create_device_taint_rule(version, body)  # False: made by an earlier pass or replica
             names.append(body["metadata"]["name"])
-            if self.kube.dry_run:
-                continue
-            try:
-                with api_call():
-                    self.kube.custom.create_cluster_custom_object(GROUP, version, PLURAL, body,
-                                                                  _request_timeout=self.kube.timeout)
-            except Conflict:
-                pass  # made by an earlier pass (or replica): the same name is the same rule
         return names
 
     def ours(self, version: str, node: str) -> list[str]:
-        selector = ",".join(f"{k}={v}" for k, v in {**MANAGED_BY, NODE_LABEL: node_hash(node)}.items())
-        with api_call():
-            listed: Any = self.kube.custom.list_cluster_custom_object(GROUP, version, PLURAL, label_selector=selector,
-                                                                      _request_timeout=self.kube.timeout)
-        return [item["metadata"]["name"] for item in listed.get("items") or []
-                if (item["metadata"].get("annotations") or {}).get(NODE_ANNOTATION) == node]
+        """The rules gpuhealth made for this node."""
+        return [item["metadata"]["name"] for item in self.kube.list_device_taint_rules(
+                    version, {**MANAGED_BY, NODE_LABEL: node_hash(node)}) if _node_of(item) == node]
 
     def nodes_with_rules(self, version: str) -> set[str]:
         """The nodes gpuhealth's rules are for (one LIST of ours, by label)."""
-        with api_call():
-            listed: Any = self.kube.custom.list_cluster_custom_object(
-                GROUP, version, PLURAL, label_selector=",".join(f"{k}={v}" for k, v in MANAGED_BY.items()),
-                _request_timeout=self.kube.timeout)
-        return {node for item in listed.get("items") or []
-                if (node := (item["metadata"].get("annotations") or {}).get(NODE_ANNOTATION))}
+        return {node for item in self.kube.list_device_taint_rules(version, MANAGED_BY) if (node := _node_of(item))}
 
     def release(self, version: str, node: str) -> list[str]:
         """Remove the rules gpuhealth made for this node; returns their names."""
         names = self.ours(version, node)
         for name in names:
-            if self.kube.dry_run:
-                continue
-            try:
-                with api_call():
-                    self.kube.custom.delete_cluster_custom_object(GROUP, version, PLURAL, name,
-                                                                  _request_timeout=self.kube.timeout)
-            except NotFound:
-                pass
+            self.kube.delete_device_taint_rule(version, name)
         return names
+
+
+def _node_of(rule: dict[str, Any]) -> str | None:
+    node: str | None = (rule["metadata"].get("annotations") or {}).get(NODE_ANNOTATION)
+    return node

@@ -104,6 +104,13 @@ class DryRunKube(Kube):
     def evict(self, namespace: str, name: str, force: bool = False) -> None:
         self._record("delete_pod" if force else "evict", f"{namespace}/{name}")
 
+    def create_device_taint_rule(self, version: str, body: dict[str, Any]) -> bool:
+        self._record("create_device_taint_rule", body["metadata"]["name"], spec=body.get("spec"))
+        return True
+
+    def delete_device_taint_rule(self, version: str, name: str) -> None:
+        self._record("delete_device_taint_rule", name)
+
     def create_job(self, manifest: dict[str, Any]) -> bool:
         meta = manifest.get("metadata") or {}
         self._record("create_job", f"{meta.get('namespace')}/{meta.get('name')}")

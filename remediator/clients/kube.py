@@ -31,7 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from remediator.clients.errors import Conflict, api_call
+from remediator.clients.errors import Conflict, NotFound, api_call
 from remediator.clients.fleet_cache import FleetCache
 from remediator.decide.node_patches import state_body
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
@@ -39,6 +39,8 @@ from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeS
 log = logging.getLogger("gpuhealth.remediator")
 
 MERGE_PATCH = "application/merge-patch+json"
+DRA_GROUP = "resource.k8s.io"
+DEVICE_TAINT_RULES = "devicetaintrules"
 COMPONENT = "gpuhealth-remediator"
 
 
@@ -132,6 +134,34 @@ class Kube:
                 _preload_content=False, _request_timeout=self.timeout)
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return items
+
+    # --- DRA device taints (clients/device_taints.py chooses the version and the rules) --------
+    def create_device_taint_rule(self, version: str, body: dict[str, Any]) -> bool:
+        """True if created, False if one of that name exists (rule names are deterministic: idempotent)."""
+        try:
+            with api_call():
+                self.custom.create_cluster_custom_object(DRA_GROUP, version, DEVICE_TAINT_RULES, body,
+                                                         _request_timeout=self.timeout)
+        except Conflict:
+            return False
+        return True
+
+    def list_device_taint_rules(self, version: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        with api_call():
+            listed: Any = self.custom.list_cluster_custom_object(
+                DRA_GROUP, version, DEVICE_TAINT_RULES,
+                label_selector=",".join(f"{k}={v}" for k, v in labels.items()), _request_timeout=self.timeout)
+        items: list[dict[str, Any]] = listed.get("items") or []
+        return items
+
+    def delete_device_taint_rule(self, version: str, name: str) -> None:
+        """Gone already is what was wanted."""
+        try:
+            with api_call():
+                self.custom.delete_cluster_custom_object(DRA_GROUP, version, DEVICE_TAINT_RULES, name,
+                                                         _request_timeout=self.timeout)
+        except NotFound:
+            pass
 
     def cached_node(self, name: str) -> dict[str, Any] | None:
         """The watch cache's copy of the Node (None: no cache, or not in it): cheap, maybe stale (a write with

@@ -360,12 +360,11 @@ class _Planner:
         max_idx = rung_index(policy.ladder.max_rung)
         for _ in range(4 * len(RUNGS) + 4):
             v, st = self.v, self.state
-            if st.scope == Scope.GPU and (st.rung_status == "failed" or (st.rung_status == "done" and rung_index(
-                    st.rung) >= rung_index(Rung.RESET_GPU) and target > rung_index(st.rung))):
-                # a GPU step failed or timed out (or the fault outgrew the GPU): the node ladder, above that step
-                failed = st.rung_status == "failed"
-                floor = RUNGS[rung_index(st.rung) + 1] if failed and st.rung != Rung.DRAIN else None
-                self._to_node_scope(f"{st.rung} {'failed' if failed else 'was not enough'}", floor)
+            if st.scope == Scope.GPU and st.rung_status == "failed":
+                # a GPU step failed or timed out: the node ladder, above that step (a failed drain: from the node's
+                # own drain). A fault that outgrew the GPU was handed over by _choose_scope, an escalation below.
+                floor = RUNGS[rung_index(st.rung) + 1] if st.rung != Rung.DRAIN else None
+                self._to_node_scope(f"{st.rung} failed", floor)
                 target = max(target, rung_index(floor))
                 continue
             rung, status, idx = st.rung, st.rung_status, rung_index(st.rung)

@@ -8,7 +8,6 @@ A dry run records through a DryRunKube: the states are kept in its overlay, and 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -40,17 +39,16 @@ class Recorder:
     """`record(batch)`; each write's outcome is told to kube.health (for /readyz)."""
 
     def __init__(self, kube: Kube, metrics: Metrics, clock: Clock, on_write: Callable[[], None]) -> None:
+        # Concurrent writers of one Node (the intake's workers, the loop's sync) are guarded by resourceVersion:
+        # the API server's, or a dry run's overlay versions (clients/dry_run.py), so a lost update is a 409.
         self.kube, self.metrics, self.clock, self.on_write = kube, metrics, clock, on_write
-        # A dry run has no resourceVersion on the cluster to guard its read-modify-write of the overlay with
-        # against the loop's sync: one at a time (a live replica's writes are guarded by the API server).
-        self._lock = threading.Lock() if kube.dry_run else None
 
     def record(self, batch: Batch, now: datetime | None = None) -> RecordResult:
         now = now or self.clock()
         result = RecordResult()
         wrote = False
         for node, alerts in batch.by_node().items():
-            outcome = self._record(node, alerts, now)
+            outcome = self._attempts(node, alerts, now)
             if outcome is None or outcome[0] == "unchanged":
                 result.recorded.append(node)
                 wrote = wrote or outcome is None
@@ -64,12 +62,6 @@ class Recorder:
         if wrote:  # something new for the loop to decide on
             self.on_write()
         return result
-
-    def _record(self, node: str, alerts: list[tuple[str, AlertRecord]], now: datetime) -> tuple[str, str] | None:
-        if self._lock is None:
-            return self._attempts(node, alerts, now)
-        with self._lock:
-            return self._attempts(node, alerts, now)
 
     def _attempts(self, node: str, alerts: list[tuple[str, AlertRecord]], now: datetime) -> tuple[str, str] | None:
         """None (written), or (kind, detail): unchanged, ignored, rejected (a 4xx for this node), conflict
