@@ -279,6 +279,68 @@ class DraSettings:
 
 
 @dataclass(frozen=True)
+class Operand:
+    """A GPU Operator operand that holds the GPU open: paused through its node label before a reset."""
+
+    # The operand's name: its node label is nvidia.com/gpu.deploy.<name>. YAML: reset.operands[].name.
+    name: str
+    # Labels of its pods: the reset waits until none is left on the node (none: not waited for). YAML:
+    # reset.operands[].pods.
+    pods: tuple[tuple[str, str], ...]
+
+    @property
+    def label(self) -> str:
+        return f"{OPERAND_LABEL_PREFIX}{self.name}"
+
+
+OPERAND_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+# What NVIDIA's k8s-mig-manager pauses before it changes a GPU's MIG mode (which needs a GPU reset), with the app
+# labels of the GPU Operator's DaemonSet pods (docs/remediation.md, "The reset sequence", has the source).
+DEFAULT_OPERANDS: tuple[Operand, ...] = (
+    Operand("device-plugin", (("app", "nvidia-device-plugin-daemonset"),)),
+    Operand("gpu-feature-discovery", (("app", "gpu-feature-discovery"),)),
+    Operand("dcgm-exporter", (("app", "nvidia-dcgm-exporter"),)),
+    Operand("dcgm", (("app", "nvidia-dcgm"),)),
+    Operand("nvsm", ()),  # paused, not waited for (as k8s-mig-manager does)
+)
+# The products (the node's nvidia.com/gpu.product label, set by gpu-feature-discovery) whose GPUs cannot be reset
+# one at a time: one reset takes every GPU of the node (docs/remediation.md, "Which GPUs reset alone", has the source).
+# Pre-Ampere GPUs joined by NVLink or NVSwitch (DGX-1, DGX-2/HGX-2 V100) reset only together (nvidia-smi(1)); HGX
+# A100's reset one GPU alone only while Fabric Manager runs (Fabric Manager User Guide), which gpuhealth cannot see;
+# GB200 NVL72: no per-GPU reset documented found, so the whole node.
+DEFAULT_NODE_RESET_PRODUCTS: tuple[str, ...] = (r".*V100-SXM.*", r".*A100-SXM.*", r".*GB200.*")
+
+
+@dataclass(frozen=True)
+class ResetSettings:
+    """The `reset:` section: the reset_gpu rung's sequence (remediator/decide/reset.py). Before the reset Job, the
+    node's GPU clients stop: each operand label that is "true" is set to `pause_value` (the GPU Operator removes its
+    pods), and gpuhealth's exporter releases NVML on the node's gpuhealth.io/gpu-reset-request annotation; the Job
+    starts once their pods are gone and the exporter says so. Whatever ends the rung restores exactly the labels it
+    paused. Which GPUs a reset takes is `scope`."""
+
+    # The operands paused before a reset; [] pauses none. YAML: reset.operands (a list of {name, pods}).
+    operands: tuple[Operand, ...] = DEFAULT_OPERANDS
+    # The value a paused operand's label gets (anything but "true" stops its pods). YAML: reset.pause_value.
+    pause_value: str = "paused-for-gpu-reset"
+    # Wait for gpuhealth's exporter on the node to say it released NVML (when it runs there). YAML:
+    # reset.wait_for_exporter.
+    wait_for_exporter: bool = True
+    # "gpu": reset the faulty GPU alone; "node": every GPU of the node together; "auto": "node" for the products in
+    # node_products, else "gpu". YAML: reset.scope.
+    scope: str = "auto"
+    # Regular expressions matched against the node's nvidia.com/gpu.product label: reset.scope auto resets every GPU
+    # of such a node together. YAML: reset.node_products.
+    node_products: tuple[str, ...] = DEFAULT_NODE_RESET_PRODUCTS
+
+    def resets_whole_node(self, labels: dict[str, str]) -> bool:
+        if self.scope != "auto":
+            return self.scope == "node"
+        product = labels.get("nvidia.com/gpu.product", "")
+        return any(re.fullmatch(p, product) for p in self.node_products)
+
+
+@dataclass(frozen=True)
 class Policy:
     """The whole policy file: one group per top-level YAML section, each with its own defaults.
 
@@ -316,6 +378,8 @@ class Policy:
     workloads: WorkloadPolicy = field(default_factory=WorkloadPolicy)
     # GPU scope: quarantining one GPU with a DRA device taint instead of the node. YAML: dra.
     dra: DraSettings = field(default_factory=DraSettings)
+    # The reset_gpu rung's sequence: which GPU clients stop, and which GPUs one reset takes. YAML: reset.
+    reset: ResetSettings = field(default_factory=ResetSettings)
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""
@@ -471,7 +535,7 @@ class YamlReader:
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     r = YamlReader(source, text)
     top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
-                         "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads", "dra"})
+                         "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads", "dra", "reset"})
     # Keyword arguments are evaluated in order: the sections are checked in this order (the first error wins).
     return Policy(
         pools=_pools(r, top.get("pools")),
@@ -489,7 +553,58 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         leader=_leader(r, top.get("leader")),
         workloads=_workloads(r, top["workloads"]) if top.get("workloads") is not None else WorkloadPolicy(),
         dra=_dra(r, top.get("dra")),
+        reset=_reset(r, top.get("reset")),
     )
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _reset(r: YamlReader, value: Any) -> ResetSettings:
+    reset = r.section("reset", {"operands", "pause_value", "wait_for_exporter", "scope", "node_products"}, value)
+    kw: dict[str, Any] = {}
+    if "operands" in reset:
+        kw["operands"] = _operands(r, reset["operands"])
+    if "pause_value" in reset:
+        pause = r.string("reset.pause_value", reset["pause_value"])
+        if pause == "true" or len(pause) > 63 or not _LABEL_NAME.match(pause):
+            raise r.fail("reset.pause_value", f"{pause!r} must be a label value other than \"true\" (up to 63 "
+                         "letters, digits, '-', '_' or '.')")
+        kw["pause_value"] = pause
+    if "wait_for_exporter" in reset:
+        if not isinstance(reset["wait_for_exporter"], bool):
+            raise r.fail("reset.wait_for_exporter", f"expected true or false, got {reset['wait_for_exporter']!r}")
+        kw["wait_for_exporter"] = reset["wait_for_exporter"]
+    if "scope" in reset:
+        kw["scope"] = r.string("reset.scope", reset["scope"], choices=("auto", "gpu", "node"))
+    if "node_products" in reset:
+        products = reset["node_products"]
+        if not isinstance(products, list) or not all(isinstance(p, str) for p in products):
+            raise r.fail("reset.node_products", "expected a list of regular expressions")
+        for p in products:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise r.fail("reset.node_products", f"{p!r} is not a regular expression: {exc}") from exc
+        kw["node_products"] = tuple(products)
+    return ResetSettings(**kw)
+
+
+def _operands(r: YamlReader, value: Any) -> tuple[Operand, ...]:
+    if not isinstance(value, list):
+        raise r.fail("reset.operands", "expected a list of {name, pods}")
+    out = []
+    for i, item in enumerate(value):
+        key = f"reset.operands[{i}]"
+        entry = r.section(key, {"name", "pods"}, item)
+        name = r.string(f"{key}.name", entry.get("name"))
+        if not _LABEL_NAME.match(name) or len(f"gpu.deploy.{name}") > 63:  # a label key's name part
+            raise r.fail(f"{key}.name", f"{name!r} does not make a label key {OPERAND_LABEL_PREFIX}<name>")
+        pods = entry.get("pods") or {}
+        if not isinstance(pods, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pods.items()):
+            raise r.fail(f"{key}.pods", "expected a mapping of label: value (the operand's pods), or none")
+        out.append(Operand(name, tuple(sorted(pods.items()))))
+    return tuple(out)
 
 
 def _dra(r: YamlReader, value: Any) -> DraSettings:

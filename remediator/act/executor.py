@@ -30,8 +30,9 @@ from remediator.decide.node_patches import (
     state_body,
     uncordon_body,
     with_do_not_disrupt,
+    with_gpu_clients,
 )
-from remediator.decide.nodestate import TAINT_KEY, fmt_time
+from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, TAINT_KEY, fmt_time
 from remediator.decide.views import NodeView, evictable_pods
 from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, Scope, TaintEffect, Verdict
 from remediator.metrics import ActionResult, Metrics
@@ -90,6 +91,8 @@ class Executor:
         else:
             body = state_body(plan.final_state) if plan.changed else {}
         body, karpenter_note = with_do_not_disrupt(body, plan.base_state, plan.final_state)
+        body, clients_note = with_gpu_clients(body, node, plan.base_state, plan.final_state,
+                                              self.policy.reset.pause_value)
         if body:
             self.guard.check()
             try:
@@ -99,6 +102,8 @@ class Executor:
                                   "re-deciding next pass")
             if karpenter_note:
                 audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
+            if clients_note:
+                audit("gpu_clients", node=plan.node, detail=clients_note, dry_run=False)
         for note in plan.notes:
             audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=False)
             if note.timed_out and note.rung is not None:
@@ -130,6 +135,11 @@ class Executor:
         if d.action in (Action.CORDON, Action.UNCORDON, Action.RELEASE_GPU):  # the state write did the rest
             released = self._release(view, plan) if d.action != Action.CORDON else []
             return f"removed device taint rule(s) {', '.join(released)}" if released else ""
+        if d.action in (Action.STOP_GPU_CLIENTS, Action.RESTORE_GPU_CLIENTS):  # the state write did it
+            st = plan.final_state if d.action == Action.STOP_GPU_CLIENTS else plan.base_state
+            labels = ", ".join(st.paused) or "no operand label"
+            return (f"paused {labels}; {RESET_REQUEST_ANNOTATION}={st.job}" if d.action == Action.STOP_GPU_CLIENTS
+                    else f"restored {labels}; removed {RESET_REQUEST_ANNOTATION}")
         if d.action == Action.QUARANTINE_GPU:
             try:
                 return self._quarantine(d, view)

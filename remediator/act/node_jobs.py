@@ -25,7 +25,8 @@ def render_job(rung: str, name: str, node: str, policy: Policy, gpu: str | None 
     text = _ENV.from_string(source).render(
         name=name, namespace=policy.jobs.namespace, node=node, gpu=gpu, image=policy.jobs.image,
         service_account=policy.jobs.service_account, ttl_seconds=policy.jobs.ttl_seconds_after_finished,
-        deadline_seconds=int(timeout.total_seconds()) if timeout else 3600)
+        deadline_seconds=int(timeout.total_seconds()) if timeout else 3600,
+        script=(TEMPLATES / "reset_gpu.sh").read_text() if rung == "reset_gpu" else "")
     manifest: dict[str, Any] = yaml.safe_load(text)
     return manifest
 

@@ -24,6 +24,8 @@ def slim_pod(pod: Obj) -> Obj:
     slim_meta: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace"),
                       "resourceVersion": meta.get("resourceVersion"),
                       "ownerReferences": [{"kind": o.get("kind")} for o in meta.get("ownerReferences") or []]}
+    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        slim_meta["labels"] = dict(meta.get("labels") or {})  # the GPU Operator's operands: a reset waits for them
     if MIRROR_ANNOTATION in annotations:
         slim_meta["annotations"] = {MIRROR_ANNOTATION: annotations[MIRROR_ANNOTATION]}
     if meta.get("deletionTimestamp"):

@@ -25,6 +25,8 @@ class EventReason(StrEnum):
     RETURNED_TO_SERVICE = "ReturnedToService"
     GPU_QUARANTINED = "GPUQuarantined"
     GPU_RETURNED_TO_SERVICE = "GPUReturnedToService"
+    GPU_CLIENTS_STOPPING = "GPUClientsStopping"
+    GPU_CLIENTS_RESTORED = "GPUClientsRestored"
     CORDONED_FAILED = "CordonedFailed"
     DRAINING_FAILED = "DrainingFailed"
     GPU_RESET_FAILED = "GPUResetFailed"  # also the reset Job's outcome
@@ -33,11 +35,14 @@ class EventReason(StrEnum):
     RETURNED_TO_SERVICE_FAILED = "ReturnedToServiceFailed"
     GPU_QUARANTINED_FAILED = "GPUQuarantinedFailed"
     GPU_RETURNED_TO_SERVICE_FAILED = "GPUReturnedToServiceFailed"
+    GPU_CLIENTS_STOPPING_FAILED = "GPUClientsStoppingFailed"
+    GPU_CLIENTS_RESTORED_FAILED = "GPUClientsRestoredFailed"
     NODE_SCOPE = "NodeScope"  # a GPU-scoped fault taken to the node ladder (why: the Event's message)
     # a rung's outcome (Notes)
     DRAIN_FINISHED = "DrainFinished"
     GPU_RESET_SUCCEEDED = "GPUResetSucceeded"
     GPU_RESET_SKIPPED = "GPUResetSkipped"
+    GPU_CLIENTS_STOPPED = "GPUClientsStopped"  # nothing holds the GPU any more: the reset Job starts
     REBOOT_SUCCEEDED = "RebootSucceeded"
     DRAIN_TIMED_OUT = "DrainTimedOut"
     GPU_RESET_TIMED_OUT = "GPUResetTimedOut"
@@ -58,7 +63,8 @@ ACTION_REASON: dict[Action, EventReason] = {
     Action.CORDON: EventReason.CORDONED, Action.DRAIN: EventReason.DRAINING, Action.RESET_GPU: EventReason.GPU_RESET,
     Action.REBOOT: EventReason.REBOOT, Action.REPLACE: EventReason.REPLACE,
     Action.UNCORDON: EventReason.RETURNED_TO_SERVICE, Action.QUARANTINE_GPU: EventReason.GPU_QUARANTINED,
-    Action.RELEASE_GPU: EventReason.GPU_RETURNED_TO_SERVICE}
+    Action.RELEASE_GPU: EventReason.GPU_RETURNED_TO_SERVICE, Action.STOP_GPU_CLIENTS: EventReason.GPU_CLIENTS_STOPPING,
+    Action.RESTORE_GPU_CLIENTS: EventReason.GPU_CLIENTS_RESTORED}
 ACTION_FAILED_REASON: dict[Action, EventReason] = {action: EventReason(f"{reason}Failed")
                                                    for action, reason in ACTION_REASON.items()}
 TIMED_OUT_REASON: dict[Rung, EventReason] = {
@@ -70,7 +76,8 @@ RUNG_OF_REASON: dict[EventReason, Rung] = {
     **{ACTION_FAILED_REASON[Action(r)]: r for r in TIMED_OUT_REASON},
     **{reason: rung for rung, reason in TIMED_OUT_REASON.items()},
     EventReason.DRAIN_FINISHED: Rung.DRAIN, EventReason.GPU_RESET_SUCCEEDED: Rung.RESET_GPU,
-    EventReason.GPU_RESET_SKIPPED: Rung.RESET_GPU, EventReason.REBOOT_SUCCEEDED: Rung.REBOOT}
+    EventReason.GPU_RESET_SKIPPED: Rung.RESET_GPU, EventReason.REBOOT_SUCCEEDED: Rung.REBOOT,
+    EventReason.GPU_CLIENTS_STOPPING: Rung.RESET_GPU, EventReason.GPU_CLIENTS_STOPPED: Rung.RESET_GPU}
 
 
 def action_reason(action: Action) -> EventReason:

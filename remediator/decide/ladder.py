@@ -27,6 +27,7 @@ from remediator.decide.nodestate import (
     parse_time,
     rung_index,
 )
+from remediator.decide.reset import operands_to_pause, reset_target, still_holding
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import (
     DISRUPTIVE,
@@ -122,7 +123,13 @@ def _observe(view: NodeView, state: NodeState, now: datetime,
     rung = state.rung
     if rung == "drain" and view.pods_known and not view.evictable:
         return done, [Note(EventReason.DRAIN_FINISHED, "no evictable pods left on the node", rung=Rung.DRAIN)]
-    if rung == "reset_gpu":
+    if rung == "reset_gpu" and state.reset_phase == "stopping":
+        if not still_holding(view, state, policy):
+            resetting = replace(state, reset_phase="resetting")
+            return resetting, [Note(EventReason.GPU_CLIENTS_STOPPED, "nothing holds the GPU any more (paused: "
+                                    f"{', '.join(state.paused) or 'no operand'}): starting reset job {state.job}",
+                                    rung=Rung.RESET_GPU)]
+    elif rung == "reset_gpu":
         if view.job_status == "succeeded":
             return done, [Note(EventReason.GPU_RESET_SUCCEEDED, f"reset job {state.job} succeeded",
                                    rung=Rung.RESET_GPU)]
@@ -181,8 +188,20 @@ class _Planner:
 
     def run(self) -> NodePlan:
         self._decide()
+        self._restore_gpu_clients()
         self.plan.final_state = self.state
         return self.plan
+
+    def _restore_gpu_clients(self) -> None:
+        """Whatever ended a reset rung that stopped the GPU's clients (its Job's outcome, its timeout, the episode
+        closing, the node ladder taking over): what it paused is restored, in this plan's write."""
+        base, st = self.plan.base_state, self.state
+        if not (base.reset_phase or base.paused) or (st.rung == Rung.RESET_GPU and st.rung_status == "running"):
+            return
+        self.state = replace(st, reset_phase=None, paused=())
+        what = ", ".join(base.paused) or "no operand label"
+        self.out(Action.RESTORE_GPU_CLIENTS, Verdict.EXECUTE, f"the reset is over: {what} back to \"true\", "
+                 "gpuhealth's exporter takes NVML back")
 
     # --- the node as a whole ----------------------------------------------------------------
     def _decide(self) -> None:
@@ -245,6 +264,9 @@ class _Planner:
                         "DRADeviceTaintRules feature gate)")
         if target > rung_index(Rung.RESET_GPU):
             return (), f"the alerts ask for {RUNGS[target]}, which takes the node"
+        if target == rung_index(Rung.RESET_GPU) and policy.reset.resets_whole_node(v.labels):
+            return (), (f"a reset of this node's GPUs ({v.labels.get('nvidia.com/gpu.product', 'unknown product')}) "
+                        f"takes every GPU of it (reset.scope {policy.reset.scope})")
         gpus = {a.gpu for a in actionable.values()}
         label = next(iter(gpus)) if len(gpus) == 1 else None
         if label is None or label in (ALL_GPUS, "unknown"):
@@ -307,6 +329,12 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED, "alerts resolved before any action")
         if st.healthy_since is None:
             self.state = st = replace(st, healthy_since=fmt_time(now))
+        if st.rung == Rung.RESET_GPU and st.rung_status == "running" and st.reset_phase == "stopping":
+            self.state = st = replace(st, rung_status="failed", rung_done=fmt_time(now))
+            self.note(Note(EventReason.GPU_RESET_SKIPPED, "the alerts resolved while the GPU's clients were stopping: "
+                           "not resetting", rung=Rung.RESET_GPU))
+            return self.out(Action.UNCORDON, Verdict.DEFERRED, "reset cancelled before it started; healthy for 0s of "
+                            f"{int(policy.return_to_service.healthy_delay.total_seconds())}s")
         if st.rung_status == "running" and st.rung in JOB_RUNGS:
             return self.out(Action.UNCORDON, Verdict.DEFERRED,
                             f"{st.rung} still under way (job {st.job}): the node returns "
@@ -381,8 +409,15 @@ class _Planner:
                     return None
                 if rung == "replace":
                     return self.out(Action.REPLACE, Verdict.SKIPPED, "replacement under way")
+                if rung == Rung.RESET_GPU and st.reset_phase == "stopping":
+                    left = still_holding(v, st, policy)
+                    return self.out(Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
+                                    f"(since {st.rung_started}); still holding it: {', '.join(left)}")
                 if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
-                    nxt, why, resume = rung, f"{rung} recorded but its job {st.job} is missing: creating it", True
+                    just_stopped = self.plan.base_state.reset_phase == "stopping"
+                    why = (f"the GPU's clients stopped: starting reset job {st.job}" if just_stopped
+                           else f"{rung} recorded but its job {st.job} is missing: creating it")
+                    nxt, resume = rung, True
                 else:
                     return self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {st.rung_started}")
             elif status == "failed":
@@ -444,7 +479,7 @@ class _Planner:
                 return None
             self.ledger.take(v, budgeted)
             started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
-                                     rung_done=None, timed_out=False)
+                                     rung_done=None, timed_out=False, reset_phase=None, paused=())
             if nxt == "cordon":
                 started = replace(started, rung_status="done", rung_done=fmt_time(now),
                                   cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
@@ -466,16 +501,32 @@ class _Planner:
                 started = replace(started, do_not_disrupt=False)
             elif nxt in JOB_RUNGS:
                 started = replace(started, job=job_name(v.name, nxt, st.episode),
-                                  gpu=gpu if nxt == "reset_gpu" else None,
+                                  gpu=reset_target(v, policy, gpu) if nxt == "reset_gpu" and gpu else None,
                                   boot_id=v.boot_id if nxt == "reboot" else st.boot_id)
                 if nxt == "reset_gpu":
-                    why += f"; GPU {gpu}" if gpu != ALL_GPUS else "; all GPUs of the node"
-            self.out(Action(nxt), Verdict.EXECUTE, why, gpu=started.gpu if nxt == "reset_gpu" else None, job=started.job
+                    why += f"; GPU {started.gpu}" if started.gpu != ALL_GPUS else "; all GPUs of the node"
+                    if started.gpu != gpu:
+                        why += f" (a reset of {v.labels.get('nvidia.com/gpu.product', 'these GPUs')} takes them all)"
+                    started, why = self._stop_clients(started, why)
+            action = Action.STOP_GPU_CLIENTS if started.reset_phase == "stopping" else Action(nxt)
+            self.out(action, Verdict.EXECUTE, why, gpu=started.gpu if nxt == "reset_gpu" else None, job=started.job
                      if nxt in JOB_RUNGS else None)
             self.state = started
             if started.rung_status != "done":
                 return None
         return None
+
+    def _stop_clients(self, started: NodeState, why: str) -> tuple[NodeState, str]:
+        """The reset's first step: pause the operands that hold the GPU, ask gpuhealth's exporter to let go; the Job
+        starts once they have (_observe). With nothing to wait for, the Job starts now."""
+        paused = operands_to_pause(self.v, self.policy)
+        stopping = replace(started, reset_phase="stopping", paused=paused)
+        left = still_holding(replace(self.v, gpu_clients=()), stopping, self.policy)
+        if not paused and not left:
+            return started, why
+        what = [f"pausing {', '.join(paused)}"] if paused else []
+        what += ["asking gpuhealth's exporter to release NVML"] if left else []
+        return stopping, f"{why}; first stopping the GPU's clients: {' and '.join(what)}"
 
     def _draining(self, fps: list[str]) -> bool:
         """The drain rung is running: keep evicting, and past its timeout do what drain.on_timeout says.

@@ -26,10 +26,16 @@ TAINT_KEY = f"{PREFIX}/unhealthy"
 # drain until return to service or replacement, and removes it only when it set it (NodeState.do_not_disrupt)
 DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 TAINT_EFFECT = "NoSchedule"
+# While the node's GPU clients stop for a reset, this annotation (value: the reset Job's name) asks gpuhealth's
+# exporter on the node to release NVML and pause DCGM; it answers on its GpuhealthProbesHealthy condition.
+RESET_REQUEST_ANNOTATION = f"{PREFIX}/gpu-reset-request"
+RELEASED_REASON = "ReleasedForGPUReset"  # that condition's reason once the exporter let go
 # 2: GPU scope (scope, devices, node_floor). A state with a GPU scope episode is written as version 2, so that an
 # older remediator (a rollback) fails closed on it (counted as disrupted, left alone) instead of reading a node
 # without gpuhealth's taint as one a person took over; every other state is still written as version 1.
-STATE_VERSION = 2
+# 3: a reset under way that stopped the node's GPU clients (reset_phase, paused): an older remediator would create
+# the reset Job with them stopped and never restore them, so it fails closed on such a state too.
+STATE_VERSION = 3
 
 RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
@@ -100,6 +106,8 @@ class NodeState:
     scope: str = "node"  # node | gpu: the episode quarantines one GPU (DRA device taints), the node stays in service
     devices: tuple[str, ...] = ()  # GPU scope: the DRA devices quarantined (the GPU and its MIG devices)
     node_floor: str | None = None  # a GPU step failed: the node ladder starts here, above it (e.g. reboot)
+    reset_phase: str | None = None  # reset_gpu: "stopping" (the GPU's clients) | "resetting" (the Job); None: neither
+    paused: tuple[str, ...] = ()  # the operand labels gpuhealth set to the pause value (restored when the rung ends)
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -125,7 +133,7 @@ class NodeState:
     def to_json(self) -> str:
         data = asdict(self)
         data["actions"] = list(self.actions)
-        version = STATE_VERSION if self.scope != "node" or self.devices else 1
+        version = 3 if self.reset_phase or self.paused else 2 if self.scope != "node" or self.devices else 1
         return json.dumps({"v": version, **data}, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -159,6 +167,9 @@ class NodeState:
             rest = {k: v for k, v in data.items() if k in known}
             rest["actions"] = tuple(rest.get("actions") or ())
             rest["devices"] = tuple(rest.get("devices") or ())
+            rest["paused"] = tuple(rest.get("paused") or ())
+            if rest.get("reset_phase") not in (None, "stopping", "resetting"):
+                raise ValueError(f"state annotation: reset_phase {rest['reset_phase']!r} is unknown")
             if rest.setdefault("scope", "node") not in ("node", "gpu"):
                 raise ValueError(f"state annotation: scope {rest['scope']!r} is neither node nor gpu")
             return cls(alerts=alerts, **rest)

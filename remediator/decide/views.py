@@ -23,6 +23,7 @@ from remediator.policy import Policy
 log = logging.getLogger("gpuhealth.remediator")
 
 GPU_RESOURCE = "nvidia.com/gpu"
+EXPORTER_CONDITION = "GpuhealthProbesHealthy"  # written by gpuhealth's exporter (exporter/condition_types.py)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class NodeView:
     devices: NodeDevices | None = None  # the node's GPUs as its DRA driver publishes them (None: no DRA)
     claims: ClaimIndex | None = None  # which pods hold which device (ResourceClaims)
     taint_api: str | None = None  # the resource.k8s.io version serving DeviceTaintRule (None: none does)
+    exporter_condition: dict[str, Any] | None = None  # gpuhealth's exporter's condition (None: no exporter runs)
+    gpu_clients: tuple[str, ...] = ()  # a reset stopping the GPU's clients: their pods still on the node
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""
@@ -115,7 +118,23 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
         our_taint=any(t.get("key") == TAINT_KEY for t in spec.get("taints") or []),
         state=state, hold=hold_of(annotations), excluded=any(_matches(labels, s) for s in policy.exclude),
         ready=ready, boot_id=(status.get("nodeInfo") or {}).get("bootID"),
-        resource_version=meta.get("resourceVersion"), damaged=damaged)
+        resource_version=meta.get("resourceVersion"), damaged=damaged,
+        exporter_condition=next((c for c in status.get("conditions") or [] if c.get("type") == EXPORTER_CONDITION),
+                                None))
+
+
+def gpu_clients(pods: Iterable[dict[str, Any]], state: NodeState, policy: Policy) -> tuple[str, ...]:
+    """namespace/name of the pods of the operands this reset paused that are still on the node (running or
+    terminating: a terminating pod may still hold the GPU)."""
+    selectors = [dict(op.pods) for op in policy.reset.operands if op.label in state.paused and op.pods]
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if any(_matches(meta.get("labels") or {}, s) for s in selectors):
+            out.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
+    return tuple(sorted(out))
 
 
 def is_evictable(pod: dict[str, Any]) -> bool:
@@ -159,7 +178,10 @@ def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
         if pods_on is None:
             view.pods_known = False
         elif view.state.active or view.our_taint:
-            view.evictable = evictable_pods(pods_on(view.name))
+            pods = pods_on(view.name)
+            view.evictable = evictable_pods(pods)
+            if view.state.reset_phase == "stopping":
+                view.gpu_clients = gpu_clients(pods, view.state, policy)
             if job_status is not None and view.state.job and view.state.rung_status == "running":
                 view.job_status = job_status(view.state.job)
         views.append(view)

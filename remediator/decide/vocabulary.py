@@ -20,6 +20,8 @@ class Action(StrEnum):
     UNCORDON = "uncordon"
     QUARANTINE_GPU = "quarantine_gpu"  # GPU scope: a DRA device taint on one GPU (cordon: NoSchedule; drain: NoExecute)
     RELEASE_GPU = "release_gpu"  # GPU scope's return to service: gpuhealth's device taints removed
+    STOP_GPU_CLIENTS = "stop_gpu_clients"  # reset_gpu's first step: operands paused, the exporter asked to let go
+    RESTORE_GPU_CLIENTS = "restore_gpu_clients"  # the reset rung ended (any way): what it paused, restored
     NONE = "none"
 
 
@@ -63,6 +65,7 @@ class Severity(StrEnum):
 
 
 RUNG_ORDER: tuple[Rung, ...] = tuple(Rung)
-DISRUPTIVE: frozenset[Action] = frozenset({Action.DRAIN, Action.RESET_GPU, Action.REBOOT, Action.REPLACE})
-NEEDS_DRAINED: frozenset[Action] = frozenset({Action.RESET_GPU, Action.REBOOT, Action.REPLACE})
+DISRUPTIVE: frozenset[Action] = frozenset({Action.DRAIN, Action.STOP_GPU_CLIENTS, Action.RESET_GPU, Action.REBOOT,
+                                           Action.REPLACE})
+NEEDS_DRAINED: frozenset[Action] = frozenset({Action.STOP_GPU_CLIENTS, Action.RESET_GPU, Action.REBOOT, Action.REPLACE})
 JOB_RUNGS: frozenset[Rung] = frozenset({Rung.RESET_GPU, Rung.REBOOT})
