@@ -77,6 +77,8 @@ class Executor:
                 if plan.final_state.scope == Scope.GPU:  # only the quarantined GPU's pods must be gone
                     holders = set(view.holders(plan.final_state.devices))
                     left = [p for p in left if f"{p.namespace}/{p.name}" in holders]
+                elif plan.drain_only is not None:  # only the pods on the faulty GPU (the node agent's mapping)
+                    left = [p for p in left if f"{p.namespace}/{p.name}" in plan.drain_only]
                 if left:
                     return self._drop(plan, f"{len(left)} evictable pod(s) on the node right before the "
                                       "disruptive step: draining again next pass")
@@ -148,6 +150,8 @@ class Executor:
                 raise
         if d.action == Action.DRAIN:
             pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
+            if plan.drain_only is not None:
+                pods = [p for p in pods if f"{p.namespace}/{p.name}" in plan.drain_only]
             result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
                                 guard=self.guard.check)
             if result.errors and not result.evicted and not result.blocked:

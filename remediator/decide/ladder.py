@@ -85,6 +85,8 @@ class NodePlan:
     resource_version: str | None = None  # the Node's resourceVersion the plan was computed from
     decisions: list[Decision] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)  # for Events and audit lines
+    # node scope, a fault on one GPU whose pods the node agent knows (alerts' gpu_pods): the drain evicts only these
+    drain_only: tuple[str, ...] | None = None
 
     @property
     def changed(self) -> bool:
@@ -240,14 +242,15 @@ class _Planner:
             return self.out(Action.NONE, Verdict.DEFERRED, f"GPU scope ({', '.join(st.devices)}): the DRA objects "
                             "or the DeviceTaintRule API could not be read this pass")
         self._scope_view()
+        if actionable:  # the rung under way is observed on the pods it is about
+            self._gpu_pods_view(actionable, self._target(actionable, st), note=False)
         self.state, notes = _observe(self.v, st, now, policy)
         self.plan.notes.extend(notes)
         if not actionable:
             return self._settle()
-        target = min(max(rung_index(a.remediation) for a in actionable.values()),
-                     rung_index(policy.ladder.max_rung))
-        target = max(target, rung_index(self.state.node_floor)) if self.state.scope == Scope.NODE else target
+        target = self._target(actionable, self.state)
         self._choose_scope(actionable, target)
+        self._gpu_pods_view(actionable, target)
         return self._climb(target, _pick_gpu(actionable), sorted(actionable))
 
     # --- scope ------------------------------------------------------------------------------
@@ -271,10 +274,29 @@ class _Planner:
         label = next(iter(gpus)) if len(gpus) == 1 else None
         if label is None or label in (ALL_GPUS, "unknown"):
             return (), "the alerts name no single GPU"
+        migs = {a.mig_uuid for a in actionable.values()}
+        mig_uuid = next(iter(migs)) if len(migs) == 1 else None
+        if mig_uuid is not None:  # every alert names one MIG instance of the GPU (an Xid on that GPU instance)
+            mig = v.devices.find_mig(mig_uuid)
+            parent = mig and v.devices.parent(mig)
+            if mig is None or (parent is not None and v.devices.find(label) != parent):
+                return (), (f"MIG device {mig_uuid} of GPU {label} is not among the node's DRA devices (driver "
+                            f"{v.devices.driver})")
+            if self._instance_scoped(target):
+                return (mig.name,), ""
         gpu = v.devices.find(label)
         if gpu is None:
             return (), f"GPU {label} is not among the node's DRA devices (driver {v.devices.driver})"
         return tuple(d.name for d in v.devices.family(gpu)), ""
+
+    def _instance_scoped(self, target: int) -> bool:
+        """A fault on one MIG instance is that instance's alone while it can never reach a GPU reset, which takes
+        every instance of the GPU: the alerts ask for at most drain, and the ladder cannot climb from the drain to
+        reset_gpu (ladder.drain.escalate_after unset, or ladder.max_rung at most drain). Otherwise the whole GPU is
+        quarantined from the start, so that a reset finds every instance's pods gone."""
+        drain = rung_index(Rung.DRAIN)
+        return target <= drain and (self.policy.rung(Rung.DRAIN).escalate_after is None
+                                    or rung_index(self.policy.ladder.max_rung) <= drain)
 
     def _choose_scope(self, actionable: dict[str, AlertRecord], target: int) -> None:
         """At an episode's first step: GPU scope when the fault is one GPU's and the cluster can quarantine it.
@@ -284,13 +306,27 @@ class _Planner:
         if st.scope == Scope.NODE and (st.rung is not None or st.devices):
             return  # at node scope for this episode (a GPU scope that handed over never comes back)
         devices, why = self._gpu_family(actionable, target)
-        if st.scope == Scope.GPU and devices != st.devices:
+        if st.scope == Scope.GPU and devices and set(devices) < set(st.devices):
+            pass  # one MIG instance of the quarantined GPU: the whole GPU stays quarantined
+        elif st.scope == Scope.GPU and devices and set(st.devices) < set(devices):
+            self._widen(devices)
+        elif st.scope == Scope.GPU and devices != st.devices:
             self._to_node_scope(why or "the alerts now name another GPU", floor=None)
         elif st.scope == Scope.NODE and devices:
             self.state = replace(st, scope=Scope.GPU, devices=devices)
         elif st.scope == Scope.NODE and why:
             self.scope_note = f"; node scope: {why}"
         self._scope_view()
+
+    def _widen(self, devices: tuple[str, ...]) -> None:
+        """A fault on one MIG instance now asks for what takes its whole GPU (a reset): the quarantine grows to the
+        GPU and every instance, its ladder from the start (NoSchedule, then NoExecute on them all), still at GPU
+        scope; said in the first decision's reason."""
+        st = self.state
+        self.state = replace(st, devices=devices, rung=None, rung_status=None, rung_started=None, rung_done=None,
+                             timed_out=False)
+        self.scope_note = (f"; MIG device {', '.join(st.devices)} was quarantined alone, and the alerts now ask for "
+                           "what takes its whole GPU (a reset takes every MIG instance)")
 
     def _scope_view(self) -> None:
         """At GPU scope the rungs see only the pods that hold the quarantined devices (their claims say so)."""
@@ -301,12 +337,42 @@ class _Planner:
         self.v = replace(self.full, evictable=[p for p in self.full.evictable if f"{p.namespace}/{p.name}" in holders],
                          pods_known=self.full.pods_known and self.full.claims is not None)
 
+    def _target(self, actionable: dict[str, AlertRecord], st: NodeState) -> int:
+        """The rung the alerts ask for, within the ladder, and at node scope not below a failed GPU step's floor."""
+        target = min(max(rung_index(a.remediation) for a in actionable.values()),
+                     rung_index(self.policy.ladder.max_rung))
+        return max(target, rung_index(st.node_floor)) if st.scope == Scope.NODE else target
+
+    def _gpu_pods_view(self, actionable: dict[str, AlertRecord], target: int, note: bool = True) -> None:
+        """Node scope without device taints (the device plugin): a fault on one GPU that asks for at most a reset of
+        that GPU drains only the pods the node agent says are on it (the alerts' gpu_pods, from the kubelet's
+        pod-resources API). Any alert without the mapping, another GPU, or a reset that takes every GPU: the whole
+        node, as before."""
+        st, v = self.state, self.full
+        if st.scope != Scope.NODE or st.node_floor is not None or target > rung_index(Rung.RESET_GPU):
+            return
+        gpus = {a.gpu for a in actionable.values()}
+        if len(gpus) != 1 or next(iter(gpus)) in (None, ALL_GPUS):
+            return
+        if target == rung_index(Rung.RESET_GPU) and self.policy.reset.resets_whole_node(v.labels):
+            return
+        maps = [a.gpu_pods for a in actionable.values()]
+        if any(m is None for m in maps):
+            return
+        names = tuple(sorted({n for m in maps for n in (m or "").split()}))
+        self.plan.drain_only = names
+        self.v = replace(v, evictable=[p for p in v.evictable if f"{p.namespace}/{p.name}" in names])
+        if note and st.rung is None:
+            self.scope_note += (f"; only the pods on GPU {next(iter(gpus))} ({', '.join(names) or 'none'}, the node "
+                                "agent's pod-resources mapping): the node's other pods keep running")
+
     def _to_node_scope(self, why: str, floor: str | None) -> None:
         """The GPU-scoped steps are not enough: the node ladder from its start (cordon, drain), then `floor`."""
         st = self.state
         self.state = replace(st, scope=Scope.NODE, rung=None, rung_status=None, rung_started=None, rung_done=None,
                              timed_out=False, node_floor=floor)
         self.v = self.full
+        self.plan.drain_only = None
         self.note(Note(EventReason.NODE_SCOPE, f"GPU {', '.join(st.devices)}: {why}; the node ladder takes over",
                        Severity.WARNING))
 

@@ -75,6 +75,12 @@ class AlertRecord:
     gpu: str | None = None
     severity: str = ""
     component: str = ""
+    # the MIG device (its UUID, MIG-...) an Xid on one MIG GPU instance names; its GPU is `gpu`. Absent in states
+    # written before MIG (read as None), and ignored by an older remediator, which reads the alert as the GPU's.
+    mig_uuid: str | None = None
+    # the pods on the alert's GPU as the node agent maps them (the kubelet's pod-resources API), "ns/name ..." or ""
+    # for none; None: not known (no mapping, or an alert without one): a drain takes the whole node
+    gpu_pods: str | None = None
     # "sync": the resolution was inferred from Alertmanager no longer listing the alert (alert_sync.py),
     # not sent by it; ends_at is then when the list was asked for. A firing copy with the same start
     # (Alertmanager lists it again) reopens such a resolution, and one recorded after ends_at outlives it.

@@ -18,6 +18,13 @@ from remediator.policy import Policy
 _GPU_INDEX = re.compile(r"^\d{1,3}$")
 _PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# A MIG device's UUID as NVML and NVIDIA's DRA driver write it: MIG-<uuid> (drivers since R470), or the older
+# MIG-GPU-<uuid>/<gpu instance>/<compute instance>
+_MIG_UUID = re.compile(r"^MIG-(?:[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}"
+                       r"|GPU-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}/\d{1,3}/\d{1,3})$")
+_POD_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+GPU_PODS_ANNOTATION = "gpu_pods"  # rules/alerts: the pods on the alert's GPU, from the exporter's pod-resources map
+MIG_UUID_LABEL = "mig_uuid"  # rules/alerts/gpu.yaml: an Xid on a MIG GPU instance names its MIG device
 
 
 class WebhookError(ValueError):
@@ -71,6 +78,23 @@ def valid_gpu(value: str | None) -> str | None:
     return value if _GPU_INDEX.match(value) or _PCI_BUS_ID.match(value) else None
 
 
+def valid_mig_uuid(value: str | None) -> str | None:
+    """The MIG device an alert names (label mig_uuid), or None: absent, empty (a GPU without MIG) or not a MIG
+    UUID. Then the alert is the GPU's, as before MIG."""
+    value = (value or "").strip()
+    return value if _MIG_UUID.match(value) else None
+
+
+def valid_gpu_pods(value: str | None) -> str | None:
+    """The alert's gpu_pods annotation: "" (no pod holds the GPU) or namespace/name of each pod on it, sorted; None
+    when it is absent, "unknown" (the node agent has no mapping) or anything but pod names (then a drain takes the
+    whole node, as without it)."""
+    if value is None or value.strip() == "unknown":
+        return None
+    names = value.split()
+    return " ".join(sorted(set(names))) if all(_POD_REF.match(n) for n in names) else None
+
+
 def _require(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in obj:
         raise WrongShape(f"{where}: missing {key!r}")
@@ -112,6 +136,7 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
         if status not in ("firing", "resolved"):
             raise WrongShape(f"{where}.status: expected firing or resolved, got {status!r}")
         labels = _string_map(alert, "labels", where)
+        annotations = _string_map(alert, "annotations", where) if "annotations" in alert else {}
         fingerprint = _require(alert, "fingerprint", str, where)
         if not fingerprint:
             raise WrongShape(f"{where}.fingerprint: empty")
@@ -141,6 +166,7 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
             name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=starts,
             last_seen=starts, ends_at=ends if status == "resolved" and isinstance(ends, str) else None,
             gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
-            component=labels.get("component", ""))
+            component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
+            gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)))
         batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))
     return batch
