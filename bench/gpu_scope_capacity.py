@@ -2,8 +2,10 @@
 
 Runs the remediator (the harness's Remediator against the fake API server, the chart's RBAC enforced) on one
 node of 8 GPUs with a training pod on each, through one fault on one GPU: an Xid alert asking for `drain`
-(or `reset_gpu` with --rung), until the fault's rung is reached. Twice: a device-plugin cluster (node scope:
-no DRA) and a DRA cluster whose GPUs NVIDIA's driver publishes (GPU scope). At that point it counts
+(or `reset_gpu` with --rung), until the fault's rung is reached. Three times: a device-plugin cluster (node scope:
+no DRA), the same with the node agent's GPU -> pod mapping on the alert (its gpu_pods annotation, from the
+kubelet's pod-resources API: the drain takes only that GPU's pod), and a DRA cluster whose GPUs NVIDIA's driver
+publishes (GPU scope). At that point it counts
 
 - GPUs schedulable: the node is schedulable and the GPU carries no NoSchedule/NoExecute device taint;
 - pods still running: the training pods not evicted.
@@ -22,13 +24,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fake_cluster import FakeCluster  # noqa: E402
-from remediator_harness import Harness  # noqa: E402
+from remediator_harness import Harness, webhook  # noqa: E402
 
 POLICY = "alertmanager: {url: none}\n"
 GPUS = 8
 
 
-def run(dra: bool, rung: str) -> tuple[int, int, list[str]]:
+def run(dra: bool, rung: str, mapped: bool = False) -> tuple[int, int, list[str]]:
     with FakeCluster() as c:
         c.add_node("gpu-1")
         if dra:
@@ -43,7 +45,10 @@ def run(dra: bool, rung: str) -> tuple[int, int, list[str]]:
             if dra:
                 c.dra.add_claim("default", f"c-{d}", [("gpu.nvidia.com", "gpu-1", d)], [f"train-{d}"])
         h = Harness(c, POLICY)
-        h.fire("gpu-1", rung, gpu=gpu)
+        body = webhook("gpu-1", rung, gpu=gpu)
+        if mapped:
+            body["alerts"][0]["annotations"]["gpu_pods"] = "default/train-gpu-3"
+        assert h.post(body).status_code == 202
         actions: list[str] = []
         for _ in range(10):
             plans = h.step()
@@ -68,8 +73,9 @@ def main() -> int:
     args = p.parse_args()
     print(f"one faulty GPU of {GPUS}, the alert asks for {args.rung}")
     print(f"{'cluster':<28} {'GPUs schedulable':>17} {'pods running':>13}  capacity kept  actions")
-    for label, dra in (("device plugin (node scope)", False), ("DRA (GPU scope)", True)):
-        schedulable, running, actions = run(dra, args.rung)
+    for label, dra, mapped in (("device plugin (node scope)", False, False),
+                               ("device plugin + GPU->pod map", False, True), ("DRA (GPU scope)", True, False)):
+        schedulable, running, actions = run(dra, args.rung, mapped)
         print(f"{label:<28} {schedulable:>14}/{GPUS} {running:>10}/{GPUS}  {100 * schedulable / GPUS:>12.1f}%  "
               f"{', '.join(actions)}")
     return 0
