@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards deps apt clean bench image chart
+.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards deps apt clean bench image chart \
+	podresources-stubs
 
 # Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
 # service on install where an init system runs; nothing here depends on it.
@@ -63,6 +64,14 @@ rules-test: deps
 # committed JSON is stale). The Helm chart reads the JSON through helm/gpuhealth/files/dashboards.
 dashboards: deps
 	$(BIN)/python -m dashboards.generate
+
+# Regenerate the kubelet pod-resources stubs (exporter/kubelet/api_pb2.py, .pyi, api_pb2_grpc.py) from the checked-in
+# exporter/kubelet/api.proto. grpcio-tools is installed into the venv for this alone (no dependency of the project);
+# the stubs it writes require grpcio and protobuf at least as new as it (pyproject.toml's pins follow it).
+GRPCIO_TOOLS ?= grpcio-tools==1.85.1
+podresources-stubs: deps
+	$(BIN)/python -m pip install -q '$(GRPCIO_TOOLS)'
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. exporter/kubelet/api.proto
 
 # What a user installs. `make chart`: dist/gpuhealth-<version>.tgz, as `helm package` makes it, loaded back and
 # rendered before it is kept. `make image`: the Dockerfile's image, tagged as the chart runs it by default

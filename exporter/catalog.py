@@ -30,7 +30,12 @@ class Family:
 EXPORTER = (
     Family("gpuhealth_exporter_build_info", "gauge", ("version",), "Always 1; the exporter's version."),
     Family("gpuhealth_probe_success", "gauge", ("probe",),
-           "1 if the probe's last run finished in time with valid data, else 0 (fail closed)."),
+           "1 if the probe's last run finished in time with valid data, else 0 (fail closed). Absent while the "
+           "probe is paused for a GPU reset (gpuhealth_probe_paused)."),
+    Family("gpuhealth_probe_paused", "gauge", ("probe",),
+           "1 while the probe is paused because its node carries the GPU reset marker (annotation "
+           "gpuhealth.io/gpu-reset-request): nvml has called nvmlShutdown, dcgm, diag and dcgm_exporter do not run; "
+           "its success, error and GPU samples are absent, not 0. 1 until its first run after the marker is gone."),
     Family("gpuhealth_probe_error", "gauge", ("probe", "reason"),
            "1 while the probe is failing, with the failure reason "
            "(timeout, missing_tool, permission_denied, not_found, bad_output, output_too_large, stale, error)."),
@@ -45,6 +50,9 @@ EXPORTER = (
            "GPUs this node should have (--gpus-expected or the instance type). Absent when unknown."),
     Family("gpuhealth_efa_devices_expected", "gauge", (),
            "EFA devices this node should have (--efa-expected or the instance type). Absent when unknown."),
+    Family("gpuhealth_reset_marker_read_failures", "counter", (),
+           "Reads of this node's annotations for the GPU reset marker that failed (the probes stay paused or "
+           "running as they were). Absent when the agent writes no node conditions (no node name or API server)."),
 )
 # From the kernel log.
 KERNEL_LOG = (
@@ -157,9 +165,28 @@ EFA = (
            "list."),
 )
 
+# From the kubelet's pod-resources API (exporter/kubelet/), on device-plugin clusters: which pod holds which GPU,
+# for the alerts' gpu_pods annotation. Not a probe: a failed read is no fault of the node, only a mapping unknown.
+# The pod's labels are pod_namespace/pod_name/container_name: a PodMonitor's target labels namespace, pod and
+# container would rename namespace/pod/container to exported_*.
+POD_RESOURCES = (
+    Family("gpuhealth_pod_resources_success", "gauge", (),
+           "1 if the last read of the kubelet's pod-resources API (List) answered in time and is fresh, else 0 "
+           "(no socket, permission denied, timeout, error): the GPU -> pod mapping is then unknown, which is no "
+           "fault of the node. Absent when the read is off (--no-pod-resources)."),
+    Family("gpuhealth_pod_resources_duration_seconds", "gauge", (), "Duration of the last pod-resources read."),
+    Family("gpuhealth_gpu_pod_info", "gauge",
+           (*GPU, "resource", "device", "pod_namespace", "pod_name", "container_name"),
+           "1 per device-plugin GPU device (nvidia.com/gpu, nvidia.com/mig-*, their .shared renames) a container "
+           "holds, while gpuhealth_pod_resources_success is 1. gpu, uuid and pci_bus_id name the GPU (a MIG "
+           "device's parent); gpu and pci_bus_id are empty when the exporter does not know which GPU the device "
+           "is. device is the device plugin's id (a GPU or MIG UUID, or an index)."),
+)
+
 FAMILIES: dict[str, Family] = {
     f.name: f
-    for group in (EXPORTER, KERNEL_LOG, GPU_STATE, NVML_ONLY, DCGM_HEALTH, DCGM_EXPORTER, DCGM_DIAG, EFA)
+    for group in (EXPORTER, KERNEL_LOG, GPU_STATE, NVML_ONLY, DCGM_HEALTH, DCGM_EXPORTER, DCGM_DIAG, EFA,
+                  POD_RESOURCES)
     for f in group
 }
 

@@ -11,6 +11,7 @@ import signal
 import sys
 import textwrap
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,8 +24,11 @@ from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
 from exporter.config import ConfigError, Settings, expand_placeholders, load_file
 from exporter.exposition import start_server
+from exporter.gpu_reset import ANNOTATION, GpuResetRelease
 from exporter.instance_types import lookup
 from exporter.kernel.patterns import PatternError, load_patterns
+from exporter.kubelet.client import DEFAULT_SOCKET, NOT_A_SOCKET, socket_problem
+from exporter.kubelet.reader import PodResourcesReader
 from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
 from exporter.probes.base import Probe, adopt_tool_orphans, stop_tools
 from exporter.probes.efa import counter_selection
@@ -41,6 +45,10 @@ gpuhealth node agent: turns DCGM, NVML, EFA and kernel-log signals into Promethe
 Each probe runs on its own interval under a hard deadline; a probe that hangs, fails or returns
 garbage reports gpuhealth_probe_success{probe}=0 with a reason (fail closed). Scrapes only read
 the latest snapshot and never touch hardware.
+
+It also reads the kubelet's pod-resources API for which pod holds which GPU (gpuhealth_gpu_pod_info,
+behind the alerts' gpu_pods annotation). That read is not a probe: when it fails the mapping is
+unknown (gpuhealth_pod_resources_success 0), and no probe or node condition changes.
 
 Settings come from defaults, then --config FILE (YAML, same names with underscores), then flags.
 """
@@ -92,6 +100,16 @@ def _count(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _efa_counters(text: str) -> tuple[str, ...]:
     words = tuple(w.strip() for w in text.split(","))
     try:
@@ -136,6 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable", type=_probe_list, action="append", default=[], metavar="PROBE[,PROBE]",
                    help="turn probes on")
     p.add_argument("--no-conditions", action="store_true", help="do not write node conditions")
+    p.add_argument("--pod-resources-socket", metavar="PATH",
+                   help="the kubelet's pod-resources socket, read every 15 s (5 s deadline) for which pod holds "
+                        f"which GPU: gpuhealth_gpu_pod_info (default {DEFAULT_SOCKET}). A missing or silent socket "
+                        "is no fault of the node: the mapping is unknown (gpuhealth_pod_resources_success 0)")
+    p.add_argument("--no-pod-resources", action="store_true",
+                   help="do not read the kubelet's pod-resources API (alerts then say gpu_pods=\"unknown\", and "
+                        "the remediator acts on the whole node)")
+    p.add_argument("--reset-marker-interval", type=_seconds, metavar="SECONDS",
+                   help=f"how often to read this node's {ANNOTATION} annotation: while it is there the nvml, "
+                        "dcgm, diag and dcgm_exporter probes let go of the GPUs for a GPU reset, and "
+                        "GpuhealthProbesHealthy says ReleasedForGPUReset (default 10)")
     p.add_argument("--kube-api", metavar="URL", help="API server URL (default: in-cluster)")
     p.add_argument("--service-account-dir", metavar="DIR",
                    help="directory with the service-account token and ca.crt for the API server "
@@ -165,6 +194,8 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
         "instance_type": args.instance_type, "gpus_expected": args.gpus_expected,
         "efa_expected": args.efa_expected, "efa_counters": args.efa_counters, "kube_api": args.kube_api,
         "service_account_dir": args.service_account_dir, "log_level": args.log_level,
+        "pod_resources_socket": args.pod_resources_socket,
+        "reset_marker_interval": args.reset_marker_interval,
     }
     settings = replace(settings, **{k: v for k, v in flags.items() if v is not None})
     if not settings.node and env.get("NODE_NAME"):
@@ -176,6 +207,8 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
         settings = replace(settings, instance_type=env["INSTANCE_TYPE"])
     if args.no_conditions:
         settings = replace(settings, conditions=False)
+    if args.no_pod_resources:
+        settings = replace(settings, pod_resources=False)
     probes = dict(settings.probes)
     for spec in PROBES:  # a setting may turn a probe on (a dcgm-exporter URL); --disable still wins
         if spec.enabled_by is not None and spec.enabled_by(settings):
@@ -205,6 +238,12 @@ def check_settings(s: Settings) -> None:
         why = check(s) if ps.enabled and check is not None else None
         if why:
             raise UsageError(why)
+    if s.pod_resources:  # a socket not there (yet) is the kubelet's business: the mapping is unknown until it is
+        if not s.pod_resources_socket.strip():
+            raise UsageError("--pod-resources-socket: empty path (--no-pod-resources turns the read off)")
+        problem = socket_problem(s.pod_resources_socket)
+        if problem is not None and problem.reason == NOT_A_SOCKET:
+            raise UsageError(f"--pod-resources-socket {problem.message}")
     port = s.listen.rpartition(":")[2]
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--listen {s.listen!r}: expected [ADDR]:PORT")
@@ -225,31 +264,55 @@ def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
     return [(BY_NAME[name].build(s, once), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]
 
 
+def pod_resources_reader(s: Settings) -> PodResourcesReader | None:
+    return PodResourcesReader(s.pod_resources_socket) if s.pod_resources else None
+
+
 def run_once(s: Settings, show_conditions: bool = False) -> bytes:
     snapshot = Snapshot()
     runners = [ProbeRunner(p, snapshot, interval, deadline) for p, interval, deadline in build_probes(s, once=True)]
     threads = [threading.Thread(target=r.run_once, daemon=True) for r in runners]
+    reader = pod_resources_reader(s)
+    if reader is not None:
+        threads.append(threading.Thread(target=reader.read_once, daemon=True))
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuhealthCollector(snapshot, expectations(s)))
+    registry.register(GpuhealthCollector(snapshot, expectations(s), pod_resources=reader))
     if show_conditions:
         for c in evaluate(snapshot.view(), expectations(s), s.fault_window):
             print(f"condition {c.type}={c.status} {c.reason}: {c.message}", file=sys.stderr)
     return generate_latest(registry)
 
 
-def _conditions_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Settings, stop: threading.Event) -> None:
+def _node_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Settings, stop: threading.Event,
+               release: GpuResetRelease) -> None:
+    """This node's conditions every condition_interval (when on), its GPU reset marker every reset_marker_interval;
+    a change of the reset acknowledgement writes the conditions at once."""
     expect = expectations(s)
-    while not stop.wait(s.condition_interval):
-        try:
-            writer.sync(evaluate(snapshot.view(), expect, s.fault_window))
-        except KubeError as exc:
-            log.warning("node conditions not written (will retry): %s", exc)
-        except Exception:  # the loop must outlive any bug: conditions are how the node reports itself
-            log.exception("node conditions not written (will retry)")
+    never = float("inf")
+    now = time.monotonic()
+    next_sync = now + s.condition_interval if s.conditions else never
+    next_poll = now + s.reset_marker_interval
+    while not stop.wait(max(0.0, min(next_sync, next_poll) - time.monotonic())):
+        now = time.monotonic()
+        acknowledged = False
+        if now >= next_poll:
+            next_poll = now + s.reset_marker_interval
+            try:
+                acknowledged = release.poll()
+            except Exception:  # the loop must outlive any bug; a failed read leaves the probes as they were
+                log.exception("GPU reset marker not read (will retry)")
+        if now >= next_sync or (acknowledged and s.conditions):
+            next_sync = now + s.condition_interval
+            try:
+                writer.sync(release.acknowledge(evaluate(snapshot.view(), expect, s.fault_window)))
+            except KubeError as exc:
+                log.warning("node conditions not written (will retry): %s", exc)
+            except Exception:  # the loop must outlive any bug: conditions are how the node reports itself
+                log.exception("node conditions not written (will retry)")
 
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -276,18 +339,34 @@ def serve(s: Settings) -> None:
     writer = NodeConditionWriter(api, s.node, sa_dir=s.service_account_dir) if s.node and api else None
     if writer is not None and not s.instance_type:
         s = _with_instance_type_from_node(s, writer)
-    for probe, interval, deadline in build_probes(s, once=False):
-        ProbeRunner(probe, snapshot, interval, deadline).start(stop)
+    runners = [ProbeRunner(probe, snapshot, interval, deadline) for probe, interval, deadline in build_probes(s, False)]
+    release = GpuResetRelease(runners, snapshot, writer.node_annotations) if writer is not None else None
+    if release is not None:
+        try:
+            release.poll()  # before the probes start: a restart during a GPU reset must not take NVML again
+        except Exception:  # a failed read is handled inside (the probes run); anything else must not stop start-up
+            log.exception("GPU reset marker not read at start-up (will retry)")
+    for runner in runners:
+        runner.start(stop)
+    reader = pod_resources_reader(s)
+    if reader is not None:
+        reader.start(stop)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuhealthCollector(snapshot, expectations(s)))
+    registry.register(GpuhealthCollector(snapshot, expectations(s), extra=release.samples if release else None,
+                                         pod_resources=reader))
     registry.register(ProcessCollector(registry=None))
     host, _, port = s.listen.rpartition(":")
     start_server(int(port), host.strip("[]") or "0.0.0.0", registry)
     log.info("gpuhealth-exporter %s serving on %s", __version__, s.listen)
-    if s.conditions and writer is not None:
-        threading.Thread(target=_conditions_loop, args=(writer, snapshot, s, stop), daemon=True).start()
+    if writer is not None and release is not None:
+        if not s.conditions:
+            log.info("node conditions off: a GPU reset request (%s) still releases the GPUs, unacknowledged",
+                     ANNOTATION)
+        threading.Thread(target=_node_loop, args=(writer, snapshot, s, stop, release), daemon=True).start()
     elif s.conditions:
         log.info("node conditions off: %s", "no node name (--node/NODE_NAME)" if not s.node else "no API server")
+    if writer is None:
+        log.info("no GPU reset marker is read (%s): the GPU probes never pause for a reset", ANNOTATION)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
         stop.wait()

@@ -16,6 +16,8 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.catalog import FAMILIES
+from exporter.kubelet.allocations import info_samples, mig_parents
+from exporter.kubelet.reader import PodResourcesReader
 from exporter.probes.base import STALE
 from exporter.probes.registry import gpu_counters
 from exporter.samples import GpuIdentity, Sample
@@ -32,8 +34,9 @@ class Expectations:
 
 
 def trusted(states: dict[str, ProbeState], now: float) -> dict[str, ProbeState]:
-    """Probes whose last run succeeded and is recent enough to believe."""
-    return {n: st for n, st in states.items() if st.success and st.result is not None and not st.is_stale(now)}
+    """Probes whose last run succeeded and is recent enough to believe, and that are not paused for a GPU reset."""
+    return {n: st for n, st in states.items()
+            if st.success and st.result is not None and not st.paused and not st.is_stale(now)}
 
 
 def gpu_inventory(states: dict[str, ProbeState]) -> dict[str, GpuIdentity]:
@@ -73,12 +76,17 @@ def _enrich(sample: Sample, inventory: dict[str, GpuIdentity]) -> Sample:
 
 
 class GpuhealthCollector(Collector):
-    def __init__(self, snapshot: Snapshot, expect: Expectations) -> None:
+    def __init__(self, snapshot: Snapshot, expect: Expectations,
+                 pod_resources: PodResourcesReader | None = None,
+                 extra: Callable[[], Iterable[Sample]] | None = None) -> None:
         self.snapshot = snapshot
         self.expect = expect
+        self.pod_resources = pod_resources  # which pod holds which GPU (None: not read)
+        self.extra = extra  # the exporter's own samples from outside the snapshot (the GPU reset marker's reads)
         # GPU identities once learned are kept while the process lives, so a kernel-log counter keeps
         # its gpu/uuid labels (and its series) when NVML fails, as it often does on a failing GPU.
         self._known: dict[str, GpuIdentity] = {}
+        self._migs: dict[str, GpuIdentity] = {}  # MIG device UUID -> its GPU, kept likewise
         self._lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
@@ -94,6 +102,8 @@ class GpuhealthCollector(Collector):
                 self._known[pci] = GpuIdentity(pci, gpu.index or old.index, gpu.uuid or old.uuid)
             inventory = dict(self._known)
         samples: list[Sample] = [Sample("gpuhealth_exporter_build_info", {"version": __version__}, 1)]
+        if self.extra is not None:
+            samples.extend(self.extra())
         for st in states.values():
             samples.extend(self._probe_health(st, st.name in good, now))
         visible = visible_gpus(good)
@@ -106,17 +116,38 @@ class GpuhealthCollector(Collector):
             # Only a sample with an empty gpu label can need _enrich: the test is inlined (a call per
             # sample was a fifth of the time it takes to build the families).
             samples.extend([s if s.labels.get("gpu", "-") else _enrich(s, inventory) for s in st.result.samples])
+        if self.pod_resources is not None:
+            samples.extend(self._pod_samples(good, inventory))
         yield from build_families(samples)
+
+    def _pod_samples(self, good: dict[str, ProbeState], inventory: dict[str, GpuIdentity]) -> list[Sample]:
+        """The pod-resources read's health, and while it reads, the GPU each pod's device is."""
+        assert self.pod_resources is not None
+        view = self.pod_resources.view()
+        out = [Sample("gpuhealth_pod_resources_success", {}, 1 if view.success else 0),
+               Sample("gpuhealth_pod_resources_duration_seconds", {}, view.duration)]
+        if not view.success:
+            return out
+        with self._lock:
+            if any(a.is_mig for a in view.allocations):  # only then are the MIG devices looked for
+                for st in good.values():
+                    assert st.result is not None
+                    self._migs.update(mig_parents(st.result.samples))
+            migs = dict(self._migs)
+        return out + info_samples(view.allocations, inventory.values(), migs)
 
     @staticmethod
     def _probe_health(st: ProbeState, ok: bool, now: float) -> list[Sample]:
         probe = {"probe": st.name}
-        out = [
-            Sample("gpuhealth_probe_success", probe, 1 if ok else 0),
+        # Paused for a GPU reset (exporter/gpu_reset.py): neither healthy (1) nor failing (0), so no success or
+        # error sample while paused; gpuhealth_probe_paused says why they are absent.
+        out = [] if st.paused else [Sample("gpuhealth_probe_success", probe, 1 if ok else 0)]
+        out += [
+            Sample("gpuhealth_probe_paused", probe, 1 if st.paused else 0),
             Sample("gpuhealth_probe_duration_seconds", probe, st.duration),
             Sample("gpuhealth_probe_interval_seconds", probe, st.interval),
         ]
-        if not ok:
+        if not ok and not st.paused:
             reason = st.reason if not st.success else STALE
             out.append(Sample("gpuhealth_probe_error", {**probe, "reason": reason}, 1))
         if st.last_success is not None:

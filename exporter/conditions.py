@@ -6,7 +6,8 @@ A condition clears when its fault clears: current-state faults clear on the next
 kernel-log faults once `fault_window` seconds pass without the fault being seen again. A fault a
 probe reported is kept while that probe is failing (its last result stands), and a condition whose
 sources are failing and show no fault is Unknown, never True: a probe that dies cannot make a node
-look healthy.
+look healthy. A probe paused for a GPU reset (exporter/gpu_reset.py) is frozen as it was: its last result
+stands, and it counts as good or failing as its last run left it, so no condition turns True for want of data.
 
 Which condition a kernel-log fault sets is the data's: each pattern in kernel_patterns.yaml names it
 (`condition:`). Which probes a condition is built from is the probe registry's.
@@ -90,6 +91,8 @@ def evaluate(
 ) -> list[Condition]:
     now_wall = time.time() if now is None else now
     good = trusted(states, time.monotonic())
+    # Paused for a GPU reset: judged by its last run, whatever its age (it is not expected to run while paused).
+    good |= {n: st for n, st in states.items() if st.paused and st.success and st.result is not None}
     failing = sorted(n for n in states if n not in good)
     # Faults come from every probe's latest good result, even if the probe has failed since.
     known = {n: st for n, st in states.items() if st.result is not None}

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from exporter.kubelet.client import DEFAULT_SOCKET
 from exporter.node_status import SA_DIR
 from exporter.probes.efa import DEFAULT, counter_selection, counter_word_error
 from exporter.probes.registry import PROBES, ProbeSettings
@@ -48,10 +49,15 @@ class Settings:
     efa_counters: tuple[str, ...] = (DEFAULT,)
     conditions: bool = True  # write node conditions when a node name is known
     condition_interval: float = 10.0
+    # seconds between reads of this node's annotations for the GPU reset marker (exporter/gpu_reset.py)
+    reset_marker_interval: float = 10.0
     fault_window: float = 900.0  # a kernel-log fault keeps its condition False this long after it was seen
     kube_api: str = ""  # default: the in-cluster API from KUBERNETES_SERVICE_HOST
     # where the pod's service-account token (re-read on each call) and ca.crt are: the kubelet's mount
     service_account_dir: str = SA_DIR
+    # read which pod holds which GPU from the kubelet's pod-resources API (device-plugin clusters; exporter/kubelet/)
+    pod_resources: bool = True
+    pod_resources_socket: str = DEFAULT_SOCKET
     log_level: str = "info"
     probes: dict[str, ProbeSettings] = field(default_factory=lambda: dict(DEFAULT_PROBES))
 
@@ -63,7 +69,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def _check_value(key: str, value: Any) -> str | None:
     """Why a well-typed value is still wrong, or None."""
-    if key in ("condition_interval", "fault_window") and value <= 0:
+    if key in ("condition_interval", "fault_window", "reset_marker_interval") and value <= 0:
         return f"must be > 0, got {value:g}"
     if key == "diag_level" and value not in (1, 2, 3, 4):
         return f"must be 1, 2, 3 or 4 (dcgmi diag -r), got {value}"
@@ -71,6 +77,8 @@ def _check_value(key: str, value: Any) -> str | None:
         return f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}"
     if key in _INT_OR_NONE and value is not None and value < 0:
         return f"must be >= 0, got {value}"
+    if key == "pod_resources_socket" and not value.strip():
+        return "must not be empty (turn the read off with pod_resources: false)"
     return None
 
 

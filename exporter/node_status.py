@@ -78,6 +78,18 @@ class NodeConditionWriter:
         node = self._request("GET", f"/api/v1/nodes/{self.node}")
         return {str(k): str(v) for k, v in (node.get("metadata", {}).get("labels") or {}).items()}
 
+    def node_annotations(self) -> dict[str, str]:
+        """This node's annotations, read often (the GPU reset marker, exporter/gpu_reset.py): resourceVersion=0
+        lets the API server answer from its watch cache, as it does the kubelet's reads of its Node."""
+        node = self._request("GET", f"/api/v1/nodes/{self.node}?resourceVersion=0")
+        metadata = node.get("metadata")
+        if not isinstance(metadata, dict) or metadata.get("name") != self.node:
+            raise KubeError(f"GET /api/v1/nodes/{self.node}: not this Node")
+        annotations = metadata.get("annotations") or {}
+        if not isinstance(annotations, dict):
+            raise KubeError(f"GET /api/v1/nodes/{self.node}: metadata.annotations is not an object")
+        return {str(k): str(v) for k, v in annotations.items()}
+
     def _load(self) -> dict[str, dict[str, str]]:
         node = self._request("GET", f"/api/v1/nodes/{self.node}")
         conditions = node.get("status", {}).get("conditions") or []

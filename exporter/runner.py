@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from exporter.catalog import FAMILIES
-from exporter.probes.base import BAD_OUTPUT, TIMEOUT, Probe, ProbeError, classify
+from exporter.probes.base import BAD_OUTPUT, TIMEOUT, Probe, ProbeError, ProbePaused, classify
 from exporter.samples import ProbeResult
 from exporter.snapshot import Snapshot
 
@@ -21,6 +21,8 @@ GRACE_SECONDS = 1.0
 # A failed probe is tried again this soon (or at its interval, if shorter): an hourly diagnostic that
 # failed once should not hold the node's probe condition False for an hour.
 RETRY_AFTER_FAILURE_SECONDS = 60.0
+# How often a runner waiting for its next run looks at the stop event (it waits on its own wake-up event).
+STOP_CHECK_SECONDS = 1.0
 
 
 def validate(result: Any) -> ProbeResult:
@@ -50,7 +52,12 @@ class ProbeRunner:
         self.interval = interval
         self.deadline = deadline
         self._hung: threading.Thread | None = None
+        self._wake = threading.Event()
         snapshot.register(probe.name, interval, deadline)
+
+    def wake(self) -> None:
+        """Run now rather than at the end of the wait (a probe resumed after a GPU reset)."""
+        self._wake.set()
 
     def run_once(self) -> bool:
         """One run under the deadline; True if it succeeded."""
@@ -59,10 +66,11 @@ class ProbeRunner:
 
     def _run(self) -> None:
         name = self.probe.name
+        started = time.monotonic()
         if self._hung is not None:
             if self._hung.is_alive():
                 # No age in the message: it becomes a node condition, written only when it changes.
-                self.snapshot.record_failure(name, TIMEOUT, "a previous run is still hung", 0.0)
+                self.snapshot.record_failure(name, TIMEOUT, "a previous run is still hung", 0.0, started)
                 return
             self._hung = None
         box: dict[str, Any] = {}
@@ -73,25 +81,26 @@ class ProbeRunner:
             except BaseException as exc:  # everything a probe lets escape is a failure, never a crash
                 box["error"] = exc
 
-        started = time.monotonic()
         worker = threading.Thread(target=work, name=f"probe-{name}", daemon=True)
         worker.start()
         worker.join(self.deadline + GRACE_SECONDS)
         duration = time.monotonic() - started
         if worker.is_alive():
             self._hung = worker
-            self.snapshot.record_failure(name, TIMEOUT, f"no result within {self.deadline:g}s", duration)
+            self.snapshot.record_failure(name, TIMEOUT, f"no result within {self.deadline:g}s", duration, started)
             log.warning("probe %s: no result within %gs (fail closed)", name, self.deadline)
             return
+        if isinstance(box.get("error"), ProbePaused):
+            return  # paused for a GPU reset: it did not run, and nothing is recorded (the pause is, by its owner)
         try:
             if "error" in box:
                 raise classify(box["error"])
             result = validate(box.get("result"))
         except ProbeError as err:
-            self.snapshot.record_failure(name, err.reason, err.message, duration)
+            self.snapshot.record_failure(name, err.reason, err.message, duration, started)
             log.warning("probe %s failed (%s): %s", name, err.reason, err.message)
             return
-        self.snapshot.record_success(name, result, duration)
+        self.snapshot.record_success(name, result, duration, started)
 
     def loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -101,7 +110,11 @@ class ProbeRunner:
             result = self.snapshot.view()[self.probe.name].result
             if ok and result is not None and result.run_again_after is not None:
                 wait = min(wait, max(1.0, result.run_again_after))
-            stop.wait(max(0.0, wait - (time.monotonic() - started)))
+            # As stop.wait(), but wake() ends the wait too; a stop is seen within STOP_CHECK_SECONDS.
+            until = started + wait
+            while not stop.is_set() and not self._wake.is_set() and time.monotonic() < until:
+                self._wake.wait(min(STOP_CHECK_SECONDS, until - time.monotonic()))
+            self._wake.clear()
 
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(target=self.loop, args=(stop,), name=f"runner-{self.probe.name}", daemon=True)

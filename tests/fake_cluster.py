@@ -23,7 +23,8 @@ and behaves like the API server where the remediator depends on it:
   sends one about every minute), `timeoutSeconds`, and an ERROR 410 Expired event when the
   resourceVersion is older than the `watch_history` kept. Changes go through the API or the helpers
   (`add_node`, `add_pod`, `update_node`, `update_pod`): a test that edits `nodes[...]` in place is not seen
-  by watches. `calls` counts requests by (verb, resource), as the API server's metrics do.
+  by watches. `calls` counts requests by (verb, resource), as the API server's metrics do; `queries` keeps
+  each request's query parameters (`resourceVersion=0`, selectors).
 - authentication: bearer tokens map to identities (`add_token`, `add_service_account_token`: a pod-bound
   service-account token carries its pod's node name, as on Kubernetes 1.30+). Once any token is known, a
   request without a known one gets 401 Unauthorized; a cluster that knows no token checks none (every
@@ -196,6 +197,7 @@ class FakeCluster:
         self.nodeclaims: dict[str, Obj] = {}
         self.dra = FakeDra(self)  # ResourceSlices, ResourceClaims, DeviceTaintRules (tests/fake_dra.py)
         self.requests: list[tuple[str, str]] = []
+        self.queries: list[tuple[str, str, dict[str, str]]] = []  # each request's (method, path, query parameters)
         self.forbidden: list[tuple[str, str, str]] = []  # (user, method, path) of every request RBAC denied
         self._evicted: list[str] = []
         self._gone_at: dict[tuple[str, str], float] = {}  # terminating pods: when they disappear
@@ -232,6 +234,7 @@ class FakeCluster:
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 with cluster.lock:
                     cluster.requests.append((method, url.path))
+                    cluster.queries.append((method, url.path, query))
                     cluster.calls[_verb(method, url.path, query)] += 1
                     fault = cluster._take_fault(method, url.path)
                 identity = cluster.authenticate(self.headers.get("Authorization"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,43 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 RECORDED_SLICES = Path(__file__).parent / "fixtures" / "dra" / "resourceslices_eks_2x8_h100_v1.yaml"
+RECORDED_MIG_SLICE = Path(__file__).parent / "fixtures" / "dra" / "resourceslice_kind_a100_80gb_mig_v1alpha3_excerpt.yaml"
+MIG_FIXTURES = Path(__file__).parent / "fixtures" / "mig"
 GROUP = "resource.k8s.io"
 EFFECTS = ("NoSchedule", "NoExecute", "None")
 _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device of a recorded H100 layout: its GPU instance (one compute instance, 0), profile, placement and
+    UUID, as `nvidia-smi mig -lgi` and `nvidia-smi -L` printed them."""
+
+    gpu_instance: int
+    profile: str  # 1g.10gb
+    profile_id: int
+    start: int
+    size: int
+    uuid: str
+    compute_instance: int = 0
+
+    def device_name(self, gpu: str) -> str:
+        """The DRA device name NVIDIA's driver gives it (gpu-0-mig-1g12gb-19-0: profile, profile id, placement)."""
+        return f"{gpu}-mig-{self.profile.replace('.', '')}-{self.profile_id}-{self.start}"
+
+
+def recorded_mig_layout() -> list[MigInstance]:
+    """The H100's MIG devices in tests/fixtures/mig/scaleway_h100-pcie_{mig-lgi,nvidia-smi-L}.txt (3 x 1g.10gb, GI
+    7-9, and 1 x 3g.40gb, GI 2). `-L` lists MIG devices in GPU instance order (the ssup2 recording's MIG devices
+    table shows it), so its UUIDs pair with `-lgi`'s instances sorted by id."""
+    rows = re.findall(r"^\|\s+\d+\s+MIG (\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|$",
+                      (MIG_FIXTURES / "scaleway_h100-pcie_mig-lgi.txt").read_text(), re.M)
+    uuids = re.findall(r"^\s+MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[0-9a-f-]+)\)$",
+                       (MIG_FIXTURES / "scaleway_h100-pcie_nvidia-smi-L.txt").read_text(), re.M)
+    instances = sorted((int(gi), profile, int(pid), int(start), int(size)) for profile, pid, gi, start, size in rows)
+    assert len(instances) == len(uuids) == 4 and [i[1] for i in instances] == [p for p, _ in uuids]
+    return [MigInstance(gi, profile, pid, start, size, uuid)
+            for (gi, profile, pid, start, size), (_, uuid) in zip(instances, uuids, strict=True)]
 
 
 def _status(code: int, reason: str, message: str = "") -> Obj:
@@ -52,14 +87,38 @@ class FakeDra:
         """The node's eight GPUs as NVIDIA's DRA driver published them on a real EKS H100 node
         (tests/fixtures/dra/resourceslices_eks_2x8_h100_v1.yaml), with this node's name as node and pool.
         Returns the devices (name, attributes: uuid, resource.kubernetes.io/pciBusID ...)."""
-        recorded = yaml.safe_load(RECORDED_SLICES.read_text())["items"]
-        obj = copy.deepcopy(next(s for s in recorded if s["spec"]["driver"] == "gpu.nvidia.com"))
-        obj["metadata"] = {"name": f"{node}-gpu.nvidia.com-x", "ownerReferences": [
-            {"apiVersion": "v1", "kind": "Node", "name": node, "controller": True}]}
-        obj["spec"].update(nodeName=node, pool={"name": node, "generation": 1, "resourceSliceCount": 1})
+        obj = _recorded_gpu_slice(node)
         self.add_slice(obj)
         devices: list[Obj] = sorted(obj["spec"]["devices"], key=lambda d: d["name"])
         return devices
+
+    def publish_mig_gpus(self, node: str, gpu: str = "gpu-1") -> tuple[list[Obj], list[Obj]]:
+        """As publish_gpus, with MIG on one of the GPUs: besides the GPU itself (NVIDIA's driver publishes it too,
+        dra-driver-nvidia-gpu issue #719), a device per MIG instance of the recorded H100 layout
+        (recorded_mig_layout), each shaped as the recorded kind MIG device (tests/fixtures/dra/
+        resourceslice_kind_a100_80gb_mig_v1alpha3_excerpt.yaml: type mig, uuid, parentUUID, parentIndex, index,
+        profile, ...) in resource.k8s.io/v1's form (no `basic:`, capacity as {value}: the recorded 1g.10gb's, which
+        nothing here reads). Returns (the GPUs, the MIG devices, in the layout's order)."""
+        obj = _recorded_gpu_slice(node)
+        template = yaml.safe_load(RECORDED_MIG_SLICE.read_text())["items"][0]["spec"]["devices"][0]["basic"]
+        parent = next(d for d in obj["spec"]["devices"] if d["name"] == gpu)
+        index = int(gpu.removeprefix("gpu-"))
+        migs = []
+        for i, m in enumerate(recorded_mig_layout()):
+            attributes = copy.deepcopy(template["attributes"])
+            for key in ("architecture", "brand", "cudaComputeCapability", "cudaDriverVersion", "driverVersion",
+                        "productName"):
+                attributes[key] = copy.deepcopy(parent["attributes"][key])
+            attributes.update(uuid={"string": m.uuid}, parentUUID=copy.deepcopy(parent["attributes"]["uuid"]),
+                              parentIndex={"int": index}, index={"int": len(obj["spec"]["devices"]) + i},
+                              profile={"string": m.profile})
+            capacity = {k: {"value": str(v)} for k, v in template["capacity"].items()}
+            migs.append({"name": m.device_name(gpu), "attributes": attributes, "capacity": capacity})
+        obj["spec"]["devices"] += migs
+        self.add_slice(obj)
+        gpus = sorted((d for d in obj["spec"]["devices"] if d["attributes"]["type"]["string"] == "gpu"),
+                      key=lambda d: d["name"])
+        return gpus, migs
 
     def add_slice(self, obj: Obj) -> Obj:
         with self.cluster.lock:
@@ -173,6 +232,16 @@ class FakeDra:
                 key = (ns, consumer["name"])
                 if consumer.get("resource") == "pods" and key in self.cluster.pods:
                     self.cluster._terminate(key)
+
+
+def _recorded_gpu_slice(node: str) -> Obj:
+    """The recorded EKS node's gpu.nvidia.com slice, as this node's (its name as node and pool)."""
+    recorded = yaml.safe_load(RECORDED_SLICES.read_text())["items"]
+    obj: Obj = copy.deepcopy(next(s for s in recorded if s["spec"]["driver"] == "gpu.nvidia.com"))
+    obj["metadata"] = {"name": f"{node}-gpu.nvidia.com-x", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "Node", "name": node, "controller": True}]}
+    obj["spec"].update(nodeName=node, pool={"name": node, "generation": 1, "resourceSliceCount": 1})
+    return obj
 
 
 def _invalid(body: Any) -> str:

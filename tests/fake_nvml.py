@@ -73,11 +73,13 @@ class FakeNvml(types.ModuleType):
         self.init_calls = 0
         self.shutdown_calls = 0
         self.calls: list[tuple[int, str]] = []
+        self.touches = 0  # every call into the library, nvmlInit and nvmlShutdown included
         self.lost_seen: set[int] = set()
         self.count_error: type[pynvml.NVMLError] | None = None
 
     # --- library ---
     def nvmlInit(self) -> None:
+        self.touches += 1
         self.init_calls += 1
         if self.init_error is not None:
             raise self.init_error()
@@ -210,6 +212,7 @@ class FakeNvml(types.ModuleType):
         return self._mig(handle).compute_instance
 
     def _check_init(self) -> None:
+        self.touches += 1
         if not self.initialised:
             raise pynvml.NVMLError_Uninitialized()
 

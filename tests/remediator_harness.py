@@ -55,12 +55,14 @@ def firing_fixture() -> dict[str, Any]:
 
 def webhook(node: str, remediation: str = "cordon", status: str = "firing", fingerprint: str | None = None,
             gpu: str | None = "0", starts: datetime = T0, alertname: str = "GPUFault",
-            extra_alerts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """An Alertmanager v4 body shaped exactly like the real capture, for one alert."""
+            extra_alerts: list[dict[str, Any]] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An Alertmanager v4 body shaped exactly like the real capture, for one alert (`labels`: more of its labels,
+    e.g. an Xid alert's gpu_instance and mig_uuid)."""
     body = firing_fixture()
     alert = copy.deepcopy(body["alerts"][0])
+    extra = labels or {}
     labels = {"alertname": alertname, "node": node, "remediation": remediation, "severity": "critical",
-              "component": "gpu", "instance": "10.0.0.1:9400", "job": "gpuhealth-exporter"}
+              "component": "gpu", "instance": "10.0.0.1:9400", "job": "gpuhealth-exporter", **extra}
     if gpu is not None:
         labels["gpu"] = gpu
     alert.update(status=status, labels=labels, startsAt=starts.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",

@@ -34,10 +34,10 @@ def _modules() -> dict[str, set[str]]:
 def test_every_module_lives_in_a_room_or_is_one_of_the_shared() -> None:
     top = {p.stem for p in ROOT.glob("*.py")}
     assert top == {"__init__", "__main__", "catalog", "cli", "clock_events", "collector", "condition_types",
-                   "conditions", "config", "exposition", "instance_types", "node_status", "pci", "runner",
-                   "samples", "snapshot"}, sorted(top)
+                   "conditions", "config", "exposition", "gpu_reset", "instance_types", "node_status", "pci",
+                   "runner", "samples", "snapshot"}, sorted(top)
     rooms = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert rooms == {"kernel", "probes"}, sorted(rooms)
+    assert rooms == {"kernel", "kubelet", "probes"}, sorted(rooms)
 
 
 def _wrong(prefix: str, allowed: tuple[str, ...], exceptions: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
@@ -59,6 +59,11 @@ def test_the_kernel_log_pipeline_uses_only_the_probe_contract_and_the_low_shared
 def test_a_probe_uses_only_the_probe_contract_and_the_low_shared_modules() -> None:
     probes = ["exporter.probes.base", *(m for m in PROBE_MODULES if m.startswith("exporter.probes."))]
     assert [w for p in probes for w in _wrong(p, ("exporter.probes.base", *LOW))] == []
+
+
+def test_the_kubelet_reader_uses_only_its_room_and_the_low_shared_modules() -> None:
+    # Its room: the pod-resources client, the GPU allocations, the reader (and the generated stubs).
+    assert _wrong("exporter.kubelet", ("exporter.kubelet", *LOW)) == []
 
 
 def test_probes_are_built_only_by_the_registry() -> None:

@@ -490,6 +490,22 @@ def test_exporter_mounts_kmsg_sysfs_read_only_and_the_state_dir() -> None:
     assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
 
 
+def test_exporter_mounts_the_kubelets_pod_resources_read_only_and_reads_its_socket() -> None:
+    spec = _exporter("default")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    assert mounts["pod-resources"] == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
+                                       "readOnly": True}
+    args = spec["containers"][0]["args"]
+    assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
+    assert exporter_cli.build_parser().get_default("pod_resources_socket") is None  # the flag, not a default, sets it
+    elsewhere = render({"exporter": {"podResources": {"hostPath": "/var/lib/k0s/kubelet/pod-resources"}}})
+    volume = next(v for v in one(elsewhere, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == "pod-resources")
+    assert volume["hostPath"]["path"] == "/var/lib/k0s/kubelet/pod-resources"  # mounted at the same container path
+
+
 def test_exporter_runs_only_on_gpu_nodes_and_tolerates_taints() -> None:
     spec = _exporter("default")["spec"]["template"]["spec"]
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -527,15 +543,24 @@ def test_exporter_with_an_injected_kmsg_device_holds_cap_syslog_only() -> None:
     assert _security("kmsg-injected") == {
         "privileged": False, "allowPrivilegeEscalation": False, "runAsUser": 0, "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-    assert _mounts("kmsg-injected") == {"config", "sys", "state"}  # no hostPath /dev/kmsg
+    assert _mounts("kmsg-injected") == {"config", "sys", "state", "pod-resources"}  # no hostPath /dev/kmsg
 
 
-def test_exporter_without_the_kernel_log_runs_as_non_root_with_no_capability() -> None:
+def test_exporter_without_the_kernel_log_runs_with_no_capability_and_as_non_root_without_pod_resources() -> None:
+    # The kubelet's pod-resources socket is root's: with it on (the default) the exporter is root, with no capability.
     context = _security("kmsg-off")
     assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
-    assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
+    assert context["runAsUser"] == 0 and "runAsNonRoot" not in context
     assert context["capabilities"] == {"drop": ["ALL"]} and context["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert _mounts("kmsg-off") == {"config", "sys"}  # no /dev/kmsg, no kernel-log state on the host
+    assert _mounts("kmsg-off") == {"config", "sys", "pod-resources"}  # no /dev/kmsg, no kernel-log state on the host
+    # With it off too: user 65532, no pod-resources mount, and the exporter told not to read it.
+    off = render({"exporter": {"config": {"probes": {"kmsg": {"enabled": False}}}, "podResources": {"enabled": False}}})
+    pod = one(off, "DaemonSet")["spec"]["template"]["spec"]
+    context = pod["containers"][0]["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert {v["name"] for v in pod["volumes"]} == {"config", "sys"}
+    assert "--no-pod-resources" in pod["containers"][0]["args"]
 
 
 def test_exporter_security_context_given_in_values_is_used_as_is() -> None:
@@ -573,6 +598,7 @@ def test_every_request_the_exporter_makes_is_granted(tmp_path: Path) -> None:
         cluster.add_node("gpu-a")
         writer = NodeConditionWriter(cluster.url, "gpu-a", sa_dir=str(tmp_path))
         writer.node_labels()
+        writer.node_annotations()  # the GPU reset marker (exporter/gpu_reset.py)
         assert writer.sync([Condition("GpuhealthGPUHealthy", "True", "GPUsHealthy", "ok")])
         calls = set(cluster.calls)
     assert calls == {("get", "nodes"), ("patch", "nodes/status")}

@@ -93,6 +93,37 @@ def test_an_xid_on_a_mig_instance_is_counted_with_its_gpu_instance_not_as_unpars
     assert unparsed == [0.0], unparsed
 
 
+def _documented_xid_lines(fixtures: Path) -> list[str]:
+    """The driver's Xid printf formats (tests/fixtures/mig/xid_mig_attribution_documented.txt, from kernel_rc.c),
+    filled in as the driver prints them: PCI 0000:01:00, GPU instance 5, compute instance 1, Xid 94."""
+    text = (fixtures / "mig" / "xid_mig_attribution_documented.txt").read_text()
+    formats = [line[2:] for line in text.splitlines() if line.startswith("# NVRM: Xid (")]
+    lines = []
+    for fmt in formats:
+        line = fmt.replace("%04x", "0000", 1).replace("%02x", "01", 1).replace("%02x", "00", 1)
+        line = line.replace("GPU-I:%02u", "GPU-I:05").replace("GPU-CI:%02u", "GPU-CI:01").replace("%d", "94", 1)
+        line = line.replace("pid=%s, name=%s, ", "pid=7194, name=python3, ").replace("%s%s", "Contained: CE User "
+                                                                                     "Channel (0x9). RST: No, D-RST: No")
+        assert "%" not in line, line
+        lines.append(line)
+    return lines
+
+
+def test_every_documented_xid_attribution_is_counted_with_its_gpu_instance_and_none_is_unparsed(
+        fixtures: Path, tmp_path: Path) -> None:
+    lines = _documented_xid_lines(fixtures)
+    assert sum("GPU-CI:01" in line for line in lines) == 2 and sum("GPU-I:05" in line for line in lines) == 4
+    log = tmp_path / "kern.log"
+    log.write_text("".join(f"[ {i}.0] {line}\n" for i, line in enumerate(lines, 1)))
+    result = file_probe(log).collect(5)
+    by_instance = {(s.labels["pci_bus_id"], s.labels["xid"], s.labels["gpu_instance"]): s.value
+                   for s in result.samples if s.name == "gpuhealth_xid_errors"}
+    # GPU instance and compute instance (2 formats), GPU instance alone (2), no MIG attribution (2)
+    assert by_instance == {("00000000:01:00.0", "94", "05"): 4, ("00000000:01:00.0", "94", ""): 2}
+    unparsed = [s.value for s in result.samples if s.name == "gpuhealth_kmsg_unparsed_xid_records"]
+    assert unparsed == [0.0], unparsed
+
+
 def test_counts_kept_before_the_gpu_instance_label_are_exported_with_it_empty(tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, pid=1, name=a, x\n")

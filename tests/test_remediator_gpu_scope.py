@@ -257,3 +257,124 @@ def test_a_gpu_scope_state_is_version_2_and_an_unknown_scope_fails_closed() -> N
     assert json.loads(NodeState(episode="x").to_json())["v"] == 1  # what an older remediator reads
     with pytest.raises(ValueError, match="scope"):
         NodeState.from_json('{"v": 2, "scope": "rack"}')
+
+
+# --- MIG: one instance of a GPU (docs/remediation.md, "MIG") ----------------------------------------------------
+
+def _mig_node(c: FakeCluster, name: str = "gpu-1") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A node with its 8 GPUs published and MIG on gpu-1 (the recorded H100 layout: 3g.40gb, 3 x 1g.10gb): a pod on
+    each MIG device and on each other GPU, each claim allocated its device."""
+    c.add_node(name)
+    gpus, migs = c.dra.publish_mig_gpus(name, "gpu-1")
+    for d in [*(g for g in gpus if g["name"] != "gpu-1"), *migs]:
+        pod = f"train-{d['name']}"
+        c.add_pod(name, pod, labels={"app": "train"})
+        c.dra.add_claim("default", f"claim-{name}-{d['name']}", [(DRIVER, name, d["name"])], [pod])
+    return gpus, migs
+
+
+def _mig_alert(gpus: list[dict[str, Any]], mig: dict[str, Any] | str) -> dict[str, Any]:
+    """An Xid alert's GPU labels on a MIG instance, as rules/alerts/gpu.yaml sets them: gpu and pci_bus_id the GPU's
+    bus id, gpu_instance as the kernel printed it, mig_uuid the instance's MIG device."""
+    uuid = mig if isinstance(mig, str) else mig["attributes"]["uuid"]["string"]
+    gpu = _pci(next(g for g in gpus if g["name"] == "gpu-1"))
+    return {"gpu": gpu, "labels": {"pci_bus_id": gpu, "gpu_instance": "07", "mig_uuid": uuid}}
+
+
+def test_a_drain_alert_on_one_mig_instance_quarantines_that_instance_and_evicts_only_its_pod(
+        cluster: FakeCluster) -> None:
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "drain", **_mig_alert(gpus, migs[1]))
+    decided = h.decided(h.step())
+    assert [(d.action, d.effect, d.devices, d.pods) for d in decided] == [
+        ("quarantine_gpu", "NoSchedule", (migs[1]["name"],), (f"default/train-{migs[1]['name']}",)),
+        ("quarantine_gpu", "NoExecute", (migs[1]["name"],), (f"default/train-{migs[1]['name']}",))]
+    assert _rules(cluster) == [(migs[1]["name"], "NoExecute"), (migs[1]["name"], "NoSchedule")]
+    assert cluster.evictions() == [f"default/train-{migs[1]['name']}"]  # the other instances' and GPUs' pods stay
+    h.advance(seconds=60)
+    h.step()
+    assert h.state("gpu-1").rung == "drain" and h.state("gpu-1").rung_status == "done"
+    assert len(cluster.pods_on("gpu-1")) == 7 + 4 - 1
+    assert not cluster.taints("gpu-1") and not cluster.node("gpu-1")["spec"].get("unschedulable")
+
+
+def test_a_reset_alert_on_one_mig_instance_quarantines_the_whole_gpu_and_names_every_instances_pods(
+        cluster: FakeCluster) -> None:
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    alert = _mig_alert(gpus, migs[1])
+    h.fire("gpu-1", "reset_gpu", **alert)
+    decided = h.decided(h.step())
+    family = ("gpu-1", *sorted(m["name"] for m in migs))
+    on_it = tuple(f"default/train-{m['name']}" for m in migs)
+    assert [(d.action, d.effect) for d in decided] == [("quarantine_gpu", "NoSchedule"),
+                                                       ("quarantine_gpu", "NoExecute")]
+    assert all(d.devices == family and sorted(d.pods) == sorted(on_it) for d in decided)
+    assert sorted(cluster.evictions()) == sorted(on_it)  # a reset takes every instance: all their pods go first
+    assert "GPUQuarantined" in cluster.reasons("gpu-1")
+    h.advance(seconds=60)
+    decided = h.decided(h.step())
+    assert [(d.action, d.gpu) for d in decided if d.action == "reset_gpu"] == [("reset_gpu", alert["gpu"])]
+    assert not cluster.taints("gpu-1")
+
+
+def test_a_mig_instance_that_grows_to_its_gpu_widens_the_quarantine_and_keeps_the_node_in_service(
+        cluster: FakeCluster) -> None:
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    alert = _mig_alert(gpus, migs[1])
+    h.fire("gpu-1", "cordon", alertname="GPUXidUnknown", **alert)
+    h.step()
+    assert h.state("gpu-1").devices == (migs[1]["name"],) and cluster.evictions() == []
+    h.fire("gpu-1", "reset_gpu", alertname="GPUXidFatal", **alert)
+    decided = h.decided(h.step())
+    assert decided[0].action == "quarantine_gpu" and "grew from MIG device" in decided[0].reason
+    assert h.state("gpu-1").scope == "gpu" and set(h.state("gpu-1").devices) == {"gpu-1", *(m["name"] for m in migs)}
+    assert "NodeScope" not in cluster.reasons("gpu-1") and not cluster.taints("gpu-1")
+    assert sorted(cluster.evictions()) == sorted(f"default/train-{m['name']}" for m in migs)
+
+
+def test_a_mig_instance_is_quarantined_with_its_whole_gpu_where_the_drain_may_climb_to_a_reset(
+        cluster: FakeCluster) -> None:
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY + "  drain: {timeout: 1h, escalate_after: 30m}\n")
+    h.fire("gpu-1", "cordon", **_mig_alert(gpus, migs[1]))
+    (decision,) = h.decided(h.step())
+    assert decision.devices == ("gpu-1", *sorted(m["name"] for m in migs))
+
+
+def test_an_alert_naming_a_mig_device_the_node_does_not_publish_takes_the_node_and_says_why(
+        cluster: FakeCluster) -> None:
+    gpus, _ = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", **_mig_alert(gpus, "MIG-00000000-0000-0000-0000-000000000000"))
+    first = h.decided(h.step())[0]
+    assert first.action == "cordon" and "node scope: MIG device MIG-00000000-0000-0000-0000-000000000000" in \
+        first.reason
+    assert not cluster.dra.rules and any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+
+
+def test_an_alert_records_its_mig_device_and_a_state_from_before_mig_still_reads() -> None:
+    import dataclasses
+    import json
+
+    from remediator.decide.nodestate import NodeState
+    from remediator.intake.webhook import parse_webhook
+    from remediator.policy import Policy
+    from remediator_harness import webhook
+
+    uuid = "MIG-8aa1fc52-9818-58ec-bc64-8f0cae121bb4"
+    batch = parse_webhook(json.dumps(webhook("gpu-1", "drain", gpu="00000000:64:00.0", labels={"mig_uuid": uuid})),
+                          Policy())
+    assert batch.alerts[0].record.mig_uuid == uuid
+    for junk in ("", "MIG-; rm -rf /", "GPU-8aa1fc52-9818-58ec-bc64-8f0cae121bb4"):  # not a MIG device: the GPU's
+        body = webhook("gpu-1", "drain", gpu="00000000:64:00.0", labels={"mig_uuid": junk})
+        assert parse_webhook(json.dumps(body), Policy()).alerts[0].record.mig_uuid is None
+    old = ('{"v": 2, "episode": "2026-12-02T10:00:00Z", "scope": "gpu", "devices": ["gpu-1"], "alerts": {"fp": '
+           '{"name": "GPUXidFatal", "remediation": "reset_gpu", "status": "firing", "starts_at": '
+           '"2026-12-02T10:00:00Z", "last_seen": "2026-12-02T10:00:00Z", "gpu": "00000000:64:00.0"}}}')
+    state = NodeState.from_json(old)
+    assert state.alerts["fp"].mig_uuid is None
+    state = dataclasses.replace(state, alerts={"fp": dataclasses.replace(state.alerts["fp"], mig_uuid=uuid)})
+    assert NodeState.from_json(state.to_json()) == state

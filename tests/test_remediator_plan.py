@@ -154,3 +154,36 @@ def test_plan_with_resourceslices_quarantines_the_gpu_and_names_the_pods_it_affe
         served = [(d.action, d.decision, d.effect, d.devices, d.pods) for d in h.decided(h.step())]
         assert served == [(x["action"], x["decision"], x["effect"], tuple(x["devices"]), tuple(x["pods"]))
                           for x in lines]
+
+
+def test_plan_quarantines_only_the_mig_instance_an_alert_names(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An Xid alert on one MIG instance (its mig_uuid) that asks for drain: the quarantine_gpu rows name that MIG
+    device and the one pod on it, not the GPU's other instances; asking for a reset, every instance and its pod."""
+    with FakeCluster() as cluster:
+        cluster.add_node("gpu-1")
+        gpus, migs = cluster.dra.publish_mig_gpus("gpu-1", "gpu-1")
+        for d in migs:
+            cluster.add_pod("gpu-1", f"infer-{d['name']}")
+            cluster.dra.add_claim("default", f"c-{d['name']}", [("gpu.nvidia.com", "gpu-1", d["name"])],
+                                  [f"infer-{d['name']}"])
+        parent = next(g for g in gpus if g["name"] == "gpu-1")
+        bus = f"0000{parent['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
+        uuid = migs[2]["attributes"]["uuid"]["string"]
+        files = ["--nodes", _write(tmp_path, "nodes.json", {"kind": "List", "items": list(cluster.nodes.values())}),
+                 "--pods", _write(tmp_path, "pods.json", {"kind": "List", "items": list(cluster.pods.values())}),
+                 "--resourceslices", _write(tmp_path, "slices.json",
+                                            {"kind": "List", "items": list(cluster.dra.slices.values())}),
+                 "--resourceclaims", _write(tmp_path, "claims.json",
+                                            {"kind": "List", "items": list(cluster.dra.claims.values())})]
+    labels = {"pci_bus_id": bus, "gpu_instance": "08", "mig_uuid": uuid}
+    drain = _run(capsys, *files, "--alerts", _write(tmp_path, "a.json", webhook("gpu-1", "drain", gpu=bus,
+                                                                                labels=labels)))
+    assert [(x["action"], x["decision"], x["effect"], x["devices"], x["pods"]) for x in drain] == [
+        ("quarantine_gpu", "execute", "NoSchedule", [migs[2]["name"]], [f"default/infer-{migs[2]['name']}"]),
+        ("quarantine_gpu", "execute", "NoExecute", [migs[2]["name"]], [f"default/infer-{migs[2]['name']}"])]
+    reset = _run(capsys, *files, "--alerts", _write(tmp_path, "b.json", webhook("gpu-1", "reset_gpu", gpu=bus,
+                                                                                labels=labels)))
+    assert reset[0]["action"] == "quarantine_gpu"
+    assert reset[0]["devices"] == ["gpu-1", *sorted(m["name"] for m in migs)]
+    assert sorted(reset[0]["pods"]) == sorted(f"default/infer-{m['name']}" for m in migs)

@@ -199,6 +199,26 @@ def test_an_app_xid_on_another_pods_gpu_is_not_this_pods() -> None:
                     pod_gpus=pod_gpus(pod, 8)).cls == APP
 
 
+def test_an_xid_on_one_mig_instance_is_the_pods_only_if_the_pod_held_that_instance() -> None:
+    """A pod annotated with its MIG device (NVIDIA_VISIBLE_DEVICES holds MIG-<uuid> on a MIG instance): a contained
+    memory error on another instance of the same GPU is not its failure; one on its own instance, or on the GPU
+    without MIG attribution where the pod names the GPU, is."""
+    mine, other = "MIG-8aa1fc52-9818-58ec-bc64-8f0cae121bb4", "MIG-42fa9c93-1430-5ccc-b623-c02fb93b7f5a"
+    bus = "00000000:64:00.0"
+
+    def xid94(mig: str | None) -> NodeSignal:
+        return NodeSignal("alert", "GPUContainedMemoryError", NODE, FAILED_AT - timedelta(seconds=5), None, "none",
+                          "memory", bus, mig)
+
+    pod = failed_pod(gpus=0, annotations={"gpuhealth.io/gpus": mine})
+    assert classify(pod, [xid94(other)], pod_gpus=pod_gpus(pod, None)).cls == UNKNOWN
+    v = classify(pod, [xid94(mine)], pod_gpus=pod_gpus(pod, None))
+    assert (v.cls, v.reason) == (INFRA, "gpu_memory_error") and any(mine in e for e in v.evidence)
+    claimed = frozenset({mine, "0000:64:00.0"})  # as the watcher reads the pod's DRA claims: its MIG device, its GPU
+    assert classify(failed_pod(), [xid94(other)], pod_gpus=claimed).cls == UNKNOWN
+    assert classify(failed_pod(), [xid94(None)], pod_gpus=claimed).cls == INFRA  # the whole GPU's, bus id any width
+
+
 def test_a_pod_with_some_of_a_nodes_gpus_and_no_annotation_owns_no_xid() -> None:
     pod = failed_pod(gpus=2)
     assert pod_gpus(pod, 8) == frozenset()

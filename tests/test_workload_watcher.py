@@ -445,3 +445,33 @@ def test_the_workload_metrics_are_on_the_remediators_metrics_endpoint(cluster: F
     assert 'gpuhealth_workload_lost_seconds_total{class="infra",namespace="ml"}' in text
     assert "gpuhealth_workload_restart_loop" in generate_latest(h.rem.metrics.registry).decode()
 
+
+
+# --- MIG: an Xid on one MIG instance is the failure of the pods on that instance (their DRA claims) ---------------
+
+def test_a_contained_memory_error_on_one_mig_instance_is_the_failure_of_the_pod_on_it_not_of_its_neighbour(
+        cluster: FakeCluster) -> None:
+    env = Env(cluster, POLICY + "  selector: app=infer\n")
+    try:
+        gpus, migs = cluster.dra.publish_mig_gpus("gpu-3", "gpu-1")
+        for pod, device in (("infer-a", migs[1]), ("infer-b", migs[2])):  # two instances of one GPU
+            cluster.add_pod("gpu-3", pod, namespace=NS, labels={"app": "infer"}, owner_kind=None)
+            cluster.dra.add_claim(NS, f"{pod}-gpu", [("gpu.nvidia.com", "gpu-3", device["name"])], [pod])
+        parent = next(g for g in gpus if g["name"] == "gpu-1")
+        bus = f"0000{parent['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
+        start = T0 - timedelta(minutes=2)
+        record = AlertRecord(name="GPUContainedMemoryError", remediation="none", status="firing",
+                             starts_at=fmt_time(start), last_seen=fmt_time(start), gpu=bus, component="memory",
+                             mig_uuid=migs[1]["attributes"]["uuid"]["string"])
+        state = NodeState(alerts={"fp-xid94": record})
+        cluster.update_node("gpu-3", lambda n: n["metadata"].setdefault("annotations", {}).update(
+            {STATE_ANNOTATION: state.to_json()}))
+        for pod in ("infer-a", "infer-b"):
+            end_pod(cluster, pod, exit_code=1)
+        verdicts = {o.pod: o.verdict for o in env.step() if o.verdict is not None}
+        assert (verdicts["infer-a"].cls, verdicts["infer-a"].reason) == ("infra", "gpu_memory_error")
+        assert any("MIG device" in e for e in verdicts["infer-a"].evidence)
+        assert (verdicts["infer-b"].cls, verdicts["infer-b"].reason) == ("unknown", "unexplained")
+        assert env.failure("infer-a") and env.failure("infer-b") is None  # infer-b waits for the look-ahead
+    finally:
+        env.close()

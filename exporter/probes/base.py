@@ -11,7 +11,8 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol, runtime_checkable
 
 from exporter.samples import ProbeResult
 
@@ -44,6 +45,73 @@ class Probe(Protocol):
     def collect(self, deadline: float) -> ProbeResult:
         """Read the source once, finishing within `deadline` seconds, or raise ProbeError."""
         ...
+
+
+class ProbePaused(Exception):
+    """collect() on a probe paused for a GPU reset: it did not run, and it did not fail."""
+
+
+@runtime_checkable
+class PausableProbe(Probe, Protocol):
+    """A probe that lets go of the GPUs (NVML, DCGM) while the node's GPUs are reset (exporter/gpu_reset.py)."""
+
+    def pause(self, wait: float) -> bool:
+        """Let go, waiting at most `wait` seconds for a run in progress to end; True once let go."""
+        ...
+
+    def resume(self) -> None:
+        """Allow runs again; what was let go is taken again on the next run."""
+        ...
+
+
+class Pause:
+    """A probe's pause for a GPU reset, kept apart from its runs.
+
+    `pause` refuses new runs at once, waits up to `wait` seconds for the runs in progress to end, and only then
+    lets go (`release`, e.g. nvmlShutdown): nothing a run is using is ever shut down under it. If a run is still in
+    progress it returns False, new runs stay refused, and the caller tries again. While paused (or pausing),
+    `running` raises ProbePaused without touching anything. Runs do not wait for each other: a run stuck inside a
+    library call does not hold up the next one.
+    """
+
+    def __init__(self, name: str, release: Callable[[], None] = lambda: None) -> None:
+        self._name = name
+        self._release = release  # what to let go of, called once no run is in progress
+        self._changed = threading.Condition()
+        self._active = 0  # runs in progress
+        self._refusing = False  # a pause was asked for: no new run starts
+        self._paused = False  # ... and has been done: what the probe holds was let go
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._changed:
+            if self._refusing:
+                raise ProbePaused(f"{self._name}: paused for a GPU reset")
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._active -= 1
+                self._changed.notify_all()
+
+    def pause(self, wait: float) -> bool:
+        with self._changed:
+            self._refusing = True
+            if not self._paused:
+                if not self._changed.wait_for(lambda: self._active == 0, timeout=max(0.0, wait)):
+                    return False  # a run is in progress (or hung): not let go yet
+                self._release()
+                self._paused = True
+            return True
+
+    def resume(self) -> None:
+        with self._changed:
+            self._refusing = self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
 
 def classify(exc: BaseException) -> ProbeError:

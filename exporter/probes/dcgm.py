@@ -1,6 +1,10 @@
 """DCGM probes: `dcgmi health -c -j`, `dcgmi diag -r N -j` and a local dcgm-exporter's /metrics.
 
 Each probe turns one reading into samples of exporter.catalog families, or raises ProbeError.
+
+All three pause for a GPU reset (`pause`/`resume`, exporter/gpu_reset.py): while paused no dcgmi runs and
+dcgm-exporter is not read (the reset stops nv-hostengine and dcgm-exporter too). `dcgmi health` sets its
+watches again after a pause, since a restarted nv-hostengine has forgotten them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from exporter.probes.base import (
     ERROR,
     NOT_FOUND,
     TIMEOUT,
+    Pause,
     ProbeError,
     classify,
     run_command,
@@ -164,6 +169,16 @@ class DcgmHealthProbe:
     def __init__(self, command: list[str]) -> None:
         self._command = list(command)
         self._watching = False
+        self._pause = Pause(self.name, self._forget_watches)
+
+    def pause(self, wait: float) -> bool:
+        return self._pause.pause(wait)
+
+    def resume(self) -> None:
+        self._pause.resume()
+
+    def _forget_watches(self) -> None:
+        self._watching = False
 
     def _watch(self, deadline: float) -> None:
         proc = run_command([*self._command, "health", "-s", "a"], deadline)
@@ -173,6 +188,10 @@ class DcgmHealthProbe:
         self._watching = True
 
     def collect(self, deadline: float) -> ProbeResult:
+        with self._pause.running():
+            return self._check(deadline)
+
+    def _check(self, deadline: float) -> ProbeResult:
         until = time.monotonic() + deadline
         try:
             if not self._watching:
@@ -285,8 +304,19 @@ class DcgmDiagProbe:
     def __init__(self, command: list[str], level: int = 1) -> None:
         self._command = list(command)
         self._level = level
+        self._pause = Pause(self.name)
+
+    def pause(self, wait: float) -> bool:
+        return self._pause.pause(wait)
+
+    def resume(self) -> None:
+        self._pause.resume()
 
     def collect(self, deadline: float) -> ProbeResult:
+        with self._pause.running():
+            return self._diagnose(deadline)
+
+    def _diagnose(self, deadline: float) -> ProbeResult:
         proc = run_command([*self._command, "diag", "-r", str(self._level), "-j"], deadline)
         doc = _load_json(proc, "dcgmi diag")  # it exits non-zero when a test fails: still parse
         try:
@@ -500,8 +530,19 @@ class DcgmExporterProbe:
         self._accepted = accepted_hostnames(node, aliases)
         self._foreign = 0  # since start, failed runs included; exported with each successful run
         self._warned = False
+        self._pause = Pause(self.name)
+
+    def pause(self, wait: float) -> bool:
+        return self._pause.pause(wait)
+
+    def resume(self) -> None:
+        self._pause.resume()
 
     def collect(self, deadline: float) -> ProbeResult:
+        with self._pause.running():
+            return self._scrape(deadline)
+
+    def _scrape(self, deadline: float) -> ProbeResult:
         if not self._accepted and not self._warned:
             self._warned = True
             log.warning("dcgm_exporter: no node name (--node/NODE_NAME): samples cannot be checked against "

@@ -3,6 +3,9 @@
 The module is injected (tests pass a fake exposing pynvml's names and real exception classes), and
 imported lazily so the exporter runs on nodes without nvidia-ml-py. Errors are judged per call:
 NotSupported skips one metric, GpuIsLost marks one GPU lost, anything else fails the whole probe.
+
+nvmlInit is called once and kept across runs (nvmlShutdown after a failed run, and before a GPU reset:
+`pause` shuts NVML down and no NVML call is made until `resume`; the next run calls nvmlInit again).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from exporter.probes.base import (
     NOT_FOUND,
     PERMISSION_DENIED,
     TIMEOUT,
+    Pause,
     ProbeError,
 )
 from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
@@ -56,8 +60,24 @@ class NvmlProbe:
         # (uuid, link) of every NVLink seen up since start. Only such a link going down is a node
         # condition problem: a PCIe GPU without a bridge reports its unused links as down from the start.
         self._links_seen_up: set[tuple[str, int]] = set()
+        self._pause = Pause(self.name, self._shutdown)
+
+    def pause(self, wait: float) -> bool:
+        """nvmlShutdown (once no run is using NVML), and no NVML call until resume(): a GPU reset needs it."""
+        return self._pause.pause(wait)
+
+    def resume(self) -> None:
+        self._pause.resume()
+
+    def _shutdown(self) -> None:
+        if self._nvml is not None:
+            self._forget_init(self._nvml)
 
     def collect(self, deadline: float) -> ProbeResult:
+        with self._pause.running():
+            return self._collect(deadline)
+
+    def _collect(self, deadline: float) -> ProbeResult:
         give_up_at = time.monotonic() + deadline
         nv = self._module()
         self._ensure_init(nv)

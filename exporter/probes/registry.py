@@ -53,6 +53,9 @@ class ProbeSpec:
     counts_gpus: bool = False
     enabled_by: Callable[[Settings], bool] | None = None  # a setting that turns it on (--disable still wins)
     check: Callable[[Settings], str | None] | None = None  # why it cannot run with these settings, if it cannot
+    # It holds the GPUs (NVML) or talks to what a GPU reset stops (nv-hostengine, dcgm-exporter): it is paused
+    # while the node carries the reset marker (exporter/gpu_reset.py), and its build is a PausableProbe.
+    paused_for_gpu_reset: bool = False
 
 
 def _kmsg(s: Settings, once: bool) -> Probe:
@@ -89,18 +92,18 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec(
         "nvml", "nvidia-ml-py", ProbeSettings(interval=15.0, deadline=10.0), lambda s, once: NvmlProbe(),
         (*catalog.GPU_STATE, *catalog.NVML_ONLY),
-        conditions=(condition_types.GPU, condition_types.NVLINK), counts_gpus=True,
+        conditions=(condition_types.GPU, condition_types.NVLINK), counts_gpus=True, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
         "dcgm", "dcgmi health", ProbeSettings(interval=30.0, deadline=20.0),
         lambda s, once: DcgmHealthProbe(shlex.split(s.dcgmi)), catalog.DCGM_HEALTH,
-        conditions=(condition_types.GPU,), check=_dcgmi_runs,
+        conditions=(condition_types.GPU,), check=_dcgmi_runs, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
         # dcgmi diag -r 1 takes seconds on a healthy node; an hour apart it costs nothing measurable.
         "diag", "dcgmi diag", ProbeSettings(interval=3600.0, deadline=300.0),
         lambda s, once: DcgmDiagProbe(shlex.split(s.dcgmi), level=s.diag_level), catalog.DCGM_DIAG,
-        conditions=(condition_types.GPU,), check=_dcgmi_runs,
+        conditions=(condition_types.GPU,), check=_dcgmi_runs, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
         "dcgm_exporter", "a local dcgm-exporter's /metrics; on when --dcgm-exporter-url is given",
@@ -109,7 +112,7 @@ PROBES: tuple[ProbeSpec, ...] = (
                                           aliases=tuple(s.dcgm_exporter_hostnames.split(","))),
         (*catalog.GPU_STATE, *catalog.DCGM_EXPORTER),
         conditions=(condition_types.GPU,), counts_gpus=True,
-        enabled_by=lambda s: bool(s.dcgm_exporter), check=_has_dcgm_exporter_url,
+        enabled_by=lambda s: bool(s.dcgm_exporter), check=_has_dcgm_exporter_url, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
         "efa", "sysfs", ProbeSettings(interval=15.0, deadline=5.0),

@@ -6,8 +6,9 @@ device per MIG instance (`type: mig`, `uuid`, `parentUUID`, `profile`). See test
 slices. An alert names its GPU by PCI bus id (the kernel log's `0000:9b:00`, NVML's `00000000:9B:00.0`), by
 UUID, or by index; `NodeDevices.find` accepts each.
 
-A reset takes every MIG instance of the GPU with it, so quarantining a GPU quarantines its whole family: the
-GPU's device and the devices whose parent it is.
+A reset takes every MIG instance of the GPU with it, so quarantining a GPU for a reset quarantines its whole
+family: the GPU's device and the devices whose parent it is. A fault on one MIG instance that asks for no reset
+(an alert naming its `mig_uuid`) is that instance's alone: `NodeDevices.find_mig` finds its device.
 """
 
 from __future__ import annotations
@@ -68,6 +69,15 @@ class NodeDevices:
         if gpu.isdigit():
             return next((g for g in gpus if g.index == int(gpu) or g.name == f"gpu-{gpu}"), None)
         return None
+
+    def find_mig(self, uuid: str) -> Device | None:
+        """The MIG device with this UUID (an alert's `mig_uuid`): the one device an Xid on a MIG GPU instance
+        names. (`find` maps the same UUID to its GPU, for the reset.)"""
+        return next((d for d in self.devices if d.kind == "mig" and d.uuid == uuid), None)
+
+    def parent(self, mig: Device) -> Device | None:
+        """A MIG device's GPU, when the driver publishes it too."""
+        return next((g for g in self.devices if g.kind == "gpu" and g.uuid == mig.parent_uuid), None)
 
     def family(self, gpu: Device) -> tuple[Device, ...]:
         """The GPU and its MIG devices: what one reset takes, and so what one quarantine covers."""

@@ -278,7 +278,7 @@ class _Planner:
         mig_uuid = next(iter(migs)) if len(migs) == 1 else None
         if mig_uuid is not None:  # every alert names one MIG instance of the GPU (an Xid on that GPU instance)
             mig = v.devices.find_mig(mig_uuid)
-            parent = mig and v.devices.parent(mig)
+            parent = v.devices.parent(mig) if mig is not None else None
             if mig is None or (parent is not None and v.devices.find(label) != parent):
                 return (), (f"MIG device {mig_uuid} of GPU {label} is not among the node's DRA devices (driver "
                             f"{v.devices.driver})")
@@ -319,14 +319,15 @@ class _Planner:
         self._scope_view()
 
     def _widen(self, devices: tuple[str, ...]) -> None:
-        """A fault on one MIG instance now asks for what takes its whole GPU (a reset): the quarantine grows to the
-        GPU and every instance, its ladder from the start (NoSchedule, then NoExecute on them all), still at GPU
-        scope; said in the first decision's reason."""
+        """A fault on one MIG instance is now its GPU's (it asks for a reset, which takes every instance, or the
+        alerts name the GPU or another of its instances): the quarantine grows to the GPU and all its instances, its
+        ladder from the start (NoSchedule, then NoExecute on them all), still at GPU scope, not the node's; said in
+        the first decision's reason."""
         st = self.state
         self.state = replace(st, devices=devices, rung=None, rung_status=None, rung_started=None, rung_done=None,
                              timed_out=False)
-        self.scope_note = (f"; MIG device {', '.join(st.devices)} was quarantined alone, and the alerts now ask for "
-                           "what takes its whole GPU (a reset takes every MIG instance)")
+        self.scope_note = (f"; the fault grew from MIG device {', '.join(st.devices)} to its GPU: the GPU and every "
+                           "MIG instance of it are quarantined")
 
     def _scope_view(self) -> None:
         """At GPU scope the rungs see only the pods that hold the quarantined devices (their claims say so)."""

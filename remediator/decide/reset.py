@@ -35,8 +35,10 @@ def still_holding(view: NodeView, state: NodeState, policy: Policy) -> list[str]
     """What still holds the node's GPUs open before the reset may start; [] when nothing does."""
     left = [f"pod {name}" for name in view.gpu_clients]
     if policy.reset.wait_for_exporter and view.exporter_condition is not None:
-        released = view.exporter_condition.get("reason") == RELEASED_REASON and \
-            (state.job or "") in str(view.exporter_condition.get("message") or "")
+        message = str(view.exporter_condition.get("message") or "")
+        # the exporter's message ends with the request it answers (exporter/gpu_reset.py): this one, not another
+        released = view.exporter_condition.get("reason") == RELEASED_REASON and bool(state.job) and \
+            message.endswith(f" {state.job}")
         if not released:
             left.append(f"gpuhealth's exporter ({EXPORTER_CONDITION} not yet {RELEASED_REASON} for {state.job})")
     return left

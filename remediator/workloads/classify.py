@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from remediator.decide.devices import normal_pci
 from remediator.decide.nodestate import parse_time
 
 INFRA, APP, UNKNOWN = "infra", "app", "unknown"
@@ -84,6 +85,7 @@ class NodeSignal:
     remediation: str = "none"
     component: str = ""
     gpu: str | None = None
+    mig_uuid: str | None = None  # the MIG device an alert on one MIG GPU instance names (its GPU: gpu)
 
     def describe(self) -> str:
         what = f"alert {self.name}" if self.kind == "alert" else f"gpuhealth {self.name}"
@@ -92,6 +94,8 @@ class NodeSignal:
             bits.append(f"component {self.component}")
         if self.gpu:
             bits.append(f"gpu {self.gpu}")
+        if self.mig_uuid:
+            bits.append(f"MIG device {self.mig_uuid}")
         return f"{what} ({', '.join(bits)}) on node {self.node}"
 
 
@@ -177,20 +181,30 @@ def _ago(delta: timedelta) -> str:
     return f"{text} before the failure" if delta.total_seconds() >= 0 else f"{text} after the failure"
 
 
-def _gpu_matches(signal_gpu: str | None, pod_gpus: frozenset[str] | None) -> bool:
-    """pod_gpus None: the pod had every GPU of its node."""
+def _gpu_key(name: str) -> str:
+    """A GPU's name in one form: a PCI bus id as domain:bus:device whatever its writer's width, else lower-case."""
+    return normal_pci(name) or name.strip().lower()
+
+
+def _gpu_matches(sig: NodeSignal, pod_gpus: frozenset[str] | None) -> bool:
+    """Was the signal on the pod's GPU? pod_gpus None: the pod had every GPU of its node. An alert on one MIG
+    instance (mig_uuid) is the pod's only if the pod held that MIG device, where the pod's MIG devices are known
+    (MIG UUIDs among pod_gpus); a pod on another instance of the same GPU did not share its fault."""
     if pod_gpus is None:
         return True
-    if signal_gpu is None:
-        return False
-    return signal_gpu.strip().lower() in {g.strip().lower() for g in pod_gpus}
+    names = {_gpu_key(g) for g in pod_gpus}
+    migs = {n for n in names if n.startswith("mig-")}
+    if sig.mig_uuid and migs:
+        return sig.mig_uuid.strip().lower() in migs
+    return sig.gpu is not None and _gpu_key(sig.gpu) in names
 
 
 def classify(pod: dict[str, Any], signals: list[NodeSignal], settings: Settings | None = None,
              now: datetime | None = None, pod_gpus: frozenset[str] | None = None) -> Verdict:
     """The verdict on one Failed pod. `signals` may hold any node's: only the pod's node counts.
     `now` None: the look-ahead is taken as passed (the CLI asks after the fact). `pod_gpus`: the GPUs the
-    pod had (indices or PCI bus ids, as the alerts' gpu label), None when it had all of its node's."""
+    pod had (indices or PCI bus ids, as the alerts' gpu label, and the UUIDs of the MIG devices it had), None
+    when it had all of its node's."""
     s = settings or Settings()
     f = pod_facts(pod)
     evidence: list[str] = []
@@ -230,11 +244,11 @@ def classify(pod: dict[str, Any], signals: list[NodeSignal], settings: Settings 
             if sig.node != f.node or sig.start > hi or end < lo:
                 continue
             when = _ago(failed_at - sig.start)
-            if sig.kind == "alert" and sig.name in CONTAINED_MEMORY_ALERTS and _gpu_matches(sig.gpu, pod_gpus):
+            if sig.kind == "alert" and sig.name in CONTAINED_MEMORY_ALERTS and _gpu_matches(sig, pod_gpus):
                 contained.append(sig)
                 evidence.append(f"{sig.describe()} started {when}: a contained memory error ends the process")
             elif sig.kind == "alert" and sig.name in APP_XID_ALERTS:
-                if _gpu_matches(sig.gpu, pod_gpus):
+                if _gpu_matches(sig, pod_gpus):
                     app_xids.append(sig)
                     evidence.append(f"{sig.describe()} started {when}: an application Xid on the pod's GPU")
                 else:

@@ -40,7 +40,7 @@ def _from_record(node: str, r: AlertRecord) -> NodeSignal | None:
     if start is None:
         return None
     end = _time(r.ends_at) if r.status == "resolved" else None
-    return NodeSignal("alert", r.name, node, start, end, r.remediation, r.component, r.gpu)
+    return NodeSignal("alert", r.name, node, start, end, r.remediation, r.component, r.gpu, r.mig_uuid)
 
 
 def signals_from_webhook(raw: bytes | str, policy: Policy) -> list[NodeSignal]:

@@ -31,12 +31,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from remediator.clients.kube import MERGE_PATCH, Kube, read_or_none
+from remediator.decide.devices import ClaimIndex, NodeDevices, claim_index, devices_by_node
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.metrics import Metrics
 from remediator.policy import Policy
 from remediator.workloads.classify import (
     APP,
+    GPUS_ANNOTATION,
     NODE_SUSPECT_REASONS,
     Settings,
     Verdict,
@@ -173,6 +175,7 @@ class WorkloadWatcher:
         self.loops: dict[Workload, LoopState] = {}  # workloads without a Job to keep the count on; dry run
         self._gauges: dict[str, set[tuple[str, str]]] = {}  # the series each gauge holds now
         self._nodes_seen: dict[str, tuple[dict[str, Any] | None, list[Any]]] = {}  # a pass's node reads
+        self._dra_seen: tuple[dict[str, NodeDevices], ClaimIndex] | None = None  # a pass's DRA reads
         metrics.init_workloads(policy.workloads.namespaces)
 
     # --- the watch cache's callback: something changed, look soon -----------------------------
@@ -236,6 +239,7 @@ class WorkloadWatcher:
         now = self.clock()
         outcomes = []
         self._nodes_seen = {}  # this pass's node reads
+        self._dra_seen = None
         for pod in self.pending():
             if not self.is_leader():  # lost the Lease mid-pass: the next leader carries on
                 break
@@ -281,7 +285,8 @@ class WorkloadWatcher:
         node, signals = self._nodes_seen[facts.node]
         capacity = ((node or {}).get("status") or {}).get("capacity") or {}
         node_gpus = int(capacity["nvidia.com/gpu"]) if str(capacity.get("nvidia.com/gpu", "")).isdigit() else None
-        verdict = classify(pod, signals, self.settings, now, pod_gpus(pod, node_gpus))
+        gpus = None if GPUS_ANNOTATION in (meta.get("annotations") or {}) else self._claimed_gpus(pod, facts.node)
+        verdict = classify(pod, signals, self.settings, now, pod_gpus(pod, node_gpus) if gpus is None else gpus)
         if not verdict.final:
             return Outcome(ns, name, phase, verdict)
         workload = workload_of(pod)
@@ -309,6 +314,34 @@ class WorkloadWatcher:
         self._event(name, ns, "Pod", "v1", EventReason.WORKLOAD_FAILURE_CLASSIFIED, message, now,
                     warning=verdict.cls != APP)
         return Outcome(ns, name, phase, verdict, recorded=True)
+
+    def _claimed_gpus(self, pod: dict[str, Any], node: str) -> frozenset[str] | None:
+        """What the pod's ResourceClaims were allocated on its node (DRA, status.reservedFor): each GPU's PCI bus id
+        and UUID, and each MIG device's UUID with its GPU's. So an Xid on one MIG instance is the failure of the
+        pods on that instance only. None: not known (DRA off, no claim reserved for the pod names a device of the
+        node, e.g. the claim controller already released it, or the objects could not be read)."""
+        if not self.policy.dra.enabled or not node:
+            return None
+        if self._dra_seen is None:
+            try:
+                self._dra_seen = (devices_by_node(self.kube.list_resource_slices(), self.policy.dra.driver),
+                                  claim_index(self.kube.list_resource_claims()))
+            except Exception as exc:  # the pods' GPU requests still say what they can
+                log.warning("listing ResourceSlices and ResourceClaims for the workload watcher: %s", exc)
+                self._dra_seen = ({}, ClaimIndex())
+        slices, claims = self._dra_seen
+        mine = slices.get(node)
+        if mine is None:
+            return None
+        meta = pod.get("metadata") or {}
+        holder = f"{meta.get('namespace')}/{meta.get('name')}"
+        out: set[str] = set()
+        for d in mine.devices:
+            if holder not in claims.pods.get((mine.driver, mine.pool, d.name), ()):
+                continue
+            gpu = d if d.kind == "gpu" else mine.parent(d)
+            out |= {d.uuid} | ({gpu.uuid, gpu.pci_bus_id or ""} if gpu is not None else set())
+        return frozenset(out - {""}) or None
 
     def _node(self, name: str) -> dict[str, Any] | None:
         if not name:

@@ -184,6 +184,14 @@ class NodeOptions:
     enable: tuple[str, ...] = ()  # probes to turn on beyond the rendered config's (e.g. diag, nvml)
     dra: bool = False  # its 8 GPUs published by NVIDIA's DRA driver (as on a real EKS H100 node), an inference
     # pod on each (namespace serve, its ResourceClaim allocated that GPU)
+    gpu_operator: bool = False  # the NVIDIA GPU Operator's operands run there (nvidia.com/gpu.deploy.* "true", their
+    # DaemonSet pods in gpu-operator), and hold the GPUs open as they do: a reset fails while any of them runs
+
+
+# The GPU Operator's operands that hold a GPU open, with their DaemonSet pods' app label (as the Operator deploys them)
+GPU_OPERATOR_OPERANDS = {"device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery":
+                         "gpu-feature-discovery", "dcgm-exporter": "nvidia-dcgm-exporter", "dcgm": "nvidia-dcgm"}
+GPU_OPERATOR_NS = "gpu-operator"
 
 
 class _ScrapeServer(ThreadingHTTPServer):
@@ -240,6 +248,7 @@ class SimNode:
 
     def prepare(self) -> None:
         (self.dir / "state").mkdir(parents=True, exist_ok=True)
+        (self.dir / "pod-resources").mkdir(exist_ok=True)  # the kubelet's socket dir (no kubelet: mapping unknown)
         (self.dir / "boot_id").write_text(f"boot-{self.boot}\n")
         if not self.kmsg.exists():
             self.kmsg.write_text("")
@@ -256,7 +265,8 @@ class SimNode:
             pod_name=f"gpuhealth-exporter-{self.name}", node=self.name, ip=self.pod_ip, host_ip=self.host_ip,
             root=self.dir / "pod", token=self.token,
             host_paths={"/dev/kmsg": self.kmsg, "/sys": self.dir / "sysfs" / "sys",
-                        "/var/lib/gpuhealth": self.dir / "state"},
+                        "/var/lib/gpuhealth": self.dir / "state",
+                        "/var/lib/kubelet/pod-resources": self.dir / "pod-resources"},
             kernel_files={"/proc/sys/kernel/random/boot_id": self.dir / "boot_id"})
         # Stand-ins for what a container gets from the node and the cluster: the kernel log as a file (the
         # device cannot be faked), the API server's address and the projected token's directory.
@@ -366,6 +376,7 @@ class Stack:
         self.services: list[ServiceProxy] = []
         self._stop = threading.Event()
         self.rebooted: list[str] = []
+        self.resets: list[tuple[str, list[str]]] = []  # each reset Job's node and what held the GPU then
         self.extra_scrapes: list[dict[str, Any]] = []
         self.chart_values = deep_merge({
             "exporter": {"config": E2E_EXPORTER_CONFIG},
@@ -481,6 +492,10 @@ class Stack:
                                            options=options)
                 # a training job on every node, protected by a PodDisruptionBudget
                 self.cluster.add_pod(name, f"train-{name}", namespace="ml", labels={"app": "train"})
+                if options.gpu_operator:
+                    self.cluster.update_node(name, lambda n: n["metadata"]["labels"].update(
+                        {f"nvidia.com/gpu.deploy.{op}": "true" for op in GPU_OPERATOR_OPERANDS}))
+                    self._gpu_operator(name)
                 if options.dra:
                     for device in self.cluster.dra.publish_gpus(name):
                         pod = f"infer-{name}-{device['name']}"
@@ -726,19 +741,54 @@ class Stack:
         with urllib.request.urlopen(req, timeout=5):
             pass
 
-    # --- the node side of a reboot Job ---
+    # --- the node side of reboot and reset Jobs, and the GPU Operator's DaemonSets ---
+    def _gpu_operator(self, node: str) -> None:
+        """The GPU Operator's DaemonSet controller on one node: an operand's pod runs where its label is "true"."""
+        labels = self.cluster.node(node)["metadata"]["labels"]
+        for op, app in GPU_OPERATOR_OPERANDS.items():
+            key = (GPU_OPERATOR_NS, f"{app}-{node}")
+            wanted = labels.get(f"nvidia.com/gpu.deploy.{op}") == "true"
+            if wanted and key not in self.cluster.pods:
+                self.cluster.add_pod(node, key[1], namespace=GPU_OPERATOR_NS, labels={"app": app},
+                                     owner_kind="DaemonSet")
+            elif not wanted and key in self.cluster.pods:
+                with self.cluster.lock:
+                    self.cluster._emit("pods", self.cluster.pods.pop(key), None, deleted=True)
+
+    def _gpu_held_by(self, node: str) -> list[str]:
+        """What would make nvidia-smi --gpu-reset fail on the node: an operand's pod, or gpuhealth's exporter not
+        having released NVML for this reset (its condition's answer)."""
+        held = [name for (ns, name), pod in list(self.cluster.pods.items())
+                if ns == GPU_OPERATOR_NS and pod["spec"].get("nodeName") == node]
+        conditions = self.cluster.node(node)["status"].get("conditions") or []
+        probes = next((c for c in conditions if c.get("type") == "GpuhealthProbesHealthy"), {})
+        if probes.get("reason") != "ReleasedForGPUReset":
+            held.append("gpuhealth-exporter (NVML)")
+        return held
+
     def _node_agent(self) -> None:
-        """Plays the node for reboot Jobs: the machine goes down and comes back with a new boot id."""
+        """Plays the nodes: reboot Jobs take the machine down and back with a new boot id; reset Jobs succeed only
+        when nothing holds the GPU; the GPU Operator's DaemonSets follow their labels."""
         done: set[str] = set()
         while not self._stop.wait(0.5):
+            for name, node in self.nodes.items():
+                if node.options.gpu_operator:
+                    self._gpu_operator(name)
             for job in self.jobs():
                 name = job["metadata"]["name"]
-                if name in done or "reboot" not in name:
+                if name in done or not ("reboot" in name or "reset" in name):
                     continue
                 node = next((n for n in self.nodes if n in json.dumps(job["spec"])), None)
                 if node is None:
                     continue
                 done.add(name)
+                if "reset" in name:
+                    held = self._gpu_held_by(node)
+                    self.resets.append((node, held))
+                    with self.cluster.lock:
+                        self.cluster.jobs[(job["metadata"]["namespace"], name)]["status"] = \
+                            {"failed": 1} if held else {"succeeded": 1}
+                    continue
                 self.rebooted.append(node)
                 self.nodes[node].reboot()
                 boot = f"boot-{self.nodes[node].boot}"

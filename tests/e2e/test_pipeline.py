@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stack import FIXTURES, ROOT, NodeOptions, Stack, http_get, http_json, log_tail, wait_for
+from stack import FIXTURES, GPU_OPERATOR_OPERANDS, ROOT, NodeOptions, Stack, http_get, http_json, log_tail, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
 
@@ -74,14 +74,16 @@ def test_fatal_xid_79_cordons_drains_reboots_and_returns_the_node_to_service(sta
 
 @pytest.fixture
 def dra_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    yield from _running(request, node_options={"pool-a-gpu-0": NodeOptions(dra=True)})
+    yield from _running(request, node_options={"pool-a-gpu-0": NodeOptions(dra=True, gpu_operator=True)})
 
 
-def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_the_other_seven_keep_running(
+def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_resets_it_with_its_clients_stopped(
         dra_stack: Stack) -> None:
     """GPU scope end to end: the kernel line, the exporter's counter, the rule, Alertmanager's route as the
     operator renders it, the remediator's DeviceTaintRule; the fake API server evicts as kube-controller-manager
-    does. (Return to service is the harness's: GPUXidFatal stays firing ~10 minutes after the event.)"""
+    does. Then the reset sequence: the GPU Operator's operands paused (their DaemonSet pods go), the real exporter
+    releasing NVML on the reset request, the reset (which fails while anything holds the GPU), and everything
+    restored. (Return to service is the harness's: GPUXidFatal stays firing ~10 minutes after the event.)"""
     stack = dra_stack
     node = stack.nodes["pool-a-gpu-0"]
     devices = {d["name"]: d for d in stack.cluster.dra.slices[f"{node.name}-gpu.nvidia.com-x"]["spec"]["devices"]}
@@ -97,11 +99,25 @@ def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_the_other_s
     wait_for("the pod on that GPU evicted",
              lambda: f"serve/infer-{node.name}-gpu-2" in stack.cluster.evictions(), timeout=30)
     assert {device for device, _ in quarantined()} == {"gpu-2"}
-    wait_for("the reset Job for that GPU", lambda: [j for j in stack.jobs(node.name)
-                                                    if "reset" in j["metadata"]["name"]], timeout=60)
+    operands = [f"nvidia.com/gpu.deploy.{op}" for op in GPU_OPERATOR_OPERANDS]
+
+    def labels() -> dict[str, str]:
+        return {k: stack.cluster.node(node.name)["metadata"]["labels"].get(k, "") for k in operands}
+
+    wait_for("the operands paused", lambda: set(labels().values()) == {"paused-for-gpu-reset"}, timeout=60)
+    assert not [j for j in stack.jobs(node.name) if "reset" in j["metadata"]["name"]]  # not while they hold it
+    wait_for("the reset Job for that GPU", lambda: stack.resets, timeout=60)
+    assert stack.resets == [(node.name, [])]  # nothing held the GPU when it ran: the operands gone, NVML released
+    wait_for("the operands restored", lambda: set(labels().values()) == {"true"}, timeout=30)
+    wait_for("the exporter back on NVML", lambda: next(
+        c for c in stack.cluster.node(node.name)["status"]["conditions"] if c["type"] == "GpuhealthProbesHealthy"
+    )["reason"] != "ReleasedForGPUReset", timeout=30)
+    assert "gpuhealth.io/gpu-reset-request" not in stack.cluster.annotations(node.name)
     assert not stack.cordoned(node.name)
     assert stack.cluster.evictions() == [f"serve/infer-{node.name}-gpu-2"]  # the other seven, and train-*, kept
-    assert "GPUQuarantined" in events(stack, node.name) and "Cordoned" not in events(stack, node.name)
+    reasons = events(stack, node.name)
+    assert {"GPUQuarantined", "GPUClientsStopping", "GPUResetSucceeded", "GPUClientsRestored"} <= set(reasons)
+    assert "Cordoned" not in reasons
 
 
 def test_a_single_application_xid_leaves_the_node_alone(stack: Stack) -> None:

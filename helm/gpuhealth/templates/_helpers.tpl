@@ -108,7 +108,8 @@ runtime
 The exporter container's securityContext: exporter.securityContext as given, else the narrowest that the
 enabled probes need (docs/install.md, "What each probe needs"). Only the kernel log read from a hostPath
 /dev/kmsg needs privileged: the runtime's device cgroup lets an unprivileged container open no host
-device, whatever its capabilities. NVML, DCGM, EFA and diag need no capability.
+device, whatever its capabilities. NVML, DCGM, EFA and diag need no capability. The kubelet's
+pod-resources socket (exporter.podResources) needs uid 0, and no capability.
 */}}
 {{- define "gpuhealth.exporter.securityContext" -}}
 {{- $kmsg := include "gpuhealth.exporter.kmsg" . -}}
@@ -121,7 +122,7 @@ readOnlyRootFilesystem: true
 {{- else -}}
 privileged: false
 allowPrivilegeEscalation: false
-{{- if eq $kmsg "runtime" }}
+{{- if or (eq $kmsg "runtime") .Values.exporter.podResources.enabled }}
 runAsUser: 0
 {{- else }}
 runAsNonRoot: true
