@@ -171,9 +171,10 @@ EFA = (
 # container would rename namespace/pod/container to exported_*.
 POD_RESOURCES = (
     Family("gpuhealth_pod_resources_success", "gauge", (),
-           "1 if the last read of the kubelet's pod-resources API (List) answered in time and is fresh, else 0 "
-           "(no socket, permission denied, timeout, error): the GPU -> pod mapping is then unknown, which is no "
-           "fault of the node. Absent when the read is off (--no-pod-resources)."),
+           "1 if the last read of the kubelet's pod-resources API (List, GetAllocatableResources) answered in time, "
+           "is fresh and found GPUs a device plugin advertises, else 0 (no socket, permission denied, timeout, "
+           "error, or no device-plugin GPU: a DRA node): the GPU -> pod mapping is then unknown, which is no fault "
+           "of the node. Absent when the read is off (--no-pod-resources)."),
     Family("gpuhealth_pod_resources_duration_seconds", "gauge", (), "Duration of the last pod-resources read."),
     Family("gpuhealth_gpu_pod_info", "gauge",
            (*GPU, "resource", "device", "pod_namespace", "pod_name", "container_name"),

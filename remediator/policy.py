@@ -567,7 +567,7 @@ def _reset(r: YamlReader, value: Any) -> ResetSettings:
         kw["operands"] = _operands(r, reset["operands"])
     if "pause_value" in reset:
         pause = r.string("reset.pause_value", reset["pause_value"])
-        if pause == "true" or len(pause) > 63 or not _LABEL_NAME.match(pause):
+        if pause == "true" or len(pause) > 63 or not _LABEL_NAME.fullmatch(pause):
             raise r.fail("reset.pause_value", f"{pause!r} must be a label value other than \"true\" (up to 63 "
                          "letters, digits, '-', '_' or '.')")
         kw["pause_value"] = pause
@@ -598,9 +598,11 @@ def _operands(r: YamlReader, value: Any) -> tuple[Operand, ...]:
         key = f"reset.operands[{i}]"
         entry = r.section(key, {"name", "pods"}, item)
         name = r.string(f"{key}.name", entry.get("name"))
-        if not _LABEL_NAME.match(name) or len(f"gpu.deploy.{name}") > 63:  # a label key's name part
+        if not _LABEL_NAME.fullmatch(name) or len(f"gpu.deploy.{name}") > 63:  # a label key's name part
             raise r.fail(f"{key}.name", f"{name!r} does not make a label key {OPERAND_LABEL_PREFIX}<name>")
-        pods = entry.get("pods") or {}
+        pods = entry.get("pods", {})
+        if pods is None:
+            pods = {}
         if not isinstance(pods, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pods.items()):
             raise r.fail(f"{key}.pods", "expected a mapping of label: value (the operand's pods), or none")
         out.append(Operand(name, tuple(sorted(pods.items()))))
@@ -690,6 +692,9 @@ def _ladder(r: YamlReader, value: Any) -> LadderSettings:
                 if "timeout" in spec else base.timeout,
                 escalate_after=r.duration(f"ladder.{name}.escalate_after", spec["escalate_after"], optional=True)
                 if "escalate_after" in spec else base.escalate_after)
+    if rungs["reset_gpu"].timeout is None:
+        raise r.fail("ladder.reset_gpu.timeout", "must be a duration, not null: a reset stops the node's GPU clients "
+                     "first, and only the rung's end (at the latest its timeout) brings them back")
     return LadderSettings(rungs=rungs, **kw)
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 RECORDED_SLICES = Path(__file__).parent / "fixtures" / "dra" / "resourceslices_eks_2x8_h100_v1.yaml"
-RECORDED_MIG_SLICE = Path(__file__).parent / "fixtures" / "dra" / "resourceslice_kind_a100_80gb_mig_v1alpha3_excerpt.yaml"
+RECORDED_MIG_SLICE = RECORDED_SLICES.parent / "resourceslice_kind_a100_80gb_mig_v1alpha3_excerpt.yaml"
 MIG_FIXTURES = Path(__file__).parent / "fixtures" / "mig"
 GROUP = "resource.k8s.io"
 EFFECTS = ("NoSchedule", "NoExecute", "None")

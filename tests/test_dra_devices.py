@@ -52,6 +52,9 @@ def test_a_mig_gpus_family_is_the_gpu_and_every_instance_on_it() -> None:
     family = node.family(gpu)
     assert [d.name for d in family] == ["gpu-0", "gpu-0-mig-19-6-1"] and family[1].kind == "mig"
     assert node.find("MIG-a280f2d0-03b7-5a7c-adea-94cb1d0726ba") == gpu  # an instance's UUID names its GPU
+    mig = node.find_mig("MIG-a280f2d0-03b7-5a7c-adea-94cb1d0726ba")  # and the instance itself, for instance scope
+    assert mig == family[1] and node.parent(mig) == gpu
+    assert node.find_mig(parent) is None and node.find_mig("MIG-00000000-0000-0000-0000-000000000000") is None
 
 
 def test_claims_say_which_pods_hold_a_device() -> None:

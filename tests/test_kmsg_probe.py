@@ -102,8 +102,8 @@ def _documented_xid_lines(fixtures: Path) -> list[str]:
     for fmt in formats:
         line = fmt.replace("%04x", "0000", 1).replace("%02x", "01", 1).replace("%02x", "00", 1)
         line = line.replace("GPU-I:%02u", "GPU-I:05").replace("GPU-CI:%02u", "GPU-CI:01").replace("%d", "94", 1)
-        line = line.replace("pid=%s, name=%s, ", "pid=7194, name=python3, ").replace("%s%s", "Contained: CE User "
-                                                                                     "Channel (0x9). RST: No, D-RST: No")
+        line = line.replace("pid=%s, name=%s, ", "pid=7194, name=python3, ")
+        line = line.replace("%s%s", "Contained: CE User Channel (0x9). RST: No, D-RST: No")
         assert "%" not in line, line
         lines.append(line)
     return lines

@@ -359,10 +359,11 @@ def test_an_alert_records_its_mig_device_and_a_state_from_before_mig_still_reads
     import dataclasses
     import json
 
+    from remediator_harness import webhook
+
     from remediator.decide.nodestate import NodeState
     from remediator.intake.webhook import parse_webhook
     from remediator.policy import Policy
-    from remediator_harness import webhook
 
     uuid = "MIG-8aa1fc52-9818-58ec-bc64-8f0cae121bb4"
     batch = parse_webhook(json.dumps(webhook("gpu-1", "drain", gpu="00000000:64:00.0", labels={"mig_uuid": uuid})),

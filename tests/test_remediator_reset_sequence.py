@@ -102,7 +102,8 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     state = _to_stopping(h)
     assert state.reset_phase == "stopping" and set(state.paused) == {_label(op) for op in OPERAND_PODS}
     assert _labels(cluster) == {**{_label(op): PAUSED for op in OPERAND_PODS}, _label("driver"): "true"}
-    assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == state.job
+    assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == state.reset_request
+    assert state.reset_request is not None and state.reset_request.startswith(f"{state.job}.")
     assert not cluster.jobs  # nothing may reset a GPU that is held open
     assert "GPUClientsStopping" in cluster.reasons("gpu-1")
 
@@ -112,7 +113,7 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     _daemonset_controller(cluster, "gpu-1")
     (waiting,) = h.decided(h.step())
     assert waiting.decision == "deferred" and "pod " not in waiting.reason and "exporter" in waiting.reason
-    for other in ("some-other-job", f"{state.job}0"):  # an answer to another request is no answer
+    for other in ("some-other-job", state.job, f"{state.reset_request}0"):  # an answer to another request is no answer
         _exporter_says(cluster, "gpu-1", "ReleasedForGPUReset", f"released NVML for GPU reset request {other}")
         assert h.decided(h.step())[0].decision == "deferred"
 
@@ -121,7 +122,7 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     assert (start.action, start.decision, start.gpu) == ("reset_gpu", "execute", GPU)
     assert [j for j in cluster.jobs if "reset" in j[1]] and "GPUClientsStopped" in cluster.reasons("gpu-1")
     assert h.state("gpu-1").reset_phase == "resetting"
-    assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == state.job  # still released while it runs
+    assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == state.reset_request  # released while it runs
 
     _finish(cluster, "succeeded")
     decided = h.decided(h.step())

@@ -93,8 +93,7 @@ class Executor:
         else:
             body = state_body(plan.final_state) if plan.changed else {}
         body, karpenter_note = with_do_not_disrupt(body, plan.base_state, plan.final_state)
-        body, clients_note = with_gpu_clients(body, node, plan.base_state, plan.final_state,
-                                              self.policy.reset.pause_value)
+        body, clients_note = with_gpu_clients(body, node, plan.base_state, plan.final_state)
         if body:
             self.guard.check()
             try:
@@ -140,8 +139,9 @@ class Executor:
         if d.action in (Action.STOP_GPU_CLIENTS, Action.RESTORE_GPU_CLIENTS):  # the state write did it
             st = plan.final_state if d.action == Action.STOP_GPU_CLIENTS else plan.base_state
             labels = ", ".join(st.paused) or "no operand label"
-            return (f"paused {labels}; {RESET_REQUEST_ANNOTATION}={st.job}" if d.action == Action.STOP_GPU_CLIENTS
-                    else f"restored {labels}; removed {RESET_REQUEST_ANNOTATION}")
+            if d.action == Action.STOP_GPU_CLIENTS:
+                return f"paused {labels}; {RESET_REQUEST_ANNOTATION}={st.reset_request}"
+            return f"restored {labels}; removed {RESET_REQUEST_ANNOTATION}"
         if d.action == Action.QUARANTINE_GPU:
             try:
                 return self._quarantine(d, view)

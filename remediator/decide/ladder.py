@@ -200,7 +200,7 @@ class _Planner:
         base, st = self.plan.base_state, self.state
         if not (base.reset_phase or base.paused) or (st.rung == Rung.RESET_GPU and st.rung_status == "running"):
             return
-        self.state = replace(st, reset_phase=None, paused=())
+        self.state = replace(st, reset_phase=None, paused=(), pause_value=None)
         what = ", ".join(base.paused) or "no operand label"
         self.out(Action.RESTORE_GPU_CLIENTS, Verdict.EXECUTE, f"the reset is over: {what} back to \"true\", "
                  "gpuhealth's exporter takes NVML back")
@@ -227,6 +227,10 @@ class _Planner:
         if v.human_cordoned:
             return self.out(Action.NONE, Verdict.SKIPPED, "cordoned by a person, not by gpuhealth: left alone")
         if v.taken_over and st.scope == Scope.NODE:
+            if actionable and st.reset_phase is not None:  # the GPU's clients come back: the person has the node
+                self.state = replace(st, rung_status="failed", rung_done=fmt_time(now))
+                self.note(Note(EventReason.GPU_RESET_SKIPPED, "gpuhealth's taint was removed while the reset was "
+                               "under way: a person took over; the GPU's clients are restored", rung=Rung.RESET_GPU))
             if actionable:
                 return self.out(Action.NONE, Verdict.SKIPPED,
                                 "gpuhealth's taint was removed from the node: a person took over; "
@@ -396,7 +400,8 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED, "alerts resolved before any action")
         if st.healthy_since is None:
             self.state = st = replace(st, healthy_since=fmt_time(now))
-        if st.rung == Rung.RESET_GPU and st.rung_status == "running" and st.reset_phase == "stopping":
+        if st.rung == Rung.RESET_GPU and st.rung_status == "running" and (
+                st.reset_phase == "stopping" or (st.reset_phase == "resetting" and v.job_status == "missing")):
             self.state = st = replace(st, rung_status="failed", rung_done=fmt_time(now))
             self.note(Note(EventReason.GPU_RESET_SKIPPED, "the alerts resolved while the GPU's clients were stopping: "
                            "not resetting", rung=Rung.RESET_GPU))
@@ -476,6 +481,9 @@ class _Planner:
                     return None
                 if rung == "replace":
                     return self.out(Action.REPLACE, Verdict.SKIPPED, "replacement under way")
+                if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == "missing" and gpu and \
+                        reset_target(v, policy, gpu) != st.gpu:  # no Job yet: it resets what the alerts name now
+                    self.state = st = replace(st, gpu=reset_target(v, policy, gpu))
                 if rung == Rung.RESET_GPU and st.reset_phase == "stopping":
                     left = still_holding(v, st, policy)
                     return self.out(Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
@@ -527,6 +535,10 @@ class _Planner:
                 continue
             if rung_index(nxt) > max_idx:
                 return self.out(Action.NONE, Verdict.SKIPPED, f"ladder stops at {policy.ladder.max_rung}")
+            if rung_index(nxt) > rung_index(Rung.RESET_GPU) and self.plan.drain_only is not None:
+                # past the one GPU's reset (a reboot, a replacement): the whole node must be empty first
+                self.v = v = self.full
+                self.plan.drain_only = None
             if nxt in NEEDS_DRAINED:
                 if not v.pods_known:
                     return self.out(Action(nxt), Verdict.DEFERRED, "pods unknown — pass --pods")
@@ -546,7 +558,7 @@ class _Planner:
                 return None
             self.ledger.take(v, budgeted)
             started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
-                                     rung_done=None, timed_out=False, reset_phase=None, paused=())
+                                     rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None)
             if nxt == "cordon":
                 started = replace(started, rung_status="done", rung_done=fmt_time(now),
                                   cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
@@ -586,8 +598,10 @@ class _Planner:
     def _stop_clients(self, started: NodeState, why: str) -> tuple[NodeState, str]:
         """The reset's first step: pause the operands that hold the GPU, ask gpuhealth's exporter to let go; the Job
         starts once they have (_observe). With nothing to wait for, the Job starts now."""
-        paused = operands_to_pause(self.v, self.policy)
-        stopping = replace(started, reset_phase="stopping", paused=paused)
+        base = self.plan.base_state  # a stop already under way (a GPU scope handed to the node's): its labels stay ours
+        paused = tuple(dict.fromkeys((*base.paused, *operands_to_pause(self.v, self.policy))))
+        stopping = replace(started, reset_phase="stopping", paused=paused,
+                           pause_value=base.pause_value if base.paused else self.policy.reset.pause_value)
         left = still_holding(replace(self.v, gpu_clients=()), stopping, self.policy)
         if not paused and not left:
             return started, why

@@ -75,19 +75,19 @@ def with_do_not_disrupt(body: dict[str, Any], before: NodeState, after: NodeStat
     return {**body, "metadata": {**meta, "annotations": annotations}}, note
 
 
-def with_gpu_clients(body: dict[str, Any], node: dict[str, Any], before: NodeState, after: NodeState,
-                     pause_value: str) -> tuple[dict[str, Any], str]:
+def with_gpu_clients(body: dict[str, Any], node: dict[str, Any], before: NodeState,
+                     after: NodeState) -> tuple[dict[str, Any], str]:
     """The Node patch with the reset's GPU clients stopped (operand labels set to `pause_value`, the exporter's
     gpuhealth.io/gpu-reset-request annotation) or restored, in the same write as the state; and a note for the
     audit ("" when nothing changes). A label is restored only while it still holds the pause value: one a person
     changed since is theirs."""
     labels_now = (node.get("metadata") or {}).get("labels") or {}
-    labels: dict[str, str | None] = {key: pause_value for key in after.paused if key not in before.paused}
+    labels: dict[str, str | None] = {key: after.pause_value for key in after.paused if key not in before.paused}
     labels.update({key: "true" for key in before.paused
-                   if key not in after.paused and labels_now.get(key) == pause_value})
+                   if key not in after.paused and labels_now.get(key) == before.pause_value})
     annotations: dict[str, str | None] = {}
-    if after.reset_phase is not None and (before.reset_phase is None or before.job != after.job):
-        annotations[RESET_REQUEST_ANNOTATION] = after.job
+    if after.reset_request is not None and before.reset_request != after.reset_request:
+        annotations[RESET_REQUEST_ANNOTATION] = after.reset_request
     elif after.reset_phase is None and before.reset_phase is not None:
         annotations[RESET_REQUEST_ANNOTATION] = None
     if not labels and not annotations:

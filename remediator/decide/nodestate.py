@@ -8,6 +8,7 @@ cluster.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -114,6 +115,7 @@ class NodeState:
     node_floor: str | None = None  # a GPU step failed: the node ladder starts here, above it (e.g. reboot)
     reset_phase: str | None = None  # reset_gpu: "stopping" (the GPU's clients) | "resetting" (the Job); None: neither
     paused: tuple[str, ...] = ()  # the operand labels gpuhealth set to the pause value (restored when the rung ends)
+    pause_value: str | None = None  # the value it set them to (a policy changed meanwhile still finds them)
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -131,6 +133,14 @@ class NodeState:
     def active(self) -> bool:
         return self.episode is not None
 
+    @property
+    def reset_request(self) -> str | None:
+        """What gpuhealth.io/gpu-reset-request says while the GPU's clients are stopped for this rung: the reset Job
+        and when the rung started, so an answer to an earlier stop (of the same Job) is not taken for this one."""
+        if self.reset_phase is None or not self.job:
+            return None
+        return f"{self.job}.{hashlib.sha1(str(self.rung_started).encode()).hexdigest()[:6]}"
+
     # --- writing ---------------------------------------------------------------------------
     def with_action(self, now: datetime, **changes: Any) -> NodeState:
         recent = tuple(t for t in self.actions if now - parse_time(t) < timedelta(hours=1))
@@ -139,7 +149,10 @@ class NodeState:
     def to_json(self) -> str:
         data = asdict(self)
         data["actions"] = list(self.actions)
-        version = 3 if self.reset_phase or self.paused else 2 if self.scope != "node" or self.devices else 1
+        if self.reset_phase or self.paused or self.pause_value:
+            version = 3
+        else:
+            version = 2 if self.scope != "node" or self.devices else 1
         return json.dumps({"v": version, **data}, sort_keys=True, separators=(",", ":"))
 
     @classmethod

@@ -37,8 +37,9 @@ def still_holding(view: NodeView, state: NodeState, policy: Policy) -> list[str]
     if policy.reset.wait_for_exporter and view.exporter_condition is not None:
         message = str(view.exporter_condition.get("message") or "")
         # the exporter's message ends with the request it answers (exporter/gpu_reset.py): this one, not another
-        released = view.exporter_condition.get("reason") == RELEASED_REASON and bool(state.job) and \
-            message.endswith(f" {state.job}")
+        request = state.reset_request
+        released = view.exporter_condition.get("reason") == RELEASED_REASON and request is not None and \
+            message.endswith(f" {request}")
         if not released:
-            left.append(f"gpuhealth's exporter ({EXPORTER_CONDITION} not yet {RELEASED_REASON} for {state.job})")
+            left.append(f"gpuhealth's exporter ({EXPORTER_CONDITION} not yet {RELEASED_REASON} for {request})")
     return left

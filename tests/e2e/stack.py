@@ -49,6 +49,7 @@ import kube_prometheus_stack as kps  # noqa: E402
 from chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize  # noqa: E402
 from chart_render import render_fresh as render  # noqa: E402
 from fake_cluster import FakeCluster  # noqa: E402
+from fake_dra import recorded_mig_layout  # noqa: E402
 from operator_alertmanager import generate  # noqa: E402
 from operator_prometheus import pod_monitor, rule_groups, service_monitor  # noqa: E402
 from sysfs_tree import build_efa_sysfs  # noqa: E402
@@ -56,6 +57,7 @@ from sysfs_tree import build_efa_sysfs  # noqa: E402
 BIN = Path(sys.executable).parent
 FIXTURES = ROOT / "tests" / "fixtures"
 HEALTHY_DCGM_EXPORTER = FIXTURES / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"
+NVML_STANDIN = Path(__file__).resolve().parent / "nvml_standin"  # NodeOptions.mig: its exporter's pynvml
 TIME_SCALE = 30
 MIN_WINDOW_SECONDS = 3  # a range shorter than this holds too few 1 s samples for rate()/increase()
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -184,6 +186,10 @@ class NodeOptions:
     enable: tuple[str, ...] = ()  # probes to turn on beyond the rendered config's (e.g. diag, nvml)
     dra: bool = False  # its 8 GPUs published by NVIDIA's DRA driver (as on a real EKS H100 node), an inference
     # pod on each (namespace serve, its ResourceClaim allocated that GPU)
+    # with dra: MIG on gpu-1 (the recorded H100 layout, fake_dra.recorded_mig_layout), an inference pod on each of its
+    # MIG devices instead of the GPU, and the NVML probe on, answered by an NVML stand-in with the same GPUs and MIG
+    # devices (tests/e2e/nvml_standin)
+    mig: bool = False
     gpu_operator: bool = False  # the NVIDIA GPU Operator's operands run there (nvidia.com/gpu.deploy.* "true", their
     # DaemonSet pods in gpu-operator), and hold the GPUs open as they do: a reset fails while any of them runs
 
@@ -192,6 +198,23 @@ class NodeOptions:
 GPU_OPERATOR_OPERANDS = {"device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery":
                          "gpu-feature-discovery", "dcgm-exporter": "nvidia-dcgm-exporter", "dcgm": "nvidia-dcgm"}
 GPU_OPERATOR_NS = "gpu-operator"
+
+
+def _write_nvml_standin(path: Path, gpus: list[dict[str, Any]], migs: dict[str, list[dict[str, Any]]]) -> None:
+    """What the NVML stand-in answers (tests/e2e/nvml_standin): the GPUs the DRA driver published (UUID, bus id in
+    NVML's form) and each MIG GPU's devices, with the GPU and compute instance ids of the recorded layout."""
+    layout = {m.uuid: m for m in recorded_mig_layout()}
+    out = []
+    for g in gpus:
+        mig = []
+        for slot, device in enumerate(migs.get(g["name"], [])):
+            m = layout[device["attributes"]["uuid"]["string"]]
+            mig.append({"slot": slot, "gpu_instance": m.gpu_instance, "compute_instance": m.compute_instance,
+                        "profile": m.profile, "uuid": m.uuid})
+        out.append({"uuid": g["attributes"]["uuid"]["string"],
+                    "bus_id": f"0000{g['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper(),
+                    "mig": mig})
+    path.write_text(json.dumps(out))
 
 
 class _ScrapeServer(ThreadingHTTPServer):
@@ -272,11 +295,15 @@ class SimNode:
         # device cannot be faked), the API server's address and the projected token's directory.
         standins = ["--kmsg-file", str(self.pod.local("/dev/kmsg")), "--kube-api", self.stack.cluster.url,
                     "--service-account-dir", str(self.pod.local(SA_MOUNT))]
+        env = {"PYTHONPATH": str(NVML_STANDIN), "GPUHEALTH_E2E_NVML": str(self.dir / "nvml.json")} \
+            if self.options.mig else {}
         self.proc = self.stack.run_pod(f"exporter-{self.name}", self.pod, standins + self._option_flags(),
-                                       path_prefix=[self.dir / "bin"])
+                                       path_prefix=[self.dir / "bin"], env=env)
 
     def _option_flags(self) -> list[str]:
-        flags = ["--enable", ",".join(self.options.enable)] if self.options.enable else []
+        enable = (*self.options.enable, *(("nvml",) if self.options.mig and "nvml" not in self.options.enable
+                                          else ()))
+        flags = ["--enable", ",".join(enable)] if enable else []
         if self.options.gpus_expected is not None:
             flags += ["--gpus-expected", str(self.options.gpus_expected)]
         return flags
@@ -331,9 +358,11 @@ class SimNode:
             for line in lines:
                 f.write(f"[{stamp:12.6f}] {line}\n")
 
-    def xid(self, xid: int, pci: str = "0000:9b:00", detail: str = "") -> None:
+    def xid(self, xid: int, pci: str = "0000:9b:00", detail: str = "", gpu_instance: int | None = None) -> None:
+        """An Xid line as the driver prints it; on a MIG GPU instance with `GPU-I:%02u` (kernel_rc.c)."""
         text = detail or {79: "GPU has fallen off the bus.", 13: "Graphics SM Warp Exception"}.get(xid, "x")
-        self.log_kernel(f"NVRM: Xid (PCI:{pci}): {xid}, pid=4242, name=python3, {text}")
+        where = f"PCI:{pci}" if gpu_instance is None else f"PCI:{pci} GPU-I:{gpu_instance:02d}"
+        self.log_kernel(f"NVRM: Xid ({where}): {xid}, pid=4242, name=python3, {text}")
 
     def sxid(self, sxid: int, pci: str = "0000:c3:00.0", fatal: bool = True, detail: str = "") -> None:
         severity = "Fatal" if fatal else "Non-fatal"
@@ -496,8 +525,14 @@ class Stack:
                     self.cluster.update_node(name, lambda n: n["metadata"]["labels"].update(
                         {f"nvidia.com/gpu.deploy.{op}": "true" for op in GPU_OPERATOR_OPERANDS}))
                     self._gpu_operator(name)
+                if options.dra and options.mig:
+                    gpus, migs = self.cluster.dra.publish_mig_gpus(name, "gpu-1")
+                    _write_nvml_standin(d / "nvml.json", gpus, {"gpu-1": migs})
+                    devices = [*(g for g in gpus if g["name"] != "gpu-1"), *migs]
+                elif options.dra:
+                    devices = self.cluster.dra.publish_gpus(name)
                 if options.dra:
-                    for device in self.cluster.dra.publish_gpus(name):
+                    for device in devices:
                         pod = f"infer-{name}-{device['name']}"
                         self.cluster.add_pod(name, pod, namespace="serve", labels={"app": "infer"})
                         self.cluster.dra.add_claim("serve", f"{pod}-gpu", [("gpu.nvidia.com", name, device["name"])],
@@ -530,10 +565,10 @@ class Stack:
         self.remediators[name] = pod
         self.run_pod(name, pod, ["--kubeconfig", str(kubeconfig)])
 
-    def run_pod(self, name: str, pod: Pod, standins: list[str],
-                path_prefix: Sequence[Path] = ()) -> subprocess.Popen[bytes]:
+    def run_pod(self, name: str, pod: Pod, standins: list[str], path_prefix: Sequence[Path] = (),
+                env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         path = ":".join([*(str(p) for p in path_prefix), str(BIN), "/usr/local/bin", "/usr/bin", "/bin"])
-        env = {"PATH": path, "HOME": str(pod.root), "LANG": "C.UTF-8", **pod.env}
+        env = {"PATH": path, "HOME": str(pod.root), "LANG": "C.UTF-8", **pod.env, **(env or {})}
         argv = [shutil.which(pod.argv[0], path=path) or pod.argv[0], *pod.argv[1:], *standins]
         self._spawn(name, argv, env=env)
         return self.procs[name]

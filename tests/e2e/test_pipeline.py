@@ -120,6 +120,49 @@ def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_resets_it_w
     assert "Cordoned" not in reasons
 
 
+@pytest.fixture
+def mig_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    yield from _running(request, node_options={"pool-a-gpu-0": NodeOptions(dra=True, mig=True)})
+
+
+def test_an_xid_94_on_one_mig_instance_names_that_instance_and_leaves_every_pod_and_the_node_alone(
+        mig_stack: Stack) -> None:
+    """MIG end to end: the driver's line for one GPU instance (GPU-I:07), the exporter's counter with its gpu_instance,
+    NVML's MIG devices (the NVML stand-in, the same devices the DRA driver publishes), the Xid record's join
+    (mig_uuid), Alertmanager's route, the chart's remediator. Xid 94 asks for no action (remediation none in the
+    shipped rules): the alert names the instance, the remediator records it, and no pod on any instance or GPU is
+    touched, nothing is quarantined and the node is not cordoned."""
+    from fake_dra import recorded_mig_layout
+
+    from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
+
+    stack = mig_stack
+    node = stack.nodes["pool-a-gpu-0"]
+    devices = {d["name"]: d for d in stack.cluster.dra.slices[f"{node.name}-gpu.nvidia.com-x"]["spec"]["devices"]}
+    bus = devices["gpu-1"]["attributes"]["resource.kubernetes.io/pciBusID"]["string"].rsplit(".", 1)[0]
+    target = next(m for m in recorded_mig_layout() if m.gpu_instance == 7)  # a 1g.10gb, not the 3g.40gb
+    served = {p for (ns, p) in stack.cluster.pods if ns == "serve"}
+    assert len(served) == 7 + 4  # the other GPUs' pods and one per MIG device of gpu-1
+    wait_for("NVML's MIG devices scraped", lambda: stack.query_value(
+        f'count(gpuhealth_gpu_mig_instance_info{{node="{node.name}"}})') == 4, timeout=40)
+    node.xid(94, pci=bus, gpu_instance=target.gpu_instance,
+             detail="Contained: CE User Channel (0x9). RST: No, D-RST: No")
+    (alert,) = wait_for("GPUContainedMemoryError firing", lambda: stack.firing("GPUContainedMemoryError", node.name),
+                        timeout=40)
+    assert {k: alert["labels"].get(k) for k in ("pci_bus_id", "gpu_instance", "mig_uuid", "remediation")} == {
+        "pci_bus_id": f"0000{bus}.0".upper(), "gpu_instance": "07", "mig_uuid": target.uuid, "remediation": "none"}
+
+    def recorded() -> bool:
+        state = NodeState.from_json(stack.cluster.annotations(node.name).get(STATE_ANNOTATION))
+        return any(a.name == "GPUContainedMemoryError" and a.mig_uuid == target.uuid for a in state.alerts.values())
+
+    wait_for("the remediator recorded the alert with its MIG device", recorded, timeout=30)
+    time.sleep(5)  # several remediator passes (1 s each here): none may act on it
+    assert stack.cluster.evictions() == [] and not stack.cluster.dra.rules and not stack.cordoned(node.name)
+    assert {p for (ns, p) in stack.cluster.pods if ns == "serve"} == served
+    assert not [e for e in events(stack, node.name) if e in ("GPUQuarantined", "Cordoned", "NodeScope")]
+
+
 def test_a_single_application_xid_leaves_the_node_alone(stack: Stack) -> None:
     node = stack.nodes["pool-b-gpu-1"]
     node.xid(13, pci="0000:38:00")
