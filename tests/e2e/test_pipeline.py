@@ -83,7 +83,7 @@ def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_resets_it_w
     operator renders it, the remediator's DeviceTaintRule; the fake API server evicts as kube-controller-manager
     does. Then the reset sequence: the GPU Operator's operands paused (their DaemonSet pods go), the real exporter
     releasing NVML on the reset request, the reset (which fails while anything holds the GPU), and everything
-    restored. (Return to service is the harness's: GPUXidFatal stays firing ~10 minutes after the event.)"""
+    restored; and once the alert resolves, the GPU back in service with only gpuhealth's device taints removed."""
     stack = dra_stack
     node = stack.nodes["pool-a-gpu-0"]
     devices = {d["name"]: d for d in stack.cluster.dra.slices[f"{node.name}-gpu.nvidia.com-x"]["spec"]["devices"]}
@@ -118,6 +118,18 @@ def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_resets_it_w
     reasons = events(stack, node.name)
     assert {"GPUQuarantined", "GPUClientsStopping", "GPUResetSucceeded", "GPUClientsRestored"} <= set(reasons)
     assert "Cordoned" not in reasons
+    # No new Xid: the alert resolves, the healthy delay passes, the GPU returns; a rule gpuhealth did not make stays.
+    with stack.cluster.lock:
+        stack.cluster.dra.rules["driver-maintenance"] = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": "driver-maintenance", "labels": {}, "uid": "uid-dtr-driver-maintenance",
+                         "resourceVersion": stack.cluster._next_rv()},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": node.name, "device": "gpu-5"},
+                     "taint": {"key": "example.com/maintenance", "value": "true", "effect": "None"}}}
+    wait_for("GPUXidFatal resolved", lambda: not stack.firing("GPUXidFatal", node.name), timeout=90)
+    wait_for("the GPU back in service", lambda: "GPUReturnedToService" in events(stack, node.name), timeout=60)
+    assert quarantined() == {("gpu-5", "None")}  # only gpuhealth's rule removed
+    assert stack.cluster.evictions() == [f"serve/infer-{node.name}-gpu-2"]
 
 
 @pytest.fixture
