@@ -173,13 +173,14 @@ POD_RESOURCES = (
     Family("gpuhealth_pod_resources_success", "gauge", (),
            "1 if the last read of the kubelet's pod-resources API (List, GetAllocatableResources) answered in time, "
            "is fresh and found GPUs a device plugin advertises, else 0 (no socket, permission denied, timeout, "
-           "error, or no device-plugin GPU: a DRA node): the GPU -> pod mapping is then unknown, which is no fault "
-           "of the node. Absent when the read is off (--no-pod-resources)."),
+           "error, no device-plugin GPU (a DRA node), or a pod holding a GPU through a DRA claim): the GPU -> pod "
+           "mapping is then unknown, which is no fault of the node. Absent when the read is off (--no-pod-resources)."),
     Family("gpuhealth_pod_resources_duration_seconds", "gauge", (), "Duration of the last pod-resources read."),
     Family("gpuhealth_gpu_pod_info", "gauge",
            (*GPU, "resource", "device", "pod_namespace", "pod_name", "container_name"),
-           "1 per device-plugin GPU device (nvidia.com/gpu, nvidia.com/mig-*, their .shared renames) a container "
-           "holds, while gpuhealth_pod_resources_success is 1. gpu, uuid and pci_bus_id name the GPU (a MIG "
+           "1 per device-plugin GPU device (nvidia.com/gpu, nvidia.com/mig-*, and any nvidia.com/ resource whose "
+           "device ids are GPU ids: .shared and other renames of a shared GPU) a container holds, while "
+           "gpuhealth_pod_resources_success is 1. gpu, uuid and pci_bus_id name the GPU (a MIG "
            "device's parent); gpu and pci_bus_id are empty when the exporter does not know which GPU the device "
            "is. device is the device plugin's id (a GPU or MIG UUID, or an index)."),
 )

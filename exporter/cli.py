@@ -27,7 +27,7 @@ from exporter.exposition import start_server
 from exporter.gpu_reset import ANNOTATION, GpuResetRelease
 from exporter.instance_types import lookup
 from exporter.kernel.patterns import PatternError, load_patterns
-from exporter.kubelet.client import DEFAULT_SOCKET, NOT_A_SOCKET, socket_problem
+from exporter.kubelet.client import DEFAULT_SOCKET
 from exporter.kubelet.reader import PodResourcesReader
 from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
 from exporter.probes.base import Probe, adopt_tool_orphans, stop_tools
@@ -238,12 +238,10 @@ def check_settings(s: Settings) -> None:
         why = check(s) if ps.enabled and check is not None else None
         if why:
             raise UsageError(why)
-    if s.pod_resources:  # a socket not there (yet) is the kubelet's business: the mapping is unknown until it is
-        if not s.pod_resources_socket.strip():
-            raise UsageError("--pod-resources-socket: empty path (--no-pod-resources turns the read off)")
-        problem = socket_problem(s.pod_resources_socket)
-        if problem is not None and problem.reason == NOT_A_SOCKET:
-            raise UsageError(f"--pod-resources-socket {problem.message}")
+    # What is (or is not) at the socket path is the kubelet's business, read or not: the mapping is unknown until a
+    # socket answers there, and the reader says why (no_socket, not_a_socket) in its log line.
+    if s.pod_resources and not s.pod_resources_socket.strip():
+        raise UsageError("--pod-resources-socket: empty path (--no-pod-resources turns the read off)")
     port = s.listen.rpartition(":")[2]
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--listen {s.listen!r}: expected [ADDR]:PORT")

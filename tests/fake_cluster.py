@@ -69,6 +69,10 @@ from fake_rbac import request as rbac_request
 Obj = dict[str, Any]
 
 
+
+def _rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 class _QuietServer(ThreadingHTTPServer):
     """A client that hangs up mid-answer (a watch the test stopped) is normal here, not an error to print."""
 
@@ -403,16 +407,20 @@ class FakeCluster:
 
     def add_pod(self, node: str, name: str, namespace: str = "default", labels: dict[str, str] | None = None,
                 owner_kind: str | None = "ReplicaSet", gpus: int = 0, mirror: bool = False,
-                grace_seconds: int | None = None) -> Obj:
+                grace_seconds: int | None = None, resources: dict[str, Any] | None = None) -> Obj:
+        """A pod bound to `node`, created now on `clock` (an API server always stamps creationTimestamp). `gpus`:
+        that many nvidia.com/gpu; `resources`: the container's resources as given instead."""
         with self.lock:
             meta: Obj = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
-                         "labels": dict(labels or {}), "resourceVersion": self._next_rv()}
+                         "labels": dict(labels or {}), "resourceVersion": self._next_rv(),
+                         "creationTimestamp": _rfc3339(self.clock())}
             if owner_kind:
                 meta["ownerReferences"] = [{"kind": owner_kind, "name": f"{name}-owner", "apiVersion": "apps/v1",
                                             "uid": f"uid-{namespace}-{name}-owner", "controller": True}]
             if mirror:
                 meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
-            resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+            if resources is None:
+                resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
             pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x", "resources": resources}]},
                    "status": {"phase": "Running"}}
@@ -421,6 +429,13 @@ class FakeCluster:
             self._emit("pods", pod, self.pods.get((namespace, name)))
             self.pods[(namespace, name)] = pod
             return pod
+
+    def backdate_pods(self, when: float) -> None:
+        """Every pod there now was created at `when`: for a test clock set after a fixture made its pods on the
+        real one (the remediator compares creationTimestamp with the alerts' startsAt)."""
+        with self.lock:
+            for pod in self.pods.values():
+                pod["metadata"]["creationTimestamp"] = _rfc3339(when)
 
     def update_node(self, name: str, change: Callable[[Obj], None]) -> Obj:
         """A change made elsewhere (a person's kubectl, the kubelet): `change` edits the Node in place; it gets
@@ -531,7 +546,7 @@ class FakeCluster:
         if not meta.get("deletionTimestamp"):
             before = json.dumps(pod)
             now = self.clock()
-            meta["deletionTimestamp"] = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["deletionTimestamp"] = _rfc3339(now)
             meta["deletionGracePeriodSeconds"] = int(grace)
             meta["resourceVersion"] = self._next_rv()
             self._gone_at[key] = now + grace

@@ -86,7 +86,8 @@ class Harness:
         self.policy = policy
         self.cluster = cluster
         self.now = start
-        cluster.clock = lambda: self.now.timestamp()  # pods terminate on the test's clock...
+        cluster.backdate_pods((start - timedelta(hours=1)).timestamp())  # the fixture's pods predate the test
+        cluster.clock = lambda: self.now.timestamp()  # pods are made and terminate on the test's clock...
         cluster.pod_grace = 30.0  # ...after Kubernetes' default grace period
         self.slept: list[float] = []
         if cluster.rbac is None:  # the chart's RBAC, rendered for this policy: the remediator gets what it grants

@@ -10,11 +10,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pynvml
 import pytest
-from fake_kubelet_podresources import MIG_UUID, FakeKubelet, device_plugin_node, dra_node
+from fake_kubelet_podresources import (
+    MIG_UUID,
+    FakeKubelet,
+    _container,
+    _devices,
+    device_plugin_allocatable,
+    device_plugin_node,
+    dra_node,
+)
 from fake_nvml import P5_BUS_IDS, FakeMig, FakeNvml, p5_fleet, uuid_of
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,7 +32,14 @@ from exporter.collector import Expectations, GpuhealthCollector
 from exporter.config import ConfigError, load_file
 from exporter.kubelet import api_pb2
 from exporter.kubelet.allocations import resolve
-from exporter.kubelet.client import ERROR, NO_DEVICE_PLUGIN_GPUS, NO_SOCKET, NOT_A_SOCKET, TIMEOUT
+from exporter.kubelet.client import (
+    DRA_GPU_CLAIMS,
+    ERROR,
+    NO_DEVICE_PLUGIN_GPUS,
+    NO_SOCKET,
+    NOT_A_SOCKET,
+    TIMEOUT,
+)
 from exporter.kubelet.reader import STALE, PodResourcesReader
 from exporter.probes.nvml import NvmlProbe
 from exporter.runner import ProbeRunner
@@ -219,14 +235,83 @@ def test_once_with_a_kubelet_serves_the_mapping_and_the_flag_turns_it_off(tmp_pa
     assert "gpuhealth_pod_resources" not in off.stdout and "gpuhealth_gpu_pod_info" not in off.stdout
 
 
-def test_a_socket_path_that_is_not_a_socket_is_refused(tmp_path: Path) -> None:
-    regular = tmp_path / "kubelet.sock"
-    regular.write_text("")
-    proc = run("--pod-resources-socket", str(regular))
-    assert proc.returncode == 2
-    assert f"--pod-resources-socket {regular}: not a socket" in proc.stderr
-    reader = PodResourcesReader(str(regular))
+@pytest.mark.parametrize("make", [lambda p: p.write_text(""), lambda p: p.mkdir()], ids=["file", "directory"])
+def test_something_not_a_socket_at_the_kubelets_path_leaves_the_mapping_unknown_and_the_exporter_running(
+        tmp_path: Path, make: Callable[[Path], object]) -> None:
+    # The path is inside the kubelet's directory: what is there is the kubelet's business, like a missing socket.
+    # Refusing to start would crash-loop the exporter (GpuhealthExporterDown, a cordon) for no fault of the node.
+    path = tmp_path / "kubelet.sock"
+    make(path)
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    proc = run("--kmsg-file", str(log), "--pod-resources-socket", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "gpuhealth_pod_resources_success 0.0" in proc.stdout and "gpuhealth_gpu_pod_info" not in proc.stdout
+    assert "GPU -> pod mapping unknown (not_a_socket)" in proc.stderr
+    conditions = [line for line in proc.stderr.splitlines() if line.startswith("condition ")]
+    assert conditions and all("=True " in line for line in conditions), conditions
+    reader = PodResourcesReader(str(path))
     assert not reader.read_once() and reader.view().reason == NOT_A_SOCKET
+
+
+@pytest.mark.parametrize("resource, ids, held", [
+    ("nvidia.com/gpu-0", [f"{uuid_of(0)}::{i}" for i in range(4)], f"{uuid_of(0)}::3"),  # time-slicing rename
+    ("nvidia.com/gpu-24gb", [f"{uuid_of(0)}::{i}" for i in range(4)], f"{uuid_of(0)}::1"),  # an MPS rename
+    ("nvidia.com/gpu-0", [f"0::{i}" for i in range(4)], "0::2"),  # the same, --device-id-strategy=index
+])
+def test_a_renamed_shared_gpu_resource_maps_its_pods_to_the_gpu(tmp_path: Path, resource: str, ids: list[str],
+                                                                 held: str) -> None:
+    # GPU 0 shared under a name the device plugin's sharing config chose; the node's other GPUs plain nvidia.com/gpu.
+    allocatable = device_plugin_allocatable()
+    allocatable.devices.append(_devices(resource, ids, 0))
+    node = api_pb2.ListPodResourcesResponse(pod_resources=[
+        api_pb2.PodResources(name="shared-0", namespace="ml", containers=[
+            _container("c", [_devices(resource, [held], 0)])])])
+    with FakeKubelet(tmp_path / "kubelet.sock", node, allocatable=allocatable):
+        reader = PodResourcesReader(str(tmp_path / "kubelet.sock"))
+        assert reader.read_once()
+    m = scrape(nvml_snapshot(), reader)
+    assert m["gpuhealth_pod_resources_success"] == {(): 1}
+    assert {(p[0], p[3], p[4], p[6]) for p in pods(m)} == {("0", resource, held, "shared-0")}
+
+
+def test_a_nic_under_nvidia_com_is_not_taken_for_a_gpu(tmp_path: Path) -> None:
+    # The network operator's resources: SR-IOV VFs by PCI address, the RDMA shared device plugin's own ids.
+    nics = [_devices("nvidia.com/sriov_rdma_vf", ["0000:3b:02.0"], 0),
+            _devices("nvidia.com/rdma_shared_device_a", ["rdma_shared_device_a-0"], 0)]
+    allocatable = device_plugin_allocatable()
+    allocatable.devices.extend(nics)
+    node = api_pb2.ListPodResourcesResponse(pod_resources=[
+        api_pb2.PodResources(name="nccl", namespace="ml", containers=[_container("c", nics)])])
+    with FakeKubelet(tmp_path / "kubelet.sock", node, allocatable=allocatable):
+        reader = PodResourcesReader(str(tmp_path / "kubelet.sock"))
+        assert reader.read_once()
+    m = scrape(nvml_snapshot(), reader)
+    assert m["gpuhealth_pod_resources_success"] == {(): 1} and pods(m) == set()
+
+
+def test_a_pod_holding_a_gpu_through_a_dra_claim_makes_the_mapping_unknown(tmp_path: Path) -> None:
+    # A node running NVIDIA's DRA driver beside the device plugin: List names the claim's device by its DRA name,
+    # so "no device-plugin pod on GPU 3" would be wrong while dra-pod holds it.
+    claim = api_pb2.DynamicResource(claim_name="c0", claim_namespace="ml", claim_resources=[
+        api_pb2.ClaimResource(driver_name="gpu.nvidia.com", pool_name="n1", device_name="gpu-3")])
+    other = api_pb2.DynamicResource(claim_name="nic", claim_namespace="ml", claim_resources=[
+        api_pb2.ClaimResource(driver_name="dra.net", pool_name="n1", device_name="eth1")])
+    node = device_plugin_node()
+    with FakeKubelet(tmp_path / "kubelet.sock", node):
+        reader = PodResourcesReader(str(tmp_path / "kubelet.sock"))
+        assert reader.read_once()  # a DRA claim of another driver (a NIC) changes nothing
+    node.pod_resources.append(api_pb2.PodResources(name="nic-pod", namespace="ml", containers=[
+        api_pb2.ContainerResources(name="c", dynamic_resources=[other])]))
+    with FakeKubelet(tmp_path / "kubelet.sock", node):
+        assert reader.read_once()
+    node.pod_resources.append(api_pb2.PodResources(name="dra-pod", namespace="ml", containers=[
+        api_pb2.ContainerResources(name="c", dynamic_resources=[claim])]))
+    with FakeKubelet(tmp_path / "kubelet.sock", node):
+        assert not reader.read_once()
+    assert reader.view().reason == DRA_GPU_CLAIMS
+    m = scrape(nvml_snapshot(), reader)
+    assert m["gpuhealth_pod_resources_success"] == {(): 0} and "gpuhealth_gpu_pod_info" not in m
 
 
 def test_the_config_file_turns_the_read_off_and_moves_the_socket(tmp_path: Path) -> None:

@@ -56,6 +56,24 @@ def test_a_fault_on_one_gpu_drains_only_the_pods_on_that_gpu_then_resets_it(clus
     assert cluster.node("gpu-1")["spec"].get("unschedulable")  # no DRA: the node itself is still cordoned
 
 
+def test_a_gpu_pod_that_started_after_the_map_was_read_is_drained_too(cluster: FakeCluster) -> None:
+    # gpu_pods is what the exporter's map held when the alert fired, and Alertmanager does not send an alert again
+    # for a changed annotation alone: a GPU pod that started just before (or since) may be on the faulty GPU.
+    h = Harness(cluster, POLICY)  # train-a, train-b and web have run for an hour
+    cluster.add_pod("gpu-1", "late", namespace="ml", gpus=1)
+    cluster.add_pod("gpu-1", "late-shared", namespace="ml", resources={"limits": {"nvidia.com/gpu.shared": "1"}})
+    cluster.add_pod("gpu-1", "late-cpu", namespace="ml")
+    cluster.add_pod("gpu-1", "late-nic", namespace="ml", resources={"limits": {"nvidia.com/hostdev": "1"}})
+    h.advance(seconds=30)
+    _fire(h, starts=h.now)
+    assert [d.action for d in h.decided(h.step())] == ["cordon", "drain"]
+    assert sorted(cluster.evictions()) == ["ml/late", "ml/late-shared", "ml/train-a"]
+    h.advance(seconds=60)
+    (reset,) = h.decided(h.step())
+    assert (reset.action, reset.decision) == ("reset_gpu", "execute")
+    assert _left(cluster) == {"ml/train-b", "default/web", "ml/late-cpu", "ml/late-nic"}
+
+
 def test_no_pod_on_the_gpu_means_nothing_is_evicted_before_its_reset(cluster: FakeCluster) -> None:
     h = Harness(cluster, POLICY)
     _fire(h, gpu_pods="")

@@ -4,6 +4,7 @@ NVIDIA's driver did on a real EKS H100 node and evicts for NoExecute as kube-con
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -333,6 +334,74 @@ def test_a_mig_instance_that_grows_to_its_gpu_widens_the_quarantine_and_keeps_th
     assert h.state("gpu-1").scope == "gpu" and set(h.state("gpu-1").devices) == {"gpu-1", *(m["name"] for m in migs)}
     assert "NodeScope" not in cluster.reasons("gpu-1") and not cluster.taints("gpu-1")
     assert sorted(cluster.evictions()) == sorted(f"default/train-{m['name']}" for m in migs)
+
+
+def test_another_instance_of_the_same_gpu_widens_to_the_gpu_and_never_takes_the_node(cluster: FakeCluster) -> None:
+    # mig1 quarantined alone; its alert resolves and, during the healthy delay, an Xid on mig2 of the same GPU fires.
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-1", "cordon", alertname="XidA", **_mig_alert(gpus, migs[1]))
+    h.step()
+    assert h.state("gpu-1").devices == (migs[1]["name"],)
+    h.resolve("gpu-1", "cordon", alertname="XidA", **_mig_alert(gpus, migs[1]))
+    h.advance(seconds=120)
+    h.step()
+    h.fire("gpu-1", "drain", alertname="XidB", **_mig_alert(gpus, migs[2]))
+    h.advance(seconds=30)
+    decided = h.decided(h.step())
+    assert decided[0].action == "quarantine_gpu" and "grew from MIG device" in decided[0].reason
+    assert h.state("gpu-1").scope == "gpu" and set(h.state("gpu-1").devices) == {"gpu-1", *(m["name"] for m in migs)}
+    assert "NodeScope" not in cluster.reasons("gpu-1")
+    assert not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+    assert sorted(cluster.evictions()) == sorted(f"default/train-{m['name']}" for m in migs)  # the GPU's, no more
+
+
+def test_a_refused_instance_quarantine_hands_over_to_the_node_ladder_even_when_the_fault_grows(
+        cluster: FakeCluster) -> None:
+    # The widen to the GPU must not erase the failed rung: a quarantine the API refused is the node ladder's.
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    cluster.fail("POST", "/apis/resource.k8s.io/v1/devicetaintrules", 503, times=1)
+    alert = _mig_alert(gpus, migs[1])
+    h.fire("gpu-1", "cordon", alertname="XidA", **alert)
+    h.step()
+    assert h.state("gpu-1").rung_status == "failed"
+    h.fire("gpu-1", "reset_gpu", alertname="XidFatal", **alert)
+    h.step()
+    assert h.state("gpu-1").scope == "node" and any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+    (handover,) = [e["message"] for e in cluster.events_for("gpu-1") if e["reason"] == "NodeScope"]
+    assert "cordon failed; the node ladder takes over" in handover
+
+
+def _unpublish_migs(c: FakeCluster) -> None:
+    """What a GPU reset does to a MIG GPU: its instances are gone until the MIG manager makes them again (with new
+    UUIDs), and the DRA driver republishes the slice without them."""
+    for obj in list(c.dra.slices.values()):
+        obj = copy.deepcopy(obj)
+        obj["spec"]["devices"] = [d for d in obj["spec"]["devices"] if d["attributes"]["type"]["string"] != "mig"]
+        c.dra.add_slice(obj)
+
+
+def test_after_a_successful_family_reset_the_instances_alert_keeps_the_gpu_scope(cluster: FakeCluster) -> None:
+    # The Xid alert keeps firing minutes after the reset (increase over 5m, keep_firing_for), naming a MIG device
+    # the republished slice no longer has: still the quarantined GPU's fault, not the node's.
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    alert = _mig_alert(gpus, migs[1])
+    h.fire("gpu-1", "reset_gpu", alertname="GPUXidFatal", **alert)
+    h.step()
+    h.advance(seconds=60)
+    assert [d.action for d in h.decided(h.step()) if d.action == "reset_gpu"] == ["reset_gpu"]
+    (job,) = cluster.jobs
+    cluster.jobs[job]["status"] = {"succeeded": 1}
+    _unpublish_migs(cluster)
+    for _ in range(3):
+        h.advance(seconds=30)
+        h.step()
+    assert "GPUResetSucceeded" in cluster.reasons("gpu-1") and "NodeScope" not in cluster.reasons("gpu-1")
+    assert h.state("gpu-1").scope == "gpu" and "gpu-1" in h.state("gpu-1").devices
+    assert not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+    assert len(cluster.jobs) == 1  # no second reset, no reboot
 
 
 def test_a_mig_instance_is_quarantined_with_its_whole_gpu_where_the_drain_may_climb_to_a_reset(

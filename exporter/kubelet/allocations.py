@@ -1,8 +1,11 @@
 """Which container holds which GPU, from the kubelet's List answer, and the GPU each device id names.
 
 Only device-plugin resources count (DRA devices are the remediator's own business, through ResourceClaims):
-`nvidia.com/gpu`, `nvidia.com/mig-<profile>` (the mixed MIG strategy) and their `.shared` renames (time-slicing).
-Other `nvidia.com/` resources are NICs (the network operator's RDMA and SR-IOV plugins), not GPUs.
+`nvidia.com/gpu`, `nvidia.com/mig-<profile>` (the mixed MIG strategy) and their `.shared` renames (time-slicing),
+and any other `nvidia.com/` resource whose device ids are GPU ids: the device plugin's sharing config may rename a
+shared resource freely (`rename: gpu-0`, an MPS `nvidia.com/gpu-24gb`), so the name alone cannot say, and a GPU
+dropped for its name would read as "no pod holds it". Other `nvidia.com/` resources are NICs (the network
+operator's RDMA and SR-IOV plugins: PCI addresses or plugin-made ids), not GPUs.
 
 NVIDIA's device plugin names a device by its UUID (`GPU-...`; a MIG device `MIG-...`, or `MIG-GPU-<uuid>/<gi>/<ci>`
 before driver R470), or by its index (`0`; a MIG device `0:1`) with `--device-id-strategy=index`; a time-sliced
@@ -22,14 +25,21 @@ from exporter.samples import GpuIdentity, Sample
 
 POD_INFO = "gpuhealth_gpu_pod_info"
 MIG_INSTANCE_INFO = "gpuhealth_gpu_mig_instance_info"
+DRA_GPU_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver for GPUs (and their MIG devices)
 _GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu|mig-[0-9a-z.+-]+?)(?:\.shared)?$")
+# The ids only NVIDIA's GPU device plugin makes: a GPU or MIG UUID (`::<n>` on a shared replica), or an index with
+# a replica suffix (a renamed resource is always a shared one, so an index id there carries `::<n>`).
+_GPU_DEVICE_ID = re.compile(r"^(?:(?:GPU|MIG)-[0-9A-Za-z/-]+(?:::\d+)?|\d+(?::\d+)?::\d+)$")
 _REPLICA = re.compile(r"::\d+$")
 _MIG_BY_INDEX = re.compile(r"^(\d+):\d+$")
 _OLD_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$")
 
 
-def is_gpu_resource(name: str) -> bool:
-    return bool(_GPU_RESOURCE.match(name))
+def is_gpu_resource(name: str, device_ids: Iterable[str] = ()) -> bool:
+    """A GPU resource by its name, or a renamed one (an unknown `nvidia.com/` name) by its device ids."""
+    if _GPU_RESOURCE.match(name):
+        return True
+    return name.startswith("nvidia.com/") and any(_GPU_DEVICE_ID.match(d.strip()) for d in device_ids)
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ def gpu_allocations(response: api_pb2.ListPodResourcesResponse) -> tuple[Allocat
     for pod in response.pod_resources:
         for container in pod.containers:
             for devices in container.devices:
-                if not is_gpu_resource(devices.resource_name):
+                if not is_gpu_resource(devices.resource_name, devices.device_ids):
                     continue
                 for device in devices.device_ids:
                     found[Allocation(devices.resource_name, device, pod.namespace, pod.name, container.name)] = None
@@ -63,8 +73,18 @@ def gpu_allocations(response: api_pb2.ListPodResourcesResponse) -> tuple[Allocat
 def advertised_gpus(allocatable: api_pb2.AllocatableResourcesResponse) -> tuple[str, ...]:
     """The GPU device ids the device plugins advertise to the kubelet (GetAllocatableResources); none on a node
     whose GPUs a DRA driver publishes: there List cannot say which pod holds a GPU, so the mapping is unknown."""
-    return tuple(d for devices in allocatable.devices if is_gpu_resource(devices.resource_name)
+    return tuple(d for devices in allocatable.devices if is_gpu_resource(devices.resource_name, devices.device_ids)
                  for d in devices.device_ids)
+
+
+def dra_gpu_holders(response: api_pb2.ListPodResourcesResponse) -> tuple[str, ...]:
+    """The pods (namespace/name) holding a GPU through a DRA claim. A node may run both (the DRA driver beside the
+    device plugin while a cluster moves): List names the claim's device by its DRA name, not a GPU the exporter
+    knows, so while any pod holds one the mapping cannot say which pods hold which GPU."""
+    return tuple(dict.fromkeys(
+        f"{pod.namespace}/{pod.name}" for pod in response.pod_resources for container in pod.containers
+        for claim in container.dynamic_resources for resource in claim.claim_resources
+        if resource.driver_name == DRA_GPU_DRIVER))
 
 
 def mig_parents(samples: Iterable[Sample]) -> dict[str, GpuIdentity]:

@@ -28,6 +28,7 @@ ALLOCATABLE_METHOD = f"/{_SERVICE.full_name}/{_SERVICE.methods_by_name['GetAlloc
 NO_SOCKET = "no_socket"
 NOT_A_SOCKET = "not_a_socket"
 NO_DEVICE_PLUGIN_GPUS = "no_device_plugin_gpus"  # the kubelet answers, but no device plugin advertises a GPU (DRA)
+DRA_GPU_CLAIMS = "dra_gpu_claims"  # a pod holds a GPU through a DRA claim, which the map cannot place
 PERMISSION_DENIED = "permission_denied"
 TIMEOUT = "timeout"
 UNAVAILABLE = "unavailable"

@@ -1,7 +1,8 @@
 """Reads the kubelet's pod-resources API on an interval, in its own thread, and keeps the latest answer.
 
 The mapping is known only where a device plugin advertises the node's GPUs (GetAllocatableResources): on a node
-whose GPUs a DRA driver publishes, no device-plugin pod holds one, yet pods do, so "no pod" would be wrong there.
+whose GPUs a DRA driver publishes, no device-plugin pod holds one, yet pods do, so "no pod" would be wrong there;
+and only while no pod holds a GPU through a DRA claim (a node running the DRA driver beside the device plugin).
 
 Scrapes read what it kept and never wait on the kubelet. It is not a probe: a socket that is missing, refuses,
 hangs or answers garbage is no fault of the node, so it feeds no node condition and no probe metric. It makes the
@@ -16,9 +17,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from exporter.kubelet.allocations import Allocation, advertised_gpus, gpu_allocations
+from exporter.kubelet.allocations import Allocation, advertised_gpus, dra_gpu_holders, gpu_allocations
 from exporter.kubelet.client import (
     DEFAULT_TIMEOUT,
+    DRA_GPU_CLAIMS,
     ERROR,
     NO_DEVICE_PLUGIN_GPUS,
     PodResourcesError,
@@ -62,6 +64,11 @@ class PodResourcesReader:
             if not advertised_gpus(allocatable):
                 raise PodResourcesError(NO_DEVICE_PLUGIN_GPUS, f"{self.socket_path}: no device plugin advertises a "
                                         "GPU (nvidia.com/gpu, nvidia.com/mig-*): DRA, or the plugin not registered")
+            holders = dra_gpu_holders(pods)
+            if holders:
+                raise PodResourcesError(DRA_GPU_CLAIMS, f"{self.socket_path}: {len(holders)} pod(s) hold a GPU through "
+                                        f"a DRA claim ({', '.join(holders[:3])}{', ...' if len(holders) > 3 else ''})"
+                                        ": which GPU is the remediator's to find from ResourceClaims")
             allocations = gpu_allocations(pods)
             reason, message = "", ""
         except PodResourcesError as err:

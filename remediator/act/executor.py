@@ -78,7 +78,7 @@ class Executor:
                     holders = set(view.holders(plan.final_state.devices))
                     left = [p for p in left if f"{p.namespace}/{p.name}" in holders]
                 elif plan.drain_only is not None:  # only the pods on the faulty GPU (the node agent's mapping)
-                    left = [p for p in left if f"{p.namespace}/{p.name}" in plan.drain_only]
+                    left = [p for p in left if plan.drain_only.includes(p)]
                 if left:
                     return self._drop(plan, f"{len(left)} evictable pod(s) on the node right before the "
                                       "disruptive step: draining again next pass")
@@ -151,7 +151,7 @@ class Executor:
         if d.action == Action.DRAIN:
             pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
             if plan.drain_only is not None:
-                pods = [p for p in pods if f"{p.namespace}/{p.name}" in plan.drain_only]
+                pods = [p for p in pods if plan.drain_only.includes(p)]
             result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
                                 guard=self.guard.check)
             if result.errors and not result.evicted and not result.blocked:

@@ -2,7 +2,7 @@
 
 A pass reads Nodes and their pods from here instead of listing the fleet; the API is still read fresh
 before each disruptive step (reconciler.py). Pods are kept slim (what a drain needs: owner kinds, the
-mirror annotation, phase, terminating, GPU requests), so 100,000 pods cost megabytes, not gigabytes.
+mirror annotation, phase, terminating, created, GPU requests), so 100,000 pods cost megabytes, not gigabytes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 from kubernetes import client
 
 from remediator.clients.watch_cache import Obj, WatchCache
-from remediator.decide.views import GPU_RESOURCE
+from remediator.decide.views import GPU_RESOURCES
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -23,6 +23,7 @@ def slim_pod(pod: Obj) -> Obj:
     annotations = meta.get("annotations") or {}
     slim_meta: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace"),
                       "resourceVersion": meta.get("resourceVersion"),
+                      "creationTimestamp": meta.get("creationTimestamp"),
                       "ownerReferences": [{"kind": o.get("kind")} for o in meta.get("ownerReferences") or []]}
     if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
         slim_meta["labels"] = dict(meta.get("labels") or {})  # the GPU Operator's operands: a reset waits for them
@@ -33,8 +34,8 @@ def slim_pod(pod: Obj) -> Obj:
     containers = []
     for c in spec.get("containers") or []:
         res = c.get("resources") or {}
-        kept = {s: {GPU_RESOURCE: (res.get(s) or {})[GPU_RESOURCE]} for s in ("limits", "requests")
-                if GPU_RESOURCE in (res.get(s) or {})}
+        kept = {s: {k: v for k, v in (res.get(s) or {}).items() if GPU_RESOURCES.match(k)}
+                for s in ("limits", "requests") if any(GPU_RESOURCES.match(k) for k in res.get(s) or {})}
         containers.append({"resources": kept})
     return {"metadata": slim_meta, "spec": {"nodeName": spec.get("nodeName"), "containers": containers},
             "status": {"phase": (pod.get("status") or {}).get("phase")}}

@@ -79,6 +79,13 @@ class NodeDevices:
         """A MIG device's GPU, when the driver publishes it too."""
         return next((g for g in self.devices if g.kind == "gpu" and g.uuid == mig.parent_uuid), None)
 
+    def gpu_of(self, name: str) -> Device | None:
+        """The GPU a device name belongs to: the GPU itself, or a MIG device's parent; None when not published."""
+        device = next((d for d in self.devices if d.name == name), None)
+        if device is None or device.kind == "gpu":
+            return device
+        return self.parent(device)
+
     def family(self, gpu: Device) -> tuple[Device, ...]:
         """The GPU and its MIG devices: what one reset takes, and so what one quarantine covers."""
         return (gpu, *(d for d in self.devices if d.kind == "mig" and d.parent_uuid == gpu.uuid))

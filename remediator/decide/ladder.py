@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.decide.budget import Ledger
+from remediator.decide.devices import Device
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import (
     ALL_GPUS,
@@ -28,7 +29,7 @@ from remediator.decide.nodestate import (
     rung_index,
 )
 from remediator.decide.reset import operands_to_pause, reset_target, still_holding
-from remediator.decide.views import NodeView
+from remediator.decide.views import GpuPods, NodeView
 from remediator.decide.vocabulary import (
     DISRUPTIVE,
     JOB_RUNGS,
@@ -77,6 +78,11 @@ class Decision:
         return out
 
 
+# How much older than its alert the exporter's GPU -> pod map can be when the rule reads it: the map is believed for
+# 2 x 15 s + 5 s, the rule sees the series one scrape and one evaluation later. A GPU pod created after the alert's
+# startsAt less this is evicted with the pods the alert names (GpuPods).
+GPU_PODS_MAP_AGE = timedelta(minutes=2)
+
 @dataclass
 class NodePlan:
     node: str
@@ -86,7 +92,7 @@ class NodePlan:
     decisions: list[Decision] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)  # for Events and audit lines
     # node scope, a fault on one GPU whose pods the node agent knows (alerts' gpu_pods): the drain evicts only these
-    drain_only: tuple[str, ...] | None = None
+    drain_only: GpuPods | None = None
 
     @property
     def changed(self) -> bool:
@@ -280,8 +286,10 @@ class _Planner:
             return (), "the alerts name no single GPU"
         migs = {a.mig_uuid for a in actionable.values()}
         mig_uuid = next(iter(migs)) if len(migs) == 1 else None
-        if mig_uuid is not None:  # every alert names one MIG instance of the GPU (an Xid on that GPU instance)
-            mig = v.devices.find_mig(mig_uuid)
+        mig = v.devices.find_mig(mig_uuid) if mig_uuid is not None else None
+        if mig_uuid is not None and mig is None and self._quarantined(v.devices.find(label)):
+            pass  # an instance of the quarantined GPU, no longer published since its reset: the GPU's fault
+        elif mig_uuid is not None:  # every alert names one MIG instance of the GPU (an Xid on that GPU instance)
             parent = v.devices.parent(mig) if mig is not None else None
             if mig is None or (parent is not None and v.devices.find(label) != parent):
                 return (), (f"MIG device {mig_uuid} of GPU {label} is not among the node's DRA devices (driver "
@@ -292,6 +300,18 @@ class _Planner:
         if gpu is None:
             return (), f"GPU {label} is not among the node's DRA devices (driver {v.devices.driver})"
         return tuple(d.name for d in v.devices.family(gpu)), ""
+
+    def _quarantined(self, gpu: Device | None) -> bool:
+        """This GPU itself (and so its whole family) is what the GPU scope holds."""
+        return self.state.scope == Scope.GPU and gpu is not None and gpu.name in self.state.devices
+
+    def _one_gpu(self, *device_sets: tuple[str, ...]) -> Device | None:
+        """The one GPU that every set's published devices belong to (a MIG device by its parent), if there is one."""
+        assert self.full.devices is not None
+        gpus = [{g.name: g for n in names if (g := self.full.devices.gpu_of(n)) is not None} for names in device_sets]
+        if not all(gpus) or len({name for found in gpus for name in found}) != 1:
+            return None
+        return next(iter(gpus[0].values()))
 
     def _instance_scoped(self, target: int) -> bool:
         """A fault on one MIG instance is that instance's alone while it can never reach a GPU reset, which takes
@@ -309,11 +329,18 @@ class _Planner:
         st = self.state
         if st.scope == Scope.NODE and (st.rung is not None or st.devices):
             return  # at node scope for this episode (a GPU scope that handed over never comes back)
+        if st.scope == Scope.GPU and st.rung_status == "failed":
+            self._scope_view()  # the GPU step failed: the node ladder takes over (_climb), whatever the alerts now say
+            return
         devices, why = self._gpu_family(actionable, target)
-        if st.scope == Scope.GPU and devices and set(devices) < set(st.devices):
-            pass  # one MIG instance of the quarantined GPU: the whole GPU stays quarantined
-        elif st.scope == Scope.GPU and devices and set(st.devices) < set(devices):
-            self._widen(devices)
+        same_gpu = self._one_gpu(st.devices, devices) if st.scope == Scope.GPU and devices else None
+        if st.scope == Scope.GPU and devices and set(devices) <= set(st.devices):
+            pass  # the same devices, or one MIG instance of the quarantined GPU: the whole GPU stays quarantined
+        elif same_gpu is not None and same_gpu.name in st.devices:
+            pass  # the quarantined GPU, its instances made anew since its reset: the GPU stays quarantined
+        elif same_gpu is not None:  # the GPU, or another instance of it: the GPU and all its instances
+            assert self.full.devices is not None
+            self._widen(tuple(d.name for d in self.full.devices.family(same_gpu)))
         elif st.scope == Scope.GPU and devices != st.devices:
             self._to_node_scope(why or "the alerts now name another GPU", floor=None)
         elif st.scope == Scope.NODE and devices:
@@ -365,8 +392,9 @@ class _Planner:
         if any(m is None for m in maps):
             return
         names = tuple(sorted({n for m in maps for n in (m or "").split()}))
-        self.plan.drain_only = names
-        self.v = replace(v, evictable=[p for p in v.evictable if f"{p.namespace}/{p.name}" in names])
+        since = min(parse_time(a.starts_at) for a in actionable.values()) - GPU_PODS_MAP_AGE
+        self.plan.drain_only = only = GpuPods(names, since)
+        self.v = replace(v, evictable=[p for p in v.evictable if only.includes(p)])
         if note and st.rung is None:
             self.scope_note += (f"; only the pods on GPU {next(iter(gpus))} ({', '.join(names) or 'none'}, the node "
                                 "agent's pod-resources mapping): the node's other pods keep running")

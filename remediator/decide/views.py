@@ -7,8 +7,10 @@ both paths build the same views and take the same decisions.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from remediator.decide.devices import ClaimIndex, NodeDevices
@@ -17,12 +19,16 @@ from remediator.decide.nodestate import (
     TAINT_KEY,
     NodeState,
     hold_of,
+    parse_time,
 )
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# What a pod asks a GPU device plugin for: nvidia.com/gpu, a MIG profile, and the renames of a shared GPU
+# (nvidia.com/gpu.shared, nvidia.com/gpu-24gb). The network operator's nvidia.com/ resources are NICs, not GPUs.
+GPU_RESOURCES = re.compile(r"^nvidia\.com/(?:gpu|mig-)")
 EXPORTER_CONDITION = "GpuhealthProbesHealthy"  # written by gpuhealth's exporter (exporter/condition_types.py)
 
 
@@ -32,6 +38,25 @@ class PodRef:
     name: str
     uses_gpu: bool
     terminating: bool = False  # deletion requested (evicted): still on the node until it is gone
+    created: datetime | None = None  # metadata.creationTimestamp; None where it is not known
+
+
+@dataclass(frozen=True)
+class GpuPods:
+    """The pods a drain for a fault on one GPU evicts (node scope, the device plugin): those the alerts' gpu_pods
+    annotation names, and every GPU pod created since shortly before the alert began. The annotation is a snapshot:
+    Alertmanager sends an alert again when the set of firing alerts changes, not when only an annotation does, so a
+    pod that started on the GPU after the exporter's map was read is not in it. Taking it too costs at most the GPU
+    pods that started on the node in those minutes; missing it would leave a pod on the faulty GPU (and a reset that
+    fails while it holds the GPU)."""
+
+    names: tuple[str, ...]
+    since: datetime  # the earliest alert's startsAt, less GPU_PODS_MAP_AGE
+
+    def includes(self, pod: PodRef) -> bool:
+        if f"{pod.namespace}/{pod.name}" in self.names:
+            return True
+        return pod.uses_gpu and (pod.created is None or pod.created >= self.since)
 
 
 @dataclass(frozen=True)
@@ -153,10 +178,17 @@ def pod_ref(pod: dict[str, Any]) -> PodRef:
     for c in (pod.get("spec") or {}).get("containers") or []:
         res = c.get("resources") or {}
         for section in ("limits", "requests"):
-            if str((res.get(section) or {}).get(GPU_RESOURCE, "0")) not in ("0", ""):
+            if any(GPU_RESOURCES.match(name) and str(value) not in ("0", "")
+                   for name, value in (res.get(section) or {}).items()):
                 uses_gpu = True
+    created = None
+    try:
+        created = parse_time(str(meta["creationTimestamp"])) if meta.get("creationTimestamp") else None
+    except ValueError:
+        log.warning("pod %s/%s: unreadable creationTimestamp %r", meta.get("namespace"), meta.get("name"),
+                    meta.get("creationTimestamp"))
     return PodRef(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uses_gpu=uses_gpu,
-                  terminating=bool(meta.get("deletionTimestamp")))
+                  terminating=bool(meta.get("deletionTimestamp")), created=created)
 
 
 def evictable_pods(pods: Iterable[dict[str, Any]]) -> list[PodRef]:
