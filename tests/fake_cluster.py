@@ -188,6 +188,7 @@ class FakeCluster:
         self.identities: dict[str, Identity] = {}  # bearer token -> who it authenticates as
         self.admission: AdmissionPolicies | None = None  # ValidatingAdmissionPolicies enforced on writes
         self.rbac: Authorizer | None = None  # Roles, ClusterRoles and bindings enforced on every request
+        self._backdated = False
         self.clock: Callable[[], float] = time.time  # seconds since the epoch; pods' termination runs on it
         self.pod_grace = 1.0  # seconds an evicted pod stays Terminating, unless the pod says otherwise
         self.lock = threading.RLock()
@@ -432,7 +433,11 @@ class FakeCluster:
 
     def backdate_pods(self, when: float) -> None:
         """Every pod there now was created at `when`: for a test clock set after a fixture made its pods on the
-        real one (the remediator compares creationTimestamp with the alerts' startsAt)."""
+        real one (the remediator compares creationTimestamp with the alerts' startsAt). Once: a second harness on
+        the cluster (another replica) finds the pods a test made on the test clock."""
+        if self._backdated:
+            return
+        self._backdated = True
         with self.lock:
             for pod in self.pods.values():
                 pod["metadata"]["creationTimestamp"] = _rfc3339(when)

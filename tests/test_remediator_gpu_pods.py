@@ -62,16 +62,17 @@ def test_a_gpu_pod_that_started_after_the_map_was_read_is_drained_too(cluster: F
     h = Harness(cluster, POLICY)  # train-a, train-b and web have run for an hour
     cluster.add_pod("gpu-1", "late", namespace="ml", gpus=1)
     cluster.add_pod("gpu-1", "late-shared", namespace="ml", resources={"limits": {"nvidia.com/gpu.shared": "1"}})
-    cluster.add_pod("gpu-1", "late-cpu", namespace="ml")
-    cluster.add_pod("gpu-1", "late-nic", namespace="ml", resources={"limits": {"nvidia.com/hostdev": "1"}})
+    # a share renamed freely by the device plugin's sharing config: only nvidia.com/ says it may be a GPU
+    cluster.add_pod("gpu-1", "late-renamed", namespace="ml", resources={"requests": {"nvidia.com/shared-a100": "1"}})
+    cluster.add_pod("gpu-1", "late-cpu", namespace="ml", resources={"limits": {"cpu": "4", "nvidia.com/gpu": "0"}})
     h.advance(seconds=30)
     _fire(h, starts=h.now)
     assert [d.action for d in h.decided(h.step())] == ["cordon", "drain"]
-    assert sorted(cluster.evictions()) == ["ml/late", "ml/late-shared", "ml/train-a"]
+    assert sorted(cluster.evictions()) == ["ml/late", "ml/late-renamed", "ml/late-shared", "ml/train-a"]
     h.advance(seconds=60)
     (reset,) = h.decided(h.step())
     assert (reset.action, reset.decision) == ("reset_gpu", "execute")
-    assert _left(cluster) == {"ml/train-b", "default/web", "ml/late-cpu", "ml/late-nic"}
+    assert _left(cluster) == {"ml/train-b", "default/web", "ml/late-cpu"}
 
 
 def test_no_pod_on_the_gpu_means_nothing_is_evicted_before_its_reset(cluster: FakeCluster) -> None:

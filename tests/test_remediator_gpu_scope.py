@@ -404,6 +404,50 @@ def test_after_a_successful_family_reset_the_instances_alert_keeps_the_gpu_scope
     assert len(cluster.jobs) == 1  # no second reset, no reboot
 
 
+def _remake_migs(c: FakeCluster) -> list[str]:
+    """The MIG manager makes the reset GPU's instances again, in another layout: other device names and UUIDs."""
+    made = []
+    for obj in list(c.dra.slices.values()):
+        obj = copy.deepcopy(obj)
+        for d in obj["spec"]["devices"]:
+            if d["attributes"]["type"]["string"] == "mig":
+                d["name"] += "-b"
+                d["attributes"]["uuid"]["string"] = d["attributes"]["uuid"]["string"][:-4] + "beef"
+                made.append(d["name"])
+        c.dra.add_slice(obj)
+    return made
+
+
+def test_instances_made_anew_after_the_reset_are_quarantined_with_their_gpu_until_it_returns(
+        cluster: FakeCluster) -> None:
+    gpus, migs = _mig_node(cluster)
+    h = Harness(cluster, POLICY)
+    alert = _mig_alert(gpus, migs[1])
+    h.fire("gpu-1", "reset_gpu", alertname="GPUXidFatal", **alert)
+    h.step()
+    h.advance(seconds=60)
+    h.step()
+    (job,) = cluster.jobs
+    cluster.jobs[job]["status"] = {"succeeded": 1}
+    h.advance(seconds=30)
+    h.step()
+    made = _remake_migs(cluster)
+    h.advance(seconds=30)
+    decided = h.decided(h.step())
+    assert [(d.action, d.effect, d.devices) for d in decided] == [
+        ("quarantine_gpu", "NoSchedule", tuple(sorted(made))), ("quarantine_gpu", "NoExecute", tuple(sorted(made)))]
+    assert "made anew after its reset" in decided[0].reason
+    assert {(d, e) for d in made for e in ("NoSchedule", "NoExecute")} <= set(_rules(cluster))
+    assert set(made) <= set(h.state("gpu-1").devices) and h.state("gpu-1").scope == "gpu"
+    h.advance(seconds=30)
+    assert not [d for d in h.decided(h.step()) if d.action == "quarantine_gpu"]  # once
+    h.resolve("gpu-1", "reset_gpu", alertname="GPUXidFatal", **alert)
+    h.step()
+    h.advance(minutes=11)
+    assert ("gpu-1", "release_gpu", "execute") in h.decisions(h.step())
+    assert not cluster.dra.rules and not h.state("gpu-1").active
+
+
 def test_a_mig_instance_is_quarantined_with_its_whole_gpu_where_the_drain_may_climb_to_a_reset(
         cluster: FakeCluster) -> None:
     gpus, migs = _mig_node(cluster)

@@ -84,6 +84,7 @@ def _mutate(path: str, value: object) -> dict[str, object]:
     (_mutate("alerts.0.labels", {"node": 7}), 422, "labels"),
     (_mutate("alerts.0.fingerprint", KeyError), 422, "fingerprint"),
     (_mutate("alerts.0.startsAt", "yesterday"), 422, "timestamp"),
+    (_mutate("alerts.0.startsAt", "0001-01-01T00:00:00Z"), 422, "no time an alert started"),
 ])
 def test_malformed_bodies_get_4xx_with_a_reason_and_change_nothing(cluster: FakeCluster, body: object, code: int,
                                                                    reason: str) -> None:

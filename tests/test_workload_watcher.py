@@ -156,6 +156,17 @@ def test_a_pod_failing_after_a_fatal_xid_on_its_node_is_recorded_as_infra(env: E
     assert env.metric("gpuhealth_workload_node_suspect_workloads", node="gpu-3", pool="gpu") == 1
 
 
+def test_a_pod_on_a_mig_device_or_a_shared_gpu_is_a_gpu_workload_too(env: Env) -> None:
+    fire_on_node(env.cluster, "gpu-3", "GPUXidFatal", "reset_gpu", T0 - timedelta(minutes=3))
+    for name, resource in (("infer-mig", "nvidia.com/mig-1g.10gb"), ("infer-shared", "nvidia.com/gpu.shared")):
+        env.cluster.add_pod("gpu-3", name, namespace=NS, owner_kind=None, resources={"limits": {resource: "1"}})
+        env.cluster.update_pod(NS, name, lambda p: p["status"].update(startTime=_stamp(T0 - timedelta(hours=1))))
+        end_pod(env.cluster, name, exit_code=1)
+    outcomes = env.step()
+    assert sorted((o.verdict.cls, o.recorded) for o in outcomes) == [("infra", True), ("infra", True)]
+    assert env.failure("infer-mig") and env.failure("infer-shared")
+
+
 def test_an_app_verdict_waits_for_the_look_ahead(env: Env) -> None:
     start_pod(env.cluster, "train-0")
     end_pod(env.cluster, "train-0", exit_code=2)

@@ -251,6 +251,8 @@ class _Planner:
             # the fault outgrew its GPU, and no way to change its device taints: wait, at GPU scope
             return self.out(Action.NONE, Verdict.DEFERRED, f"GPU scope ({', '.join(st.devices)}): the DRA objects "
                             "or the DeviceTaintRule API could not be read this pass")
+        self._cover_new_instances()
+        st = self.state
         self._scope_view()
         if actionable:  # the rung under way is observed on the pods it is about
             self._gpu_pods_view(actionable, self._target(actionable, st), note=False)
@@ -301,6 +303,30 @@ class _Planner:
             return (), f"GPU {label} is not among the node's DRA devices (driver {v.devices.driver})"
         return tuple(d.name for d in v.devices.family(gpu)), ""
 
+    def _cover_new_instances(self) -> None:
+        """A quarantined GPU's MIG devices made anew (a reset drops a MIG GPU's instances; the MIG manager makes them
+        again, under other names where the layout changed) are quarantined too, with the effects the GPU already
+        has: the scheduler must not place a claim on an instance of a GPU gpuhealth holds."""
+        st, devices = self.state, self.full.devices
+        if st.scope != Scope.GPU or st.rung is None or st.rung_status == "failed" or devices is None:
+            return
+        gpu = next((d for d in devices.devices if d.kind == "gpu" and d.name in st.devices), None)
+        if gpu is None:
+            return
+        new = tuple(d.name for d in devices.family(gpu) if d.name not in st.devices)
+        if not new:
+            return
+        self.state = replace(st, devices=(*st.devices, *new))
+        effects = [TaintEffect.NO_SCHEDULE]
+        if rung_index(st.rung) >= rung_index(Rung.DRAIN):
+            effects.append(TaintEffect.NO_EXECUTE)
+        for effect in effects:
+            self.plan.decisions.append(Decision(
+                self.v.name, Action.QUARANTINE_GPU, Verdict.EXECUTE,
+                f"MIG device(s) {', '.join(new)} of the quarantined GPU {gpu.name} appeared (made anew after its "
+                "reset): quarantined with it", self.v.pool, devices=new, effect=effect,
+                pods=self.full.holders(new)))
+
     def _quarantined(self, gpu: Device | None) -> bool:
         """This GPU itself (and so its whole family) is what the GPU scope holds."""
         return self.state.scope == Scope.GPU and gpu is not None and gpu.name in self.state.devices
@@ -337,7 +363,7 @@ class _Planner:
         if st.scope == Scope.GPU and devices and set(devices) <= set(st.devices):
             pass  # the same devices, or one MIG instance of the quarantined GPU: the whole GPU stays quarantined
         elif same_gpu is not None and same_gpu.name in st.devices:
-            pass  # the quarantined GPU, its instances made anew since its reset: the GPU stays quarantined
+            pass  # the quarantined GPU, its instances made anew since its reset (_cover_new_instances)
         elif same_gpu is not None:  # the GPU, or another instance of it: the GPU and all its instances
             assert self.full.devices is not None
             self._widen(tuple(d.name for d in self.full.devices.family(same_gpu)))
@@ -392,12 +418,14 @@ class _Planner:
         if any(m is None for m in maps):
             return
         names = tuple(sorted({n for m in maps for n in (m or "").split()}))
-        since = min(parse_time(a.starts_at) for a in actionable.values()) - GPU_PODS_MAP_AGE
+        earliest = min(parse_time(a.starts_at) for a in actionable.values())
+        since = earliest - GPU_PODS_MAP_AGE if earliest.year > 1 else earliest  # year 1: every GPU pod
         self.plan.drain_only = only = GpuPods(names, since)
         self.v = replace(v, evictable=[p for p in v.evictable if only.includes(p)])
         if note and st.rung is None:
             self.scope_note += (f"; only the pods on GPU {next(iter(gpus))} ({', '.join(names) or 'none'}, the node "
-                                "agent's pod-resources mapping): the node's other pods keep running")
+                                "agent's pod-resources mapping) and any GPU pod created since "
+                                f"{fmt_time(since)}: the node's other pods keep running")
 
     def _to_node_scope(self, why: str, floor: str | None) -> None:
         """The GPU-scoped steps are not enough: the node ladder from its start (cordon, drain), then `floor`."""

@@ -25,10 +25,11 @@ from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
 
-GPU_RESOURCE = "nvidia.com/gpu"
-# What a pod asks a GPU device plugin for: nvidia.com/gpu, a MIG profile, and the renames of a shared GPU
-# (nvidia.com/gpu.shared, nvidia.com/gpu-24gb). The network operator's nvidia.com/ resources are NICs, not GPUs.
-GPU_RESOURCES = re.compile(r"^nvidia\.com/(?:gpu|mig-)")
+# What a pod may ask NVIDIA's GPU device plugin for: nvidia.com/gpu, a MIG profile, and a shared GPU under any name
+# its sharing config gives it (nvidia.com/gpu.shared, nvidia.com/gpu-24gb, nvidia.com/shared-a100). The name alone
+# cannot tell such a rename from the network operator's NICs (also nvidia.com/), so every nvidia.com/ resource
+# counts: taking a NIC pod for a GPU pod evicts one pod too many, the safe side.
+GPU_RESOURCES = re.compile(r"^nvidia\.com/")
 EXPORTER_CONDITION = "GpuhealthProbesHealthy"  # written by gpuhealth's exporter (exporter/condition_types.py)
 
 

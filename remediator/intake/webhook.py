@@ -143,11 +143,13 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
         starts = _require(alert, "startsAt", str, where)
         ends = alert.get("endsAt")
         try:
-            parse_time(starts)
+            started = parse_time(starts)
             if isinstance(ends, str):
                 parse_time(ends)
         except ValueError as exc:
             raise WrongShape(f"{where}: bad timestamp: {exc}") from exc
+        if started.year < 1970:  # Go's zero time is an endsAt of an alert still firing, never a start
+            raise WrongShape(f"{where}.startsAt: bad timestamp: {starts!r} is no time an alert started")
         node = labels.get(policy.alert_labels.node)
         if not node:
             batch.ignored.append((fingerprint, f"no {policy.alert_labels.node!r} label"))

@@ -295,6 +295,20 @@ def classify(pod: dict[str, Any], signals: list[NodeSignal], settings: Settings 
 
 GPUS_ANNOTATION = "gpuhealth.io/gpus"
 GPU_RESOURCE = "nvidia.com/gpu"
+# A GPU, a MIG device (nvidia.com/mig-<profile>, the mixed strategy) or a shared GPU (nvidia.com/gpu.shared and the
+# like): what makes a pod a GPU workload. requested_gpus counts whole GPUs only.
+_GPU_WORKLOAD_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu|mig-)")
+
+
+def asks_for_gpu(pod: dict[str, Any]) -> bool:
+    """Any container asks a GPU device plugin for something (a whole GPU, a MIG device, a share of one)."""
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        for section in ("limits", "requests"):
+            asks = (res.get(section) or {}).items()
+            if any(_GPU_WORKLOAD_RESOURCE.match(k) and str(v) not in ("0", "") for k, v in asks):
+                return True
+    return False
 
 
 def requested_gpus(pod: dict[str, Any]) -> int:

@@ -42,10 +42,10 @@ from remediator.workloads.classify import (
     NODE_SUSPECT_REASONS,
     Settings,
     Verdict,
+    asks_for_gpu,
     classify,
     pod_facts,
     pod_gpus,
-    requested_gpus,
 )
 from remediator.workloads.evidence import signals_from_events, signals_from_node
 from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState, count_failure, in_loop, job_of
@@ -201,7 +201,7 @@ class WorkloadWatcher:
         selector = self.policy.workloads.selector
         if selector:
             return _selected(meta.get("labels") or {}, selector)
-        return requested_gpus(pod) > 0
+        return asks_for_gpu(pod)
 
     def _all(self) -> list[dict[str, Any]]:
         return [p for p in (_as_dict(o) for o in self.pods.items()) if self._in_scope(p)]
