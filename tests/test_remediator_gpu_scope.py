@@ -382,9 +382,8 @@ def _unpublish_migs(c: FakeCluster) -> None:
         c.dra.add_slice(obj)
 
 
-def test_after_a_successful_family_reset_the_instances_alert_keeps_the_gpu_scope(cluster: FakeCluster) -> None:
-    # The Xid alert keeps firing minutes after the reset (increase over 5m, keep_firing_for), naming a MIG device
-    # the republished slice no longer has: still the quarantined GPU's fault, not the node's.
+def _reset_a_mig_gpu(cluster: FakeCluster) -> tuple[Harness, dict[str, Any]]:
+    """An Xid asking for reset_gpu on one MIG instance of gpu-1, up to its reset Job succeeding; the alert fires on."""
     gpus, migs = _mig_node(cluster)
     h = Harness(cluster, POLICY)
     alert = _mig_alert(gpus, migs[1])
@@ -394,6 +393,13 @@ def test_after_a_successful_family_reset_the_instances_alert_keeps_the_gpu_scope
     assert [d.action for d in h.decided(h.step()) if d.action == "reset_gpu"] == ["reset_gpu"]
     (job,) = cluster.jobs
     cluster.jobs[job]["status"] = {"succeeded": 1}
+    return h, alert
+
+
+def test_after_a_successful_family_reset_the_instances_alert_keeps_the_gpu_scope(cluster: FakeCluster) -> None:
+    # The Xid alert keeps firing minutes after the reset (increase over 5m, keep_firing_for), naming a MIG device
+    # the republished slice no longer has: still the quarantined GPU's fault, not the node's.
+    h, _ = _reset_a_mig_gpu(cluster)
     _unpublish_migs(cluster)
     for _ in range(3):
         h.advance(seconds=30)
@@ -420,15 +426,7 @@ def _remake_migs(c: FakeCluster) -> list[str]:
 
 def test_instances_made_anew_after_the_reset_are_quarantined_with_their_gpu_until_it_returns(
         cluster: FakeCluster) -> None:
-    gpus, migs = _mig_node(cluster)
-    h = Harness(cluster, POLICY)
-    alert = _mig_alert(gpus, migs[1])
-    h.fire("gpu-1", "reset_gpu", alertname="GPUXidFatal", **alert)
-    h.step()
-    h.advance(seconds=60)
-    h.step()
-    (job,) = cluster.jobs
-    cluster.jobs[job]["status"] = {"succeeded": 1}
+    h, alert = _reset_a_mig_gpu(cluster)
     h.advance(seconds=30)
     h.step()
     made = _remake_migs(cluster)
