@@ -69,9 +69,9 @@ from fake_rbac import request as rbac_request
 Obj = dict[str, Any]
 
 
-
 def _rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 class _QuietServer(ThreadingHTTPServer):
     """A client that hangs up mid-answer (a watch the test stopped) is normal here, not an error to print."""

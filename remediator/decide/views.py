@@ -173,15 +173,20 @@ def is_evictable(pod: dict[str, Any]) -> bool:
     return not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
 
 
-def pod_ref(pod: dict[str, Any]) -> PodRef:
-    meta = pod.get("metadata") or {}
-    uses_gpu = False
+def asks_for(pod: dict[str, Any], resources: re.Pattern[str]) -> bool:
+    """Any container's limits or requests ask for a non-zero amount of a resource whose name `resources` matches."""
     for c in (pod.get("spec") or {}).get("containers") or []:
         res = c.get("resources") or {}
         for section in ("limits", "requests"):
-            if any(GPU_RESOURCES.match(name) and str(value) not in ("0", "")
+            if any(resources.match(name) and str(value) not in ("0", "")
                    for name, value in (res.get(section) or {}).items()):
-                uses_gpu = True
+                return True
+    return False
+
+
+def pod_ref(pod: dict[str, Any]) -> PodRef:
+    meta = pod.get("metadata") or {}
+    uses_gpu = asks_for(pod, GPU_RESOURCES)
     created = None
     try:
         created = parse_time(str(meta["creationTimestamp"])) if meta.get("creationTimestamp") else None

@@ -31,6 +31,7 @@ from typing import Any
 
 from remediator.decide.devices import normal_pci
 from remediator.decide.nodestate import parse_time
+from remediator.decide.views import asks_for
 
 INFRA, APP, UNKNOWN = "infra", "app", "unknown"
 CLASSES = (INFRA, APP, UNKNOWN)
@@ -302,13 +303,7 @@ _GPU_WORKLOAD_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu|mig-)")
 
 def asks_for_gpu(pod: dict[str, Any]) -> bool:
     """Any container asks a GPU device plugin for something (a whole GPU, a MIG device, a share of one)."""
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        for section in ("limits", "requests"):
-            asks = (res.get(section) or {}).items()
-            if any(_GPU_WORKLOAD_RESOURCE.match(k) and str(v) not in ("0", "") for k, v in asks):
-                return True
-    return False
+    return asks_for(pod, _GPU_WORKLOAD_RESOURCE)
 
 
 def requested_gpus(pod: dict[str, Any]) -> int:
