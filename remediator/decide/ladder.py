@@ -419,7 +419,8 @@ class _Planner:
             return
         names = tuple(sorted({n for m in maps for n in (m or "").split()}))
         earliest = min(parse_time(a.starts_at) for a in actionable.values())
-        since = earliest - GPU_PODS_MAP_AGE if earliest.year > 1 else earliest  # year 1: every GPU pod
+        # year 1: a record stored before the webhook refused such a startsAt (no room to subtract): every GPU pod
+        since = earliest - GPU_PODS_MAP_AGE if earliest.year > 1 else earliest
         self.plan.drain_only = only = GpuPods(names, since)
         self.v = replace(v, evictable=[p for p in v.evictable if only.includes(p)])
         if note and st.rung is None:
