@@ -366,6 +366,7 @@ def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
     """What a pass computes before it acts, on the fleet as the storm left it (2,000 nodes in an episode at
     10,000): the views, the budget ledger and every node's ladder decision, with the same functions the
     remediator runs (evaluate), on one core, here where no other thread competes. The best of 3."""
+    from remediator.decide.job_start import JobRecord
     from remediator.decide.plan import evaluate
     from remediator.decide.views import build_views
 
@@ -377,7 +378,7 @@ def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
     best = float("inf")
     for _ in range(3):
         started = time.process_time()
-        views = build_views(nodes, policy, lambda name: by_node.get(name, []), lambda job: "running")
+        views = build_views(nodes, policy, lambda name: by_node.get(name, []), lambda job: JobRecord("running"))
         evaluate(views, policy, datetime.now(UTC), {}, None)
         best = min(best, time.process_time() - started)
     return 1000 * best

@@ -29,6 +29,9 @@ class Family:
 # The exporter's own: its probes' health (fail-closed signals) and the GPU and EFA counts.
 EXPORTER = (
     Family("gpuhealth_exporter_build_info", "gauge", ("version",), "Always 1; the exporter's version."),
+    Family("gpuhealth_exporter_config_error", "gauge", (),
+           "1 while the exporter refuses its settings (a key, value or flag it does not know: most often written "
+           "for a newer exporter) and probes nothing; then this and build_info are all it serves. 0 otherwise."),
     Family("gpuhealth_probe_success", "gauge", ("probe",),
            "1 if the probe's last run finished in time with valid data, else 0 (fail closed). Absent while the "
            "probe is paused for a GPU reset (gpuhealth_probe_paused)."),
@@ -48,11 +51,18 @@ EXPORTER = (
            "GPUs the driver can talk to (NVML; dcgm-exporter when NVML is off). Absent when no source works."),
     Family("gpuhealth_gpus_expected", "gauge", (),
            "GPUs this node should have (--gpus-expected or the instance type). Absent when unknown."),
-    Family("gpuhealth_efa_devices_expected", "gauge", (),
-           "EFA devices this node should have (--efa-expected or the instance type). Absent when unknown."),
+    Family("gpuhealth_efa_devices_expected", "gauge", ("source",),
+           "EFA devices this node was provisioned with, what EFADevicesMissing measures against; source: label "
+           "(the Node's gpuhealth.io/efa-expected), setting (efa_expected), capacity (the Node's "
+           "vpc.amazonaws.com/efa, from the EFA device plugin) or attached (none of these: the most seen since the "
+           "exporter started; 0: EFA not configured). Absent until the Node or the efa probe has been read."),
+    Family("gpuhealth_efa_devices_max", "gauge", (),
+           "EFA interfaces the instance type can take (exporter/data/instance_types.csv): an upper bound, never what "
+           "a shortfall is measured against (Karpenter attaches EFA only when asked). Absent when unknown."),
     Family("gpuhealth_reset_marker_read_failures", "counter", (),
-           "Reads of this node's annotations for the GPU reset marker that failed (the probes stay paused or "
-           "running as they were). Absent when the agent writes no node conditions (no node name or API server)."),
+           "Reads of the GPU reset marker that failed because the watch of this node's Node was broken (the probes "
+           "stay paused or running as they were). Absent when the agent writes no node conditions (no node name or "
+           "API server)."),
 )
 # From the kernel log.
 KERNEL_LOG = (

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -20,9 +21,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__
-from exporter.collector import Expectations, GpuhealthCollector
+from exporter.collector import Expectations, GpuhealthCollector, RefusedSettingsCollector
 from exporter.conditions import evaluate
-from exporter.config import ConfigError, Settings, expand_placeholders, load_file
+from exporter.config import ConfigError, Settings, UnknownSetting, expand_placeholders, listen_in, load_file
+from exporter.efa_expected import LABEL as EFA_LABEL
+from exporter.efa_expected import EfaExpectation, Node
 from exporter.exposition import start_server
 from exporter.gpu_reset import ANNOTATION, GpuResetRelease
 from exporter.instance_types import lookup
@@ -30,6 +33,7 @@ from exporter.kernel.patterns import PatternError, load_patterns
 from exporter.kubelet.client import DEFAULT_SOCKET
 from exporter.kubelet.reader import PodResourcesReader
 from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
+from exporter.node_watch import NodeWatch
 from exporter.probes.base import Probe, adopt_tool_orphans, stop_tools
 from exporter.probes.efa import counter_selection
 from exporter.probes.registry import BY_NAME, NAMES, PROBES
@@ -51,6 +55,8 @@ behind the alerts' gpu_pods annotation). That read is not a probe: when it fails
 unknown (gpuhealth_pod_resources_success 0), and no probe or node condition changes.
 
 Settings come from defaults, then --config FILE (YAML, same names with underscores), then flags.
+Served, an exporter that refuses its settings (a key, value or flag it does not know) stays up, probes
+nothing, logs one line that names it and serves gpuhealth_exporter_config_error 1; with --once it exits 2.
 """
 
 
@@ -120,8 +126,9 @@ def _efa_counters(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gpuhealth-exporter", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    # allow_abbrev off: a newer exporter's flag that begins like one of these must be refused, not taken for it
+    p = _Parser(prog="gpuhealth-exporter", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--config", metavar="FILE", help="YAML settings file (flags override it)")
     p.add_argument("--once", action="store_true",
@@ -143,9 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dcgm-exporter-url", metavar="URL|FILE",
                    help="a local dcgm-exporter's /metrics URL (or a saved scrape); enables the dcgm_exporter probe")
     p.add_argument("--instance-type", metavar="TYPE",
-                   help="EC2 instance type: sets the expected GPU and EFA counts (default $INSTANCE_TYPE)")
+                   help="EC2 instance type: sets the expected GPU count, and the most EFA devices it can take "
+                        "(default $INSTANCE_TYPE, else the Node's label)")
     p.add_argument("--gpus-expected", type=_count, metavar="N", help="GPUs this node should have")
-    p.add_argument("--efa-expected", type=_count, metavar="N", help="EFA devices this node should have")
+    p.add_argument("--efa-expected", type=_count, metavar="N",
+                   help=f"EFA devices every node of this release is given (default: the Node's {EFA_LABEL} label, "
+                        "else its vpc.amazonaws.com/efa capacity, else the most seen: docs/install.md)")
     p.add_argument("--efa-counters", type=_efa_counters, metavar="default|all|NAME[,NAME]",
                    help="EFA hw_counters to export: default (the health signals: errors, drops, retransmits, "
                         "timeouts, unresponsive/impaired remotes), all, or names, e.g. default,tx_bytes")
@@ -162,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not read the kubelet's pod-resources API (alerts then say gpu_pods=\"unknown\", and "
                         "the remediator acts on the whole node)")
     p.add_argument("--reset-marker-interval", type=_seconds, metavar="SECONDS",
-                   help=f"how often to read this node's {ANNOTATION} annotation: while it is there the nvml, "
-                        "dcgm, diag and dcgm_exporter probes let go of the GPUs for a GPU reset, and "
+                   help=f"this node's {ANNOTATION} annotation is watched and acted on as it changes; it is also "
+                        "checked again every SECONDS (a probe whose run was in progress is paused then). While it is "
+                        "there the nvml, dcgm, diag and dcgm_exporter probes let go of the GPUs for a GPU reset, and "
                         "GpuhealthProbesHealthy says ReleasedForGPUReset (default 10)")
     p.add_argument("--kube-api", metavar="URL", help="API server URL (default: in-cluster)")
     p.add_argument("--service-account-dir", metavar="DIR",
@@ -242,19 +253,20 @@ def check_settings(s: Settings) -> None:
     # socket answers there, and the reader says why (no_socket, not_a_socket) in its log line.
     if s.pod_resources and not s.pod_resources_socket.strip():
         raise UsageError("--pod-resources-socket: empty path (--no-pod-resources turns the read off)")
-    port = s.listen.rpartition(":")[2]
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--listen {s.listen!r}: expected [ADDR]:PORT")
+    listen_error = _listen_error(s.listen)
+    if listen_error:
+        raise UsageError(listen_error)
     if s.instance_type and lookup(s.instance_type) is None:
         log.warning("instance type %s is not in the table: expected counts stay unknown unless given",
                     s.instance_type)
 
 
-def expectations(s: Settings) -> Expectations:
+def expectations(s: Settings, node: Callable[[], Node | None] | None = None) -> Expectations:
+    """node: this Node as last read, for the EFA devices it was given (exporter/efa_expected.py)."""
     known = lookup(s.instance_type) if s.instance_type else None
     gpus = s.gpus_expected if s.gpus_expected is not None else (known.gpus if known else None)
-    efa = s.efa_expected if s.efa_expected is not None else (known.efa_devices if known else None)
-    return Expectations(gpus=gpus, efa_devices=efa)
+    efa = EfaExpectation(s.efa_expected, node, maximum=known.efa_devices if known else None)
+    return Expectations(gpus=gpus, efa=efa)
 
 
 def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
@@ -278,26 +290,31 @@ def run_once(s: Settings, show_conditions: bool = False) -> bytes:
     for t in threads:
         t.join()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuhealthCollector(snapshot, expectations(s), pod_resources=reader))
+    expect = expectations(s)
+    registry.register(GpuhealthCollector(snapshot, expect, pod_resources=reader))
     if show_conditions:
-        for c in evaluate(snapshot.view(), expectations(s), s.fault_window):
+        for c in evaluate(snapshot.view(), expect, s.fault_window):
             print(f"condition {c.type}={c.status} {c.reason}: {c.message}", file=sys.stderr)
     return generate_latest(registry)
 
 
 def _node_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Settings, stop: threading.Event,
-               release: GpuResetRelease) -> None:
-    """This node's conditions every condition_interval (when on), its GPU reset marker every reset_marker_interval;
-    a change of the reset acknowledgement writes the conditions at once."""
-    expect = expectations(s)
+               release: GpuResetRelease, expect: Expectations, changed: threading.Event) -> None:
+    """This node's conditions every condition_interval (when on); its GPU reset marker as soon as the watch of its
+    Node sees a change (`changed`), and every reset_marker_interval (a probe that a run in progress kept from
+    pausing is paused then). A change of the reset acknowledgement writes the conditions at once."""
     never = float("inf")
     now = time.monotonic()
     next_sync = now + s.condition_interval if s.conditions else never
     next_poll = now + s.reset_marker_interval
-    while not stop.wait(max(0.0, min(next_sync, next_poll) - time.monotonic())):
+    while not stop.is_set():
+        woken = changed.wait(max(0.0, min(next_sync, next_poll) - time.monotonic()))
+        if stop.is_set():
+            return
         now = time.monotonic()
         acknowledged = False
-        if now >= next_poll:
+        if woken or now >= next_poll:
+            changed.clear()
             next_poll = now + s.reset_marker_interval
             try:
                 acknowledged = release.poll()
@@ -316,32 +333,39 @@ def _node_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Settings, sto
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
-def _with_instance_type_from_node(s: Settings, writer: NodeConditionWriter) -> Settings:
-    """A DaemonSet cannot pass node labels down: read the instance type from this node's labels."""
-    try:
-        instance_type = writer.node_labels().get(INSTANCE_TYPE_LABEL, "")
-    except KubeError as exc:
-        log.warning("cannot read %s from node %s (%s): expected counts stay as configured",
-                    INSTANCE_TYPE_LABEL, s.node, exc)
-        return s
+def _with_instance_type_from_node(s: Settings, node: Node | None) -> Settings:
+    """A DaemonSet cannot pass node labels down: the instance type is the Node's label."""
+    labels = (node or {}).get("metadata", {}).get("labels") or {}
+    instance_type = str(labels.get(INSTANCE_TYPE_LABEL, ""))
     if instance_type:
         log.info("node %s is a %s", s.node, instance_type)
         return replace(s, instance_type=instance_type)
+    log.warning("no %s on node %s (%s): expected GPU count stays as configured", INSTANCE_TYPE_LABEL, s.node,
+                "label missing" if node is not None else "the Node could not be read")
     return s
 
 
 def serve(s: Settings) -> None:
     snapshot = Snapshot()
     stop = threading.Event()
+    changed = threading.Event()  # the watched Node changed: read the reset marker now
     api = s.kube_api or in_cluster_api()
-    writer = NodeConditionWriter(api, s.node, sa_dir=s.service_account_dir) if s.node and api else None
-    if writer is not None and not s.instance_type:
-        s = _with_instance_type_from_node(s, writer)
+    watch = (NodeWatch(api, s.node, sa_dir=s.service_account_dir, on_change=changed.set) if s.node and api
+             else None)
+    writer = (NodeConditionWriter(api, s.node, sa_dir=s.service_account_dir, read_node=watch.node)
+              if watch is not None else None)
+    if watch is not None:
+        try:
+            watch.list()  # before the probes start: a restart during a GPU reset must not take NVML again
+        except KubeError as exc:  # counted; the watch's thread lists again
+            log.warning("cannot read node %s (%s): will retry", s.node, exc)
+        if not s.instance_type:
+            s = _with_instance_type_from_node(s, watch.node())
     runners = [ProbeRunner(probe, snapshot, interval, deadline) for probe, interval, deadline in build_probes(s, False)]
-    release = GpuResetRelease(runners, snapshot, writer.node_annotations) if writer is not None else None
+    release = GpuResetRelease(runners, snapshot, watch.annotations) if watch is not None else None
     if release is not None:
         try:
-            release.poll()  # before the probes start: a restart during a GPU reset must not take NVML again
+            release.poll()  # a marker already there is obeyed before any probe runs
         except Exception:  # a failed read is handled inside (the probes run); anything else must not stop start-up
             log.exception("GPU reset marker not read at start-up (will retry)")
     for runner in runners:
@@ -349,22 +373,62 @@ def serve(s: Settings) -> None:
     reader = pod_resources_reader(s)
     if reader is not None:
         reader.start(stop)
+    expect = expectations(s, watch.node if watch is not None else None)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuhealthCollector(snapshot, expectations(s), extra=release.samples if release else None,
+    registry.register(GpuhealthCollector(snapshot, expect, extra=release.samples if release else None,
                                          pod_resources=reader))
     registry.register(ProcessCollector(registry=None))
     host, _, port = s.listen.rpartition(":")
     start_server(int(port), host.strip("[]") or "0.0.0.0", registry)
     log.info("gpuhealth-exporter %s serving on %s", __version__, s.listen)
-    if writer is not None and release is not None:
+    if writer is not None and release is not None and watch is not None:
         if not s.conditions:
             log.info("node conditions off: a GPU reset request (%s) still releases the GPUs, unacknowledged",
                      ANNOTATION)
-        threading.Thread(target=_node_loop, args=(writer, snapshot, s, stop, release), daemon=True).start()
+        watch.start(stop)
+        threading.Thread(target=_node_loop, args=(writer, snapshot, s, stop, release, expect, changed),
+                         daemon=True).start()
     elif s.conditions:
         log.info("node conditions off: %s", "no node name (--node/NODE_NAME)" if not s.node else "no API server")
-    if writer is None:
+    if watch is None:
         log.info("no GPU reset marker is read (%s): the GPU probes never pause for a reset", ANNOTATION)
+
+    def shut_down(*_: object) -> None:
+        stop.set()
+        changed.set()  # the node loop waits on it
+
+    signal.signal(signal.SIGTERM, shut_down)
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+
+
+def _listen_error(listen: str) -> str | None:
+    port = listen.rpartition(":")[2]
+    return None if port.isdigit() and 0 < int(port) < 65536 else f"--listen {listen!r}: expected [ADDR]:PORT"
+
+
+NEWER_HINT = ("written for a newer exporter? this node may run an older image it had cached: check the chart's "
+              "image.tag or image.digest")
+FIX_HINT = "fix the setting (the chart's exporter.config)"
+
+
+def refusal(exc: Exception, listen: str) -> str:
+    """The one line a served exporter logs when it refuses its settings: what, which version, what to do."""
+    hint = NEWER_HINT if isinstance(exc, UnknownSetting) else FIX_HINT
+    return (f"gpuhealth-exporter {__version__}: refusing its settings: {exc} ({hint}); probing nothing, serving "
+            f"gpuhealth_exporter_config_error 1 on {listen} (docs/runbooks/GpuhealthExporterMisconfigured.md)")
+
+
+def serve_refused(line: str, listen: str) -> None:
+    """Up, and plainly not probing: a crash loop would read as the node's fault (GpuhealthExporterDown, cordon), this
+    reads as gpuhealth's own (GpuhealthExporterMisconfigured). Nothing is written to the Node."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RefusedSettingsCollector())
+    registry.register(ProcessCollector(registry=None))
+    host, _, port = listen.rpartition(":")
+    start_server(int(port), host.strip("[]") or "0.0.0.0", registry)
+    log.error("%s", line)
+    stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
@@ -372,11 +436,15 @@ def serve(s: Settings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)  # a flag of a newer exporter is refused below, as a setting
     logging.basicConfig(level=(args.log_level or "info").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    listen = args.listen
     try:
+        if unknown:
+            raise UnknownSetting(f"unknown command-line argument{'s' if len(unknown) > 1 else ''} {' '.join(unknown)}")
         settings = settings_from_args(args, dict(os.environ))
+        listen = settings.listen
         logging.getLogger().setLevel(settings.log_level.upper())
         check_settings(settings)
         adopt_tool_orphans()
@@ -387,8 +455,13 @@ def main(argv: list[str] | None = None) -> int:
         serve(settings)
         return 0
     except (ConfigError, PatternError, UsageError) as exc:
-        print(f"gpuhealth-exporter: error: {exc}", file=sys.stderr)
-        return 2
+        # Served (the DaemonSet), whatever it refuses, it stays up and says so; unless it has nowhere to say it.
+        listen = listen or (listen_in(args.config) if args.config else None) or Settings().listen
+        if args.once or _listen_error(listen):
+            print(f"gpuhealth-exporter: error: {exc}", file=sys.stderr)
+            return 2
+        serve_refused(refusal(exc, listen), listen)
+        return 0
     finally:
         stop_tools()  # a dcgmi still running (hung, or mid-run at SIGTERM) must not outlive the exporter
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -16,21 +16,25 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.catalog import FAMILIES
+from exporter.efa_expected import EfaExpectation
 from exporter.kubelet.allocations import info_samples, mig_parents
 from exporter.kubelet.reader import PodResourcesReader
 from exporter.probes.base import STALE
-from exporter.probes.registry import gpu_counters
+from exporter.probes.registry import filled_by, gpu_counters
 from exporter.samples import GpuIdentity, Sample
 from exporter.snapshot import ProbeState, Snapshot
 
 # Which probe's GPU list is gpuhealth_gpus_visible, in order of preference.
 VISIBLE_GPU_SOURCES = gpu_counters()
+EFA_DEVICES_VISIBLE = "gpuhealth_efa_devices_visible"
 
 
 @dataclass(frozen=True)
 class Expectations:
     gpus: int | None = None
-    efa_devices: int | None = None
+    # What this node was given (exporter/efa_expected.py); one object for the collector and the conditions, as it
+    # remembers the most devices seen.
+    efa: EfaExpectation = field(default_factory=EfaExpectation)
 
 
 def trusted(states: dict[str, ProbeState], now: float) -> dict[str, ProbeState]:
@@ -63,6 +67,15 @@ def visible_gpus(states: dict[str, ProbeState]) -> int | None:
     return None
 
 
+def efa_devices_visible(states: dict[str, ProbeState]) -> float | None:
+    """The EFA devices the probe that counts them saw in its latest result."""
+    for name in filled_by(EFA_DEVICES_VISIBLE):
+        st = states.get(name)
+        if st is not None and st.result is not None:
+            return next((s.value for s in st.result.samples if s.name == EFA_DEVICES_VISIBLE), None)
+    return None
+
+
 def _enrich(sample: Sample, inventory: dict[str, GpuIdentity]) -> Sample:
     """Kernel-log samples know only the PCI bus id: add the GPU index and UUID where a source knows them."""
     labels = sample.labels
@@ -73,6 +86,23 @@ def _enrich(sample: Sample, inventory: dict[str, GpuIdentity]) -> Sample:
         return sample
     return Sample(sample.name, {**labels, "gpu": known.index, "uuid": labels.get("uuid") or known.uuid},
                   sample.value)
+
+
+def own_samples(config_error: bool) -> list[Sample]:
+    """The exporter's version, and whether it refused its settings."""
+    return [Sample("gpuhealth_exporter_build_info", {"version": __version__}, 1),
+            Sample("gpuhealth_exporter_config_error", {}, 1 if config_error else 0)]
+
+
+class RefusedSettingsCollector(Collector):
+    """All that an exporter which refused its settings serves: no probe ran, so no probe or GPU series (a node
+    fault alert must not fire on gpuhealth's own mistake), its version and gpuhealth_exporter_config_error 1."""
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from build_families(own_samples(config_error=True))
 
 
 class GpuhealthCollector(Collector):
@@ -101,16 +131,19 @@ class GpuhealthCollector(Collector):
                 old = self._known.get(pci, gpu)
                 self._known[pci] = GpuIdentity(pci, gpu.index or old.index, gpu.uuid or old.uuid)
             inventory = dict(self._known)
-        samples: list[Sample] = [Sample("gpuhealth_exporter_build_info", {"version": __version__}, 1)]
+        samples: list[Sample] = [*own_samples(config_error=False)]
         if self.extra is not None:
             samples.extend(self.extra())
         for st in states.values():
             samples.extend(self._probe_health(st, st.name in good, now))
         visible = visible_gpus(good)
         for name, value in (("gpuhealth_gpus_visible", visible), ("gpuhealth_gpus_expected", self.expect.gpus),
-                            ("gpuhealth_efa_devices_expected", self.expect.efa_devices)):
+                            ("gpuhealth_efa_devices_max", self.expect.efa.maximum)):
             if value is not None:
                 samples.append(Sample(name, {}, value))
+        efa = self.expect.efa.expected(efa_devices_visible(good))
+        if efa is not None:
+            samples.append(Sample("gpuhealth_efa_devices_expected", {"source": efa.source}, efa.count))
         for st in good.values():
             assert st.result is not None
             # Only a sample with an empty gpu label can need _enrich: the test is inlined (a call per

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from exporter.collector import Expectations, trusted, visible_gpus
+from exporter.collector import Expectations, efa_devices_visible, trusted, visible_gpus
 from exporter.condition_types import EFA, FAULTS, GPU, KERNEL, NVLINK, PROBES
-from exporter.probes.registry import feeding, filled_by
+from exporter.probes.registry import feeding
 from exporter.samples import KernelFault, ProbeResult
 from exporter.snapshot import ProbeState
 
@@ -29,7 +29,6 @@ from exporter.snapshot import ProbeState
 NODE_FAULT_XIDS = frozenset({48, 64, 74, 79, 95, 109, 119, 120, 136, 140, 143, 155, 156, 158})
 NVLINK5_XIDS = frozenset(range(144, 151))
 MAX_MESSAGE = 1024
-EFA_DEVICES_VISIBLE = "gpuhealth_efa_devices_visible"
 
 
 # The probes each condition is built from (those that are enabled).
@@ -112,9 +111,11 @@ def evaluate(
     nvlink += _kernel_log_problems(recent, NVLINK)
 
     efa: list[tuple[str, str]] = []
-    seen = _efa_devices_visible(known) if expect.efa_devices is not None else None
-    if seen is not None and expect.efa_devices is not None and seen < expect.efa_devices:
-        efa.append(("EFADevicesMissing", f"{seen:g} of {expect.efa_devices} EFA devices visible"))
+    seen = efa_devices_visible(known)
+    given = expect.efa.expected(seen)  # what the node was provisioned with, never the instance type's maximum
+    if seen is not None and given is not None and seen < given.count:
+        efa.append(("EFADevicesMissing",
+                    f"{seen:g} of {given.count} EFA devices visible (expected: {given.describe()})"))
     efa += _kernel_log_problems(recent, EFA)
 
     kernel = _kernel_log_problems(recent, KERNEL)
@@ -133,15 +134,6 @@ def evaluate(
         build(KERNEL, kernel, "KernelHealthy", "no host kernel fault seen"),
         _condition(PROBES, probes, [], "ProbesHealthy", "every probe reports in time"),
     ]
-
-
-def _efa_devices_visible(known: dict[str, ProbeState]) -> float | None:
-    """The EFA devices the probe that counts them saw in its latest result."""
-    for name in filled_by(EFA_DEVICES_VISIBLE):
-        st = known.get(name)
-        if st is not None and st.result is not None:
-            return next((s.value for s in st.result.samples if s.name == EFA_DEVICES_VISIBLE), None)
-    return None
 
 
 def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:

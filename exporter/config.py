@@ -21,6 +21,10 @@ class ConfigError(ValueError):
     pass
 
 
+class UnknownSetting(ConfigError):
+    """A key (or flag) this exporter does not have: most often one written for a newer exporter."""
+
+
 # Each probe's `probes.<name>` section as it is when the file does not set it (the registry's defaults).
 DEFAULT_PROBES: dict[str, ProbeSettings] = {spec.name: spec.defaults for spec in PROBES}
 
@@ -144,7 +148,7 @@ def _probe(path: str, name: str, node: yaml.Node, base: ProbeSettings) -> ProbeS
                 raise ConfigError(f"{path}:{_line(vnode)}: {key}: must be > 0, got {number:g}")
             values[knode.value] = number
         else:
-            raise ConfigError(f"{path}:{_line(knode)}: {key}: unknown key (known: enabled, interval, deadline)")
+            raise UnknownSetting(f"{path}:{_line(knode)}: {key}: unknown key (known: enabled, interval, deadline)")
     return replace(base, **values)
 
 
@@ -210,7 +214,7 @@ def load_file(path: str, base: Settings | None = None) -> Settings:
                 raise ConfigError(f"{path}:{_line(vnode)}: probes: expected a mapping")
             for pk, pv in vnode.value:
                 if pk.value not in DEFAULT_PROBES:
-                    raise ConfigError(f"{path}:{_line(pk)}: probes.{pk.value}: unknown probe "
+                    raise UnknownSetting(f"{path}:{_line(pk)}: probes.{pk.value}: unknown probe "
                                       f"(known: {', '.join(DEFAULT_PROBES)})")
                 probes[pk.value] = _probe(path, pk.value, pv, probes[pk.value])
         elif key == "efa_counters":
@@ -223,5 +227,16 @@ def load_file(path: str, base: Settings | None = None) -> Settings:
             if why:
                 raise ConfigError(f"{path}:{_line(vnode)}: {key}: {why}")
         else:
-            raise ConfigError(f"{path}:{_line(knode)}: {key}: unknown setting")
+            raise UnknownSetting(f"{path}:{_line(knode)}: {key}: unknown setting")
     return replace(base, probes=probes, **values)
+
+
+def listen_in(path: str) -> str | None:
+    """The file's `listen`, read leniently, for an exporter that refused the file but still serves its refusal
+    there; None where the file has none (or cannot be read at all)."""
+    try:
+        data = yaml.safe_load(_read_text(path))
+    except (ConfigError, yaml.YAMLError):
+        return None
+    listen = data.get("listen") if isinstance(data, dict) else None
+    return listen if isinstance(listen, str) else None

@@ -6,10 +6,11 @@ the remediator (remediator/decide/reset.py), in full:
 
 - The marker: the Node annotation `gpuhealth.io/gpu-reset-request`, its value the request id (the reset Job's
   name, an opaque string). Present: let go. Absent: normal.
-- The exporter reads its own Node's annotations (GET with `?resourceVersion=0`, served from the API server's
-  cache as the kubelet's reads are) every `reset_marker_interval` seconds (10 by default). A read that fails
-  changes nothing: the probes stay paused, or running, as they were (no release or resume on no evidence), and it
-  is logged and counted (`gpuhealth_reset_marker_read_failures_total`).
+- The exporter watches its own Node (exporter/node_watch.py) and reads the marker as soon as the watch sees the
+  Node change, and again every `reset_marker_interval` seconds (10 by default). A read while the watch is broken
+  (or before the Node was first read) fails, and a read that fails changes nothing: the probes stay paused, or
+  running, as they were (no release or resume on no evidence), and it is logged and counted
+  (`gpuhealth_reset_marker_read_failures_total`).
 - While the marker is there, every probe the registry marks `paused_for_gpu_reset` is paused: nvml calls
   nvmlShutdown (once its run in progress, if any, has ended) and makes no NVML call; dcgm and diag run no dcgmi;
   dcgm_exporter is not read. Each reports `gpuhealth_probe_paused{probe} 1` and no success or error sample. The

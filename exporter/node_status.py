@@ -1,104 +1,52 @@
 """Writes gpuhealth's conditions onto this node's status, with one HTTP call, only when they change.
 
-The node agent needs one verb on one object, so it speaks to the API server directly with the pod's
-service-account token instead of loading the kubernetes client (~25 MB RSS and a second of start-up).
+Plain HTTP with the pod's service-account token (exporter/kube_http.py), not the kubernetes client.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import ssl
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from exporter.conditions import Condition
+from exporter.kube_http import SA_DIR as SA_DIR
+from exporter.kube_http import KubeError as KubeError
+from exporter.kube_http import KubeHttp
+from exporter.kube_http import in_cluster_api as in_cluster_api
 
 log = logging.getLogger(__name__)
 
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONDITION_PREFIX = "Gpuhealth"
 RELOAD_SECONDS = 600.0
 
 
-class KubeError(RuntimeError):
-    pass
-
-
-def in_cluster_api() -> str:
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host:
-        return ""
-    if ":" in host:
-        host = f"[{host}]"
-    return f"https://{host}:{port}"
-
-
 class NodeConditionWriter:
     def __init__(self, api: str, node: str, sa_dir: str = SA_DIR, timeout: float = 10.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.api = api.rstrip("/")
+                 clock: Callable[[], float] = time.time,
+                 read_node: Callable[[], Mapping[str, Any] | None] | None = None) -> None:
+        """read_node: this Node as a watch keeps it (exporter/node_watch.py), read instead of a GET; None
+        while it knows none."""
+        self.http = KubeHttp(api, sa_dir, timeout)
         self.clock = clock  # wall-clock seconds, for the conditions' heartbeat and transition times
         self.node = node
-        self.sa_dir = sa_dir
-        self.timeout = timeout
+        self._read_node = read_node
         self._written: dict[str, dict[str, str]] | None = None  # our conditions as the API has them
         self._loaded_at = 0.0
-        self._ssl: ssl.SSLContext | None = None
-        if self.api.startswith("https://"):
-            ca = os.path.join(sa_dir, "ca.crt")
-            self._ssl = ssl.create_default_context(cafile=ca if os.path.exists(ca) else None)
-
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        token_file = os.path.join(self.sa_dir, "token")
-        if os.path.exists(token_file):  # re-read: projected tokens rotate
-            with open(token_file) as f:
-                headers["Authorization"] = f"Bearer {f.read().strip()}"
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/strategic-merge-patch+json"
-        req = urllib.request.Request(f"{self.api}{path}", data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
-                return dict(json.loads(resp.read() or b"{}"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode(errors="replace")
-            raise KubeError(f"{method} {path}: HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise KubeError(f"{method} {path}: {exc}") from exc
-
-    def node_labels(self) -> dict[str, str]:
-        node = self._request("GET", f"/api/v1/nodes/{self.node}")
-        return {str(k): str(v) for k, v in (node.get("metadata", {}).get("labels") or {}).items()}
-
-    def node_annotations(self) -> dict[str, str]:
-        """This node's annotations, read often (the GPU reset marker, exporter/gpu_reset.py): resourceVersion=0
-        lets the API server answer from its watch cache, as it does the kubelet's reads of its Node."""
-        node = self._request("GET", f"/api/v1/nodes/{self.node}?resourceVersion=0")
-        metadata = node.get("metadata")
-        if not isinstance(metadata, dict) or metadata.get("name") != self.node:
-            raise KubeError(f"GET /api/v1/nodes/{self.node}: not this Node")
-        annotations = metadata.get("annotations") or {}
-        if not isinstance(annotations, dict):
-            raise KubeError(f"GET /api/v1/nodes/{self.node}: metadata.annotations is not an object")
-        return {str(k): str(v) for k, v in annotations.items()}
 
     def _load(self) -> dict[str, dict[str, str]]:
-        node = self._request("GET", f"/api/v1/nodes/{self.node}")
+        node = self._read_node() if self._read_node is not None else None
+        if node is None:
+            node = self.http.request("GET", f"/api/v1/nodes/{self.node}")
         conditions = node.get("status", {}).get("conditions") or []
         return {c["type"]: c for c in conditions if str(c.get("type", "")).startswith(CONDITION_PREFIX)}
 
     def sync(self, conditions: list[Condition]) -> bool:
         """Patch the node if any of our conditions changed; True if a write was made."""
         if self._written is None or time.monotonic() - self._loaded_at > RELOAD_SECONDS:
-            self._written = self._load()  # re-read now and then: someone may have changed or recreated the Node
+            self._written = self._load()  # read again now and then: someone may have changed or recreated the Node
             self._loaded_at = time.monotonic()
         now = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         changed = False
@@ -119,7 +67,7 @@ class NodeConditionWriter:
         if not changed:
             return False
         try:
-            self._request("PATCH", f"/api/v1/nodes/{self.node}/status", {"status": {"conditions": patch}})
+            self.http.request("PATCH", f"/api/v1/nodes/{self.node}/status", {"status": {"conditions": patch}})
         except KubeError:
             self._written = None  # unsure what the API server holds now: read it again next time
             raise

@@ -5,8 +5,15 @@ Public surface: `create_app` (the WSGI app), `load_policy`/`Policy`/`PolicyError
 (the decisions serve would make), and the `gpuhealth-remediator` CLI (remediator.cli:main).
 """
 
+from importlib import metadata
+
 from remediator.app import create_app
 from remediator.decide.plan import plan_from_json
 from remediator.policy import Policy, PolicyError, load_policy
 
-__all__ = ["Policy", "PolicyError", "create_app", "load_policy", "plan_from_json"]
+try:  # the package's version (pyproject.toml), which the chart's appVersion and the image tag follow
+    __version__ = metadata.version("gpuhealth")
+except metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = ["Policy", "PolicyError", "__version__", "create_app", "load_policy", "plan_from_json"]

@@ -1,4 +1,4 @@
-"""gpuhealth-remediator: serve | plan | classify | hold | release."""
+"""gpuhealth-remediator: serve | plan | classify | hold | release | cleanup."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ import logging
 import os
 import sys
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from remediator import __version__
 from remediator.clients.leader import breaker_trips_of, leader_identity
 from remediator.clock import Clock, utcnow
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
 from remediator.decide.plan import plan_from_json
 from remediator.intake.webhook import Batch, WebhookError, parse_webhook
-from remediator.policy import PolicyError, load_policy
+from remediator.policy import PolicyError, load_policy, parse_duration
 
 
 def _load_json(path: str) -> Any:
@@ -210,11 +211,39 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
     return 0
 
 
+def cmd_cleanup(args: argparse.Namespace, clock: Clock) -> int:
+    """Take gpuhealth's marks off the cluster (remediator/act/cleanup.py); 1 when any is left or could not go."""
+    import time
+
+    from remediator.act.cleanup import CleanupError, CleanupOptions, run_cleanup
+    from remediator.clients.dry_run import DryRunKube
+    from remediator.clients.kube import Kube, api_client_from
+
+    policy = load_policy(args.policy)
+    api = api_client_from(args.kubeconfig)
+    kube = DryRunKube(api) if args.dry_run else Kube(api)
+    options = CleanupOptions(wait=args.wait, hold=args.hold, identity=f"cleanup_{leader_identity()}", by=args.by)
+    try:
+        report = run_cleanup(kube, policy, options, clock, time.sleep)
+    except CleanupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0 if report.ok else 1
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
     from remediator.app import ServeConfig, ServerLimits, create_app, read_token, serve
 
     policy = load_policy(args.policy)
     policy.check_serve(args.interval)
+    logging.getLogger("gpuhealth.remediator").info("gpuhealth-remediator %s", __version__)
     token = read_token(args.token_file, dict(os.environ))
     config = ServeConfig(policy=policy, token=token, max_body_bytes=args.max_body_bytes, dry_run=args.dry_run,
                          interval=args.interval, kubeconfig=args.kubeconfig, identity=leader_identity(),
@@ -229,6 +258,7 @@ def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuhealth-remediator", description=__doc__)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
@@ -316,6 +346,25 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--kubeconfig")
     r.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
     r.set_defaults(func=cmd_release)
+
+    cl = sub.add_parser(
+        "cleanup", help="take gpuhealth's marks off every Node (what `helm uninstall`'s pre-delete hook runs)",
+        description="Stop the remediators (take their Lease), wait for gpuhealth's reset and reboot Jobs still "
+        "running (at most --wait), then undo on every Node what gpuhealth did and nothing a person did: its taint, "
+        "its cordon, its karpenter.sh/do-not-disrupt, the GPU Operator operand labels it paused, its annotations, "
+        "its DeviceTaintRules and the node conditions gpuhealth wrote. A held node, a node whose state cannot be "
+        "read and a node whose Job still runs are left as they are. Exit 1 when anything is left or could not be "
+        "undone, with a summary; run it again (it is idempotent). docs/install.md, \"Uninstalling\".")
+    common(cl)
+    cl.add_argument("--wait", type=_duration, default=timedelta(minutes=5), metavar="DURATION",
+                    help="at most this long for gpuhealth's Jobs still running (default 5m); a Job is never stopped")
+    cl.add_argument("--hold", type=_duration, default=timedelta(minutes=2), metavar="DURATION",
+                    help="the remediators' Lease stays held this long afterwards, so that one still going away never "
+                    "acts again (default 2m)")
+    cl.add_argument("--by", default=who, help="who runs it (the Events and the Lease say so)")
+    cl.add_argument("--kubeconfig")
+    cl.add_argument("--dry-run", action="store_true", help="say what would be undone; change nothing")
+    cl.set_defaults(func=cmd_cleanup)
     return p
 
 

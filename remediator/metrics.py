@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from remediator.decide.vocabulary import Action, Rung, Verdict
+from remediator.decide.vocabulary import JOB_RUNGS, Action, Rung, Verdict
 
 if TYPE_CHECKING:
     from remediator.clients.kube import EventOutbox
@@ -29,6 +29,7 @@ class AlertIgnoredReason(StrEnum):
     UNUSABLE = "unusable"
     UNKNOWN_NODE = "unknown node"
     UNREADABLE_STATE = "unreadable state"
+    CLEANUP = "cleanup"  # gpuhealth-remediator cleanup holds the Lease: nothing is recorded
 
 
 class ApiOperation(StrEnum):
@@ -51,6 +52,7 @@ class ActionResult(StrEnum):
     DEFERRED = "deferred"
     SKIPPED = "skipped"
     DRY_RUN = "dry_run"
+    NOT_STARTED = "not_started"  # reset_gpu, reboot: the node-action Job never ran its container (gpuhealth's breakage)
 
 
 WEBHOOK_ERROR_REASONS = tuple(WebhookErrorReason)
@@ -67,7 +69,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.actions = Counter("gpuhealth_remediator_actions", "Ladder decisions, by action and result "
-                               "(executed, failed, deferred, skipped, dry_run)", ["action", "result"], registry=r)
+                               "(executed, failed, deferred, skipped, dry_run; not_started: a reset or reboot Job "
+                               "that never ran its container)", ["action", "result"], registry=r)
+        for job_rung in JOB_RUNGS:  # at 0 from the start: increase() sees the first Job that does not start
+            self.actions.labels(job_rung, ActionResult.NOT_STARTED)
         self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",
                                 ["result"], registry=r)
         self.webhook_errors = Counter("gpuhealth_remediator_webhook_errors",
@@ -79,6 +84,10 @@ class Metrics:
         self.budget_limit = Gauge("gpuhealth_remediator_budget_limit", "Budget limits", ["pool", "budget"], registry=r)
         self.breaker_open = Gauge("gpuhealth_remediator_breaker_open", "1 while a pool's circuit breaker is open",
                                   ["pool"], registry=r)
+        self.monitoring_fault = Gauge("gpuhealth_remediator_monitoring_fault_nodes", "Nodes of a pool firing one of "
+                                      "gpuhealth's own alerts (by alert, probe and reason) while it counts as a "
+                                      "monitoring fault, which starts no node action (0: not one now)",
+                                      ["pool", "alert", "probe", "reason"], registry=r)
         self.leader = Gauge("gpuhealth_remediator_leader", "1 while this replica holds the Lease", registry=r)
         self.api_errors = Counter("gpuhealth_remediator_api_errors", "Kubernetes API errors by operation",
                                   ["operation"], registry=r)
@@ -118,6 +127,11 @@ class Metrics:
         self.workload_restart_loop = Gauge("gpuhealth_workload_restart_loop", "1 while a workload is in a restart "
                                            "loop (the same app cause N times in a row, no progress)",
                                            ["namespace", "workload"], registry=r)
+        # Karpenter's node repair watching a node gpuhealth works on (policy karpenter_repair; docs/install.md)
+        self.karpenter_repair_conflicts = Counter("gpuhealth_remediator_karpenter_repair_conflicts", "Karpenter-"
+                                                  "watched conditions another agent set False on a node in an "
+                                                  "episode, once per episode and condition, by the policy's mode "
+                                                  "(warn, handover)", ["condition", "mode"], registry=r)
         self.workload_node_suspect = Gauge("gpuhealth_workload_node_suspect_workloads", "Workloads whose pods failed "
                                            "on the node, with the node as a suspect (a node fault, unknown), in "
                                            "workloads.node_suspect_window", ["node", "pool"], registry=r)
@@ -148,6 +162,14 @@ class Metrics:
 
     def rung_timed_out(self, rung: Rung) -> None:
         self.rung_timeouts.labels(rung).inc()
+
+    def karpenter_repair_conflict(self, condition: str, mode: str) -> None:
+        self.karpenter_repair_conflicts.labels(condition, mode).inc()
+
+    def init_karpenter_repair(self, conditions: tuple[str, ...], mode: str) -> None:
+        """The conflict counter at 0 for every watched condition under the policy's mode."""
+        for condition in conditions:
+            self.karpenter_repair_conflicts.labels(condition, mode)
 
     def action(self, action: Action, result: ActionResult | Verdict) -> None:
         """A decision's outcome: executed, failed, dry_run, or the verdict itself (deferred, skipped)."""

@@ -95,6 +95,29 @@ class BreakerSettings:
     cooldown: timedelta = timedelta(minutes=30)
 
 
+# gpuhealth's own alerts (component probe, rules/alerts/probe.yaml): what its exporter cannot see, not what it saw.
+GPUHEALTH_OWN_ALERTS = ("GpuhealthProbeFailing", "GpuhealthProbeStale", "GpuhealthExporterDown",
+                        "GpuhealthExporterTargetMissing")
+
+
+@dataclass(frozen=True)
+class MonitoringFaultSettings:
+    """The `monitoring_fault:` section: when gpuhealth's own alerts on many nodes of a pool at once are gpuhealth's
+    fault (its install, image, runtime), not the nodes': they then start no node action (decide/monitoring_fault.py).
+    The same defaults as the rules' GpuhealthMonitoringFault (rules/alerts/probe.yaml), of which this is the second
+    line of defence."""
+
+    # More than this share of a pool's nodes firing the same alert (the same alertname, and the same probe and reason
+    # labels where it carries them) at once, in percent (20.0 is 20%: the cordon budget, budget.max_cordoned, which
+    # one cause would otherwise fill). YAML: monitoring_fault.threshold.
+    threshold: float = 20.0
+    # ...and at least this many nodes (one or two nodes are not a fleet: each fails closed); a fault already seen
+    # holds while at least this many still fire. YAML: monitoring_fault.min_nodes.
+    min_nodes: int = 3
+    # The alerts counted (by alertname; [] counts none). YAML: monitoring_fault.alerts.
+    alerts: tuple[str, ...] = GPUHEALTH_OWN_ALERTS
+
+
 @dataclass(frozen=True)
 class LadderSettings:
     """The `ladder:` section: the highest rung gpuhealth climbs to by itself, and each rung's timeouts."""
@@ -121,6 +144,11 @@ class DrainSettings:
     # Annotate karpenter.sh/do-not-disrupt on the Node from the drain until return to service or replace, so
     # Karpenter does not consolidate a node mid-ladder. YAML: drain.karpenter_do_not_disrupt.
     karpenter_do_not_disrupt: bool = True
+    # Leave pods with an active karpenter.sh/do-not-disrupt annotation ("true", or a Go duration not yet elapsed since
+    # the pod started) where they are, as Karpenter's own drain does: the drain waits for them, and drain.on_timeout
+    # decides at the drain's timeout (force deletes them, as Karpenter's terminationGracePeriod does). YAML:
+    # drain.honor_pod_do_not_disrupt.
+    honor_pod_do_not_disrupt: bool = True
 
 
 @dataclass(frozen=True)
@@ -209,6 +237,25 @@ class JobSettings:
     service_account: str = "gpuhealth-node-action"
     # Seconds a finished Job is kept before Kubernetes deletes it. YAML: jobs.ttl_seconds_after_finished.
     ttl_seconds_after_finished: int = 3600
+    # The RuntimeClass of the Jobs' pods (None: the node's default runtime). On nodes where the GPU Operator's toolkit
+    # injects the driver through CDI (v25.10+) only the `nvidia` class gives a container nvidia-smi. The chart sets
+    # "nvidia" (remediator.jobs.runtimeClassName). YAML: jobs.runtime_class_name.
+    runtime_class_name: str | None = None
+    # The PriorityClass of the Jobs' pods (None: none). A Job pinned to its node (nodeName) is admitted by the
+    # kubelet, not the scheduler: only a critical class (system-node-critical) makes the kubelet free room for it
+    # rather than refuse it (OutOfcpu), and keeps it from being evicted first under node pressure. The chart sets
+    # system-node-critical. YAML: jobs.priority_class_name.
+    priority_class_name: str | None = None
+    # Names of Secrets in jobs.namespace the kubelet pulls jobs.image with (a mirror that needs credentials).
+    # YAML: jobs.image_pull_secrets.
+    image_pull_secrets: tuple[str, ...] = ()
+    # The Jobs' container resources, as a pod spec writes them: {requests: {cpu: 10m}, limits: {memory: 256Mi}}
+    # (quantities as strings). YAML: jobs.resources.
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    # A Job whose container has not started this long after the Job was made, for a reason of its own (its image
+    # cannot be pulled, the Job makes no pod), did not start: gpuhealth's breakage, reported as that, and the ladder
+    # does not climb for it (docs/remediation.md, "When a node-action Job does not start"). YAML: jobs.start_timeout.
+    start_timeout: timedelta = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -222,6 +269,30 @@ class ReplaceSettings:
     hook_url: str | None = None
     # The Node condition type set to False for method "condition". YAML: replace.condition_type.
     condition_type: str = "AcceleratedHardwareReady"
+
+
+# The Node conditions Karpenter's node repair acts on for AWS, other than the kubelet's Ready (a reboot of gpuhealth's
+# own makes that False): aws/karpenter-provider-aws pkg/cloudprovider/cloudprovider.go RepairPolicies (the EKS node
+# monitoring agent's conditions; AcceleratedHardwareReady after 10 minutes False, the others after 30).
+KARPENTER_REPAIR_CONDITIONS: tuple[str, ...] = ("AcceleratedHardwareReady", "StorageReady", "NetworkingReady",
+                                                "KernelReady", "ContainerRuntimeReady")
+REPAIR_MODES = ("warn", "handover")
+
+
+@dataclass(frozen=True)
+class KarpenterRepairSettings:
+    """The `karpenter_repair:` section: one owner per fault. Karpenter's node repair force-replaces a node whose
+    watched condition stays False past its toleration, ignoring gpuhealth's holds, budgets, breaker and
+    karpenter.sh/do-not-disrupt. When such a condition is False on a node gpuhealth is working on, and gpuhealth's
+    replace step did not set it, the remediator says so once per episode (an Event, a metric, an audit line) and
+    follows `mode` (docs/install.md, "Living with Karpenter node repair and the EKS agent")."""
+
+    # "warn": report and go on with the ladder (Karpenter may replace the node mid-rung); "handover": report and start
+    # no further rung on the node while the condition is False (what is done stays, nothing is undone; Karpenter
+    # replaces the node). YAML: karpenter_repair.mode.
+    mode: str = "warn"
+    # The Node condition types watched (status False, set by someone else). YAML: karpenter_repair.conditions.
+    conditions: tuple[str, ...] = KARPENTER_REPAIR_CONDITIONS
 
 
 @dataclass(frozen=True)
@@ -302,6 +373,12 @@ DEFAULT_OPERANDS: tuple[Operand, ...] = (
     Operand("dcgm-exporter", (("app", "nvidia-dcgm-exporter"),)),
     Operand("dcgm", (("app", "nvidia-dcgm"),)),
     Operand("nvsm", ()),  # paused, not waited for (as k8s-mig-manager does)
+    # The GPU Operator's DRA mode (a GPUCluster: NVIDIA's DRA driver instead of the device plugin) runs DCGM and
+    # dcgm-exporter under labels of their own (NVIDIA/gpu-operator controllers/state_manager.go, manifests/state-dcgm
+    # and state-dcgm-exporter), as NVIDIA's NVSentinel janitor pauses them for its GPU reset. Not its DRA kubelet
+    # plugin (gpu.deploy.dra-driver): it holds NVML only per call, and must outlive the pods whose claims it unprepares.
+    Operand("dcgm-dra", (("app", "nvidia-dcgm-dra"),)),
+    Operand("dcgm-exporter-dra", (("app", "nvidia-dcgm-exporter-dra"),)),
 )
 # The products (the node's nvidia.com/gpu.product label, set by gpu-feature-discovery) whose GPUs cannot be reset
 # one at a time: one reset takes every GPU of the node (docs/remediation.md, "Which GPUs reset alone", has the source).
@@ -356,6 +433,8 @@ class Policy:
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     # The per-pool circuit breaker. YAML: breaker.
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    # When gpuhealth's own alerts on many nodes are its own fault, not the nodes'. YAML: monitoring_fault.
+    monitoring_fault: MonitoringFaultSettings = field(default_factory=MonitoringFaultSettings)
     # The highest rung, and each rung's timeouts. YAML: ladder.
     ladder: LadderSettings = field(default_factory=LadderSettings)
     # Evicting pods. YAML: drain.
@@ -372,6 +451,8 @@ class Policy:
     jobs: JobSettings = field(default_factory=JobSettings)
     # How a node is replaced. YAML: replace.
     replace: ReplaceSettings = field(default_factory=ReplaceSettings)
+    # Who owns a fault when Karpenter's node repair watches the node too. YAML: karpenter_repair.
+    karpenter_repair: KarpenterRepairSettings = field(default_factory=KarpenterRepairSettings)
     # Leader election (the Lease). YAML: leader.
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     # Classifying failed workload pods. YAML: workloads.
@@ -415,14 +496,15 @@ DEFAULT_RUNGS: dict[str, RungPolicy] = {
     "replace": RungPolicy(timeout=timedelta(hours=1), escalate_after=None),
 }
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+# What parse_duration reads (after stripping whitespace); helm/policy_schema.py gives it to the chart's schema.
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str) -> timedelta:
     """A duration as the policy (and Prometheus' `for`, `keep_firing_for`, intervals) write it: 30s, 10m, 1.5h.
     ValueError if it is not one."""
-    match = _DURATION.match(str(text).strip())
+    match = DURATION.match(str(text).strip())
     if not match:
         raise ValueError(f"expected a duration like 30s, 10m, 1h, got {text!r}")
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
@@ -533,15 +615,23 @@ class YamlReader:
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    r = YamlReader(source, text)
-    top = r.section("", {"pools", "exclude", "budget", "breaker", "ladder", "drain", "return_to_service", "episode",
-                         "alert_labels", "alertmanager", "jobs", "replace", "leader", "workloads", "dra", "reset"})
+    return read_policy(YamlReader(source, text))
+
+
+def read_policy(r: YamlReader) -> Policy:
+    """The policy in a reader's document. helm/policy_schema.py derives the chart's values.schema.json for
+    remediator.policy from these parsers: it reads their sections and typed reads (r.section, r.duration, ...) and
+    probes each key with values, through a recording reader, so a section read without r.section goes unchecked."""
+    top = r.section("", {"pools", "exclude", "budget", "breaker", "monitoring_fault", "ladder", "drain", "return_to_service", "episode",
+                         "alert_labels", "alertmanager", "jobs", "replace", "karpenter_repair", "leader", "workloads",
+                         "dra", "reset"})
     # Keyword arguments are evaluated in order: the sections are checked in this order (the first error wins).
     return Policy(
         pools=_pools(r, top.get("pools")),
         exclude=_exclude(r, top.get("exclude")),
         budget=_budget(r, top.get("budget")),
         breaker=_breaker(r, top.get("breaker")),
+        monitoring_fault=_monitoring_fault(r, top.get("monitoring_fault")),
         ladder=_ladder(r, top.get("ladder")),
         drain=_drain(r, top.get("drain")),
         return_to_service=_return_to_service(r, top.get("return_to_service")),
@@ -550,6 +640,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         alertmanager=_alertmanager(r, top.get("alertmanager")),
         jobs=_jobs(r, top.get("jobs")),
         replace=_replace(r, top.get("replace")),
+        karpenter_repair=_karpenter_repair(r, top.get("karpenter_repair")),
         leader=_leader(r, top.get("leader")),
         workloads=_workloads(r, top["workloads"]) if top.get("workloads") is not None else WorkloadPolicy(),
         dra=_dra(r, top.get("dra")),
@@ -677,6 +768,24 @@ def _breaker(r: YamlReader, value: Any) -> BreakerSettings:
     return BreakerSettings(**kw)
 
 
+_ALERT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _monitoring_fault(r: YamlReader, value: Any) -> MonitoringFaultSettings:
+    fault = r.section("monitoring_fault", {"threshold", "min_nodes", "alerts"}, value)
+    kw: dict[str, Any] = {}
+    if "threshold" in fault:
+        kw["threshold"] = r.percent("monitoring_fault.threshold", fault["threshold"])
+    if "min_nodes" in fault:
+        kw["min_nodes"] = r.integer("monitoring_fault.min_nodes", fault["min_nodes"], minimum=1)
+    if "alerts" in fault:
+        alerts = fault["alerts"]
+        if not isinstance(alerts, list) or not all(isinstance(a, str) and _ALERT_NAME.match(a) for a in alerts):
+            raise r.fail("monitoring_fault.alerts", f"expected a list of alert names, got {alerts!r}")
+        kw["alerts"] = tuple(alerts)
+    return MonitoringFaultSettings(**kw)
+
+
 def _ladder(r: YamlReader, value: Any) -> LadderSettings:
     ladder = r.section("ladder", {"max_rung", *RUNGS}, value)
     kw: dict[str, Any] = {}
@@ -699,7 +808,8 @@ def _ladder(r: YamlReader, value: Any) -> LadderSettings:
 
 
 def _drain(r: YamlReader, value: Any) -> DrainSettings:
-    drain = r.section("drain", {"on_timeout", "eviction_backoff", "karpenter_do_not_disrupt"}, value)
+    drain = r.section("drain", {"on_timeout", "eviction_backoff", "karpenter_do_not_disrupt",
+                                "honor_pod_do_not_disrupt"}, value)
     kw: dict[str, Any] = {}
     if "on_timeout" in drain:
         kw["on_timeout"] = r.string("drain.on_timeout", drain["on_timeout"], ("wait", "force", "escalate"))
@@ -714,6 +824,11 @@ def _drain(r: YamlReader, value: Any) -> DrainSettings:
             raise r.fail("drain.karpenter_do_not_disrupt",
                          f"expected true or false, got {drain['karpenter_do_not_disrupt']!r}")
         kw["karpenter_do_not_disrupt"] = drain["karpenter_do_not_disrupt"]
+    if "honor_pod_do_not_disrupt" in drain:
+        if not isinstance(drain["honor_pod_do_not_disrupt"], bool):
+            raise r.fail("drain.honor_pod_do_not_disrupt",
+                         f"expected true or false, got {drain['honor_pod_do_not_disrupt']!r}")
+        kw["honor_pod_do_not_disrupt"] = drain["honor_pod_do_not_disrupt"]
     return DrainSettings(**kw)
 
 
@@ -789,8 +904,17 @@ def _alertmanager(r: YamlReader, value: Any) -> AlertmanagerSettings:
     return AlertmanagerSettings(**kw)
 
 
+# A DNS subdomain (RFC 1123), what Kubernetes takes as the name of a RuntimeClass, PriorityClass or Secret.
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# A resource name (cpu, memory, nvidia.com/gpu) and a quantity (100m, 1.5, 64Mi, 1e3), as a pod spec takes them.
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
+
+
 def _jobs(r: YamlReader, value: Any) -> JobSettings:
-    jobs = r.section("jobs", {"namespace", "image", "service_account", "ttl_seconds_after_finished"}, value)
+    jobs = r.section("jobs", {"namespace", "image", "service_account", "ttl_seconds_after_finished",
+                              "runtime_class_name", "priority_class_name", "image_pull_secrets", "resources",
+                              "start_timeout"}, value)
     kw: dict[str, Any] = {}
     for key in ("namespace", "image", "service_account"):
         if key in jobs:
@@ -798,7 +922,51 @@ def _jobs(r: YamlReader, value: Any) -> JobSettings:
     if "ttl_seconds_after_finished" in jobs:
         kw["ttl_seconds_after_finished"] = r.integer("jobs.ttl_seconds_after_finished",
                                                      jobs["ttl_seconds_after_finished"])
+    for key in ("runtime_class_name", "priority_class_name"):
+        if key in jobs:
+            kw[key] = _object_name(r, f"jobs.{key}", r.string(f"jobs.{key}", jobs[key], optional=True))
+    if "image_pull_secrets" in jobs and jobs["image_pull_secrets"] is not None:
+        names = jobs["image_pull_secrets"]
+        if not isinstance(names, list):
+            raise r.fail("jobs.image_pull_secrets", f"expected a list of Secret names, got {names!r}")
+        kw["image_pull_secrets"] = tuple(dict.fromkeys(
+            _object_name(r, "jobs.image_pull_secrets", r.string("jobs.image_pull_secrets", n)) for n in names))
+    if "resources" in jobs:
+        kw["resources"] = _resources(r, jobs["resources"])
+    if "start_timeout" in jobs:
+        kw["start_timeout"] = r.duration("jobs.start_timeout", jobs["start_timeout"])
+        if kw["start_timeout"] <= timedelta(0):
+            raise r.fail("jobs.start_timeout", "expected a duration above 0, like 5m")
     return JobSettings(**kw)
+
+
+def _object_name(r: YamlReader, key: str, name: str | None) -> str | None:
+    if name is not None and (len(name) > 253 or not _SUBDOMAIN.match(name)):
+        raise r.fail(key, f"{name!r} is not a Kubernetes object name (lower case letters, digits, '-' and '.')")
+    return name
+
+
+def _resources(r: YamlReader, value: Any) -> dict[str, dict[str, str]]:
+    """A container's resources: {requests: {name: quantity}, limits: {name: quantity}}."""
+    sections = r.section("jobs.resources", {"requests", "limits"}, value)
+    out: dict[str, dict[str, str]] = {}
+    for part, amounts in sections.items():
+        key = f"jobs.resources.{part}"
+        if amounts is None:
+            continue
+        if not isinstance(amounts, dict):
+            raise r.fail(key, f"expected a mapping of resource: quantity (cpu: 100m, memory: 256Mi), got {amounts!r}")
+        checked = {}
+        for name, amount in amounts.items():
+            if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
+                raise r.fail(key, f"{name!r} is not a resource name (cpu, memory, ephemeral-storage, ...)")
+            text = str(amount) if isinstance(amount, int | float) and not isinstance(amount, bool) else amount
+            if not isinstance(text, str) or not _QUANTITY.match(text):
+                raise r.fail(f"{key}.{name}", f"expected a quantity like 100m, 1.5 or 256Mi, got {amount!r}")
+            checked[name] = text
+        if checked:
+            out[part] = checked
+    return out
 
 
 def _replace(r: YamlReader, value: Any) -> ReplaceSettings:
@@ -813,6 +981,23 @@ def _replace(r: YamlReader, value: Any) -> ReplaceSettings:
     if kw.get("method") == "hook" and not kw.get("hook_url"):
         raise r.fail("replace.hook_url", "required when replace.method is hook")
     return ReplaceSettings(**kw)
+
+
+_CONDITION_TYPE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+def _karpenter_repair(r: YamlReader, value: Any) -> KarpenterRepairSettings:
+    repair = r.section("karpenter_repair", {"mode", "conditions"}, value)
+    kw: dict[str, Any] = {}
+    if "mode" in repair:
+        kw["mode"] = r.string("karpenter_repair.mode", repair["mode"], REPAIR_MODES)
+    if "conditions" in repair:
+        types = repair["conditions"]
+        if not isinstance(types, list) or not all(isinstance(t, str) and _CONDITION_TYPE.match(t) for t in types):
+            raise r.fail("karpenter_repair.conditions", f"expected a list of Node condition types like "
+                         f"AcceleratedHardwareReady, got {types!r}")
+        kw["conditions"] = tuple(dict.fromkeys(types))
+    return KarpenterRepairSettings(**kw)
 
 
 def _leader(r: YamlReader, value: Any) -> LeaderSettings:

@@ -57,7 +57,8 @@ class Remediator:
             elector = Spectator(elector)
         self.elector = elector
         self.wake = threading.Event()
-        self.recorder = Recorder(kube, self.metrics, clock, on_write=self.wake.set)
+        self.recorder = Recorder(kube, self.metrics, clock, on_write=self.wake.set,
+                                 stopped=lambda: self.elector.stopped_by)
         self.receiver = Receiver(kube, self.recorder, self.metrics, clock)
         self.am_sync = AlertmanagerSync(alertmanager, policy, self.recorder, self.metrics, clock)
         self.loop = Reconciler(kube, policy, identity, elector, self.metrics, clock, sleep, silences, self.am_sync)

@@ -1,6 +1,6 @@
 """The chart's RBAC on the fake API server, for every test that talks to it: the chart rendered (once per set of
-values) with the policy the test runs, its Roles and bindings loaded into FakeCluster, and tokens for the
-chart's ServiceAccounts and for a person with cluster-admin.
+values) with the policy the test runs, its Roles and bindings and its ValidatingAdmissionPolicies loaded into
+FakeCluster, and tokens for the chart's ServiceAccounts and for a person with cluster-admin.
 
 So the chart is the one source of truth for permissions: a test fails with 403 when the code makes an API call
 the chart does not grant (FakeCluster.forbidden lists each denied request).
@@ -18,27 +18,37 @@ from kubernetes import client
 from remediator.policy import Policy
 
 REMEDIATOR_SA, EXPORTER_SA = "gpuhealth-remediator", "gpuhealth-exporter"
+CLEANUP_SA = "gpuhealth-cleanup"  # the pre-delete hook's (templates/cleanup-hook.yaml)
 REMEDIATOR_TOKEN = "remediator-sa-token"
+CLEANUP_TOKEN = "cleanup-sa-token"
 ADMIN_TOKEN = "cluster-admin-token"
 
 
 def policy_values(policy: Policy) -> dict[str, Any]:
     """The chart values that grant what this policy needs (the chart derives its RBAC from remediator.policy)."""
-    p: dict[str, Any] = {"jobs": {"namespace": policy.jobs.namespace},
+    # jobs: the Roles' namespace, and what the Jobs' admission policy admits (image, ServiceAccount)
+    p: dict[str, Any] = {"jobs": {"namespace": policy.jobs.namespace, "image": policy.jobs.image,
+                                  "service_account": policy.jobs.service_account},
                          "leader": {"namespace": policy.leader.namespace, "name": policy.leader.name}}
     if policy.drain.on_timeout == "force":
         p["drain"] = {"on_timeout": "force"}
+    if policy.replace.method != "nodeclaim":  # nodes/status only for method condition
+        p["replace"] = {"method": policy.replace.method}
+    if not policy.dra.enabled:  # no resource.k8s.io grants
+        p["dra"] = {"enabled": False}
     if policy.workloads.enabled:
         p["workloads"] = {"enabled": True, "namespaces": list(policy.workloads.namespaces)}
     return {"remediator": {"policy": p}}
 
 
 def enforce(cluster: FakeCluster, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Load the chart's RBAC (rendered with `values`) into the cluster, with the tokens of the remediator's
-    ServiceAccount and of a cluster admin; the rendered manifests."""
+    """Load the chart's RBAC and admission policies (rendered with `values`) into the cluster, with the tokens of the
+    remediator's ServiceAccount, of the cleanup hook's and of a cluster admin; the rendered manifests."""
     docs = render(values)
     cluster.load_rbac(docs)
+    cluster.load_admission(docs)  # the node-action Jobs' policy: the remediator's Jobs must be of the templates' shape
     cluster.add_service_account_token(REMEDIATOR_TOKEN, NAMESPACE, REMEDIATOR_SA, pod="gpuhealth-remediator-0")
+    cluster.add_service_account_token(CLEANUP_TOKEN, NAMESPACE, CLEANUP_SA, pod="gpuhealth-cleanup-x7k2p")
     add_admin(cluster)
     return docs
 

@@ -14,14 +14,17 @@ and behaves like the API server where the remediator depends on it:
 - events (create, list by involvedObject.name; 422 when the Event's namespace is not the involved
   object's, or "default" for cluster-scoped objects, as the API server validates);
 - coordination.k8s.io/v1 Leases (create, get, replace with a resourceVersion precondition);
-  batch/v1 Jobs (create, get, list by label; 409 AlreadyExists; merge PATCH); karpenter.sh/v1 NodeClaims (list, delete);
+  batch/v1 Jobs (create, get, list by label; 409 AlreadyExists; merge PATCH); a created Job counts one active pod, and
+  the pod itself exists (with the kubelet's status: an image pull backing off, a refusal) only when a test plays the
+  Job controller and the kubelet (`job_pod`, `job_makes_no_pod`); karpenter.sh/v1 NodeClaims (list, delete);
 - pods: merge PATCH (annotations) with a resourceVersion precondition, seen by watches;
 - fault injection: answer a matching request with an error status, or delay it (client timeouts);
 - watches (`?watch=true`) on nodes and pods: ADDED/MODIFIED/DELETED as newline-delimited JSON from the
   given resourceVersion (an object entering or leaving a selector is ADDED or DELETED, as on a real API
   server), BOOKMARKs when asked for (sent as soon as the resourceVersion moves, where a real API server
   sends one about every minute), `timeoutSeconds`, and an ERROR 410 Expired event when the
-  resourceVersion is older than the `watch_history` kept. Changes go through the API or the helpers
+  resourceVersion is older than the `watch_history` kept, and `drop_watches` cuts every open watch off mid-stream
+  (an API server restart). Changes go through the API or the helpers
   (`add_node`, `add_pod`, `update_node`, `update_pod`): a test that edits `nodes[...]` in place is not seen
   by watches. `calls` counts requests by (verb, resource), as the API server's metrics do; `queries` keeps
   each request's query parameters (`resourceVersion=0`, selectors).
@@ -50,6 +53,7 @@ import bisect
 import copy
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -63,7 +67,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fake_admission import ANONYMOUS, AdmissionPolicies, Attributes, Identity, attributes, service_account
 from fake_dra import FakeDra
-from fake_rbac import Authorizer
+from fake_rbac import Authorizer, watching
 from fake_rbac import request as rbac_request
 
 Obj = dict[str, Any]
@@ -214,6 +218,7 @@ class FakeCluster:
         self._compacted = 0  # watches from before this resourceVersion are too old (410)
         self._changed = threading.Condition(self.lock)
         self._closed = False
+        self._dropped = 0  # drop_watches() so far: a watch begun before the latest is cut
         self.on_close: list[Callable[[], None]] = []  # run on exit (clients stop their watches)
         cluster = self
 
@@ -255,7 +260,7 @@ class FakeCluster:
                     time.sleep(fault["delay"])
                 if fault and fault.get("status"):
                     return self._send(fault["status"], _status(fault["status"], fault.get("reason", "Injected")))
-                if method == "GET" and query.get("watch") in ("true", "1"):
+                if method == "GET" and watching(query):
                     return self._watch(url.path, query)
                 try:
                     body = json.loads(raw) if raw else None
@@ -288,7 +293,12 @@ class FakeCluster:
                 for obj in initial:
                     self._chunk(b'{"type":"ADDED","object":' + obj.encode() + b"}\n")
                 marked = pos or 0
+                generation = cluster._dropped
                 while time.monotonic() < deadline and not cluster._closed:
+                    if cluster._dropped != generation:  # the connection dies mid-stream: no last chunk
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                     if pos is None:  # too old: as the API server does, a 200 carrying an ERROR event
                         expired = _status(410, "Expired", "too old resource version")
                         self._chunk(json.dumps({"type": "ERROR", "object": expired}).encode() + b"\n")
@@ -486,6 +496,53 @@ class FakeCluster:
             self.jobs[(namespace, name)] = job
             return copy.deepcopy(job)
 
+    def job_pod(self, namespace: str, job: str, waiting: str = "", message: str = "", refused: str = "",
+                exit_code: int | None = None) -> Obj:
+        """The pod the Job controller makes for a Job created through the API (its template, owned by the Job, bound to
+        the template's nodeName), with the status its node's kubelet reports: a container `waiting` for a reason
+        (ImagePullBackOff, `message` as the kubelet words it), a pod the kubelet `refused` at admission (phase
+        Failed, reason OutOfcpu), or a container that ended with `exit_code`; the Job's status follows (backoffLimit 0).
+        Watches see it."""
+        with self.lock:
+            owner = self.jobs[(namespace, job)]
+            template = copy.deepcopy(owner["spec"]["template"])
+            labels = {**(template.get("metadata") or {}).get("labels", {}), "batch.kubernetes.io/job-name": job,
+                      "job-name": job}
+            name = f"{job}-x7k2p"
+            container = template["spec"]["containers"][0]["name"]
+            state: Obj = {"waiting": {"reason": waiting or "ContainerCreating",
+                                      **({"message": message} if message else {})}}
+            status: Obj = {"phase": "Pending",
+                           "containerStatuses": [{"name": container, "ready": False, "restartCount": 0,
+                                                  "image": template["spec"]["containers"][0]["image"],
+                                                  "state": state}]}
+            if refused:
+                status = {"phase": "Failed", "reason": refused, "message": message or f"Pod was rejected: {refused}"}
+            elif exit_code is not None:
+                status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+                status["containerStatuses"][0]["state"] = {"terminated": {
+                    "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error"}}
+            pod: Obj = {"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
+                                     "labels": labels, "resourceVersion": self._next_rv(),
+                                     "creationTimestamp": _rfc3339(self.clock()),
+                                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                                          "uid": owner["metadata"]["uid"], "controller": True}]},
+                        "spec": template["spec"], "status": status}
+            self._emit("pods", pod, self.pods.get((namespace, name)))
+            self.pods[(namespace, name)] = pod
+            if refused or exit_code not in (None, 0):
+                owner["status"] = {"failed": 1}
+            else:
+                owner["status"] = {"succeeded": 1} if exit_code == 0 else {"active": 1, "ready": 0}
+            return copy.deepcopy(pod)
+
+    def job_makes_no_pod(self, namespace: str, job: str) -> None:
+        """The Job controller cannot create the Job's pod (FailedCreate: the RuntimeClass does not exist, the
+        namespace's Pod Security level refuses a privileged pod, a ResourceQuota): the Job counts no pod."""
+        with self.lock:
+            self.jobs[(namespace, job)]["status"] = {"ready": 0, "terminating": 0, "uncountedTerminatedPods": {}}
+
     def add_pdb(self, namespace: str, match_labels: dict[str, str], disruptions_allowed: int) -> Obj:
         pdb = {"namespace": namespace, "matchLabels": match_labels, "disruptionsAllowed": disruptions_allowed}
         with self.lock:
@@ -597,6 +654,13 @@ class FakeCluster:
             self._compacted = self.history[drop - 1].rv
             del self.history[:drop]
         self._changed.notify_all()
+
+    def drop_watches(self) -> None:
+        """Every watch open now is cut off mid-stream, as when the API server restarts or a load balancer drops
+        its connections: no final chunk, the connection closed."""
+        with self.lock:
+            self._dropped += 1
+            self._changed.notify_all()
 
     def compact(self) -> None:
         """Forget all history (etcd compaction): watches from an older resourceVersion get 410 Expired."""
@@ -834,8 +898,9 @@ class FakeCluster:
             if (ns, name) in self.jobs:
                 return 409, _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
             job = copy.deepcopy(body)
-            job["metadata"].update(namespace=ns, resourceVersion=self._next_rv(), uid=f"uid-job-{name}")
-            job["status"] = {"active": 1}
+            job["metadata"].update(namespace=ns, resourceVersion=self._next_rv(), uid=f"uid-job-{name}",
+                                   creationTimestamp=_rfc3339(self.clock()))
+            job["status"] = {"active": 1}  # its pod is made only when a test asks (job_pod, job_makes_no_pod)
             self.jobs[(ns, name)] = job
             return 201, copy.deepcopy(job)
         if method == "GET" and len(rest) == 1:

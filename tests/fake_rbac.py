@@ -1,7 +1,7 @@
 """RBAC as the API server's authorizer decides it, from rendered Roles, ClusterRoles and their bindings.
 
-- A request's attributes as the API server derives them: the verb (get, list, watch with `?watch=true`,
-  create, update, patch, delete, deletecollection), API group, resource and subresource (`pods/eviction`),
+- A request's attributes as the API server derives them: the verb (get, list, watch with `?watch=` anything but
+  0/f/false, create, update, patch, delete, deletecollection), API group, resource and subresource (`pods/eviction`),
   namespace and name (for list and watch, the name a `metadata.name=` field selector names);
 - ClusterRoleBindings grant their ClusterRole everywhere; RoleBindings grant their Role, or a ClusterRole, only
   in the binding's namespace;
@@ -38,6 +38,13 @@ class Request:
     name: str
 
 
+def watching(query: dict[str, str]) -> bool:
+    """A `watch` parameter as the API server converts it to a bool (runtime.Convert_Slice_string_To_bool): true
+    unless it is 0, f or false (any case). `?watch=True` is a watch, authorized as one, not a list."""
+    value = query.get("watch")
+    return value is not None and value.lower() not in ("0", "f", "false")
+
+
 def request(method: str, path: str, query: dict[str, str]) -> Request | None:
     """The authorization attributes of a resource request; None for a non-resource path (discovery)."""
     parts = path.strip("/").split("/")
@@ -58,7 +65,7 @@ def request(method: str, path: str, query: dict[str, str]) -> Request | None:
         if name:
             verb = "get"
         else:
-            verb = "watch" if query.get("watch") in ("true", "1") else "list"
+            verb = "watch" if watching(query) else "list"
             name = next((term.split("=", 1)[1].lstrip("=") for term in (query.get("fieldSelector") or "").split(",")
                          if term.startswith("metadata.name=")), "")
     elif method == "DELETE":

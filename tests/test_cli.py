@@ -60,7 +60,10 @@ esac
     assert success == {"kmsg": 1, "nvml": 0, "dcgm": 1, "diag": 1, "dcgm_exporter": 1, "efa": 1}
     assert m["gpuhealth_probe_error"] == {(("probe", "nvml"), ("reason", "missing_tool")): 1}
     assert m["gpuhealth_efa_devices_visible"] == {(): 3}
-    assert m["gpuhealth_efa_devices_expected"] == {(): 4}
+    # A p4d.24xlarge can take 4 EFA interfaces; nothing says this node was given any (no Node, no setting), so what
+    # is expected is what was attached: the 3 seen. The instance type's 4 is only the upper bound.
+    assert m["gpuhealth_efa_devices_expected"] == {(("source", "attached"),): 3}
+    assert m["gpuhealth_efa_devices_max"] == {(): 4}
     assert m["gpuhealth_gpus_expected"] == {(): 8}
     assert m["gpuhealth_gpus_visible"] == {(): 1}  # dcgm-exporter's one L4 stands in for NVML
     assert m["gpuhealth_dcgm_health_status"] == {(("gpu", ""), ("system", "")): 0}
@@ -209,3 +212,115 @@ def test_a_served_exporter_answers_scrapes_and_stops_on_sigterm(fixtures: Path, 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _serve_and_scrape(*args: str) -> tuple[dict[str, dict[tuple[tuple[str, str], ...], float]], str, int]:
+    """Start a served exporter, scrape it once it answers, stop it with SIGTERM: (its metrics, its stderr, its exit
+    status). Fails when it exits before answering (a crash loop, as the kubelet would see it)."""
+    import signal
+    import time
+    import urllib.request
+
+    port = _free_port()
+    proc = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", *args], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "NODE_NAME": ""})
+    try:
+        deadline, body = time.monotonic() + 20, ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert body, f"the exporter did not serve (exit {proc.poll()}): {proc.stderr.read() if proc.stderr else ''}"
+        time.sleep(0.3)  # anything it would log after it started serving
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=10)
+        return families(body), stderr, proc.returncode
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _chart_config(tmp_path: Path, extra: str = "") -> Path:
+    """The exporter's settings file as the chart renders it by default (tests/chart_render.py), plus `extra`."""
+    import yaml
+    from chart_render import render
+
+    config = next(d for d in render() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpuhealth-exporter")
+    settings = yaml.safe_load(config["data"]["exporter.yaml"])
+    settings.update(state_file=str(tmp_path / "state.json"), sysfs_root=str(tmp_path), pod_resources=False,
+                    probes={**settings.get("probes", {}), "nvml": {"enabled": False}, "efa": {"enabled": False}})
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    path = tmp_path / "exporter.yaml"
+    path.write_text(yaml.safe_dump({**settings, "kmsg_file": str(log)}) + extra)
+    return path
+
+
+def _refused(metrics: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> None:
+    assert metrics["gpuhealth_exporter_config_error"] == {(): 1}
+    from exporter import __version__
+    assert metrics["gpuhealth_exporter_build_info"] == {(("version", __version__),): 1}
+    # nothing a node-fault alert reads: no probe ran, so no probe, GPU or EFA series at all
+    assert not [name for name in metrics if name.startswith("gpuhealth_") and name not in (
+        "gpuhealth_exporter_config_error", "gpuhealth_exporter_build_info")]
+
+
+def test_a_served_exporter_refuses_a_setting_it_does_not_know_with_one_line_and_stays_up(tmp_path: Path) -> None:
+    """A newer chart's setting on a node that runs an older (cached) image: not a crash loop, which reads as a node
+    fault (GpuhealthExporterDown, cordon), but one line that says what and what to do, and a metric of its own."""
+    from exporter import __version__
+
+    config = _chart_config(tmp_path, extra="efa_expected_from: node\n")
+    metrics, stderr, status = _serve_and_scrape("--config", str(config))
+    _refused(metrics)
+    (line,) = stderr.splitlines()
+    assert f"gpuhealth-exporter {__version__}: refusing its settings: {config}:" in line
+    assert "efa_expected_from: unknown setting" in line
+    assert "newer exporter" in line and "image.tag or image.digest" in line and "GpuhealthExporterMisconfigured" in line
+    assert status == 0  # SIGTERM, as from a served exporter that ran its settings
+
+
+def test_a_served_exporter_refuses_a_flag_it_does_not_know_even_one_that_begins_like_its_own(tmp_path: Path) -> None:
+    config = _chart_config(tmp_path)
+    for flag in ("--watch-node", "--pod-resources=/run/kubelet.sock"):  # the second begins like --pod-resources-socket
+        metrics, stderr, _ = _serve_and_scrape("--config", str(config), flag)
+        _refused(metrics)
+        (line,) = stderr.splitlines()
+        assert f"unknown command-line argument {flag}" in line and "newer exporter" in line
+
+
+def test_a_served_exporter_refuses_a_bad_value_the_same_way_naming_the_setting(tmp_path: Path) -> None:
+    config = _chart_config(tmp_path, extra="fault_window: 0\n")
+    metrics, stderr, _ = _serve_and_scrape("--config", str(config))
+    _refused(metrics)
+    (line,) = stderr.splitlines()
+    assert "fault_window: must be > 0, got 0" in line and "fix the setting" in line
+
+
+def test_a_served_exporter_with_settings_it_knows_says_it_has_no_config_error(tmp_path: Path) -> None:
+    metrics, stderr, status = _serve_and_scrape("--config", str(_chart_config(tmp_path)))
+    assert metrics["gpuhealth_exporter_config_error"] == {(): 0}
+    assert "gpuhealth_probe_success" in metrics and "refusing" not in stderr and status == 0
+
+
+def test_once_with_a_flag_or_setting_it_does_not_know_exits_2_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "exporter.yaml"
+    config.write_text("efa_expected_from: node\n")
+    for args, why in ((["--watch-node"], "unknown command-line argument --watch-node"),
+                      (["--config", str(config)], "efa_expected_from: unknown setting")):
+        proc = run("--once", *args)
+        assert proc.returncode == 2 and proc.stdout == ""
+        (line,) = proc.stderr.splitlines()
+        assert why in line

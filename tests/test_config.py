@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import DEFAULT_PROBES, ConfigError, Settings, load_file
+from exporter.config import DEFAULT_PROBES, ConfigError, Settings, UnknownSetting, listen_in, load_file
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -75,6 +75,26 @@ def test_a_bad_file_is_refused_with_file_line_and_reason(tmp_path: Path, text: s
         load_file(path)
     assert str(err.value).startswith(path + where), str(err.value)
     assert why in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["node: a\nlisten_port: 9\n", "probes:\n  kmsg:\n    intervall: 3\n",
+                                  "probes:\n  gpu: {}\n"])
+def test_a_key_it_does_not_have_is_told_apart_from_a_bad_value(tmp_path: Path, text: str) -> None:
+    """An unknown key (or probe) is most often a newer exporter's: the refusal says to check the image, not the value
+    (exporter/cli.py's refusal line)."""
+    with pytest.raises(UnknownSetting):
+        load_file(write(tmp_path, text))
+    with pytest.raises(ConfigError) as err:
+        load_file(write(tmp_path, "fault_window: -5\n"))
+    assert not isinstance(err.value, UnknownSetting)
+
+
+def test_the_listen_address_is_read_from_a_file_that_is_refused(tmp_path: Path) -> None:
+    """Where a refusing exporter serves gpuhealth_exporter_config_error: the file's listen, whatever else it holds."""
+    assert listen_in(write(tmp_path, "listen: 127.0.0.1:9900\nfrom_a_newer_exporter: 1\n")) == "127.0.0.1:9900"
+    assert listen_in(write(tmp_path, "node: a\n")) is None
+    assert listen_in(write(tmp_path, "node: [a\n")) is None
+    assert listen_in(str(tmp_path / "missing.yaml")) is None
 
 
 @pytest.mark.parametrize(("text", "line", "key", "lines"), [

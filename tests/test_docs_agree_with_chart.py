@@ -32,8 +32,11 @@ names one of these things in another shape is not checked, so keep to these shap
   examples/alertmanager.yml. The "The chart renders:" block of docs/install.md must be a subset of the
   rendered AlertmanagerConfig.
 - VALUE_NAME (`monitoring.prometheusRule.namespaceLabel`, `dashboards.namespace`, ... in backticks, in README,
-  helm/README.md and docs): a value of the chart (values.schema.json, which is strict; below a free-form object
-  such as exporter.config or remediator.policy anything goes; `*` and `<...>` stand for any key).
+  helm/README.md and docs): a value of the chart (values.schema.json, which is strict, remediator.policy included;
+  below a free-form object such as exporter.config anything goes; `*` and `<...>` stand for any key).
+- GRANT_ROW: the `gpuhealth-remediator` rows of docs/install.md's "What the chart grants, and why" whose scope is
+  `cluster`: the ClusterRole rendered with every policy setting on grants exactly them, and a row that says
+  `only with `<policy key>[: <value>]`` is not granted without that setting.
 - Dashboards: every dashboards/json/*.json is named in README or docs, as `*<title>*` (with or without
   the `gpuhealth / ` prefix) or its file name in backticks; every `*gpuhealth / ...*` named is shipped;
   the chart renders one ConfigMap per file.
@@ -88,7 +91,7 @@ TIMING = re.compile(
 )
 SNAKE_TO_CAMEL = {"group_wait": "groupWait", "group_interval": "groupInterval", "repeat_interval": "repeatInterval"}
 VALUE_NAME = re.compile(r"`(?P<path>(?:nameOverride|fullnameOverride|image|imagePullSecrets|exporter|remediator"
-                        r"|monitoring|networkPolicy|dashboards)\.[A-Za-z0-9_.*<>-]*[A-Za-z0-9_*>])(?:[:`\s])")
+                        r"|monitoring|networkPolicy|dashboards|cleanup)\.[A-Za-z0-9_.*<>-]*[A-Za-z0-9_*>])(?:[:`\s])")
 FILE_SUFFIXES = (".yaml", ".yml", ".json", ".md", ".py", ".txt")
 EMPHASIS = re.compile(r"(?<![\w*`])\*(?P<name>[^*\s](?:[^*\n]*[^*\s])?)\*(?![\w*])")
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
@@ -454,3 +457,46 @@ def test_the_chart_ships_one_configmap_per_dashboard(chart: Chart) -> None:
             for key, value in d["data"].items():
                 uids[key] = json.loads(value)["uid"]
     assert uids == {name: board["uid"] for name, board in _dashboards().items()}
+
+
+# --- what the chart grants ---
+
+GRANT_ROW = re.compile(r"^\| `gpuhealth-remediator` \| (?P<verbs>[^|]+) \| (?P<resources>[^|]+) \| "
+                       r"(?P<where>cluster[^|]*) \|", re.M)
+ONLY_WITH = re.compile(r"only with `(?P<key>[a-z_]+\.[a-z_]+)(?:: (?P<value>[a-z_]+))?`")
+EVERY_SETTING_ON = {"replace": {"method": "condition"}, "drain": {"on_timeout": "force"}, "dra": {"enabled": True}}
+
+
+def _cluster_grants(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """(verb, apiGroup, resource) of the remediator's ClusterRole."""
+    role = Chart.one(docs, "ClusterRole", "gpuhealth-remediator")
+    return {(v, g, r) for rule in role["rules"] for v in rule["verbs"] for g in rule["apiGroups"]
+            for r in rule["resources"]}
+
+
+def _documented_grants() -> Iterator[tuple[set[tuple[str, str, str]], dict[str, Any] | None]]:
+    """Each cluster-scope row: its grants, and the policy that turns them off (None: always granted)."""
+    for m in GRANT_ROW.finditer(INSTALL_MD.read_text()):
+        grants = set()
+        for name in re.findall(r"`([a-z0-9/.]+)`", m.group("resources")):
+            resource, _, group = name.partition(".")
+            grants |= {(verb, group, resource) for verb in re.findall(r"[a-z]+", m.group("verbs"))}
+        only = ONLY_WITH.search(m.group("where"))
+        off = None
+        if only:
+            section, key = only.group("key").split(".")
+            off = {section: {key: False}} if only.group("value") is None else {}
+        yield grants, off
+
+
+def test_the_documented_cluster_grants_are_the_rendered_ones_and_only_with_their_setting() -> None:
+    rows = list(_documented_grants())
+    assert len(rows) >= 8, "GRANT_ROW is stale"
+    on = _cluster_grants(_render({"remediator": {"policy": EVERY_SETTING_ON}}))
+    documented = set().union(*(grants for grants, _ in rows))
+    assert on == documented, f"rendered, not documented: {sorted(on - documented)}; " \
+                             f"documented, not rendered: {sorted(documented - on)}"
+    for grants, off in rows:
+        if off is not None:
+            left = grants & _cluster_grants(_render({"remediator": {"policy": off}}))
+            assert not left, f"{sorted(left)}: granted without the setting docs/install.md says it needs"

@@ -3,13 +3,14 @@
 
 The node agent runs in-process with its real parts: the nvml probe over tests/fake_nvml.py (the GPUs are the only
 stand-in), the dcgm and diag probes running a stand-in `dcgmi` script that prints recorded real outputs, the kmsg
-probe following a kernel-log file, the runners, the snapshot, the conditions, the collector, and the
-NodeConditionWriter over HTTP against the fake API server, which enforces the chart's RBAC and admission policy
-for the exporter's ServiceAccount.
+probe following a kernel-log file, the runners, the snapshot, the conditions, the collector, the watch of its Node
+(exporter/node_watch.py) and the NodeConditionWriter over HTTP against the fake API server, which enforces the
+chart's RBAC and admission policy for the exporter's ServiceAccount.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -29,7 +30,8 @@ from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
 from exporter.config import ConfigError, Settings, load_file
 from exporter.gpu_reset import ANNOTATION, RELEASED_REASON, GpuResetRelease, released_message
-from exporter.node_status import NodeConditionWriter
+from exporter.node_status import KubeError, NodeConditionWriter
+from exporter.node_watch import NodeWatch
 from exporter.probes.base import ProbePaused
 from exporter.probes.nvml import NvmlProbe
 from exporter.probes.registry import BY_NAME
@@ -95,10 +97,29 @@ class Agent:
         sa_dir = tmp_path / "sa"
         sa_dir.mkdir()
         (sa_dir / "token").write_text("token-a\n")
-        self.writer = NodeConditionWriter(cluster.url, NODE, sa_dir=str(sa_dir))
-        self.release = GpuResetRelease(list(self.runners.values()), self.snapshot, self.writer.node_annotations,
+        # As serve() wires them: the Node listed before anything runs, then watched on a thread of its own.
+        self.changed = threading.Event()
+        self.stop = threading.Event()
+        cluster.on_close.append(self.stop.set)
+        self.watch = NodeWatch(cluster.url, NODE, sa_dir=str(sa_dir), on_change=self.changed.set,
+                               watch_seconds=(1, 2), backoff=(0.05, 0.2))
+        with contextlib.suppress(KubeError):
+            self.watch.list()
+        self.watch.start(self.stop)
+        self.writer = NodeConditionWriter(cluster.url, NODE, sa_dir=str(sa_dir), read_node=self.watch.node)
+        self.release = GpuResetRelease(list(self.runners.values()), self.snapshot, self.watch.annotations,
                                        wait=wait)
         self.expect = Expectations(gpus=2)
+
+    def mark(self, request: str | None) -> None:
+        """The remediator's write on this node, once the watch has delivered it."""
+        rv = int(mark(self.cluster, NODE, request))
+        assert wait_for(lambda: self.seen() >= rv), "the watch did not deliver the change"
+
+    def seen(self) -> int:
+        """The resourceVersion of the Node as the watch last delivered it."""
+        node = self.watch.node()
+        return int(node["metadata"]["resourceVersion"]) if node else 0
 
     def run_probes(self) -> None:
         for runner in self.runners.values():
@@ -129,15 +150,15 @@ class Agent:
         return self.dcgmi_calls.read_text().splitlines()
 
 
-def mark(cluster: FakeCluster, node: str, request: str | None) -> None:
-    """The remediator's write: the marker set to a request id, or removed."""
+def mark(cluster: FakeCluster, node: str, request: str | None) -> str:
+    """The remediator's write: the marker set to a request id, or removed; the Node's new resourceVersion."""
     def change(n: dict[str, Any]) -> None:
         annotations = n["metadata"].setdefault("annotations", {})
         if request is None:
             annotations.pop(ANNOTATION, None)
         else:
             annotations[ANNOTATION] = request
-    cluster.update_node(node, change)
+    return str(cluster.update_node(node, change)["metadata"]["resourceVersion"])
 
 
 def by_probe(series: dict[tuple[tuple[str, str], ...], float]) -> dict[str, float]:
@@ -152,7 +173,7 @@ def test_the_marker_releases_nvml_pauses_dcgm_and_is_acknowledged_with_the_reque
     assert agent.condition()["reason"] == "ProbesHealthy"
     assert agent.dcgmi_ran() == ["health -s a", "health -c -j", "diag -r 1 -j"]
 
-    mark(cluster, NODE, REQUEST)
+    agent.mark(REQUEST)
     assert agent.release.poll() is True  # acknowledged now: the conditions are due at once
     assert (agent.nvml.shutdown_calls, agent.nvml.initialised) == (1, False)  # every nvmlInit balanced
 
@@ -181,7 +202,7 @@ def test_the_marker_releases_nvml_pauses_dcgm_and_is_acknowledged_with_the_reque
 def test_the_kernel_log_is_read_throughout_a_pause(cluster: FakeCluster, tmp_path: Path) -> None:
     agent = Agent(cluster, tmp_path)
     agent.cycle()
-    mark(cluster, NODE, REQUEST)
+    agent.mark(REQUEST)
     agent.cycle()
     with agent.kernel_log.open("a") as f:
         f.write(f"[ 9.0] NVRM: Xid (PCI:0000:{P5_BUS_IDS[1][9:11]}:00): 79, GPU has fallen off the bus.\n")
@@ -197,11 +218,11 @@ def test_removing_the_marker_reinitialises_nvml_and_restores_the_condition(clust
                                                                             tmp_path: Path) -> None:
     agent = Agent(cluster, tmp_path)
     agent.cycle()
-    mark(cluster, NODE, REQUEST)
+    agent.mark(REQUEST)
     agent.cycle()
     ran = agent.dcgmi_ran()
 
-    mark(cluster, NODE, None)
+    agent.mark(None)
     assert agent.release.poll() is True
     assert agent.nvml.init_calls == 1  # not before the next run: nvmlInit again on next use
     assert by_probe(agent.scrape()["gpuhealth_probe_paused"])["nvml"] == 1  # until that run
@@ -218,21 +239,31 @@ def test_removing_the_marker_reinitialises_nvml_and_restores_the_condition(clust
     assert len(metrics["gpuhealth_gpu_info"]) == 2
 
 
-def test_a_failed_read_changes_nothing_either_way(cluster: FakeCluster, tmp_path: Path) -> None:
+def break_the_watch(cluster: FakeCluster, agent: Agent) -> None:
+    """The API server restarts and answers every list and watch with an error until `cluster.heal()`."""
+    failures = agent.watch.failures
+    cluster.fail("GET", "^/api/v1/nodes$", 503, times=10_000)
+    cluster.drop_watches()
+    assert wait_for(lambda: agent.watch.failures > failures), "the watch did not notice"
+
+
+def test_a_broken_watch_changes_nothing_either_way(cluster: FakeCluster, tmp_path: Path) -> None:
     agent = Agent(cluster, tmp_path)
     agent.cycle()
-    mark(cluster, NODE, REQUEST)
-    cluster.fail("GET", f"^/api/v1/nodes/{NODE}$", 500)
+    break_the_watch(cluster, agent)
+    mark(cluster, NODE, REQUEST)  # set while the exporter cannot see it
     assert agent.release.poll() is False
     agent.run_probes()
     assert (agent.nvml.shutdown_calls, agent.nvml.initialised) == (0, True)  # no release on no evidence
     assert agent.release.read_failures == 1
 
-    agent.release.poll()  # the read answers: released
+    cluster.heal()  # the watch resumes where it stopped, and the change comes first
+    assert wait_for(lambda: ANNOTATION in (agent.watch.node() or {})["metadata"]["annotations"])
+    assert agent.release.poll() is True  # released
     assert agent.nvml.shutdown_calls == 1
     agent.write_conditions()
+    break_the_watch(cluster, agent)
     mark(cluster, NODE, None)
-    cluster.fail("GET", f"^/api/v1/nodes/{NODE}$", 503, times=2)
     for _ in range(2):
         assert agent.release.poll() is False
         agent.run_probes()
@@ -240,13 +271,45 @@ def test_a_failed_read_changes_nothing_either_way(cluster: FakeCluster, tmp_path
     assert agent.nvml.init_calls == 1 and not agent.nvml.initialised  # no resume on no evidence
     assert agent.condition()["reason"] == RELEASED_REASON
     assert agent.scrape()["gpuhealth_reset_marker_read_failures_total"] == {(): 3}
+    cluster.heal()
+    assert wait_for(lambda: agent.release.poll() and agent.release.requested is None)  # back: resumed
+
+
+def test_a_deleted_node_changes_nothing(cluster: FakeCluster, tmp_path: Path) -> None:
+    agent = Agent(cluster, tmp_path)
+    agent.cycle()
+    agent.mark(REQUEST)
+    assert agent.release.poll() is True
+    cluster.delete_node(NODE)  # deleted mid-reset (a person, Karpenter): the marker goes with it
+    assert wait_for(lambda: agent.watch.failures > 0)
+    touches = agent.nvml.touches
+    assert agent.release.poll() is False and agent.release.released_for == REQUEST
+    agent.run_probes()
+    assert agent.nvml.touches == touches and not agent.nvml.initialised  # NVML is not taken back on no evidence
+
+
+def test_a_watch_too_old_to_resume_lists_the_node_again(cluster: FakeCluster, tmp_path: Path) -> None:
+    agent = Agent(cluster, tmp_path)
+    agent.cycle()
+    break_the_watch(cluster, agent)
+    mark(cluster, NODE, REQUEST)
+    cluster.compact()  # the changes since the watch's resourceVersion are gone: resuming gets 410 Gone
+    lists = cluster.calls[("list", "nodes")]
+    cluster.heal()
+    assert wait_for(lambda: agent.release.poll() and agent.release.released_for == REQUEST)
+    assert cluster.calls[("list", "nodes")] == lists + 1  # one list after the 410, then it watches again
+    assert wait_for(lambda: cluster.calls[("watch", "nodes")] >= 2)
 
 
 def test_the_answer_must_be_this_node(cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     agent = Agent(cluster, tmp_path)
+    agent.stop.set()
     other = cluster.node(OTHER)
     other["metadata"]["annotations"][ANNOTATION] = REQUEST
-    monkeypatch.setattr(agent.writer, "_request", lambda method, path, body=None: other)
+    answer = {"kind": "NodeList", "metadata": {"resourceVersion": str(cluster.rv)}, "items": [other]}
+    monkeypatch.setattr(agent.watch.http, "request", lambda method, path, body=None: answer)  # a wrong answer
+    with pytest.raises(KubeError, match="1 Nodes, 0 of them gpu-a"):
+        agent.watch.list()
     assert agent.release.poll() is False
     assert agent.release.read_failures == 1 and agent.release.requested is None
 
@@ -260,8 +323,10 @@ def test_a_marker_on_another_node_releases_nothing_and_reads_only_its_own(cluste
     assert (agent.nvml.shutdown_calls, agent.nvml.initialised) == (0, True)
     assert agent.condition()["reason"] == "ProbesHealthy"
     reads = [(path, query) for method, path, query in cluster.queries if method == "GET"]
-    assert reads and all(path == f"/api/v1/nodes/{NODE}" for path, _ in reads)
-    assert {"resourceVersion": "0"} in [q for _, q in reads]  # served from the API server's cache
+    assert reads and all(path == "/api/v1/nodes" and query["fieldSelector"] == f"metadata.name={NODE}"
+                         for path, query in reads)
+    lists = [query for _, query in reads if "watch" not in query]
+    assert lists == [{"fieldSelector": f"metadata.name={NODE}", "resourceVersion": "0"}]  # from the cache
 
 
 def test_a_run_in_progress_delays_the_release_and_its_acknowledgement(cluster: FakeCluster, tmp_path: Path) -> None:
@@ -272,7 +337,7 @@ def test_a_run_in_progress_delays_the_release_and_its_acknowledgement(cluster: F
     run = threading.Thread(target=agent.runners["nvml"].run_once)
     run.start()
     assert agent.nvml.gpus[0].blocked.wait(5)
-    mark(cluster, NODE, REQUEST)
+    agent.mark(REQUEST)
     assert agent.release.poll() is False
     assert agent.nvml.shutdown_calls == 0  # never shut down under a call in progress
     touches = agent.nvml.touches
@@ -298,9 +363,9 @@ def test_a_marker_removed_before_a_run_in_progress_ends_leaves_the_probe_running
     run = threading.Thread(target=agent.runners["nvml"].run_once)
     run.start()
     assert agent.nvml.gpus[0].blocked.wait(5)
-    mark(cluster, NODE, REQUEST)
+    agent.mark(REQUEST)
     assert agent.release.poll() is False  # still waiting for the run
-    mark(cluster, NODE, None)
+    agent.mark(None)
     agent.release.poll()
     blocker.set()
     run.join(5)
@@ -316,7 +381,7 @@ def test_the_status_stays_what_the_probes_health_makes_it(cluster: FakeCluster, 
     (tmp_path / "down").write_text("")  # nv-hostengine is gone before the reset
     agent.cycle()
     assert (agent.condition()["status"], agent.condition()["reason"]) == ("False", "ProbeFailed")
-    mark(cluster, NODE, REQUEST)
+    agent.mark(REQUEST)
     agent.cycle()
     probes = agent.condition()
     assert (probes["status"], probes["reason"], probes["message"]) == ("False", RELEASED_REASON,
@@ -338,9 +403,9 @@ def test_a_restart_during_a_reset_never_takes_nvml(cluster: FakeCluster, tmp_pat
 def test_a_new_request_id_is_acknowledged_without_a_second_release(cluster: FakeCluster, tmp_path: Path) -> None:
     agent = Agent(cluster, tmp_path)
     agent.cycle()
-    mark(cluster, NODE, REQUEST)
+    agent.mark(REQUEST)
     agent.cycle()
-    mark(cluster, NODE, "gpuhealth-reset-gpu-a-9d01")
+    agent.mark("gpuhealth-reset-gpu-a-9d01")
     assert agent.release.poll() is True
     agent.write_conditions()
     assert agent.condition()["message"] == released_message("gpuhealth-reset-gpu-a-9d01")
@@ -356,25 +421,49 @@ def wait_for(what: Callable[[], bool], seconds: float = 10.0) -> bool:
     return what()
 
 
+def run_agent(agent: Agent, stop: threading.Event) -> None:
+    """The threads `gpuhealth-exporter` runs (serve): the runners on their intervals, and the node loop."""
+    for runner in agent.runners.values():
+        runner.start(stop)
+    threading.Thread(target=_node_loop, args=(agent.writer, agent.snapshot, agent.settings, stop, agent.release,
+                                              agent.expect, agent.changed), daemon=True).start()
+
+
 def test_the_agents_loop_acknowledges_and_resumes(cluster: FakeCluster, tmp_path: Path) -> None:
-    """The threads `gpuhealth-exporter` runs: the runners on their intervals, and the node loop."""
     agent = Agent(cluster, tmp_path, interval=0.1)
     stop = threading.Event()
     try:
-        for runner in agent.runners.values():
-            runner.start(stop)
-        threading.Thread(target=_node_loop, args=(agent.writer, agent.snapshot, agent.settings, stop, agent.release),
-                         daemon=True).start()
+        run_agent(agent, stop)
         assert wait_for(lambda: _has(cluster) and agent.condition()["reason"] == "ProbesHealthy")
-        mark(cluster, NODE, REQUEST)
+        agent.mark(REQUEST)
         assert wait_for(lambda: agent.condition()["reason"] == RELEASED_REASON)
         assert agent.condition()["message"] == released_message(REQUEST)
         assert agent.nvml.shutdown_calls == 1 and not agent.nvml.initialised
-        mark(cluster, NODE, None)
+        agent.mark(None)
         assert wait_for(lambda: agent.condition()["reason"] == "ProbesHealthy" and agent.nvml.initialised)
         assert agent.nvml.init_calls == 2
     finally:
         stop.set()
+        agent.changed.set()
+
+
+def test_the_marker_is_acted_on_when_the_watch_delivers_it_not_at_the_next_interval(cluster: FakeCluster,
+                                                                                     tmp_path: Path) -> None:
+    agent = Agent(cluster, tmp_path, interval=3600.0)  # nothing runs again on its interval within this test
+    stop = threading.Event()
+    try:
+        agent.cycle()
+        run_agent(agent, stop)
+        started = time.monotonic()
+        mark(cluster, NODE, REQUEST)
+        assert wait_for(lambda: agent.condition()["reason"] == RELEASED_REASON, seconds=5)
+        assert time.monotonic() - started < 5  # before: up to reset_marker_interval (10 s by default)
+        assert agent.nvml.shutdown_calls == 1
+        mark(cluster, NODE, None)
+        assert wait_for(lambda: agent.condition()["reason"] == "ProbesHealthy", seconds=5)  # and back at once
+    finally:
+        stop.set()
+        agent.changed.set()
 
 
 def _has(cluster: FakeCluster) -> bool:

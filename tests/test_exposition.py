@@ -17,6 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from exporter.collector import Expectations, GpuhealthCollector
+from exporter.efa_expected import EfaExpectation
 from exporter.exposition import start_server
 from exporter.kernel.probe import KmsgProbe
 from exporter.probes.base import Probe
@@ -59,7 +60,7 @@ def a_node_registry() -> CollectorRegistry:
     for probe in probes:
         ProbeRunner(probe, snapshot, 15, 10).run_once()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuhealthCollector(snapshot, Expectations(gpus=8, efa_devices=4)))
+    registry.register(GpuhealthCollector(snapshot, Expectations(gpus=8, efa=EfaExpectation(setting=4))))
     registry.register(Odd())
     return registry
 

@@ -41,6 +41,7 @@ from exporter import cli as exporter_cli
 from exporter.conditions import Condition
 from exporter.config import DEFAULT_PROBES, load_file
 from exporter.node_status import NodeConditionWriter
+from exporter.node_watch import NodeWatch
 from remediator import cli as remediator_cli
 from remediator.clients.kube import Kube
 from remediator.policy import load_policy
@@ -102,7 +103,7 @@ VALUES = {"default": None, "custom": CUSTOM, "kmsg-injected": KMSG_INJECTED, "km
 # RBAC the programs need (docs/remediation.md, docs/metrics.md): (apiGroup, resource) -> verbs.
 REMEDIATOR_CLUSTER = {
     ("", "nodes"): {"get", "list", "watch", "patch"},
-    ("", "nodes/status"): {"patch"},
+    ("", "nodes/status"): {"patch"},  # only with replace.method: condition
     ("", "pods"): {"list", "watch", "delete"},  # delete only with drain.on_timeout: force
     ("", "pods/eviction"): {"create"},
     ("karpenter.sh", "nodeclaims"): {"list", "delete"},
@@ -125,7 +126,8 @@ WORKLOADS_NAMESPACED = {
     ("", "events"): {"create", "list"},
     ("batch", "jobs"): {"get", "patch"},
 }
-EXPORTER_CLUSTER = {("", "nodes"): {"get"}, ("", "nodes/status"): {"patch"}}
+# list and watch: its own Node, by a metadata.name field selector (exporter/node_watch.py)
+EXPORTER_CLUSTER = {("", "nodes"): {"get", "list", "watch"}, ("", "nodes/status"): {"patch"}}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -397,14 +399,14 @@ def _grants(docs: list[dict[str, Any]], account: str) -> dict[tuple[str, str, st
     return grants
 
 
-def test_exporter_may_only_read_nodes_and_patch_their_status() -> None:
+def test_exporter_may_only_read_and_watch_nodes_and_patch_their_status() -> None:
     grants = _grants(RENDERED["default"], "gpuhealth-exporter")
     assert grants == {("*", g, r): v for (g, r), v in EXPORTER_CLUSTER.items()}
 
 
 def test_remediator_holds_exactly_what_it_needs() -> None:
     grants = _grants(RENDERED["default"], "gpuhealth-remediator")
-    expected = {("*", g, r): v for (g, r), v in REMEDIATOR_CLUSTER.items()}
+    expected = {("*", g, r): v for (g, r), v in REMEDIATOR_CLUSTER.items() if r != "nodes/status"}
     expected[("*", "", "pods")] = {"list", "watch"}  # drain.on_timeout: wait (the default) deletes no pod
     expected[(NAMESPACE, "coordination.k8s.io", "leases")] = {"get", "create", "update"}
     expected[(NAMESPACE, "batch", "jobs")] = {"create", "list"}
@@ -442,6 +444,25 @@ def test_pods_delete_is_granted_only_when_the_policy_force_deletes() -> None:
     assert _grants(RENDERED["custom"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch", "delete"}
     escalate = render({"remediator": {"policy": {"drain": {"on_timeout": "escalate"}}}})
     assert _grants(escalate, "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
+
+
+@pytest.mark.parametrize("method", ["nodeclaim", "hook"])
+def test_node_status_is_granted_only_when_the_policy_replaces_by_condition(method: str) -> None:
+    # remediator/act/replace.py patches nodes/status only to set the condition of replace.method: condition.
+    policy = {"replace": {"method": method, "hook_url": "http://repair.example"}}
+    assert ("*", "", "nodes/status") not in _grants(render({"remediator": {"policy": policy}}), "gpuhealth-remediator")
+    condition = render({"remediator": {"policy": {"replace": {"method": "condition"}}}})
+    assert _grants(condition, "gpuhealth-remediator")[("*", "", "nodes/status")] == {"patch"}
+    assert ("*", "", "nodes/status") not in _grants(RENDERED["default"], "gpuhealth-remediator")
+
+
+def test_the_dra_objects_are_granted_only_with_gpu_scope() -> None:
+    dra = {("*", "resource.k8s.io", r) for r in ("resourceslices", "resourceclaims", "devicetaintrules")}
+    assert dra <= set(_grants(RENDERED["default"], "gpuhealth-remediator"))  # dra.enabled: true, the default
+    off = render({"remediator": {"policy": {"dra": {"enabled": False}}}})
+    grants = _grants(off, "gpuhealth-remediator")
+    assert not {k for k in grants if k[1] == "resource.k8s.io"}
+    assert grants[("*", "", "nodes")] == REMEDIATOR_CLUSTER[("", "nodes")]  # the node ladder keeps its grants
 
 
 def test_every_request_of_the_remediators_watch_caches_is_granted() -> None:
@@ -497,9 +518,8 @@ def test_exporter_mounts_the_kubelets_pod_resources_read_only_and_reads_its_sock
     assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
     assert mounts["pod-resources"] == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
                                        "readOnly": True}
-    args = spec["containers"][0]["args"]
-    assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
-    assert exporter_cli.build_parser().get_default("pod_resources_socket") is None  # the flag, not a default, sets it
+    config = yaml.safe_load(one(RENDERED["default"], "ConfigMap", "gpuhealth-exporter")["data"]["exporter.yaml"])
+    assert config["pod_resources_socket"] == "/var/lib/kubelet/pod-resources/kubelet.sock"  # the file, not a default
     elsewhere = render({"exporter": {"podResources": {"hostPath": "/var/lib/k0s/kubelet/pod-resources"}}})
     volume = next(v for v in one(elsewhere, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
                   if v["name"] == "pod-resources")
@@ -519,6 +539,14 @@ def test_exporter_runs_only_on_gpu_nodes_and_tolerates_taints() -> None:
 def test_exporter_gets_its_node_name_from_the_downward_api() -> None:
     env = {e["name"]: e for e in _exporter("default")["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_exporter_runs_under_the_nvidia_runtime_class_unless_told_not_to() -> None:
+    """GPU Operator v25.10+ defaults to CDI and no longer makes `nvidia` containerd's default runtime: without the
+    RuntimeClass (which the operator always creates) NVML fails with missing_tool on every node."""
+    assert _exporter("default")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    unset = one(render({"exporter": {"runtimeClassName": ""}}), "DaemonSet")["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in unset  # nodes whose default runtime is NVIDIA's and that have no RuntimeClass
 
 
 def _security(key: str) -> dict[str, Any]:
@@ -560,7 +588,7 @@ def test_exporter_without_the_kernel_log_runs_with_no_capability_and_as_non_root
     assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert {v["name"] for v in pod["volumes"]} == {"config", "sys"}
-    assert "--no-pod-resources" in pod["containers"][0]["args"]
+    assert yaml.safe_load(one(off, "ConfigMap", "gpuhealth-exporter")["data"]["exporter.yaml"])["pod_resources"] is False
 
 
 def test_exporter_security_context_given_in_values_is_used_as_is() -> None:
@@ -596,12 +624,14 @@ def test_every_request_the_exporter_makes_is_granted(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("t")
     with FakeCluster(token="t") as cluster:
         cluster.add_node("gpu-a")
-        writer = NodeConditionWriter(cluster.url, "gpu-a", sa_dir=str(tmp_path))
-        writer.node_labels()
-        writer.node_annotations()  # the GPU reset marker (exporter/gpu_reset.py)
+        watch = NodeWatch(cluster.url, "gpu-a", sa_dir=str(tmp_path), watch_seconds=(1, 1))
+        watch.list()  # the Node: its labels, EFA capacity and the GPU reset marker (exporter/node_watch.py)
+        watch.watch_once(threading.Event())
+        # the conditions it wrote, read with a GET while the watch has not read the Node
+        writer = NodeConditionWriter(cluster.url, "gpu-a", sa_dir=str(tmp_path), read_node=lambda: None)
         assert writer.sync([Condition("GpuhealthGPUHealthy", "True", "GPUsHealthy", "ok")])
         calls = set(cluster.calls)
-    assert calls == {("get", "nodes"), ("patch", "nodes/status")}
+    assert calls == {("get", "nodes"), ("list", "nodes"), ("watch", "nodes"), ("patch", "nodes/status")}
     for verb, resource in calls:
         assert verb in grants.get(("*", "", resource), set()), f"the exporter's {verb} {resource} is not granted"
 

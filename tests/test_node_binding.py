@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from exporter.conditions import Condition
 from exporter.node_status import KubeError, NodeConditionWriter
+from exporter.node_watch import NodeWatch
 
 NAMESPACE = "gpuhealth"
 EXPORTER, REMEDIATOR = "gpuhealth-exporter", "gpuhealth-remediator"
@@ -118,8 +119,14 @@ def test_the_remediator_may_still_write_any_node(cluster: FakeCluster) -> None:
 
 
 def test_reads_are_not_admission_checked(cluster: FakeCluster, tmp_path: Path) -> None:
-    # Admission never sees reads: the exporter can still get any Node (its ClusterRole allows that).
-    assert "karpenter.sh/nodepool" in writer(cluster, "gpu-b", "token-a", tmp_path).node_labels()
+    # Admission never sees reads: the exporter can still list and watch any Node (its ClusterRole allows that).
+    sa_dir = tmp_path / "token-a"
+    sa_dir.mkdir()
+    (sa_dir / "token").write_text("token-a\n")
+    watch = NodeWatch(cluster.url, "gpu-b", sa_dir=str(sa_dir))
+    watch.list()
+    node = watch.node()
+    assert node is not None and "karpenter.sh/nodepool" in node["metadata"]["labels"]
 
 
 def test_an_unknown_or_missing_token_gets_401(cluster: FakeCluster, tmp_path: Path) -> None:

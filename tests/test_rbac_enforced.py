@@ -137,3 +137,38 @@ def test_a_forbidden_job_list_leaves_the_reset_unknown_and_is_counted_not_read_a
         assert h.state("gpu-3").rung_status != "done"  # the success cannot be seen
         assert h.metric("gpuhealth_remediator_api_errors_total", operation="list_jobs") >= 1
         assert any(p.endswith("/jobs") for _, _, p in c.forbidden)
+
+
+def test_only_a_policy_that_replaces_by_condition_may_write_node_status() -> None:
+    """nodes/status is the condition Karpenter's node repair acts on: a remediator that replaces by deleting the
+    NodeClaim (the default) cannot write it, and one that replaces by condition can, and does."""
+    with FakeCluster() as c:
+        c.add_node("gpu-6")
+        h = Harness(c)  # replace.method: nodeclaim
+        core = client.CoreV1Api(_remediator(c))
+        _forbidden(core.patch_node_status, "gpu-6", {"status": {"conditions": [
+            {"type": "AcceleratedHardwareReady", "status": "False"}]}})
+        assert h.policy.replace.method == "nodeclaim"
+    with FakeCluster() as c:
+        c.add_node("gpu-6")
+        h = Harness(c, "replace: {method: condition}")
+        h.fire("gpu-6", "replace")
+        h.step()
+        conditions = {x["type"]: x["status"] for x in c.node("gpu-6")["status"]["conditions"]}
+        assert conditions["AcceleratedHardwareReady"] == "False"
+        assert c.forbidden == []
+
+
+def test_with_gpu_scope_off_the_remediator_reads_no_dra_object_and_is_granted_none() -> None:
+    """dra.enabled: false renders no resource.k8s.io grant; the remediator then takes the node ladder for a one-GPU
+    fault without asking for ResourceSlices, ResourceClaims or DeviceTaintRules (each would be a 403)."""
+    with FakeCluster() as c:
+        c.add_node("gpu-1")
+        c.dra.publish_gpus("gpu-1")
+        h = Harness(c, "dra: {enabled: false}")
+        h.fire("gpu-1", "cordon", gpu="00000000:64:00.0")
+        (decision,) = h.decided(h.step())
+        assert decision.action == "cordon" and c.taints("gpu-1")
+        assert c.forbidden == [] and not [p for _, p in c.requests if "resource.k8s.io" in p]
+        resource = client.CustomObjectsApi(_remediator(c))
+        _forbidden(resource.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceslices")

@@ -3,8 +3,9 @@
 One call is one bounded pass: each pod gets a few eviction attempts with backoff when a PDB says
 429 (the sleep is injectable, and may refuse with OutOfTime when the reconcile pass has no time left);
 pods still left are retried on the next pass. Pods already terminating are not evicted again: the
-drain waits for them to be gone. `guard` runs before every eviction (it raises when this replica
-lost its leadership, which ends the pass). The drain rung's
+drain waits for them to be gone, and for the pods `spare` keeps (an active karpenter.sh/do-not-disrupt, which
+Karpenter's own drain does not evict either; decide/do_not_disrupt.py). `guard` runs before every eviction (it
+raises when this replica lost its leadership, which ends the pass). The drain rung's
 timeout (policy) bounds the whole drain, across passes and restarts, because it is measured from
 the start time kept on the Node.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from remediator.clients.errors import NotFound, Rejected
 from remediator.clients.kube import Kube
+from remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION
 from remediator.decide.views import PodRef
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -31,18 +33,24 @@ class DrainResult:
     evicted: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)  # 429: a PDB allows no disruption now
     errors: list[str] = field(default_factory=list)
+    spared: list[str] = field(default_factory=list)  # not evicted: karpenter.sh/do-not-disrupt (the drain waits)
 
     def summary(self) -> str:
-        return f"evicted {len(self.evicted)}, blocked by PDB {len(self.blocked)}, errors {len(self.errors)}"
+        text = f"evicted {len(self.evicted)}, blocked by PDB {len(self.blocked)}, errors {len(self.errors)}"
+        return text + (f", not evicted ({DO_NOT_DISRUPT_ANNOTATION}) {', '.join(self.spared)}" if self.spared else "")
 
 
 def drain_pass(kube: Kube, pods: Sequence[PodRef], backoff: Sequence[float], sleep: Callable[[float], None],
-               force: bool = False, guard: Callable[[], None] = lambda: None) -> DrainResult:
+               force: bool = False, guard: Callable[[], None] = lambda: None,
+               spare: Callable[[PodRef], bool] | None = None) -> DrainResult:
     """Evict (or, forced, delete) the pods in rounds: every pod once, then those a PodDisruptionBudget
     refused (429) again after each backoff step. The sleeping is per node, not per pod, so a pass over
-    a node full of PDB-protected pods stays short."""
+    a node full of PDB-protected pods stays short. Pods `spare` picks are left alone (and named)."""
     result = DrainResult()
     pending = [pod for pod in pods if not pod.terminating]
+    if spare is not None:
+        result.spared = [f"{pod.namespace}/{pod.name}" for pod in pending if spare(pod)]
+        pending = [pod for pod in pending if not spare(pod)]
     for attempt in range(len(backoff) + 1):
         refused: list[PodRef] = []
         for pod in pending:

@@ -22,7 +22,7 @@ from remediator.audit import audit
 from remediator.clients.device_taints import DeviceTaints
 from remediator.clients.errors import Conflict
 from remediator.clients.kube import Kube
-from remediator.decide.event_reasons import action_failed_reason, action_reason
+from remediator.decide.event_reasons import EventReason, action_failed_reason, action_reason
 from remediator.decide.ladder import Decision, NodePlan
 from remediator.decide.node_patches import (
     claim_do_not_disrupt,
@@ -47,6 +47,7 @@ class Executor:
     def __init__(self, kube: Kube, policy: Policy, metrics: Metrics, guard: PassGuard) -> None:
         self.kube, self.policy, self.metrics, self.guard = kube, policy, metrics, guard
         self.taints = DeviceTaints(kube)
+        metrics.init_karpenter_repair(policy.karpenter_repair.conditions, policy.karpenter_repair.mode)
 
     def execute(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime) -> None:
         executes = plan.executes()
@@ -105,10 +106,15 @@ class Executor:
                 audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
             if clients_note:
                 audit("gpu_clients", node=plan.node, detail=clients_note, dry_run=False)
+        for condition in plan.final_state.repair_reported:  # reported (a Note below) in this write: counted once
+            if condition not in plan.base_state.repair_reported:
+                self.metrics.karpenter_repair_conflict(condition, self.policy.karpenter_repair.mode)
         for note in plan.notes:
             audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=False)
             if note.timed_out and note.rung is not None:
                 self.metrics.rung_timed_out(note.rung)
+            if note.reason == EventReason.NODE_ACTION_JOB_NOT_STARTED and note.rung is not None:
+                self.metrics.action(Action(note.rung), ActionResult.NOT_STARTED)
             self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
         # 3. the side effects, now that the intent is on the Node
@@ -152,8 +158,10 @@ class Executor:
             pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
             if plan.drain_only is not None:
                 pods = [p for p in pods if plan.drain_only.includes(p)]
+            # as Karpenter's drain: a pod with an active karpenter.sh/do-not-disrupt stays (unless forced at timeout)
+            spare = (lambda p: p.protected(now)) if policy.drain.honor_pod_do_not_disrupt and not d.force else None
             result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
-                                guard=self.guard.check)
+                                guard=self.guard.check, spare=spare)
             if result.errors and not result.evicted and not result.blocked:
                 raise RuntimeError(f"drain pass failed: {result.summary()}")
             return result.summary() if (result.evicted or result.errors or d.new) else ""
@@ -209,6 +217,8 @@ class Executor:
             fields["devices"] = list(d.devices)
         if d.effect is not None:
             fields.update(effect=d.effect, pods=list(d.pods))
+        if d.karpenter_repair:  # karpenter_repair.mode warn: Karpenter's node repair may replace the node under it
+            fields["karpenter_repair"] = d.karpenter_repair
         return {**fields, **extra}
 
     def _event(self, node: str, reason: str, message: str, now: datetime, warning: bool = False) -> None:

@@ -13,6 +13,7 @@ import jinja2
 import yaml
 
 from remediator.clients.kube import Kube
+from remediator.decide.job_start import JobRecord, job_record
 from remediator.policy import Policy
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -26,27 +27,35 @@ def render_job(rung: str, name: str, node: str, policy: Policy, gpu: str | None 
         name=name, namespace=policy.jobs.namespace, node=node, gpu=gpu, image=policy.jobs.image,
         service_account=policy.jobs.service_account, ttl_seconds=policy.jobs.ttl_seconds_after_finished,
         deadline_seconds=int(timeout.total_seconds()) if timeout else 3600,
+        runtime_class_name=policy.jobs.runtime_class_name, priority_class_name=policy.jobs.priority_class_name,
+        image_pull_secrets=[{"name": n} for n in policy.jobs.image_pull_secrets], resources=policy.jobs.resources,
         script=(TEMPLATES / "reset_gpu.sh").read_text() if rung == "reset_gpu" else "")
     manifest: dict[str, Any] = yaml.safe_load(text)
     return manifest
 
 
 JOB_SELECTOR = "app.kubernetes.io/name=gpuhealth-remediator"  # the label the templates put on every Job
+NODE_LABEL = "gpuhealth.io/node"  # the node a Job acts on, as the templates label it
 
 
 def job_statuses(kube: Kube, namespace: str) -> dict[str, str]:
     """Every gpuhealth Job in the namespace by name: succeeded | failed | running. One LIST per pass,
     not one GET per node at a Job rung; a Job not listed is missing (creating it again is idempotent)."""
-    out = {}
-    for job in kube.list_jobs(namespace, JOB_SELECTOR):
-        status = job.get("status") or {}
-        conditions = status.get("conditions") or []
-        if status.get("succeeded"):
-            value = "succeeded"
-        elif status.get("failed") or any(c.get("type") == "Failed" and c.get("status") == "True"
-                                         for c in conditions):
-            value = "failed"
-        else:
-            value = "running"
-        out[(job.get("metadata") or {}).get("name", "")] = value
-    return out
+    return {name: record.status for name, record in job_records(kube, namespace).items()}
+
+
+def job_records(kube: Kube, namespace: str) -> dict[str, JobRecord]:
+    """As job_statuses, with when each Job was made and whether it has made a pod (decide/job_start.py)."""
+    return {(job.get("metadata") or {}).get("name", ""): job_record(job, job_status(job))
+            for job in kube.list_jobs(namespace, JOB_SELECTOR)}
+
+
+def job_status(job: dict[str, Any]) -> str:
+    """succeeded | failed | running, from the Job's status as the Job controller keeps it."""
+    status = job.get("status") or {}
+    conditions = status.get("conditions") or []
+    if status.get("succeeded"):
+        return "succeeded"
+    if status.get("failed") or any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
+        return "failed"
+    return "running"

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from remediator.act.executor import Executor
-from remediator.act.node_jobs import job_statuses
+from remediator.act.node_jobs import job_records
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.audit import audit
 from remediator.clients.errors import Forbidden, KubeError, NotFound
@@ -25,6 +25,8 @@ from remediator.clock import Clock
 from remediator.decide.budget import Ledger
 from remediator.decide.devices import claim_index, devices_by_node
 from remediator.decide.event_reasons import EventReason
+from remediator.decide.monitoring_fault import FaultKey
+from remediator.decide.job_start import MISSING, JobRecord
 from remediator.decide.ladder import NodePlan, SilenceCheck
 from remediator.decide.plan import evaluate
 from remediator.decide.views import DraFleet, NodeView, build_views
@@ -47,6 +49,7 @@ class Reconciler:
         self.last_plans: list[NodePlan] = []
         self._was_leader = False
         self._dra_unavailable = False  # said once: the cluster serves no DRA, or the chart grants no access
+        self._monitoring_faults: set[FaultKey] = set()  # reported (gauge, audit line) by the last pass
 
     def run_once(self) -> list[NodePlan] | None:
         """Reconcile if leader (None when not). A dry run takes no part in the election: it only reads."""
@@ -111,6 +114,7 @@ class Reconciler:
         view_of = {v.name: v for v in views}
         try:
             self._report_budget(ledger, trips, now)
+            self._report_monitoring_faults(ledger)
             for plan in sorted(plans, key=lambda p: not any(d.action == Action.CORDON for d in p.decisions)):
                 try:
                     self.executor.execute(plan, view_of[plan.node], by_name[plan.node], now)
@@ -175,26 +179,43 @@ class Reconciler:
             return self.kube.list_nodes()
         return cache.nodes.items()
 
-    def _job_status_lookup(self) -> Callable[[str], str]:
+    def _job_status_lookup(self) -> Callable[[str], JobRecord]:
         """Job status by name for this pass: the gpuhealth Jobs listed once, on the first question."""
-        listed: dict[str, str] | None = None
+        listed: dict[str, JobRecord] | None = None
         unknown = False
 
-        def status(name: str) -> str:
+        def status(name: str) -> JobRecord:
             nonlocal listed, unknown
             if listed is None:
                 try:
-                    listed = job_statuses(self.kube, self.policy.jobs.namespace)
+                    listed = job_records(self.kube, self.policy.jobs.namespace)
                 except Exception as exc:
                     # A Job rung's outcome is unknown this pass (403: the Role lacks jobs list; docs/install.md)
                     log.warning("listing jobs in %s: %s", self.policy.jobs.namespace, exc)
                     self.metrics.api_error(ApiOperation.LIST_JOBS)
                     listed, unknown = {}, True
             if unknown:
-                return "running"  # neither done nor failed; look again next pass
-            return listed.get(name, "missing")
+                return JobRecord("running")  # neither done nor failed; look again next pass
+            return listed.get(name, MISSING)
 
         return status
+
+    def _report_monitoring_faults(self, ledger: Ledger) -> None:
+        """Each monitoring fault: its nodes in the gauge while it lasts (0 after), an audit and log line when it begins
+        and ends (the nodes' Events are their plans' notes)."""
+        faults = ledger.faults
+        for key in sorted(set(faults.faults) - self._monitoring_faults):
+            log.warning("monitoring fault: %s", faults.why(key))
+            audit("monitoring_fault", pool=key.pool, alert=key.alert, probe=key.probe, reason=key.reason,
+                  nodes=sorted(faults.faults[key]), pool_size=faults.pool_sizes.get(key.pool, 0),
+                  dry_run=self.kube.dry_run)
+        for key in sorted(self._monitoring_faults - set(faults.faults)):
+            audit("monitoring_fault_over", pool=key.pool, alert=key.alert, probe=key.probe, reason=key.reason,
+                  nodes_firing=len(faults.firing.get(key, ())), dry_run=self.kube.dry_run)
+            self.metrics.monitoring_fault.labels(key.pool, key.alert, key.probe, key.reason).set(0)
+        for key, nodes in faults.faults.items():
+            self.metrics.monitoring_fault.labels(key.pool, key.alert, key.probe, key.reason).set(len(nodes))
+        self._monitoring_faults = set(faults.faults)
 
     def _report_budget(self, ledger: Ledger, stored_trips: dict[str, str], now: datetime) -> None:
         m = self.metrics

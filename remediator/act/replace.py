@@ -18,6 +18,7 @@ from typing import Any
 
 from remediator.clients.errors import NotFound, api_call
 from remediator.clients.kube import Kube
+from remediator.decide.nodestate import REPLACE_CONDITION_REASON
 from remediator.policy import Policy
 
 Replacer = Callable[[Kube, str, Policy, datetime, str], str]
@@ -60,7 +61,7 @@ def _delete_nodeclaim(kube: Kube, node: str, policy: Policy, now: datetime, reas
 
 @register("condition")
 def _set_condition(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
-    kube.set_condition(node, policy.replace.condition_type, "False", "GpuhealthReplace", reason, now)
+    kube.set_condition(node, policy.replace.condition_type, "False", REPLACE_CONDITION_REASON, reason, now)
     return f"set condition {policy.replace.condition_type}=False for Karpenter node repair"
 
 

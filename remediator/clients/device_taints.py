@@ -103,11 +103,11 @@ class DeviceTaints:
     def ours(self, version: str, node: str) -> list[str]:
         """The rules gpuhealth made for this node."""
         return [item["metadata"]["name"] for item in self.kube.list_device_taint_rules(
-                    version, {**MANAGED_BY, NODE_LABEL: node_hash(node)}) if _node_of(item) == node]
+                    version, {**MANAGED_BY, NODE_LABEL: node_hash(node)}) if node_of(item) == node]
 
     def nodes_with_rules(self, version: str) -> set[str]:
         """The nodes gpuhealth's rules are for (one LIST of ours, by label)."""
-        return {node for item in self.kube.list_device_taint_rules(version, MANAGED_BY) if (node := _node_of(item))}
+        return {node for item in self.kube.list_device_taint_rules(version, MANAGED_BY) if (node := node_of(item))}
 
     def release(self, version: str, node: str) -> list[str]:
         """Remove the rules gpuhealth made for this node; returns their names."""
@@ -117,6 +117,6 @@ class DeviceTaints:
         return names
 
 
-def _node_of(rule: dict[str, Any]) -> str | None:
+def node_of(rule: dict[str, Any]) -> str | None:
     node: str | None = (rule["metadata"].get("annotations") or {}).get(NODE_ANNOTATION)
     return node

@@ -28,8 +28,8 @@ log = logging.getLogger("gpuhealth.remediator")
 
 @dataclass(frozen=True)
 class WouldDo:
-    """A write a dry run did not make: what (patch_node, write_state, event, evict, create_job, set_condition),
-    on which object, and its body or fields."""
+    """A write a dry run did not make: what (patch_node, patch_node_status, write_state, event, evict, create_job,
+    set_condition, ...), on which object, and its body or fields."""
 
     what: str
     target: str
@@ -92,6 +92,10 @@ class DryRunKube(Kube):
         self._record("patch_node", name, body=body, resource_version=resource_version)
         node = self.cached_node(name) or {"metadata": {"name": name}}
         return node
+
+    def patch_node_status(self, name: str, body: dict[str, Any], resource_version: str) -> dict[str, Any]:
+        self._record("patch_node_status", name, body=body, resource_version=resource_version)
+        return self.cached_node(name) or {"metadata": {"name": name}}
 
     def set_condition(self, name: str, ctype: str, status: str, reason: str, message: str, now: datetime) -> None:
         self._record("set_condition", name, type=ctype, status=status, reason=reason, message=message)

@@ -2,7 +2,9 @@
 
 A pass reads Nodes and their pods from here instead of listing the fleet; the API is still read fresh
 before each disruptive step (reconciler.py). Pods are kept slim (what a drain needs: owner kinds, the
-mirror annotation, phase, terminating, created, GPU requests), so 100,000 pods cost megabytes, not gigabytes.
+mirror and karpenter.sh/do-not-disrupt annotations, phase, terminating, created, started, GPU requests; and for
+gpuhealth's own reset and reboot pods, what tells whether they started), so 100,000 pods cost megabytes, not
+gigabytes.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import threading
 from kubernetes import client
 
 from remediator.clients.watch_cache import Obj, WatchCache
+from remediator.decide.do_not_disrupt import POD_ANNOTATION
+from remediator.decide.job_start import is_node_action_pod, start_fields
 from remediator.decide.views import GPU_RESOURCES
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+KEPT_ANNOTATIONS = (MIRROR_ANNOTATION, POD_ANNOTATION)  # a mirror pod is not drained; a do-not-disrupt one waits
 
 
 def slim_pod(pod: Obj) -> Obj:
@@ -27,8 +32,9 @@ def slim_pod(pod: Obj) -> Obj:
                       "ownerReferences": [{"kind": o.get("kind")} for o in meta.get("ownerReferences") or []]}
     if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
         slim_meta["labels"] = dict(meta.get("labels") or {})  # the GPU Operator's operands: a reset waits for them
-    if MIRROR_ANNOTATION in annotations:
-        slim_meta["annotations"] = {MIRROR_ANNOTATION: annotations[MIRROR_ANNOTATION]}
+    kept_annotations = {k: annotations[k] for k in KEPT_ANNOTATIONS if k in annotations}
+    if kept_annotations:
+        slim_meta["annotations"] = kept_annotations
     if meta.get("deletionTimestamp"):
         slim_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     containers = []
@@ -37,8 +43,13 @@ def slim_pod(pod: Obj) -> Obj:
         kept = {s: {k: v for k, v in (res.get(s) or {}).items() if GPU_RESOURCES.match(k)}
                 for s in ("limits", "requests") if any(GPU_RESOURCES.match(k) for k in res.get(s) or {})}
         containers.append({"resources": kept})
+    status = {"phase": (pod.get("status") or {}).get("phase"), "startTime": (pod.get("status") or {}).get("startTime")}
+    if is_node_action_pod(pod):  # gpuhealth's own reset and reboot pods: whether they started (decide/job_start.py)
+        slim_meta["labels"] = dict(meta.get("labels") or {})
+        slim_meta["ownerReferences"], started = start_fields(pod)
+        status.update(started)
     return {"metadata": slim_meta, "spec": {"nodeName": spec.get("nodeName"), "containers": containers},
-            "status": {"phase": (pod.get("status") or {}).get("phase")}}
+            "status": status}
 
 
 def _node_of(pod: Obj) -> str | None:

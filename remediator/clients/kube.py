@@ -219,6 +219,17 @@ class Kube:
             self.cache.nodes.apply(node)
         return node
 
+    def patch_node_status(self, name: str, body: dict[str, Any], resource_version: str) -> dict[str, Any]:
+        """A merge patch of the Node's status subresource (a list in it, such as the conditions, is replaced whole),
+        guarded by the resourceVersion it was computed from."""
+        body = {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
+        with api_call():
+            node: dict[str, Any] = self._json(self.core.patch_node_status(
+                name, body, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
+        if self.cache is not None:
+            self.cache.nodes.apply(node)
+        return node
+
     def write_state(self, name: str, state: NodeState, resource_version: str | None) -> dict[str, Any]:
         """The state annotation alone, guarded by the resourceVersion it was computed from (Conflict if the
         Node changed since)."""

@@ -9,6 +9,13 @@ it change (the holder's renewTime is never compared with our clock, so clock ske
 Lease over early). The holder renews every third of the duration (`renew_loop`, a background
 thread, independent of how long a pass takes) and counts itself leader only until two thirds of the
 duration after its last successful renewal began; the executor asks `is_leader()` before every write.
+
+`gpuhealth-remediator cleanup` stops the remediators through the same Lease (`take_over`): it takes it, whoever
+holds it, marked with the annotation gpuhealth.io/cleanup, and renews it while it works. Every replica honours the
+holder (the leader stops within the renew deadline), and a replica that sees another holder's Lease carrying the mark
+also stops recording alerts (`stopped_by`). At the end the cleanup leaves the Lease held for a while (`hold_for`), so
+that a remediator whose pod is still going away (`helm uninstall`) never acts again; once that lapses the first
+replica to take the Lease over drops the mark.
 """
 
 from __future__ import annotations
@@ -20,17 +27,21 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediator.clients.errors import Conflict, api_call
 from remediator.clients.kube import read_or_none
 from remediator.decide.nodestate import fmt_time
 
 log = logging.getLogger("gpuhealth.remediator")
 BREAKER_ANNOTATION = "gpuhealth.io/breaker-trips"
+CLEANUP_ANNOTATION = "gpuhealth.io/cleanup"  # on the Lease while `gpuhealth-remediator cleanup` holds it: who, when
+CLEANUP_ATTEMPTS = 3  # a Lease that changed between the read and the write (409) is read again, this many times
 
 
 def leader_identity(env: dict[str, str] | None = None) -> str:
@@ -51,6 +62,28 @@ def breaker_trips_of(lease: dict[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
+def cleanup_mark(lease: dict[str, Any] | None) -> str | None:
+    """What the cleanup wrote on the Lease when it took it (None: no cleanup has it)."""
+    mark: str | None = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(CLEANUP_ANNOTATION)
+    return mark
+
+
+def _without_cleanup_mark(lease: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(lease.get("metadata") or {})
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != CLEANUP_ANNOTATION}
+    return {**lease, "metadata": {**meta, "annotations": annotations}}
+
+
+@dataclass(frozen=True)
+class LeaseTaken:
+    """The Lease as the cleanup found it: who held it (None: nobody), and how long that holder may still count
+    itself leader (its lease duration; zero when nobody held it or another cleanup did)."""
+
+    previous: str | None
+    lasts: timedelta
+    by_cleanup: bool = False
+
+
 def _lease(body: dict[str, Any]) -> client.V1Lease:
     lease = client.V1Lease.from_dict(body)
     assert lease is not None
@@ -69,6 +102,7 @@ class LeaderElector:
         self._lock = threading.RLock()
         self._observed: tuple[str, datetime] | None = None  # (resourceVersion, local time first seen)
         self._leader_until: datetime | None = None
+        self.stopped_by: str | None = None  # a cleanup holds the Lease (its mark): no replica records alerts
 
     # --- reading ---------------------------------------------------------------------------
     def _read(self) -> dict[str, Any] | None:
@@ -115,13 +149,19 @@ class LeaderElector:
                 seen_since = self._observe(current, now)
                 expired = now - seen_since >= timedelta(seconds=held.get("leaseDurationSeconds") or 15)
                 if holder and holder != self.identity and not expired:
+                    if cleanup_mark(current) and not self.stopped_by:
+                        log.warning("leader: gpuhealth-remediator cleanup holds lease %s/%s (%s): acting and "
+                                    "recording alerts stop", self.namespace, self.name, cleanup_mark(current))
+                    self.stopped_by = cleanup_mark(current)
                     self._lost()
                     return False
+                self.stopped_by = None
                 new_spec = {**held, **spec}
                 if holder != self.identity:
                     new_spec["acquireTime"] = fmt_time(now)
                     new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
                     log.info("leader: took over lease from %s (unchanged for a lease duration)", holder)
+                    current = _without_cleanup_mark(current)  # a cleanup's hold is over: its mark goes with it
                 body = {**current, "spec": new_spec}
                 self._won(json.loads(cast(Any, self.api.replace_namespaced_lease(
                     self.name, self.namespace, _lease(body), _preload_content=False,
@@ -132,6 +172,60 @@ class LeaderElector:
             except Exception as exc:
                 log.warning("leader: lease %s/%s: %s", self.namespace, self.name, exc)
             return False  # a failed renewal: still leader until the renew deadline, as far as is_leader says
+
+    # --- gpuhealth-remediator cleanup ---------------------------------------------------------
+    def take_over(self, mark: str) -> LeaseTaken:
+        """Take the Lease whoever holds it, marked with gpuhealth.io/cleanup (`mark`: who, when), as
+        `gpuhealth-remediator cleanup` does to stop the remediators. Raises the API's errors (typed); renew it with
+        renew_loop while the cleanup runs."""
+        for _ in range(CLEANUP_ATTEMPTS):
+            with self._lock:
+                now = self.clock()
+                with api_call():
+                    current = self._read()
+                spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration.total_seconds()),
+                        "renewTime": fmt_time(now), "acquireTime": fmt_time(now)}
+                try:
+                    if current is None:
+                        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                "metadata": {"name": self.name, "namespace": self.namespace,
+                                             "annotations": {CLEANUP_ANNOTATION: mark}},
+                                "spec": {**spec, "leaseTransitions": 0}}
+                        with api_call():
+                            self._won(json.loads(cast(Any, self.api.create_namespaced_lease(
+                                self.namespace, _lease(body), _preload_content=False,
+                                _request_timeout=self.timeout)).data), now)
+                        return LeaseTaken(None, timedelta(0))
+                    held = current.get("spec") or {}
+                    previous = held.get("holderIdentity") or None
+                    by_cleanup = cleanup_mark(current) is not None
+                    meta = dict(current.get("metadata") or {})
+                    meta["annotations"] = {**(meta.get("annotations") or {}), CLEANUP_ANNOTATION: mark}
+                    transitions = int(held.get("leaseTransitions") or 0) + (previous != self.identity)
+                    body = {**current, "metadata": meta, "spec": {**held, **spec, "leaseTransitions": transitions}}
+                    with api_call():
+                        self._won(json.loads(cast(Any, self.api.replace_namespaced_lease(
+                            self.name, self.namespace, _lease(body), _preload_content=False,
+                            _request_timeout=self.timeout)).data), now)
+                except Conflict:
+                    continue  # a renewal (or another cleanup) got there first: read it again
+                live = previous is not None and previous != self.identity and not by_cleanup
+                lasts = timedelta(seconds=int(held.get("leaseDurationSeconds") or 15)) if live else timedelta(0)
+                return LeaseTaken(previous, lasts, by_cleanup)
+        raise Conflict(409, f"lease {self.namespace}/{self.name} kept changing ({CLEANUP_ATTEMPTS} tries)")
+
+    def hold_for(self, duration: timedelta) -> None:
+        """The cleanup's last write: the Lease stays held (and marked) for `duration` on every replica's clock."""
+        with self._lock:
+            if self.lease is None:
+                return
+            now = self.clock()
+            body = {**self.lease, "spec": {**(self.lease.get("spec") or {}), "renewTime": fmt_time(now),
+                                           "leaseDurationSeconds": max(1, int(duration.total_seconds()))}}
+            with api_call():
+                self.lease = json.loads(cast(Any, self.api.replace_namespaced_lease(
+                    self.name, self.namespace, _lease(body), _preload_content=False,
+                    _request_timeout=self.timeout)).data)
 
     def _won(self, lease: dict[str, Any], started: datetime) -> None:
         self.lease = lease
@@ -174,6 +268,7 @@ class Elector(Protocol):
 
     renew_deadline: timedelta
     takes_part: bool
+    stopped_by: str | None
 
     def try_acquire(self) -> bool: ...
     def is_leader(self) -> bool: ...
@@ -187,6 +282,7 @@ class Spectator:
     metrics), acts as if it led (it decides every pass), and reads the breaker state off the Lease."""
 
     takes_part = False
+    stopped_by: str | None = None  # a dry run records into its own overlay: nothing to stop
 
     def __init__(self, elector: LeaderElector) -> None:
         self.elector = elector

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from remediator.decide.monitoring_fault import MonitoringFaults
 from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import DISRUPTIVE, Action, Scope
@@ -20,7 +21,7 @@ class PoolUsage:
     size: int = 0
     disrupted: set[str] = field(default_factory=set)  # nodes in drain or higher
     cordoned: set[str] = field(default_factory=set)  # nodes carrying our taint
-    firing: set[str] = field(default_factory=set)  # nodes with firing actionable alerts
+    firing: set[str] = field(default_factory=set)  # nodes with firing actionable alerts (no monitoring fault's)
     gpus: int = 0  # GPUs the pool's DRA drivers publish
     quarantined: set[str] = field(default_factory=set)  # nodes with a GPU quarantined (GPU scope)
 
@@ -44,6 +45,7 @@ class Ledger:
     pools: dict[str, PoolUsage]
     actions_last_hour: int
     breaker_trips: dict[str, str]  # pool -> when the breaker last tripped (kept on the Lease)
+    faults: MonitoringFaults  # gpuhealth's own alerts that are its own fault this pass: they start nothing
     newly_tripped: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -52,13 +54,19 @@ class Ledger:
                    pool_sizes: dict[str, int] | None = None) -> Ledger:
         """pool_sizes: each pool's size when `views` holds only the nodes with anything recorded (the rest
         carry no state, no taint and no firing alert, so they count in their pool's size and nothing else:
-        the fleet simulator, simulator/remediation.py). None: every node is in `views`."""
+        the fleet simulator, simulator/remediation.py). None: every node is in `views`.
+        A monitoring fault's alerts (decide/monitoring_fault.py) do not count as firing: they start nothing, and a
+        pool's breaker stays for its hardware alerts."""
         pools: dict[str, PoolUsage] = {}
+        for v in views:
+            pools.setdefault(v.pool, PoolUsage()).size += 1
+        for pool, size in (pool_sizes or {}).items():
+            pools.setdefault(pool, PoolUsage()).size = size
+        faults = MonitoringFaults.count(views, policy, now, {pool: usage.size for pool, usage in pools.items()})
         hour_ago = now - timedelta(hours=1)
         actions = 0
         for v in views:
-            usage = pools.setdefault(v.pool, PoolUsage())
-            usage.size += 1
+            usage = pools[v.pool]
             if _disrupted(v):
                 usage.disrupted.add(v.name)
             if _quarantined(v):
@@ -66,12 +74,12 @@ class Ledger:
             usage.gpus += v.devices.gpu_count if v.devices is not None else 0
             if v.our_taint or v.state.cordoned:
                 usage.cordoned.add(v.name)
-            if any(a.remediation != "none" for a in v.state.firing(now, policy.episode.quiet_timeout).values()):
+            actionable = {fp: a for fp, a in v.state.firing(now, policy.episode.quiet_timeout).items()
+                          if a.remediation != "none"}
+            if set(actionable) - set(faults.of(v, actionable)):
                 usage.firing.add(v.name)
             actions += v.state.actions_since(hour_ago)
-        for pool, size in (pool_sizes or {}).items():
-            pools.setdefault(pool, PoolUsage()).size = size
-        ledger = cls(policy, now, pools, actions, dict(breaker_trips or {}))
+        ledger = cls(policy, now, pools, actions, dict(breaker_trips or {}), faults)
         for pool in pools:
             ledger._check_breaker(pool)
         return ledger

@@ -48,11 +48,21 @@ class EventReason(StrEnum):
     GPU_RESET_TIMED_OUT = "GPUResetTimedOut"
     REBOOT_TIMED_OUT = "RebootTimedOut"
     REPLACE_TIMED_OUT = "ReplaceTimedOut"
+    # a reset or reboot Job that never ran its container (its image, RuntimeClass, ...): gpuhealth's own breakage,
+    # not the GPU's; the ladder does not climb for it (decide/job_start.py)
+    NODE_ACTION_JOB_NOT_STARTED = "NodeActionJobNotStarted"
     EPISODE_QUIET = "EpisodeQuiet"
     # the fleet and people
     CIRCUIT_BREAKER_OPEN = "CircuitBreakerOpen"
+    # gpuhealth's own alerts on many nodes of a pool at once: its own failure, no node action (policy monitoring_fault)
+    MONITORING_FAULT = "MonitoringFault"
     HOLD_SET = "HoldSet"
     HOLD_RELEASED = "HoldReleased"
+    # gpuhealth-remediator cleanup (remediator/act/cleanup.py): what it undid on a Node, or why it left a Node alone
+    CLEANED_UP = "CleanedUp"
+    CLEANUP_SKIPPED = "CleanupSkipped"
+    # another agent set a Karpenter-watched condition False on a node gpuhealth is working on (policy karpenter_repair)
+    KARPENTER_REPAIR_CONFLICT = "KarpenterRepairConflict"
     # workloads (remediator/workloads/)
     WORKLOAD_FAILURE_CLASSIFIED = "WorkloadFailureClassified"
     RESTART_LOOP = "RestartLoop"

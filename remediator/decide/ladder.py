@@ -19,8 +19,10 @@ from typing import Any
 from remediator.decide.budget import Ledger
 from remediator.decide.devices import Device
 from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.nodestate import (
     ALL_GPUS,
+    DO_NOT_DISRUPT_ANNOTATION,
     RUNGS,
     AlertRecord,
     NodeState,
@@ -29,7 +31,7 @@ from remediator.decide.nodestate import (
     rung_index,
 )
 from remediator.decide.reset import operands_to_pause, reset_target, still_holding
-from remediator.decide.views import GpuPods, NodeView
+from remediator.decide.views import GpuPods, NodeView, PodRef
 from remediator.decide.vocabulary import (
     DISRUPTIVE,
     JOB_RUNGS,
@@ -67,6 +69,9 @@ class Decision:
     devices: tuple[str, ...] = ()  # quarantine_gpu, release_gpu: the DRA devices (a GPU and its MIG devices)
     effect: TaintEffect | None = None  # quarantine_gpu: NoSchedule (cordon) or NoExecute (drain)
     pods: tuple[str, ...] = ()  # quarantine_gpu: namespace/name of the pods whose claims use the devices
+    # karpenter_repair.mode warn: the Karpenter-watched conditions another agent set False on the node (its node
+    # repair may replace it under this step)
+    karpenter_repair: str = ""
 
     def line(self) -> dict[str, Any]:
         out: dict[str, Any] = {"node": self.node, "action": self.action, "decision": self.decision,
@@ -75,9 +80,12 @@ class Decision:
             out["devices"] = list(self.devices)
         if self.effect is not None:
             out.update(effect=self.effect, pods=list(self.pods))
+        if self.karpenter_repair:
+            out["karpenter_repair"] = self.karpenter_repair
         return out
 
 
+NOT_STARTED = "the node-action Job did not start"  # how its Event, audit line and decisions begin
 # How much older than its alert the exporter's GPU -> pod map can be when the rule reads it: the map is believed for
 # 2 x 15 s + 5 s, the rule sees the series one scrape and one evaluation later. A GPU pod created after the alert's
 # startsAt less this is evicted with the pods the alert names (GpuPods).
@@ -108,6 +116,10 @@ def job_name(node: str, rung: str, episode: str | None) -> str:
     return f"gpuhealth-{short}-{node}"[:53].rstrip("-.") + f"-{digest}"
 
 
+def _names(pods: list[PodRef]) -> str:
+    return ", ".join(f"{p.namespace}/{p.name}" for p in pods)
+
+
 def _age(now: datetime, since: str | None) -> timedelta:
     return now - parse_time(since) if since else timedelta(0)
 
@@ -131,16 +143,20 @@ def _observe(view: NodeView, state: NodeState, now: datetime,
     rung = state.rung
     if rung == "drain" and view.pods_known and not view.evictable:
         return done, [Note(EventReason.DRAIN_FINISHED, "no evictable pods left on the node", rung=Rung.DRAIN)]
-    if rung == "reset_gpu" and state.reset_phase == "stopping":
-        if not still_holding(view, state, policy):
-            resetting = replace(state, reset_phase="resetting")
-            return resetting, [Note(EventReason.GPU_CLIENTS_STOPPED, "nothing holds the GPU any more (paused: "
-                                    f"{', '.join(state.paused) or 'no operand'}): starting reset job {state.job}",
-                                    rung=Rung.RESET_GPU)]
-    elif rung == "reset_gpu":
+    if rung == "reset_gpu" and state.reset_phase == "stopping" and not still_holding(view, state, policy):
+        resetting = replace(state, reset_phase="resetting")
+        return resetting, [Note(EventReason.GPU_CLIENTS_STOPPED, "nothing holds the GPU any more (paused: "
+                                f"{', '.join(state.paused) or 'no operand'}): starting reset job {state.job}",
+                                rung=Rung.RESET_GPU)]
+    timeout = policy.rung(rung).timeout
+    timed_out = rung != "drain" and timeout is not None and _age(now, state.rung_started) >= timeout
+    if rung == "reset_gpu" and state.reset_phase != "stopping":
         if view.job_status == "succeeded":
             return done, [Note(EventReason.GPU_RESET_SUCCEEDED, f"reset job {state.job} succeeded",
                                    rung=Rung.RESET_GPU)]
+        not_started = _not_started(view, state, now, policy, timed_out)
+        if not_started is not None:
+            return replace(failed, not_started=not_started[0]), [not_started[1]]
         if view.job_status == "failed":
             return failed, [Note(EventReason.GPU_RESET_FAILED, f"reset job {state.job} failed", Severity.WARNING,
                                      Rung.RESET_GPU)]
@@ -148,11 +164,32 @@ def _observe(view: NodeView, state: NodeState, now: datetime,
     if rung == "reboot" and state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
         return done, [Note(EventReason.REBOOT_SUCCEEDED, f"node is back with boot id {view.boot_id}",
                                    rung=Rung.REBOOT)]
-    timeout = policy.rung(rung).timeout
-    if rung != "drain" and timeout is not None and _age(now, state.rung_started) >= timeout:
+    if rung == "reboot":
+        not_started = _not_started(view, state, now, policy, timed_out)
+        if not_started is not None:
+            return replace(failed, not_started=not_started[0]), [not_started[1]]
+    if timed_out:
         what = {"replace": "the node was not replaced; it stays out of service for a person"}.get(rung, "failed")
         return failed, [Note.timeout(Rung(rung), f"{rung} passed its {timeout} timeout: {what}")]
     return state, []
+
+
+def _not_started(view: NodeView, state: NodeState, now: datetime, policy: Policy,
+                 timed_out: bool) -> tuple[str, Note] | None:
+    """The rung's Job never ran its container, for a reason of its own (decide/job_start.py): gpuhealth's breakage,
+    reported as that, never as the GPU's or the node's failure: (why, its Note), or None. Counted once
+    jobs.start_timeout has passed (the kubelet retries image pulls meanwhile), at once when the kubelet refused the
+    pod, and at the rung's end (its timeout, or the Job failing) whatever time has passed."""
+    if view.job_start is None or state.rung is None:
+        return None
+    why = view.job_start.not_started(now, policy.jobs.start_timeout, timed_out or view.job_status == "failed")
+    if not why:
+        return None
+    return why, Note(EventReason.NODE_ACTION_JOB_NOT_STARTED, f"{NOT_STARTED}: job {policy.jobs.namespace}/"
+                     f"{state.job}: {why}. It touched no GPU: this is gpuhealth's own breakage, not the node's, so the "
+                     f"ladder does not climb for it; what the ladder did so far stays, for a person "
+                     "(docs/remediation.md, \"When a node-action Job does not start\")", Severity.WARNING,
+                     Rung(state.rung))
 
 
 def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
@@ -173,6 +210,7 @@ class _Planner:
         self.full = v  # the whole node; at GPU scope, self.v holds only the quarantined GPU's pods
         self.state = v.state
         self.scope_note = ""  # why a fault on one GPU takes the node (said in the first decision's reason)
+        self.repair_warning = ""  # karpenter_repair.mode warn: what Karpenter's node repair may act on (every decision)
         self.plan = NodePlan(node=v.name, base_state=v.state, final_state=v.state,
                              resource_version=v.resource_version)
 
@@ -197,6 +235,8 @@ class _Planner:
     def run(self) -> NodePlan:
         self._decide()
         self._restore_gpu_clients()
+        if self.repair_warning:
+            self.plan.decisions = [replace(d, karpenter_repair=self.repair_warning) for d in self.plan.decisions]
         self.plan.final_state = self.state
         return self.plan
 
@@ -245,6 +285,15 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED,
                             "alerts resolved after a person took over (removed gpuhealth's "
                             "taint): episode closed, node left as the person set it")
+        if v.repair_conditions and st.active:
+            found = self._karpenter_repair()
+            if policy.karpenter_repair.mode == "handover":
+                return self.out(Action.NONE, Verdict.SKIPPED, f"handed over to Karpenter's node repair: {found}, set "
+                                "by another agent (karpenter_repair.mode handover): no further rung is started and "
+                                "nothing is undone while it stays False")
+            self.repair_warning = found
+        faults = self._monitoring_faults(actionable)
+        actionable = {fp: a for fp, a in actionable.items() if fp not in faults}
 
         if st.scope == Scope.GPU and (self.full.devices is None or self.full.taint_api is None):
             # the DRA objects could not be read this pass (an API error, a driver restarting): no evidence that
@@ -259,11 +308,60 @@ class _Planner:
         self.state, notes = _observe(self.v, st, now, policy)
         self.plan.notes.extend(notes)
         if not actionable:
-            return self._settle()
+            return self._hold_for_monitoring_fault(faults) if faults else self._settle()
         target = self._target(actionable, self.state)
         self._choose_scope(actionable, target)
         self._gpu_pods_view(actionable, target)
         return self._climb(target, _pick_gpu(actionable), sorted(actionable))
+
+    # --- monitoring faults ------------------------------------------------------------------
+    def _monitoring_faults(self, actionable: dict[str, AlertRecord]) -> dict[str, FaultKey]:
+        """This node's alerts that are a monitoring fault this pass (decide/monitoring_fault.py), by fingerprint: kept
+        in the state (an Event when one becomes one), and left out of what the ladder acts on."""
+        faults = self.ledger.faults.of(self.v, actionable)
+        st = self.state
+        others = sorted({a.name for fp, a in actionable.items() if fp not in faults})
+        rest = f"; its other alerts ({', '.join(others)}) are handled as usual" if others else ""
+        for key in sorted({key for fp, key in faults.items() if fp not in st.monitoring_faults}):
+            self.note(Note(EventReason.MONITORING_FAULT, f"{self.ledger.faults.why(key)}: it starts no node action "
+                           f"here (no cordon, no new rung){rest}", Severity.WARNING))
+        if tuple(sorted(faults)) != st.monitoring_faults:
+            self.state = replace(st, monitoring_faults=tuple(sorted(faults)))
+        return faults
+
+    def _hold_for_monitoring_fault(self, faults: dict[str, FaultKey]) -> None:
+        """Only a monitoring fault's alerts fire: nothing starts or climbs, and nothing is undone either. A node
+        gpuhealth took out before (for these alerts, before they counted as one; for others, since resolved) stays as
+        it is until they resolve, so that it is not returned and taken out again as a share crosses its threshold
+        back and forth."""
+        st = self.state
+        what = "; ".join(self.ledger.faults.why(key) for key in sorted(set(faults.values())))
+        if st.rung is None:
+            return self.out(Action.NONE, Verdict.SKIPPED, f"monitoring fault, not this node's: {what}: no node action")
+        return self.out(Action.NONE, Verdict.SKIPPED, f"monitoring fault, not this node's: {what}: the node stays at "
+                        f"{st.rung} (since {st.rung_started}), with no new rung, and returns to service once its "
+                        "alerts resolve")
+
+    def _karpenter_repair(self) -> str:
+        """Karpenter-watched conditions another agent (the EKS node monitoring agent) set False on a node gpuhealth is
+        working on: each said once per episode (an Event and an audit line; the executor counts it), as the state
+        records. Returns them, described."""
+        st, found = self.state, self.v.repair_conditions
+        described = ", ".join(c.describe() for c in found)
+        new = [c for c in found if c.type not in st.repair_reported]
+        if new:
+            self.state = replace(st, repair_reported=(*st.repair_reported, *(c.type for c in new)))
+            then = ("gpuhealth starts no further rung on the node and undoes nothing (karpenter_repair.mode handover)"
+                    if self.policy.karpenter_repair.mode == "handover" else
+                    "gpuhealth's ladder goes on (karpenter_repair.mode warn): a replacement can cut a rung short")
+            said = "; ".join(f"{c.type}: {c.message[:200]}" for c in new if c.message)
+            self.note(Note(EventReason.KARPENTER_REPAIR_CONFLICT,
+                           f"{', '.join(c.describe() for c in new)}, not set by gpuhealth"
+                           f"{' (' + said + ')' if said else ''}: with its NodeRepair feature gate on, Karpenter "
+                           "force-replaces a node whose condition stays False past its toleration "
+                           "(AcceleratedHardwareReady 10m, the others 30m), whatever gpuhealth's holds, budgets and "
+                           f"do-not-disrupt say; {then}", Severity.WARNING))
+        return described
 
     # --- scope ------------------------------------------------------------------------------
     def _gpu_family(self, actionable: dict[str, AlertRecord], target: int) -> tuple[tuple[str, ...], str]:
@@ -432,7 +530,7 @@ class _Planner:
         """The GPU-scoped steps are not enough: the node ladder from its start (cordon, drain), then `floor`."""
         st = self.state
         self.state = replace(st, scope=Scope.NODE, rung=None, rung_status=None, rung_started=None, rung_done=None,
-                             timed_out=False, node_floor=floor)
+                             timed_out=False, node_floor=floor, not_started=None)
         self.v = self.full
         self.plan.drain_only = None
         self.note(Note(EventReason.NODE_SCOPE, f"GPU {', '.join(st.devices)}: {why}; the node ladder takes over",
@@ -499,25 +597,39 @@ class _Planner:
         if not self.plan.decisions:
             self.out(action, decision, reason)
 
+    def _spared(self, pods: list[PodRef]) -> list[PodRef]:
+        """The pods the drain leaves where they are for now: an active karpenter.sh/do-not-disrupt, as Karpenter's own
+        drain leaves them (drain.honor_pod_do_not_disrupt). Node scope only: at GPU scope kube-controller-manager evicts
+        for the NoExecute device taint, and it does not read Karpenter's annotation."""
+        if not self.policy.drain.honor_pod_do_not_disrupt or self.state.scope == Scope.GPU:
+            return []
+        return [p for p in pods if p.protected(self.now)]
+
     def _drain_more(self, before: str, fps: list[str], force: bool = False, why: str = "") -> None:
-        """Evict (or delete) what is still on the node; wait for what is terminating."""
+        """Evict (or delete) what is still on the node; wait for what is terminating, and for the pods
+        karpenter.sh/do-not-disrupt keeps (deleted only when forced: drain.on_timeout force)."""
         v = self.v
-        pending = v.pending_pods
+        spared = [] if force else self._spared(v.pending_pods)
+        pending = [p for p in v.pending_pods if p not in spared]
+        kept = f"; not evicting {_names(spared)} ({DO_NOT_DISRUPT_ANNOTATION})" if spared else ""
         if not pending:
-            return self.out(Action.DRAIN, Verdict.DEFERRED,
-                            f"waiting for {len(v.evictable)} pod(s) to terminate{before}")
+            terminating = len(v.evictable) - len(spared)
+            waits = [f"{terminating} pod(s) to terminate"] if terminating or not spared else []
+            waits += [f"{_names(spared)}, which {DO_NOT_DISRUPT_ANNOTATION} keeps from eviction "
+                      "(drain.honor_pod_do_not_disrupt)"] if spared else []
+            return self.out(Action.DRAIN, Verdict.DEFERRED, f"waiting for {' and '.join(waits)}{before}")
         if self._silenced("drain", fps):
             return None
         verb = "deleting" if force else "evicting"
         return self.out(Action.DRAIN, Verdict.EXECUTE,
-                        f"{why}{verb} {len(pending)} pod(s){before}", new=False, force=force)
+                        f"{why}{verb} {len(pending)} pod(s){before}{kept}", new=False, force=force)
 
     def _climb(self, target: int, gpu: str | None, fps: list[str]) -> None:
         policy, now = self.policy, self.now
         max_idx = rung_index(policy.ladder.max_rung)
         for _ in range(4 * len(RUNGS) + 4):
             v, st = self.v, self.state
-            if st.scope == Scope.GPU and st.rung_status == "failed":
+            if st.scope == Scope.GPU and st.rung_status == "failed" and not st.not_started:
                 # a GPU step failed or timed out: the node ladder, above that step (a failed drain: from the node's
                 # own drain). A fault that outgrew the GPU was handed over by _choose_scope, an escalation below.
                 floor = RUNGS[rung_index(st.rung) + 1] if st.rung != Rung.DRAIN else None
@@ -553,6 +665,9 @@ class _Planner:
                 else:
                     return self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {st.rung_started}")
             elif status == "failed":
+                if st.not_started:  # gpuhealth's own breakage says nothing about the node: no climb on it
+                    return self._stop(Action.NONE, Verdict.SKIPPED, f"{rung}: {NOT_STARTED} ({st.not_started}); "
+                                      "the ladder does not climb for gpuhealth's own breakage: needs a person")
                 if rung == "drain" and target <= idx:
                     return self._stop(Action.NONE, Verdict.SKIPPED,
                                       "drain failed (timed out) and the alerts ask for no more "
@@ -615,7 +730,8 @@ class _Planner:
                 return None
             self.ledger.take(v, budgeted)
             started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
-                                     rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None)
+                                     rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None,
+                                     not_started=None)
             if nxt == "cordon":
                 started = replace(started, rung_status="done", rung_done=fmt_time(now),
                                   cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
@@ -628,11 +744,15 @@ class _Planner:
             elif nxt == "drain":
                 # Karpenter must not consolidate a node mid-ladder: annotated in the write that starts the drain
                 started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.drain.karpenter_do_not_disrupt)
+                spared = self._spared(v.pending_pods)
                 if not v.evictable:
                     started = replace(started, rung_status="done", rung_done=fmt_time(now))
                     why += "; nothing to evict"
                 else:
-                    why += f"; evicting {len(v.pending_pods)} pod(s)"
+                    why += f"; evicting {len(v.pending_pods) - len(spared)} pod(s)"
+                if spared:
+                    why += (f"; not evicting {_names(spared)} ({DO_NOT_DISRUPT_ANNOTATION}): the drain waits for "
+                            "them, and drain.on_timeout decides at its timeout")
             elif nxt == "replace":  # handed to Karpenter (or a hook): our annotation must not block it
                 started = replace(started, do_not_disrupt=False)
             elif nxt in JOB_RUNGS:
@@ -677,8 +797,10 @@ class _Planner:
         timed_out = timeout is not None and _age(self.now, st.rung_started) >= timeout
         if timed_out and not st.timed_out:
             self.state = st = replace(st, timed_out=True)
+            spared = self._spared(v.pending_pods)
+            kept = f" ({_names(spared)} kept by {DO_NOT_DISRUPT_ANNOTATION})" if spared else ""
             self.note(Note.timeout(Rung.DRAIN, f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
-                                   f"left; policy drain.on_timeout={policy.drain.on_timeout}"))
+                                   f"left{kept}; policy drain.on_timeout={policy.drain.on_timeout}"))
         if timed_out and policy.drain.on_timeout == "escalate":
             self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now), drain_failed=True)
             return True

@@ -31,12 +31,17 @@ TAINT_EFFECT = "NoSchedule"
 # exporter on the node to release NVML and pause DCGM; it answers on its GpuhealthProbesHealthy condition.
 RESET_REQUEST_ANNOTATION = f"{PREFIX}/gpu-reset-request"
 RELEASED_REASON = "ReleasedForGPUReset"  # that condition's reason once the exporter let go
+# The reason of the condition replace.method: condition sets (remediator/act/replace.py): how cleanup tells it from the
+# same condition set by someone else (the EKS node monitoring agent)
+REPLACE_CONDITION_REASON = "GpuhealthReplace"
 # 2: GPU scope (scope, devices, node_floor). A state with a GPU scope episode is written as version 2, so that an
 # older remediator (a rollback) fails closed on it (counted as disrupted, left alone) instead of reading a node
 # without gpuhealth's taint as one a person took over; every other state is still written as version 1.
 # 3: a reset under way that stopped the node's GPU clients (reset_phase, paused): an older remediator would create
 # the reset Job with them stopped and never restore them, so it fails closed on such a state too.
-STATE_VERSION = 3
+# 4: a Job rung that failed because its Job did not start (not_started): an older remediator would read it as the
+# hardware's failure and climb (reboot, replace), so it fails closed on such a state.
+STATE_VERSION = 4
 
 RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
@@ -86,6 +91,10 @@ class AlertRecord:
     # not sent by it; ends_at is then when the list was asked for. A firing copy with the same start
     # (Alertmanager lists it again) reopens such a resolution, and one recorded after ends_at outlives it.
     resolved_by: str | None = None
+    # the alert's probe and reason labels (gpuhealth's own alerts, rules/alerts/probe.yaml): with the name, what a
+    # monitoring fault counts as the same failure (decide/monitoring_fault.py). None where the alert has none.
+    probe: str | None = None
+    reason: str | None = None
 
     def order_key(self) -> tuple[datetime, int]:
         """Newer wins: a later start (a re-fire), or the same start resolved by Alertmanager's word."""
@@ -116,6 +125,14 @@ class NodeState:
     reset_phase: str | None = None  # reset_gpu: "stopping" (the GPU's clients) | "resetting" (the Job); None: neither
     paused: tuple[str, ...] = ()  # the operand labels gpuhealth set to the pause value (restored when the rung ends)
     pause_value: str | None = None  # the value it set them to (a policy changed meanwhile still finds them)
+    # the failed Job rung's Job never ran its container (why: decide/job_start.py): gpuhealth's breakage, not the
+    # node's, so the ladder does not climb from it
+    not_started: str | None = None
+    # fingerprints of the firing alerts counted as a monitoring fault (gpuhealth's own failure on many nodes): they
+    # start nothing; reported (an Event) when they join, and they stay one while min_nodes still fire them
+    monitoring_faults: tuple[str, ...] = ()
+    # the Karpenter-watched conditions another agent set False that this episode already reported (once each)
+    repair_reported: tuple[str, ...] = ()
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -149,7 +166,9 @@ class NodeState:
     def to_json(self) -> str:
         data = asdict(self)
         data["actions"] = list(self.actions)
-        if self.reset_phase or self.paused or self.pause_value:
+        if self.not_started:
+            version = 4
+        elif self.reset_phase or self.paused or self.pause_value:
             version = 3
         else:
             version = 2 if self.scope != "node" or self.devices else 1
@@ -187,6 +206,8 @@ class NodeState:
             rest["actions"] = tuple(rest.get("actions") or ())
             rest["devices"] = tuple(rest.get("devices") or ())
             rest["paused"] = tuple(rest.get("paused") or ())
+            rest["monitoring_faults"] = tuple(rest.get("monitoring_faults") or ())
+            rest["repair_reported"] = tuple(rest.get("repair_reported") or ())
             if rest.get("reset_phase") not in (None, "stopping", "resetting"):
                 raise ValueError(f"state annotation: reset_phase {rest['reset_phase']!r} is unknown")
             if rest.setdefault("scope", "node") not in ("node", "gpu"):

@@ -14,7 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from remediator.decide.devices import ClaimIndex, NodeDevices
+from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
+from remediator.decide.job_start import JobRecord, JobStart, job_start
 from remediator.decide.nodestate import (
+    REPLACE_CONDITION_REASON,
     STATE_ANNOTATION,
     TAINT_KEY,
     NodeState,
@@ -40,6 +43,12 @@ class PodRef:
     uses_gpu: bool
     terminating: bool = False  # deletion requested (evicted): still on the node until it is gone
     created: datetime | None = None  # metadata.creationTimestamp; None where it is not known
+    do_not_disrupt: str | None = None  # its karpenter.sh/do-not-disrupt annotation, as written (None: none)
+    started: datetime | None = None  # status.startTime (a do-not-disrupt duration counts from it); None: not started
+
+    def protected(self, now: datetime) -> bool:
+        """Karpenter would not evict it now (an active karpenter.sh/do-not-disrupt, decide/do_not_disrupt.py)."""
+        return protects(self.do_not_disrupt, self.started, now)
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,20 @@ class DraFleet:
     taint_api: str | None
 
 
+@dataclass(frozen=True)
+class RepairCondition:
+    """A Karpenter-watched Node condition (karpenter_repair.conditions) that another agent set False."""
+
+    type: str
+    reason: str
+    message: str
+    since: str  # lastTransitionTime, as written ("" when none)
+
+    def describe(self) -> str:
+        why = f"reason {self.reason}" if self.reason else "no reason"
+        return f"{self.type}=False ({why}{', since ' + self.since if self.since else ''})"
+
+
 @dataclass
 class NodeView:
     name: str
@@ -85,12 +108,15 @@ class NodeView:
     evictable: list[PodRef] = field(default_factory=list)  # including pods already terminating
     pods_known: bool = True  # False in `plan` without --pods: nothing can be said about draining
     job_status: str | None = None  # succeeded | failed | running | missing (None: not looked up)
+    job_start: JobStart | None = None  # whether that Job's container started (None: not looked up, or no Job)
     damaged: str | None = None  # the state annotation could not be read (fail closed: hands off)
     devices: NodeDevices | None = None  # the node's GPUs as its DRA driver publishes them (None: no DRA)
     claims: ClaimIndex | None = None  # which pods hold which device (ResourceClaims)
     taint_api: str | None = None  # the resource.k8s.io version serving DeviceTaintRule (None: none does)
     exporter_condition: dict[str, Any] | None = None  # gpuhealth's exporter's condition (None: no exporter runs)
     gpu_clients: tuple[str, ...] = ()  # a reset stopping the GPU's clients: their pods still on the node
+    # Karpenter-watched conditions False on the node, set by someone other than gpuhealth's replace step
+    repair_conditions: tuple[RepairCondition, ...] = ()
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""
@@ -137,7 +163,12 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
             log.error("node %s: unreadable %s annotation (%s): counted as disrupted, left alone",
                       name, STATE_ANNOTATION, exc)
             state, damaged = NodeState(), str(exc)
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    repair = tuple(RepairCondition(str(c["type"]), str(c.get("reason") or ""), str(c.get("message") or ""),
+                                   str(c.get("lastTransitionTime") or ""))
+                   for c in conditions if c.get("type") in policy.karpenter_repair.conditions
+                   and c.get("status") == "False" and c.get("reason") != REPLACE_CONDITION_REASON)
     return NodeView(
         name=name, pool=labels.get(policy.pools.label, policy.pools.default), labels=labels,
         unschedulable=bool(spec.get("unschedulable")),
@@ -145,8 +176,8 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
         state=state, hold=hold_of(annotations), excluded=any(_matches(labels, s) for s in policy.exclude),
         ready=ready, boot_id=(status.get("nodeInfo") or {}).get("bootID"),
         resource_version=meta.get("resourceVersion"), damaged=damaged,
-        exporter_condition=next((c for c in status.get("conditions") or [] if c.get("type") == EXPORTER_CONDITION),
-                                None))
+        exporter_condition=next((c for c in conditions if c.get("type") == EXPORTER_CONDITION), None),
+        repair_conditions=repair)
 
 
 def gpu_clients(pods: Iterable[dict[str, Any]], state: NodeState, policy: Policy) -> tuple[str, ...]:
@@ -187,14 +218,23 @@ def asks_for(pod: dict[str, Any], resources: re.Pattern[str]) -> bool:
 def pod_ref(pod: dict[str, Any]) -> PodRef:
     meta = pod.get("metadata") or {}
     uses_gpu = asks_for(pod, GPU_RESOURCES)
-    created = None
-    try:
-        created = parse_time(str(meta["creationTimestamp"])) if meta.get("creationTimestamp") else None
-    except ValueError:
-        log.warning("pod %s/%s: unreadable creationTimestamp %r", meta.get("namespace"), meta.get("name"),
-                    meta.get("creationTimestamp"))
+    created = _time(meta, "creationTimestamp", meta)
+    started = _time(pod.get("status") or {}, "startTime", meta)
+    do_not_disrupt = (meta.get("annotations") or {}).get(POD_ANNOTATION)
     return PodRef(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uses_gpu=uses_gpu,
-                  terminating=bool(meta.get("deletionTimestamp")), created=created)
+                  terminating=bool(meta.get("deletionTimestamp")), created=created,
+                  do_not_disrupt=None if do_not_disrupt is None else str(do_not_disrupt), started=started)
+
+
+def _time(fields: dict[str, Any], key: str, meta: dict[str, Any]) -> datetime | None:
+    """A pod's timestamp, or None where it is missing or unreadable (said in the log)."""
+    if not fields.get(key):
+        return None
+    try:
+        return parse_time(str(fields[key]))
+    except ValueError:
+        log.warning("pod %s/%s: unreadable %s %r", meta.get("namespace"), meta.get("name"), key, fields[key])
+        return None
 
 
 def evictable_pods(pods: Iterable[dict[str, Any]]) -> list[PodRef]:
@@ -203,10 +243,11 @@ def evictable_pods(pods: Iterable[dict[str, Any]]) -> list[PodRef]:
 
 def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
                 pods_on: Callable[[str], list[dict[str, Any]]] | None,
-                job_status: Callable[[str], str] | None = None,
+                job_status: Callable[[str], JobRecord] | None = None,
                 states: dict[str, NodeState] | None = None, dra: DraFleet | None = None) -> list[NodeView]:
     """Views of all nodes; pods and Job status are looked up only for nodes in an episode.
-    pods_on None: the pods are unknown (plan without --pods). dra None: no DRA (node scope only)."""
+    pods_on None: the pods are unknown (plan without --pods). dra None: no DRA (node scope only).
+    job_status: a node-action Job by name (JobRecord; job_start.MISSING when there is none)."""
     views = []
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "")
@@ -221,6 +262,9 @@ def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
             if view.state.reset_phase == "stopping":
                 view.gpu_clients = gpu_clients(pods, view.state, policy)
             if job_status is not None and view.state.job and view.state.rung_status == "running":
-                view.job_status = job_status(view.state.job)
+                record = job_status(view.state.job)
+                view.job_status = record.status
+                if record.status != "missing":
+                    view.job_start = job_start(record, pods, policy.jobs.namespace, view.state.job)
         views.append(view)
     return views

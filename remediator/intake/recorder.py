@@ -2,7 +2,9 @@
 guarded by the resourceVersion it was computed from and retried on a conflict. Failures are returned (the
 intake retries them, or the receiver answers 5xx so that Alertmanager does); nothing is dropped silently.
 
-A dry run records through a DryRunKube: the states are kept in its overlay, and read back from it.
+A dry run records through a DryRunKube: the states are kept in its overlay, and read back from it. While
+`gpuhealth-remediator cleanup` holds the Lease (`stopped`: what it marked the Lease with), nothing is recorded: the
+alerts are ignored, so that no state comes back on a Node the cleanup has cleared.
 """
 
 from __future__ import annotations
@@ -38,14 +40,24 @@ class RecordResult:
 class Recorder:
     """`record(batch)`; each write's outcome is told to kube.health (for /readyz)."""
 
-    def __init__(self, kube: Kube, metrics: Metrics, clock: Clock, on_write: Callable[[], None]) -> None:
+    def __init__(self, kube: Kube, metrics: Metrics, clock: Clock, on_write: Callable[[], None],
+                 stopped: Callable[[], str | None] = lambda: None) -> None:
         # Concurrent writers of one Node (the intake's workers, the loop's sync) are guarded by resourceVersion:
         # the API server's, or a dry run's overlay versions (clients/dry_run.py), so a lost update is a 409.
         self.kube, self.metrics, self.clock, self.on_write = kube, metrics, clock, on_write
+        self.stopped = stopped
 
     def record(self, batch: Batch, now: datetime | None = None) -> RecordResult:
         now = now or self.clock()
         result = RecordResult()
+        cleanup = self.stopped()
+        if cleanup:
+            why = f"gpuhealth-remediator cleanup holds the Lease ({cleanup}): not recorded"
+            for node, alerts in batch.by_node().items():
+                audit("alert_ignored", node=node, reason=why)
+                self.metrics.alert_ignored(AlertIgnoredReason.CLEANUP, len(alerts))
+                result.ignored.append((node, why))
+            return result
         wrote = False
         for node, alerts in batch.by_node().items():
             outcome = self._attempts(node, alerts, now)

@@ -25,6 +25,8 @@ _MIG_UUID = re.compile(r"^MIG-(?:[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f
 _POD_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 GPU_PODS_ANNOTATION = "gpu_pods"  # rules/alerts: the pods on the alert's GPU, from the exporter's pod-resources map
 MIG_UUID_LABEL = "mig_uuid"  # rules/alerts/gpu.yaml: an Xid on a MIG GPU instance names its MIG device
+# rules/alerts/probe.yaml: which probe of gpuhealth's exporter failed, and why (gpuhealth_probe_error{probe,reason})
+PROBE_LABEL, REASON_LABEL = "probe", "reason"
 
 
 class WebhookError(ValueError):
@@ -169,6 +171,7 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
             last_seen=starts, ends_at=ends if status == "resolved" and isinstance(ends, str) else None,
             gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
             component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
-            gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)))
+            gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)),
+            probe=labels.get(PROBE_LABEL) or None, reason=labels.get(REASON_LABEL) or None)
         batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))
     return batch

@@ -33,8 +33,17 @@
 {{- .Values.remediator.webhookToken.existingSecret | default (include "gpuhealth.remediator.fullname" .) -}}
 {{- end -}}
 
+{{/*
+The one image of both programs: repository@digest when image.digest is set (the bytes are pinned: a node with
+another image cached under the same tag cannot run it), else repository:tag, the tag defaulting to the chart's
+appVersion, so each release runs its own image (docs/install.md, "Upgrading").
+*/}}
 {{- define "gpuhealth.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels: commonLabels go with a component's selectorLabels (which carry the instance). */}}
@@ -78,6 +87,17 @@ Roles follow the namespaces the policy names.
 {{- end }}
 {{- if .caSecret.name }}
 {{- $_ := set $derived.alertmanager "ca_file" (printf "/var/run/secrets/alertmanager-ca/%s" .caSecret.key) }}
+{{- end }}
+{{- end }}
+{{- with .Values.remediator.jobs }}
+{{- $_ := set $derived.jobs "image" .image }}
+{{- with .runtimeClassName }}{{ $_ := set $derived.jobs "runtime_class_name" . }}{{ end }}
+{{- with .priorityClassName }}{{ $_ := set $derived.jobs "priority_class_name" . }}{{ end }}
+{{- with .resources }}{{ $_ := set $derived.jobs "resources" (deepCopy .) }}{{ end }}
+{{- if .imagePullSecrets }}
+{{- $names := list }}
+{{- range .imagePullSecrets }}{{ $names = append $names .name }}{{ end }}
+{{- $_ := set $derived.jobs "image_pull_secrets" $names }}
 {{- end }}
 {{- end }}
 {{- toYaml (mustMergeOverwrite $derived (deepCopy .Values.remediator.policy)) -}}

@@ -1,0 +1,1 @@
+../../../remediator/act/templates/reset_gpu.sh

@@ -1,0 +1,146 @@
+"""Whether a node-action Job (reset_gpu, reboot) got as far as running its container: pure functions of the Job and
+the node's pods as the API lists them.
+
+A Job whose container never ran touched no GPU. When it cannot start for a reason of its own (an image that cannot be
+pulled, a RuntimeClass, PriorityClass or Pod Security level the cluster refuses it, a pod the kubelet would not admit),
+that is gpuhealth's breakage, not evidence about the hardware: the ladder reports it as such and does not climb on it
+(remediator/decide/ladder.py). Reasons that a broken node gives too are not among them: a container stuck in
+ContainerCreating, CreateContainerError or RunContainerError (the NVIDIA runtime's hook fails that way on a GPU that
+fell off the bus) is left to the rung's timeout, which climbs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from remediator.decide.nodestate import parse_time
+
+# Waiting reasons of a container that only the Job's own settings cause (the kubelet's images and config errors):
+# jobs.image, jobs.image_pull_secrets, the pod's securityContext.
+CONFIG_WAITING_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                                    "RegistryUnavailable", "SignatureValidationFailed", "CreateContainerConfigError"})
+# A pod the kubelet refused at admission (phase Failed, no container run): OutOfcpu, OutOfmemory, OutOfpods,
+# OutOf<extended resource>. A nodeName pod skips the scheduler, so this is where a Job that does not fit ends up;
+# jobs.resources and jobs.priority_class_name (a critical class makes the kubelet free room instead) are the fix.
+KUBELET_REFUSED = re.compile(r"^OutOf")
+
+
+# The labels templates/*.yaml.j2 put on the node-action Jobs' pods: the pods whose start is read here, and so the pods
+# the remediator's watch cache keeps what it reads of (remediator/clients/fleet_cache.py).
+POD_NAME_LABEL = ("app.kubernetes.io/name", "gpuhealth-remediator")
+POD_COMPONENTS = ("reset-gpu", "reboot")  # app.kubernetes.io/component
+
+
+def is_node_action_pod(pod: dict[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(POD_NAME_LABEL[0]) == POD_NAME_LABEL[1] and labels.get("app.kubernetes.io/component") in \
+        POD_COMPONENTS
+
+
+def start_fields(pod: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """What job_start reads of a pod: its owners (kind, name) and its status (phase, reason, message, each
+    container's state as a waiting reason and message or the name of the state), for a cache that keeps little."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    owners = [{"kind": o.get("kind"), "name": o.get("name")} for o in meta.get("ownerReferences") or []]
+
+    def state(value: dict[str, Any] | None) -> dict[str, Any]:
+        value = value or {}
+        waiting = value.get("waiting")
+        if waiting is not None:
+            return {"waiting": {k: waiting[k] for k in ("reason", "message") if k in waiting}}
+        return {k: {} for k in ("running", "terminated") if k in value}
+
+    kept = {k: status[k] for k in ("phase", "reason", "message") if k in status}
+    kept["containerStatuses"] = [{"state": state(c.get("state")), "lastState": state(c.get("lastState"))}
+                                 for c in status.get("containerStatuses") or []]
+    return owners, kept
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A node-action Job as listed: its outcome, when it was made, and whether it has made a pod at all."""
+
+    status: str  # succeeded | failed | running | missing
+    created: datetime | None = None  # metadata.creationTimestamp
+    made_pod: bool = True  # its status counts a pod (active, ready, succeeded, failed, terminating); False: none yet
+
+
+MISSING = JobRecord("missing")
+
+
+def job_record(job: dict[str, Any], status: str) -> JobRecord:
+    """The record of a listed Job whose outcome is `status` (remediator/act/node_jobs.py job_status)."""
+    counts = job.get("status") or {}
+    made = any(counts.get(k) for k in ("active", "ready", "succeeded", "failed", "terminating"))
+    created = (job.get("metadata") or {}).get("creationTimestamp")
+    try:
+        when = parse_time(str(created)) if created else None
+    except ValueError:
+        when = None
+    return JobRecord(status, when, made)
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """What the Job's pods say about its start. `refused`: the pod can never start (the kubelet refused it): counts
+    at once. `waiting`: its container waits for one of CONFIG_WAITING_REASONS, or the Job has made no pod: counts once
+    jobs.start_timeout has passed since the Job was made (the kubelet retries pulls meanwhile). Both empty: the
+    container ran, or nothing says it cannot."""
+
+    refused: str = ""
+    waiting: str = ""
+    created: datetime | None = None
+
+    def not_started(self, now: datetime, start_timeout: timedelta, rung_over: bool) -> str:
+        """Why the Job did not start, once that is known ("" while it is not): `rung_over` (the rung's timeout
+        passed, or the Job failed) takes the waiting evidence as final too."""
+        if self.refused:
+            return self.refused
+        if self.waiting and (rung_over or (self.created is not None and now - self.created >= start_timeout)):
+            return self.waiting
+        return ""
+
+
+def _owned_by(pod: dict[str, Any], job: str) -> bool:
+    return any(o.get("kind") == "Job" and o.get("name") == job
+               for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _ran(pod: dict[str, Any]) -> bool:
+    """A container of the pod has run (running now, or ended: not a start that failed)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if "running" in state or "terminated" in state or "terminated" in last:
+            return True
+    return False
+
+
+def job_start(record: JobRecord, pods: list[dict[str, Any]], namespace: str, job: str) -> JobStart:
+    """The start evidence of Job `job` (in `namespace`) from the pods on its node."""
+    mine = [p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace and _owned_by(p, job)]
+    if not mine:
+        if record.made_pod:
+            return JobStart(created=record.created)
+        return JobStart(waiting="the Job made no pod (its FailedCreate Events say why: a RuntimeClass the cluster "
+                        "lacks, jobs.runtime_class_name; the namespace's Pod Security level; a ResourceQuota; an "
+                        f"admission policy. kubectl -n {namespace} describe job {job})", created=record.created)
+    if any(_ran(p) for p in mine):
+        return JobStart(created=record.created)
+    for pod in mine:
+        status = pod.get("status") or {}
+        reason = str(status.get("reason") or "")
+        if status.get("phase") == "Failed" and KUBELET_REFUSED.match(reason):
+            message = str(status.get("message") or "").strip()
+            return JobStart(refused=f"the kubelet refused its pod ({reason}{': ' + message if message else ''}; "
+                            "jobs.resources, jobs.priority_class_name)", created=record.created)
+    for pod in mine:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            reason = str(waiting.get("reason") or "")
+            if reason in CONFIG_WAITING_REASONS:
+                message = str(waiting.get("message") or "").strip()
+                return JobStart(waiting=f"{reason}{': ' + message if message else ''}", created=record.created)
+    return JobStart(created=record.created)

@@ -1,0 +1,153 @@
+"""What gpuhealth left on a Node, and the patches that take it off again (`gpuhealth-remediator cleanup`,
+remediator/act/cleanup.py). Pure functions of the Node as read and the policy.
+
+Only what gpuhealth did goes, as its state annotation records it: its taint (gpuhealth.io/unhealthy); the cordon
+only where the state says gpuhealth set it; karpenter.sh/do-not-disrupt only where the state says gpuhealth set it;
+the operand labels it paused, back to "true" while they still hold its pause value; its annotations (the state, the
+last episode, the GPU reset request); the exporter's Gpuhealth* conditions, and the replace condition only where
+gpuhealth set it (its reason). A person's cordon, taints, labels and do-not-disrupt stay. A node is left as it is,
+whole, where gpuhealth cannot tell what is its own (the state unreadable), where a person holds it, and where one
+of gpuhealth's reset or reboot Jobs still runs on it (its taint and paused operands keep the reset undisturbed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediator.decide.node_patches import with_gpu_clients
+from remediator.decide.nodestate import (
+    DO_NOT_DISRUPT_ANNOTATION,
+    LAST_EPISODE_ANNOTATION,
+    REPLACE_CONDITION_REASON,
+    RESET_REQUEST_ANNOTATION,
+    STATE_ANNOTATION,
+    TAINT_KEY,
+    NodeState,
+    hold_of,
+)
+from remediator.policy import OPERAND_LABEL_PREFIX, Policy
+
+# The exporter's node conditions are all gpuhealth's by their type's prefix (exporter/condition_types.py).
+EXPORTER_CONDITION_PREFIX = "Gpuhealth"
+# gpuhealth's annotations on a Node, each removed (the hold is left with the node: a held node is left as it is).
+OUR_ANNOTATIONS = (STATE_ANNOTATION, LAST_EPISODE_ANNOTATION, RESET_REQUEST_ANNOTATION)
+
+
+@dataclass(frozen=True)
+class Undo:
+    """One Node's cleanup: the merge patch of its metadata and spec (with what it changes, said for a person),
+    what of a person's was seen and kept, or why the node is left as it is."""
+
+    node: str
+    left: str | None = None  # why nothing is undone on this node; None: `body` undoes what is gpuhealth's
+    body: dict[str, Any] = field(default_factory=dict)  # {} when nothing in metadata or spec is gpuhealth's
+    changes: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()  # a person's marks, seen and left in place
+    episode: str = ""  # the open episode this cleanup ends ("" for none): its alerts and rung, for the report
+
+
+def undo_node(node: dict[str, Any], policy: Policy, job_running: str | None = None) -> Undo:
+    """The patch that takes gpuhealth's marks off this Node's metadata and spec (conditions: `undo_conditions`).
+    `job_running`: one of gpuhealth's node-action Jobs on this node still runs (its namespace/name)."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    name = meta.get("name", "")
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    hold = hold_of(annotations)
+    try:
+        state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
+    except ValueError as exc:
+        return Undo(name, left=f"its {STATE_ANNOTATION} annotation cannot be read ({exc}): gpuhealth cannot tell "
+                    "its own marks from a person's; remove them by hand")
+    if job_running:
+        return Undo(name, left=f"gpuhealth's job {job_running} still runs on it: left as it is, so that the reset or "
+                    "reboot is not disturbed; run cleanup again once the job has ended")
+    if hold is not None:
+        who = f" by {hold['by']}" if hold.get("by") else ""
+        return Undo(name, left=f"held{who} ({hold.get('reason', '')}): a person has it; release it "
+                    "(gpuhealth-remediator release) and run cleanup again, or remove gpuhealth's marks by hand")
+
+    body: dict[str, Any] = {}
+    changes: list[str] = []
+    kept: list[str] = []
+    taints = spec.get("taints") or []
+    ours = [t for t in taints if t.get("key") == TAINT_KEY]
+    if ours:
+        rest = [t for t in taints if t.get("key") != TAINT_KEY]
+        body.setdefault("spec", {})["taints"] = rest or None
+        changes.append(f"removed taint {TAINT_KEY}")
+    kept += [f"taint {t.get('key')}" for t in taints if t.get("key") != TAINT_KEY]
+    taken_over = state.scope == "node" and state.active and state.rung is not None and not ours
+    if spec.get("unschedulable"):
+        if state.cordoned and not taken_over:
+            body.setdefault("spec", {})["unschedulable"] = None
+            changes.append("uncordoned (gpuhealth cordoned it)")
+        elif state.cordoned:
+            kept.append("the cordon (a person removed gpuhealth's taint: the node is theirs)")
+        else:
+            kept.append("the cordon (not gpuhealth's)")
+
+    drop: dict[str, None] = {}
+    if DO_NOT_DISRUPT_ANNOTATION in annotations:
+        if state.do_not_disrupt:
+            drop[DO_NOT_DISRUPT_ANNOTATION] = None
+        else:
+            kept.append(f"{DO_NOT_DISRUPT_ANNOTATION} (not gpuhealth's)")
+    drop.update({key: None for key in OUR_ANNOTATIONS if key in annotations})
+    body, restored = with_gpu_clients(body, node, state, NodeState())
+    if restored:
+        changes += [c for c in restored.split("; ") if not c.startswith("removed ")]
+    body = _restore_stray_pauses(body, labels, state, policy, changes)
+    kept += [f"{key}={labels[key]} (changed by a person since gpuhealth paused it)" for key in state.paused
+             if key in labels and labels[key] != state.pause_value]
+    if drop:
+        body_meta = dict(body.get("metadata") or {})
+        body_meta["annotations"] = {**(body_meta.get("annotations") or {}), **drop}
+        body = {**body, "metadata": body_meta}
+        changes += [f"removed {key}" for key in drop]
+    return Undo(name, body=body, changes=tuple(changes), kept=tuple(kept), episode=_episode(state))
+
+
+def _restore_stray_pauses(body: dict[str, Any], labels: dict[str, str], state: NodeState, policy: Policy,
+                          changes: list[str]) -> dict[str, Any]:
+    """Operand labels holding gpuhealth's pause value that the state does not list (a state removed by hand
+    mid-reset): the value is gpuhealth's alone, so they go back to "true" too."""
+    values = {policy.reset.pause_value, *([state.pause_value] if state.pause_value else [])}
+    already = (body.get("metadata") or {}).get("labels") or {}
+    stray = {key: "true" for key, value in labels.items()
+             if key.startswith(OPERAND_LABEL_PREFIX) and value in values and key not in already}
+    if not stray:
+        return body
+    meta = dict(body.get("metadata") or {})
+    meta["labels"] = {**already, **stray}
+    changes += [f"{key}=true (it held gpuhealth's pause value)" for key in sorted(stray)]
+    return {**body, "metadata": meta}
+
+
+def undo_conditions(node: dict[str, Any], policy: Policy) -> tuple[list[dict[str, Any]] | None, tuple[str, ...]]:
+    """The Node's conditions without gpuhealth's (the exporter's Gpuhealth* types; the replace condition where
+    gpuhealth set it, by its reason), and the types removed; (None, ()) when there is none of gpuhealth's. A merge
+    patch replaces the list whole, so it is written with the resourceVersion it was read at."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+
+    def ours(c: dict[str, Any]) -> bool:
+        ctype = str(c.get("type") or "")
+        if ctype.startswith(EXPORTER_CONDITION_PREFIX):
+            return True
+        return ctype == policy.replace.condition_type and c.get("reason") == REPLACE_CONDITION_REASON
+
+    removed = tuple(str(c.get("type")) for c in conditions if ours(c))
+    if not removed:
+        return None, ()
+    return [c for c in conditions if not ours(c)], removed
+
+
+def _episode(state: NodeState) -> str:
+    """The open episode, for the report: a node gpuhealth took out for a fault still firing goes back into service."""
+    if not state.active:
+        return ""
+    firing = sorted({a.name for a in state.alerts.values() if a.status == "firing" and a.remediation != "none"})
+    rung = f"{state.rung} {state.rung_status}" if state.rung else "no rung"
+    return f"episode since {state.episode}, {rung}, firing: {', '.join(firing) or 'none'}"

@@ -1,0 +1,115 @@
+"""The chart's pre-delete hook (helm/gpuhealth/templates/cleanup-hook.yaml): `helm uninstall` runs
+`gpuhealth-remediator cleanup` with the remediator's image and policy, as a ServiceAccount of its own that holds
+exactly what the cleanup calls, made before the Job and removed with it; a bounded Job. That the cleanup works
+under these grants: tests/test_remediator_cleanup.py (the fake API server enforces them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from chart_render import render
+
+from remediator import cli as remediator_cli
+from remediator.policy import parse_duration
+
+NAME = "gpuhealth-cleanup"
+HOOK = "pre-delete"
+
+
+def _hook_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == HOOK]
+
+
+def _job(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (job,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == NAME]
+    return job
+
+
+def _grants(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    """(namespace or '*', apiGroup, resource) -> verbs the cleanup's ServiceAccount holds."""
+    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
+             for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for b in docs:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == NAME for s in b["subjects"]):
+            continue
+        ns = b["metadata"].get("namespace", "")
+        for rule in roles[(b["roleRef"]["kind"], ns if b["roleRef"]["kind"] == "Role" else "", b["roleRef"]["name"])]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    out.setdefault((ns or "*", group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def test_uninstall_runs_the_cleanup_first_with_the_remediators_image_and_policy() -> None:
+    docs = render(None)
+    job = _job(docs)
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == HOOK
+    assert set(annotations["helm.sh/hook-delete-policy"].split(",")) == {"before-hook-creation", "hook-succeeded"}
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuhealth-remediator"]
+    remediator = deployment["spec"]["template"]["spec"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == remediator["containers"][0]["image"]
+    assert container["command"] == ["gpuhealth-remediator"] and container["args"][0] == "cleanup"
+    assert pod["serviceAccountName"] == NAME and pod["restartPolicy"] == "Never"
+    policy_volume = next(v for v in pod["volumes"] if v["name"] == "policy")
+    assert policy_volume == next(v for v in remediator["volumes"] if v["name"] == "policy")
+    # the arguments are the command's own (read from its parser, not from a copy here)
+    args = remediator_cli.build_parser().parse_args(container["args"])
+    assert args.func is remediator_cli.cmd_cleanup and not args.dry_run
+    assert args.policy == "/etc/gpuhealth/policy.yaml" and args.wait == parse_duration("3m")
+
+
+def test_the_hook_job_is_bounded_and_its_bound_outlasts_its_wait() -> None:
+    job = _job(render({"cleanup": {"wait": "10m", "activeDeadlineSeconds": 900}}))
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 900
+    assert "--wait=10m" in job["spec"]["template"]["spec"]["containers"][0]["args"]
+    default = _job(render(None))["spec"]
+    wait = parse_duration("3m").total_seconds()
+    # the Job's bound leaves room for the wait, the Lease's (15 s) and the work; Helm's own --timeout is 5m
+    assert wait + 15 + 30 <= default["activeDeadlineSeconds"] < 300
+
+
+def test_the_cleanup_account_holds_exactly_what_the_cleanup_calls() -> None:
+    docs = render(None)
+    assert _grants(docs) == {
+        ("*", "", "nodes"): {"get", "list", "patch"},
+        ("*", "", "nodes/status"): {"patch"},
+        ("*", "resource.k8s.io", "devicetaintrules"): {"list", "delete"},
+        ("gpuhealth", "coordination.k8s.io", "leases"): {"create", "get", "update"},
+        ("gpuhealth", "batch", "jobs"): {"list"},
+        ("default", "", "events"): {"create"},
+    }
+    lease_role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == f"{NAME}-lease")
+    assert [r.get("resourceNames") for r in lease_role["rules"] if "get" in r["verbs"]] == [["gpuhealth-remediator"]]
+    # its account and grants are hooks too, made before the Job and removed with it
+    weights = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in _hook_docs(docs)}
+    assert set(weights) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Job"}
+    assert all(w < weights["Job"] for kind, w in weights.items() if kind != "Job")
+
+
+def test_the_grants_follow_the_policys_namespaces_and_dra() -> None:
+    docs = render({"remediator": {"policy": {"jobs": {"namespace": "gpuhealth-jobs"},
+                                             "leader": {"namespace": "ops", "name": "gpuhealth-lease"},
+                                             "dra": {"enabled": False}}}})
+    grants = _grants(docs)
+    assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"list"}
+    assert grants[("ops", "coordination.k8s.io", "leases")] == {"create", "get", "update"}
+    assert ("*", "resource.k8s.io", "devicetaintrules") not in grants
+
+
+@pytest.mark.parametrize("values", [{"cleanup": {"enabled": False}}, {"remediator": {"enabled": False}}])
+def test_no_hook_when_it_is_off_or_there_is_no_remediator(values: dict[str, Any]) -> None:
+    assert not _hook_docs(render(values))
+
+
+def test_a_wait_that_is_no_duration_is_refused_at_render_time() -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError, match="wait"):
+        render({"cleanup": {"wait": "five minutes"}})
