@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards deps apt clean bench image chart \
+.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards runbooks deps apt clean bench image chart \
 	podresources-stubs schema image-lock
 
 # Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
@@ -65,6 +65,12 @@ rules-test: deps
 dashboards: deps
 	$(BIN)/python -m dashboards.generate
 
+# Regenerate the shared blocks of every runbook (docs/runbooks/<Alert>.md: what gpuhealth does for the alert, holds,
+# the lasting record) from rules/ and the remediator's policy defaults (tests/test_runbooks.py fails while one is
+# stale). Run it after adding an alert or changing a policy default.
+runbooks: deps
+	$(BIN)/python docs/runbooks/generate.py
+
 # Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from remediator/policy.py's parsers
 # (tests/test_policy_schema.py fails while it is stale), so `helm template` (Argo CD's diff) refuses a policy the
 # remediator would refuse at start. Run it after adding or changing a policy key.
@@ -90,9 +96,10 @@ chart: deps
 	@$(BIN)/python helm/package.py --destination dist
 
 # requirements/image.txt, the versions the image installs (the Dockerfile builds with it as pip's constraints):
-# gpuhealth[nvml] and the build backend ([build-system] requires) resolved afresh in a clean venv of the image's Python (3.11), from PyPI
-# alone (PIP_CONFIG_FILE=/dev/null: no local index or constraints of this machine), as `pip freeze` lists them.
-# Re-run to take new releases (and after changing pyproject.toml's dependencies); review the diff.
+# gpuhealth[nvml] and the build backend ([build-system] requires) resolved afresh in a clean venv of the image's
+# Python (3.11), from PyPI alone (PIP_CONFIG_FILE=/dev/null: no local index or constraints of this machine), as
+# `pip freeze` lists them. Re-run to take new releases (and after changing pyproject.toml's dependencies); review
+# the diff. tests/test_image.py checks that it pins every runtime dependency.
 IMAGE_LOCK := requirements/image.txt
 image-lock:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "make image-lock: needs Python 3.11, the image'"'"'s (PYTHON=python3.11)")'
@@ -139,6 +146,7 @@ bench: deps .stamp-apt-bench
 	$(BIN)/python bench/rules_scale.py --quick
 	$(BIN)/python bench/sim_speed.py --quick
 	$(BIN)/python bench/gpu_scope_capacity.py
+	$(BIN)/python bench/api_requests.py --quick
 
 clean:
 	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache

@@ -263,11 +263,12 @@ def fleet() -> Dash:
                     q(f"sum by (probe, reason) (gpuhealth_probe_error{{{p}}})", "{{probe}}: {{reason}}")], min=0),
                 Panel("timeseries", "Monitoring faults (gpuhealth's own)", "short", [
                     q(f"""max by (pool, alert, probe, reason)
-                          (ALERTS{{alertname="GpuhealthMonitoringFault", alertstate="firing", {p}}})""",
+                          (ALERTS{{alertname="GpuhealthMonitoringFault", alertstate="firing", {p}}})
+                          or 0 * group by (pool) (gpuhealth_probe_success{{{p}}})""",
                       "{{pool}} {{alert}} {{probe}}: {{reason}}")],
                       "GpuhealthMonitoringFault: the same probe failing for the same reason, or exporters down, on "
                       "more than 20% of a pool at once. gpuhealth's fault, not the nodes': it pages, and no node is "
-                      "cordoned for it (the per-node probe alerts are held back).", min=0, max=1),
+                      "cordoned for it (the per-node probe alerts are held back). 0: none in the pool.", min=0, max=1),
                 Panel("timeseries", "Exporter targets", "short", [
                     q(f'count(up{{job="gpuhealth-exporter", {p}}} == 1) or vector(0)', "up"),
                     q(f'count(up{{job="gpuhealth-exporter", {p}}} == 0) or vector(0)', "down")], min=0),
@@ -479,11 +480,13 @@ def remediation() -> Dash:
                       thresholds=[(None, "green"), (1, "red")], w=24),
                 Panel("timeseries", "Monitoring faults: nodes whose gpuhealth alerts start nothing", "short", [
                     q(f"""max by (pool, alert, probe, reason)
-                          (gpuhealth_remediator_monitoring_fault_nodes{{{p}}})""",
+                          (gpuhealth_remediator_monitoring_fault_nodes{{{p}}})
+                          or 0 * max by (pool) (gpuhealth_remediator_budget_limit{{{p}}})""",
                       "{{pool}} {{alert}} {{probe}} {{reason}}")],
                       "gpuhealth's own alerts (probe failing or stale, exporter down or missing) firing on more "
                       "than monitoring_fault.threshold of a pool at once: its own failure, so they cordon nothing "
-                      "and open no breaker (docs/remediation.md, Monitoring faults).", w=24, min=0),
+                      "and open no breaker (docs/remediation.md, Monitoring faults). 0: none in the pool.",
+                      w=24, min=0),
             ]),
             Row("Receiver", [
                 Panel("timeseries", "Webhook requests by result", "reqps", [

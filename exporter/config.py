@@ -48,12 +48,12 @@ class Settings:
     dcgm_exporter_hostnames: str = ""
     instance_type: str = ""
     gpus_expected: int | None = None
-    efa_expected: int | None = None
+    efa_expected: int | None = None  # every node's EFA count; default: the Node's label or capacity (efa_expected.py)
     # EFA hw_counters to export: default (the health signals), all, or names (with or without default)
     efa_counters: tuple[str, ...] = (DEFAULT,)
     conditions: bool = True  # write node conditions when a node name is known
     condition_interval: float = 10.0
-    # seconds between reads of this node's annotations for the GPU reset marker (exporter/gpu_reset.py)
+    # the GPU reset marker (exporter/gpu_reset.py) is watched; it is also checked again every this many seconds
     reset_marker_interval: float = 10.0
     fault_window: float = 900.0  # a kernel-log fault keeps its condition False this long after it was seen
     kube_api: str = ""  # default: the in-cluster API from KUBERNETES_SERVICE_HOST

@@ -32,7 +32,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 
 from remediator import policy
 from remediator.policy import PolicyError, Quota, YamlReader, read_policy
@@ -120,7 +120,9 @@ class Recorder(YamlReader):
         return super().section(key, allowed, value)
 
     def duration(self, key: str, value: Any, optional: bool = False) -> timedelta | None:
-        return self._typed("duration", key, value, {"optional": optional}, super().duration, optional)
+        result: timedelta | None = self._typed("duration", key, value, {"optional": optional}, super().duration,
+                                                optional)
+        return result
 
     def quota(self, key: str, value: Any) -> Quota:
         result: Quota = self._typed("quota", key, value, {}, super().quota)

@@ -622,9 +622,9 @@ def read_policy(r: YamlReader) -> Policy:
     """The policy in a reader's document. helm/policy_schema.py derives the chart's values.schema.json for
     remediator.policy from these parsers: it reads their sections and typed reads (r.section, r.duration, ...) and
     probes each key with values, through a recording reader, so a section read without r.section goes unchecked."""
-    top = r.section("", {"pools", "exclude", "budget", "breaker", "monitoring_fault", "ladder", "drain", "return_to_service", "episode",
-                         "alert_labels", "alertmanager", "jobs", "replace", "karpenter_repair", "leader", "workloads",
-                         "dra", "reset"})
+    top = r.section("", {"pools", "exclude", "budget", "breaker", "monitoring_fault", "ladder", "drain",
+                         "return_to_service", "episode", "alert_labels", "alertmanager", "jobs", "replace",
+                         "karpenter_repair", "leader", "workloads", "dra", "reset"})
     # Keyword arguments are evaluated in order: the sections are checked in this order (the first error wins).
     return Policy(
         pools=_pools(r, top.get("pools")),

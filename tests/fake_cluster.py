@@ -28,6 +28,11 @@ and behaves like the API server where the remediator depends on it:
   (`add_node`, `add_pod`, `update_node`, `update_pod`): a test that edits `nodes[...]` in place is not seen
   by watches. `calls` counts requests by (verb, resource), as the API server's metrics do; `queries` keeps
   each request's query parameters (`resourceVersion=0`, selectors).
+- paged lists, as the API server serves them: `limit` cuts a list to that many objects (in key order) with a
+  `continue` token; the next pages come from the list as it was at its resourceVersion, whatever changed
+  meanwhile, with `remainingItemCount` when no selector was given; a token with a `resourceVersion` is a 400, an
+  unreadable one a 400, and one whose revision was compacted (`compact`, or the history outgrowing
+  `watch_history`) a 410 Expired;
 - authentication: bearer tokens map to identities (`add_token`, `add_service_account_token`: a pod-bound
   service-account token carries its pod's node name, as on Kubernetes 1.30+). Once any token is known, a
   request without a known one gets 401 Unauthorized; a cluster that knows no token checks none (every
@@ -49,6 +54,7 @@ The kubernetes client sends POST bodies without Content-Type; as the API server 
 
 from __future__ import annotations
 
+import base64
 import bisect
 import copy
 import json
@@ -220,6 +226,8 @@ class FakeCluster:
         self._closed = False
         self._dropped = 0  # drop_watches() so far: a watch begun before the latest is cut
         self.on_close: list[Callable[[], None]] = []  # run on exit (clients stop their watches)
+        self._pages: dict[int, tuple[Obj, list[Obj], bool]] = {}  # paged lists: (the list, items left, selected)
+        self._page_ids = 0
         cluster = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -268,8 +276,13 @@ class FakeCluster:
                     return self._send(400, _status(400, "BadRequest", "body is not JSON"))
                 with cluster.lock:
                     try:
-                        code, out = cluster._route(method, url.path, query, body,
-                                                   self.headers.get("Content-Type") or "", identity)
+                        if method == "GET" and "continue" in query:  # a later page of a paged list: its snapshot
+                            code, out = cluster._next_page(query)
+                        else:
+                            code, out = cluster._route(method, url.path, query, body,
+                                                       self.headers.get("Content-Type") or "", identity)
+                            if method == "GET" and code == 200 and query.get("limit"):
+                                out = cluster._first_page(out, query)
                     except ValueError as exc:
                         code, out = 400, _status(400, "BadRequest", str(exc))
                 self._send(code, out)
@@ -667,6 +680,48 @@ class FakeCluster:
         with self.lock:
             self.history.clear()
             self._compacted = self.rv
+
+    # --- paged lists: limit and continue, as the API server serves them ------------------------------------------
+    def _first_page(self, out: Obj, query: dict[str, str]) -> Obj:
+        """A list cut to `limit` objects, in the order of their keys (namespace, name), as etcd lists them; the rest
+        is kept as the list was at its resourceVersion, for the `continue` token: every page of one list is of the
+        same revision, whatever changes meanwhile."""
+        items = out.get("items")
+        if not isinstance(items, list) or not str(out.get("kind", "")).endswith("List"):
+            return out
+        items = sorted(items, key=lambda o: ((o.get("metadata") or {}).get("namespace") or "",
+                                             (o.get("metadata") or {}).get("name") or ""))
+        selected = bool(query.get("fieldSelector") or query.get("labelSelector"))
+        return self._page({k: v for k, v in out.items() if k != "items"}, items, int(query["limit"]), selected)
+
+    def _page(self, head: Obj, items: list[Obj], limit: int, selected: bool) -> Obj:
+        page, rest = (items[:limit], items[limit:]) if limit > 0 else (items, [])
+        meta = {k: v for k, v in (head.get("metadata") or {}).items() if k not in ("continue", "remainingItemCount")}
+        if rest:
+            self._page_ids += 1
+            self._pages[self._page_ids] = (head, rest, selected)
+            while len(self._pages) > 100:  # clients that stop paging halfway: the oldest lists are forgotten
+                del self._pages[min(self._pages)]
+            token = {"rv": int(meta.get("resourceVersion") or 0), "list": self._page_ids}
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
+            if not selected:  # the API server counts what is left only for a list without selectors
+                meta["remainingItemCount"] = len(rest)
+        return {**head, "metadata": meta, "items": page}
+
+    def _next_page(self, query: dict[str, str]) -> tuple[int, Obj]:
+        if query.get("resourceVersion"):
+            return 400, _status(400, "BadRequest", "specifying resource version is not allowed when using continue")
+        try:
+            token = json.loads(base64.urlsafe_b64decode(query["continue"].encode()))
+            rv, list_id = int(token["rv"]), int(token["list"])
+        except (ValueError, KeyError, TypeError) as exc:
+            return 400, _status(400, "BadRequest", f"continue key is not valid: {exc}")
+        kept = self._pages.pop(list_id, None)
+        if kept is None or rv < self._compacted:  # that revision is compacted away
+            return 410, _status(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                                "list result. You can start a new list without the continue parameter.")
+        head, rest, selected = kept
+        return 200, self._page(head, rest, int(query.get("limit") or 0), selected)
 
     def _watch_start(self, path: str, query: dict[str, str]) -> tuple[str, str | None, list[str], int | None]:
         """(kind, namespace, objects to send as ADDED first, position); position None: too old (410)."""

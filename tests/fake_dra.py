@@ -1,10 +1,12 @@
 """Dynamic Resource Allocation on the fake API server: ResourceSlices, ResourceClaims and DeviceTaintRules
 (resource.k8s.io), as strict as the API server, and NoExecute applied as kube-controller-manager applies it.
 
-- Served versions: DeviceTaintRule is GA in resource.k8s.io/v1 (Kubernetes 1.37); before, it sits behind the
-  `DRADeviceTaintRules` feature gate in an older version (v1alpha3). `served` says which versions serve it (an
-  empty tuple: a cluster without the gate); discovery (`/apis/resource.k8s.io`, `/apis/resource.k8s.io/<v>`)
-  lists exactly those, and a request to a version that does not serve it is a 404, as on the API server.
+- Served versions: DeviceTaintRule is GA in resource.k8s.io/v1 (Kubernetes 1.37); before, it sits behind a feature
+  gate in an older version (v1beta2 in 1.36, v1alpha3 in 1.33-1.35). `served` says which versions serve it (an
+  empty tuple: a cluster without the gate); `core` says which serve ResourceSlice and ResourceClaim (v1 from 1.34;
+  v1beta2 and v1beta1 in 1.33, where v1beta1's devices wrap their fields in `basic`). Discovery
+  (`/apis/resource.k8s.io`, `/apis/resource.k8s.io/<v>`) lists exactly those, and a request to a version that does
+  not serve the resource is a 404, as on the API server. Lists take `limit` and `continue` (tests/fake_cluster.py).
 - Validation: a DeviceTaintRule needs a name, a device selector naming a driver, and a taint whose key is a
   qualified name and whose effect is NoSchedule, NoExecute or None; anything else is 422 Invalid. Names are
   unique (409 AlreadyExists).
@@ -77,6 +79,7 @@ class FakeDra:
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.served: tuple[str, ...] = ("v1",)  # the versions serving DeviceTaintRule
+        self.core: tuple[str, ...] = ("v1",)  # the versions serving ResourceSlice and ResourceClaim
         self.slices: dict[str, Obj] = {}
         self.claims: dict[tuple[str, str], Obj] = {}
         self.rules: dict[str, Obj] = {}
@@ -156,12 +159,16 @@ class FakeDra:
             return 404, _status(404, "NotFound", f"the server could not find resource.k8s.io/{version}")
         if not rest:
             return 200, self._resources(version)
-        if rest == ["resourceslices"] and method == "GET" and version == "v1":
-            return 200, self._list("ResourceSliceList", self.slices.values())
-        if rest == ["resourceclaims"] and method == "GET" and version == "v1":
-            return 200, self._list("ResourceClaimList", self.claims.values())
-        if rest[:1] == ["namespaces"] and rest[2:] == ["resourceclaims"] and method == "GET" and version == "v1":
-            return 200, self._list("ResourceClaimList", (c for (ns, _), c in self.claims.items() if ns == rest[1]))
+        core = version in self.core
+        if rest == ["resourceslices"] and method == "GET" and core:
+            return 200, self._list("ResourceSliceList", (_as_version(o, version) for o in self.slices.values()),
+                                   version)
+        if rest == ["resourceclaims"] and method == "GET" and core:
+            return 200, self._list("ResourceClaimList", (_as_version(o, version) for o in self.claims.values()),
+                                   version)
+        if rest[:1] == ["namespaces"] and rest[2:] == ["resourceclaims"] and method == "GET" and core:
+            return 200, self._list("ResourceClaimList", (_as_version(c, version) for (ns, _), c in self.claims.items()
+                                                         if ns == rest[1]), version)
         if rest[:1] == ["devicetaintrules"]:
             if version not in self.served:
                 return 404, _status(404, "NotFound", "the server could not find the requested resource")
@@ -169,23 +176,24 @@ class FakeDra:
         return 404, _status(404, "NotFound", f"no route for {method} /apis/resource.k8s.io/{'/'.join(parts)}")
 
     def _group(self) -> Obj:
-        versions = sorted({"v1", *self.served}, key=("v1", "v1beta2", "v1beta1", "v1alpha3").index)
+        versions = sorted({*self.core, *self.served}, key=("v1", "v1beta2", "v1beta1", "v1alpha3").index)
         return {"kind": "APIGroup", "apiVersion": "v1", "name": GROUP,
                 "versions": [{"groupVersion": f"{GROUP}/{v}", "version": v} for v in versions],
-                "preferredVersion": {"groupVersion": f"{GROUP}/v1", "version": "v1"}}
+                "preferredVersion": {"groupVersion": f"{GROUP}/{versions[0]}", "version": versions[0]}}
 
     def _resources(self, version: str) -> Obj:
-        names = ["resourceslices", "resourceclaims", "deviceclasses"] if version == "v1" else []
+        names = ["resourceslices", "resourceclaims", "deviceclasses"] if version in self.core else []
         if version in self.served:
             names.append("devicetaintrules")
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{version}",
                 "resources": [{"name": n, "namespaced": n == "resourceclaims", "kind": n, "verbs": ["list"]}
                               for n in names]}
 
-    def _list(self, kind: str, items: Any) -> Obj:
+    def _list(self, kind: str, items: Any, version: str = "v1") -> Obj:
         from fake_cluster import _selected
 
-        return {"apiVersion": f"{GROUP}/v1", "kind": kind, "metadata": {"resourceVersion": str(self.cluster.rv)},
+        return {"apiVersion": f"{GROUP}/{version}", "kind": kind,
+                "metadata": {"resourceVersion": str(self.cluster.rv)},
                 "items": [copy.deepcopy(o) for o in items if _selected(o, None, self._selector)]}
 
     def _rules(self, method: str, version: str, rest: list[str], body: Any) -> tuple[int, Obj]:
@@ -232,6 +240,22 @@ class FakeDra:
                 key = (ns, consumer["name"])
                 if consumer.get("resource") == "pods" and key in self.cluster.pods:
                     self.cluster._terminate(key)
+
+
+def _as_version(obj: Obj, version: str) -> Obj:
+    """A stored (v1) ResourceSlice or ResourceClaim as `version` serves it: v1beta2 has v1's shape; v1beta1 wraps a
+    device's fields in `basic` and has no `exactly` in a claim's requests."""
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{GROUP}/{version}"
+    if version != "v1beta1":
+        return out
+    if out.get("kind") == "ResourceSlice":
+        out["spec"]["devices"] = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
+                                  for d in out["spec"].get("devices") or []]
+        return out
+    for request in ((out.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        request.update(request.pop("exactly", {}))
+    return out
 
 
 def _recorded_gpu_slice(node: str) -> Obj:

@@ -29,3 +29,13 @@ def test_the_exporter_cost_bench_reports_scrape_latency_cpu_and_memory() -> None
     for figure in ("scrape_median_ms", "scrape_p99_ms", "cpu_per_scrape_ms", "cpu_rest_percent", "rss_mb", "series"):
         assert float(pairs[f"gpuhealth_1gpu_{figure}"]) >= 0, figure
     assert float(pairs["gpuhealth_1gpu_series"]) > 100  # the node's GPU and EFA series were scraped
+
+
+def test_the_api_requests_bench_counts_the_node_agents_requests_before_and_after_the_watch() -> None:
+    pairs = run_bench("api_requests.py")
+    before = float(pairs["api_before_requests_per_second_2000_nodes"])
+    after = float(pairs["api_after_requests_per_second_2000_nodes"])
+    assert before > 100  # a GET of every Node every 10 s: ~200/s at 2,000 nodes
+    assert after < 20 and pairs["api_after_2000_nodes_target_met"] == "1"  # a watch each, renewed every 5-10 min
+    for way in ("before", "after"):
+        assert float(pairs[f"api_{way}_marker_seen_max_seconds"]) >= 0

@@ -8,13 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chart_render import render
+import yaml
+from chart_render import CHART, render
 
 from remediator import cli as remediator_cli
 from remediator.policy import parse_duration
 
 NAME = "gpuhealth-cleanup"
 HOOK = "pre-delete"
+DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())["cleanup"]
 
 
 def _hook_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,7 +64,7 @@ def test_uninstall_runs_the_cleanup_first_with_the_remediators_image_and_policy(
     # the arguments are the command's own (read from its parser, not from a copy here)
     args = remediator_cli.build_parser().parse_args(container["args"])
     assert args.func is remediator_cli.cmd_cleanup and not args.dry_run
-    assert args.policy == "/etc/gpuhealth/policy.yaml" and args.wait == parse_duration("3m")
+    assert args.policy == "/etc/gpuhealth/policy.yaml" and args.wait == parse_duration(DEFAULTS["wait"])
 
 
 def test_the_hook_job_is_bounded_and_its_bound_outlasts_its_wait() -> None:
@@ -70,9 +72,9 @@ def test_the_hook_job_is_bounded_and_its_bound_outlasts_its_wait() -> None:
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 900
     assert "--wait=10m" in job["spec"]["template"]["spec"]["containers"][0]["args"]
     default = _job(render(None))["spec"]
-    wait = parse_duration("3m").total_seconds()
-    # the Job's bound leaves room for the wait, the Lease's (15 s) and the work; Helm's own --timeout is 5m
-    assert wait + 15 + 30 <= default["activeDeadlineSeconds"] < 300
+    wait = parse_duration(DEFAULTS["wait"]).total_seconds()
+    # the Job's bound leaves room for the wait, the Lease's (15 s) and a minute of writes; Helm's --timeout is 5m
+    assert wait + 15 + 60 <= default["activeDeadlineSeconds"] == DEFAULTS["activeDeadlineSeconds"] < 300
 
 
 def test_the_cleanup_account_holds_exactly_what_the_cleanup_calls() -> None:

@@ -324,3 +324,16 @@ def test_once_with_a_flag_or_setting_it_does_not_know_exits_2_with_one_line(tmp_
         assert proc.returncode == 2 and proc.stdout == ""
         (line,) = proc.stderr.splitlines()
         assert why in line
+
+
+def test_once_on_a_p5_given_no_efa_reports_it_healthy(tmp_path: Path) -> None:
+    # A p5.48xlarge can take 32 EFA interfaces; Karpenter attached none (no pod asked for vpc.amazonaws.com/efa).
+    (tmp_path / "kern.log").write_text("")
+    (tmp_path / "sys").mkdir()  # no /sys/class/infiniband at all
+    proc = run("--once", "--show-conditions", "--instance-type", "p5.48xlarge", "--sysfs-root", str(tmp_path),
+               "--kmsg-file", str(tmp_path / "kern.log"), "--disable", "nvml,dcgm,diag", "--no-pod-resources")
+    assert proc.returncode == 0, proc.stderr
+    assert "condition GpuhealthEFAHealthy=True EFAHealthy" in proc.stderr  # before: EFADevicesMissing, 0 of 32
+    m = families(proc.stdout)
+    assert m["gpuhealth_efa_devices_expected"] == {(("source", "attached"),): 0}  # EFA not configured here
+    assert m["gpuhealth_efa_devices_max"] == {(): 32}

@@ -500,3 +500,31 @@ def test_the_documented_cluster_grants_are_the_rendered_ones_and_only_with_their
         if off is not None:
             left = grants & _cluster_grants(_render({"remediator": {"policy": off}}))
             assert not left, f"{sorted(left)}: granted without the setting docs/install.md says it needs"
+
+
+CLEANUP_ROW = re.compile(r"^\| `gpuhealth-cleanup` \| (?P<verbs>[^|]+) \| (?P<resources>[^|]+) \| (?P<where>[^|]+) \|",
+                         re.M)
+
+
+def test_the_documented_grants_of_the_cleanup_hook_are_the_rendered_ones() -> None:
+    """The `gpuhealth-cleanup` rows (helm uninstall's pre-delete hook) against every Role and ClusterRole bound to its
+    ServiceAccount, cluster-wide and in their namespaces."""
+    documented = set()
+    for m in CLEANUP_ROW.finditer(INSTALL_MD.read_text()):
+        for name in re.findall(r"`([a-z0-9/.]+)`", m.group("resources")):
+            resource, _, group = name.partition(".")
+            verbs = re.sub(r"\([^)]*\)", "", m.group("verbs"))  # "get, update (the Lease only)"
+            documented |= {(verb, group, resource) for verb in re.findall(r"[a-z]+", verbs)}
+    assert len(documented) >= 8, "CLEANUP_ROW is stale"
+    docs = _render(None)
+    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
+             for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    rendered = set()
+    for b in docs:
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding") and any(
+                s["kind"] == "ServiceAccount" and s["name"] == "gpuhealth-cleanup" for s in b["subjects"]):
+            ns = b["metadata"].get("namespace", "") if b["roleRef"]["kind"] == "Role" else ""
+            rendered |= {(v, g, r) for rule in roles[(b["roleRef"]["kind"], ns, b["roleRef"]["name"])]
+                         for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert rendered == documented, f"rendered, not documented: {sorted(rendered - documented)}; " \
+                                   f"documented, not rendered: {sorted(documented - rendered)}"

@@ -212,7 +212,7 @@ def test_values_schema_rejects_unknown_and_wrong_values() -> None:
 
 # --- Kubernetes schemas ---
 
-BUILTIN = ("v1", "apps/v1", "policy/v1", "rbac.authorization.k8s.io/v1", "admissionregistration.k8s.io/v1",
+BUILTIN = ("v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1", "admissionregistration.k8s.io/v1",
            "networking.k8s.io/v1")
 
 
@@ -588,7 +588,8 @@ def test_exporter_without_the_kernel_log_runs_with_no_capability_and_as_non_root
     assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert {v["name"] for v in pod["volumes"]} == {"config", "sys"}
-    assert yaml.safe_load(one(off, "ConfigMap", "gpuhealth-exporter")["data"]["exporter.yaml"])["pod_resources"] is False
+    settings = yaml.safe_load(one(off, "ConfigMap", "gpuhealth-exporter")["data"]["exporter.yaml"])
+    assert settings["pod_resources"] is False
 
 
 def test_exporter_security_context_given_in_values_is_used_as_is() -> None:
@@ -609,14 +610,16 @@ def test_install_doc_says_what_each_probe_needs() -> None:
 # --- each exporter patches only its own Node (behaviour: test_node_binding.py) ---
 
 def test_exporter_node_binding_is_rendered_by_default_and_can_be_turned_off() -> None:
-    policy = one(RENDERED["default"], "ValidatingAdmissionPolicy")
-    binding = one(RENDERED["default"], "ValidatingAdmissionPolicyBinding")
+    name = "gpuhealth-exporter-own-node"
+    policy = one(RENDERED["default"], "ValidatingAdmissionPolicy", name)
+    binding = one(RENDERED["default"], "ValidatingAdmissionPolicyBinding", name)
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"] and policy["spec"]["failurePolicy"] == "Fail"
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert any("nodes/status" in r["resources"] and "UPDATE" in r["operations"] for r in rules)
     off = render({"exporter": {"nodeBinding": {"enabled": False}}})
-    assert not kinds(off, "ValidatingAdmissionPolicy") and not kinds(off, "ValidatingAdmissionPolicyBinding")
+    assert not [d for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+                for d in kinds(off, kind) if d["metadata"]["name"] == name]
 
 
 def test_every_request_the_exporter_makes_is_granted(tmp_path: Path) -> None:

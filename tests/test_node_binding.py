@@ -137,12 +137,13 @@ def test_an_unknown_or_missing_token_gets_401(cluster: FakeCluster, tmp_path: Pa
 
 
 def one_binding() -> dict[str, Any]:
-    (binding,) = [d for d in MANIFESTS if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    (binding,) = [d for d in MANIFESTS if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and d["spec"]["policyName"] == POLICY]
     return binding
 
 
 def _policy() -> dict[str, Any]:
-    (policy,) = [d for d in MANIFESTS if d["kind"] == "ValidatingAdmissionPolicy"]
+    (policy,) = [d for d in MANIFESTS if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == POLICY]
     return copy.deepcopy(policy)
 
 

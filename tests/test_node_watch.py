@@ -1,21 +1,12 @@
-"""The exporter watches its own Node (exporter/node_watch.py) instead of reading it every reset_marker_interval:
-the API load of 2,000 exporters, and how soon the GPU reset marker is obeyed.
-
-The served `gpuhealth-exporter` runs as a process against the fake API server, under the chart's RBAC for its
-ServiceAccount; the watch's own behaviour (resuming, backing off) is checked on a NodeWatch over HTTP.
+"""The watch of the exporter's own Node (exporter/node_watch.py) over HTTP against the fake API server, under the
+chart's RBAC: it resumes where it stopped, lists again only when it must, and backs off without giving up. What it
+means for the GPU reset marker (nothing changes while it is broken): tests/test_exporter_reset_marker.py.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,7 +14,7 @@ import chart_rbac
 import pytest
 from fake_cluster import FakeCluster
 
-from exporter.gpu_reset import ANNOTATION, RELEASED_REASON
+from exporter.gpu_reset import ANNOTATION
 from exporter.node_watch import NodeWatch
 
 NODE = "gpu-node-1"
@@ -56,71 +47,6 @@ def wait_for(what: Callable[[], bool], seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return what()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def exporter(api: FakeCluster, sa_dir: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Starts the served agent on NODE (its GPU probes off: nothing here to pause), with the given flags."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*flags: str) -> subprocess.Popen[bytes]:
-        (tmp_path / "kern.log").write_text("")
-        (tmp_path / "exporter.yaml").write_text("condition_interval: 0.5\n")
-        exe = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent))
-        assert exe
-        proc = subprocess.Popen(
-            [exe, "--config", str(tmp_path / "exporter.yaml"), "--listen", f"127.0.0.1:{_free_port()}",
-             "--kmsg-file", str(tmp_path / "kern.log"), "--node", NODE, "--kube-api", api.url,
-             "--service-account-dir", str(sa_dir), "--state-file", str(tmp_path / "s.json"),
-             "--disable", "nvml,dcgm,diag,efa", "--no-pod-resources", *flags],
-            stderr=subprocess.DEVNULL, env={k: v for k, v in os.environ.items() if k != "INSTANCE_TYPE"})
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(10)
-
-
-def probes_condition(api: FakeCluster) -> dict[str, str]:
-    return next((c for c in api.node(NODE)["status"]["conditions"] if c["type"] == "GpuhealthProbesHealthy"), {})
-
-
-def node_reads(api: FakeCluster) -> int:
-    return sum(n for (verb, resource), n in api.calls.items() if resource == "nodes")
-
-
-def test_the_exporter_watches_its_node_instead_of_reading_it_every_interval(
-        api: FakeCluster, exporter: Callable[..., subprocess.Popen[bytes]]) -> None:
-    exporter("--reset-marker-interval", "0.2")
-    assert wait_for(lambda: probes_condition(api).get("reason") == "ProbesHealthy")
-    before = node_reads(api)
-    time.sleep(3)  # 15 reset-marker intervals
-    assert node_reads(api) - before == 0  # before: a GET of the Node every interval (15 here; 200/s at 2,000 nodes)
-    reads = {verb: n for (verb, resource), n in api.calls.items() if resource == "nodes"}
-    assert reads == {"list": 1, "watch": 1}  # one list, one watch still open: nothing per interval
-    queries = [q for method, path, q in api.queries if path == "/api/v1/nodes"]
-    assert all(q["fieldSelector"] == f"metadata.name={NODE}" for q in queries)  # its own Node, nothing else
-    assert {q.get("allowWatchBookmarks") for q in queries if q.get("watch")} == {"true"}
-
-
-def test_the_reset_marker_is_obeyed_when_it_is_set_not_at_the_next_interval(
-        api: FakeCluster, exporter: Callable[..., subprocess.Popen[bytes]]) -> None:
-    exporter("--reset-marker-interval", "120")
-    assert wait_for(lambda: probes_condition(api).get("reason") == "ProbesHealthy")
-    api.update_node(NODE, lambda n: n["metadata"]["annotations"].update({ANNOTATION: "gpuhealth-reset-x"}))
-    set_at = time.monotonic()
-    assert wait_for(lambda: probes_condition(api).get("reason") == RELEASED_REASON, seconds=10)
-    assert time.monotonic() - set_at < 10  # before: at the next read, up to 120 s here (10 s by default)
-    api.update_node(NODE, lambda n: n["metadata"]["annotations"].pop(ANNOTATION))
-    assert wait_for(lambda: probes_condition(api).get("reason") == "ProbesHealthy", seconds=10)
 
 
 def test_an_api_server_restart_resumes_the_watch_where_it_stopped(api: FakeCluster, sa_dir: Path) -> None:
@@ -160,25 +86,13 @@ def test_a_failing_api_server_is_retried_with_a_bounded_backoff(api: FakeCluster
         stop.set()
 
 
-def test_a_watch_is_authorized_as_a_watch_however_the_parameter_is_spelled() -> None:
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "lister"},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": "lister"}, "roleRef": {"kind": "ClusterRole", "name": "lister"},
-               "subjects": [{"kind": "ServiceAccount", "namespace": "ns", "name": "sa"}]}
-    with FakeCluster() as cluster:
-        cluster.add_node(NODE)
-        cluster.load_rbac([role, binding])
-        cluster.add_service_account_token("t", "ns", "sa")
-
-        def status(query: str) -> int:
-            req = urllib.request.Request(f"{cluster.url}/api/v1/nodes?{query}", headers={"Authorization": "Bearer t"})
-            try:
-                with urllib.request.urlopen(req, timeout=5) as resp:
-                    return int(resp.status)
-            except urllib.error.HTTPError as exc:
-                return exc.code
-
-        assert status("watch=false") == 200  # a list
-        for spelled in ("true", "1", "True", "yes"):  # the API server's bool: anything but 0, f, false
-            assert status(f"watch={spelled}&timeoutSeconds=1") == 403, spelled
+def test_a_watch_the_api_server_ends_is_renewed_from_where_it_stopped(api: FakeCluster, sa_dir: Path) -> None:
+    stop = threading.Event()
+    watch = NodeWatch(api.url, NODE, sa_dir=str(sa_dir), watch_seconds=(1, 1))  # timeoutSeconds=1
+    try:
+        watch.start(stop)
+        assert wait_for(lambda: api.calls[("watch", "nodes")] >= 3, seconds=10)
+        assert watch.failures == 0 and api.calls[("list", "nodes")] == 1  # an ended watch is no failure
+        assert watch.annotations() == {}
+    finally:
+        stop.set()

@@ -27,16 +27,15 @@ EXAMPLE = ROOT / "remediator" / "policy.example.yaml"
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
 
 
-def _generator() -> ModuleType:
+@pytest.fixture(scope="module")
+def generator() -> ModuleType:
+    """helm/policy_schema.py (`make schema`)."""
     spec = importlib.util.spec_from_file_location("policy_schema", ROOT / "helm" / "policy_schema.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
-
-
-generator = _generator()
 
 
 def committed() -> dict[str, Any]:
@@ -60,11 +59,13 @@ def _parser_accepts(policy: Any) -> bool:
 
 # --- freshness ---
 
-def test_the_committed_policy_schema_is_what_the_parsers_make() -> None:
-    assert committed() == generator.policy_schema(), "values.schema.json's remediator.policy is stale: run `make schema`"
+def test_the_committed_policy_schema_is_what_the_parsers_make(generator: ModuleType) -> None:
+    fresh = generator.policy_schema()
+    assert committed() == fresh, "values.schema.json's remediator.policy is stale: run `make schema`"
 
 
-def test_check_mode_reports_a_stale_schema_and_the_rewrite_touches_only_the_policy(tmp_path: Path) -> None:
+def test_check_mode_reports_a_stale_schema_and_the_rewrite_touches_only_the_policy(generator: ModuleType,
+                                                                                     tmp_path: Path) -> None:
     copy = tmp_path / "values.schema.json"
     copy.write_text(VALUES_SCHEMA.read_text())
     assert generator.main(["--check", "--schema", str(copy)]) == 0

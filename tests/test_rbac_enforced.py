@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,9 +17,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from remediator_harness import Harness
 
-from remediator.act.node_jobs import job_statuses
+from remediator.act.node_jobs import job_statuses, render_job
 from remediator.clients.errors import Forbidden
 from remediator.clients.kube import Kube
+from remediator.policy import Policy
 
 SA = "system:serviceaccount:gpuhealth:gpuhealth-remediator"
 
@@ -61,8 +64,7 @@ def test_what_the_chart_does_not_grant_is_403_in_the_api_servers_status_shape(cl
 
 def test_a_role_grants_only_in_its_namespace_and_resource_names_limit_what_they_name(cluster: FakeCluster) -> None:
     batch = client.BatchV1Api(_remediator(cluster))
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"},
-           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}], "restartPolicy": "Never"}}}}
+    job = render_job("reboot", "x", "gpu-0", Policy())  # a Job the chart's admission policy admits
     batch.create_namespaced_job("gpuhealth", copy.deepcopy(job))  # the jobs Role's namespace
     _forbidden(batch.create_namespaced_job, "ml", copy.deepcopy(job))
     leases = client.CoordinationV1Api(_remediator(cluster))
@@ -172,3 +174,27 @@ def test_with_gpu_scope_off_the_remediator_reads_no_dra_object_and_is_granted_no
         assert c.forbidden == [] and not [p for _, p in c.requests if "resource.k8s.io" in p]
         resource = client.CustomObjectsApi(_remediator(c))
         _forbidden(resource.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceslices")
+
+
+def test_a_watch_is_authorized_as_a_watch_however_the_parameter_is_spelled() -> None:
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "lister"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "lister"}, "roleRef": {"kind": "ClusterRole", "name": "lister"},
+               "subjects": [{"kind": "ServiceAccount", "namespace": "ns", "name": "sa"}]}
+    with FakeCluster() as cluster:
+        cluster.add_node("gpu-0")
+        cluster.load_rbac([role, binding])
+        cluster.add_service_account_token("t", "ns", "sa")
+
+        def status(query: str) -> int:
+            req = urllib.request.Request(f"{cluster.url}/api/v1/nodes?{query}", headers={"Authorization": "Bearer t"})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    return int(resp.status)
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert status("watch=false") == 200  # a list
+        for spelled in ("true", "1", "True", "yes"):  # the API server's bool: anything but 0, f, false
+            assert status(f"watch={spelled}&timeoutSeconds=1") == 403, spelled

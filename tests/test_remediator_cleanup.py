@@ -323,6 +323,23 @@ def test_the_dry_run_writes_nothing_and_says_what_a_run_would_undo(cluster: Fake
     assert h.step() is not None  # the remediator still leads: a dry run takes no Lease
 
 
+def test_a_remediator_still_running_after_the_hold_takes_its_lease_back_and_drops_the_mark(
+        cluster: FakeCluster) -> None:
+    h = Harness(cluster, POLICY)
+    _mid_drain(h, cluster, "gpu-1")
+    _cleanup(h)
+    assert h.step() is None and h.rem.elector.stopped_by  # held: it sees the mark
+    h.advance(seconds=119)
+    assert h.step() is None  # the cleanup's hold (2m) is not over on the replica's own clock yet
+    h.advance(seconds=2)
+    assert h.step() is not None and h.rem.is_leader() and h.rem.elector.stopped_by is None
+    lease = cluster.leases[("gpuhealth", "gpuhealth-remediator")]
+    assert lease["spec"]["holderIdentity"] == "replica-a"
+    assert CLEANUP_ANNOTATION not in (lease["metadata"].get("annotations") or {})
+    h.fire("gpu-1", "cordon", alertname="AfterTheCleanup")  # it records (and acts) again
+    assert h.state("gpu-1").active
+
+
 def test_the_replace_condition_goes_only_where_gpuhealth_set_it(cluster: FakeCluster) -> None:
     cluster.add_node("gpu-r", pool="gpu-r")
     cluster.add_node("gpu-eks", pool="gpu-eks")
@@ -360,7 +377,8 @@ def test_a_write_that_conflicts_is_computed_again_from_the_node_as_it_is_now(clu
     _mid_drain(h, cluster, "gpu-1")
     cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 409)  # a person's kubectl got there first
     report, _ = _cleanup(h)
-    assert report.ok and not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
+    assert report.ok, report.summary()
+    assert not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
     assert not cluster.node("gpu-1")["spec"].get("unschedulable")
 
 

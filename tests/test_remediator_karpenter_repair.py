@@ -156,7 +156,7 @@ def test_a_node_outside_an_episode_is_not_a_conflict(cluster: FakeCluster) -> No
     assert CONFLICT not in cluster.reasons("gpu-1")
 
 
-def test_a_dry_run_and_plan_show_the_conflict_without_writing(cluster: FakeCluster, tmp_path: Path,
+def test_plan_shows_the_conflict_in_both_modes_and_writes_nothing(cluster: FakeCluster, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     h = Harness(cluster, POLICY)
     _mid_reset(h)

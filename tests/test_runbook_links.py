@@ -1,5 +1,6 @@
-"""Each alert's runbook_url, as the chart's PrometheusRule renders it, points at monitoring.prometheusRule.runbookBaseURL:
-a fleet that mirrors the repository (or pins a release tag) sends on-call to pages it can open."""
+"""Each alert's runbook_url, as the chart's PrometheusRule renders it, points at
+monitoring.prometheusRule.runbookBaseURL: a fleet that mirrors the repository (or pins a release tag) sends
+on-call to pages it can open."""
 
 from __future__ import annotations
 

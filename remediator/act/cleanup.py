@@ -205,10 +205,10 @@ def _undo_all(kube: Kube, policy: Policy, running: dict[str, str], options: Clea
         changes += _delete_rules(kube, version, rules.pop(name, []), report)
         if changes:
             _report_node(kube, name, changes, undo, options, clock, out, report)
-    for node, names in sorted(rules.items()):  # rules of Nodes that are gone
+    for gone, names in sorted(rules.items()):  # rules of Nodes that no longer exist
         deleted = _delete_rules(kube, version, names, report)
         if deleted:
-            out(f"{node} (no such node): {'; '.join(deleted)}")
+            out(f"{gone or '(no node named)'} (no such node): {'; '.join(deleted)}")
 
 
 def _undo_one(kube: Kube, policy: Policy, node: dict[str, Any], job: str | None) -> tuple[list[str], Undo]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.act.executor import Executor
@@ -25,17 +25,19 @@ from remediator.clock import Clock
 from remediator.decide.budget import Ledger
 from remediator.decide.devices import claim_index, devices_by_node
 from remediator.decide.event_reasons import EventReason
-from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.job_start import MISSING, JobRecord
 from remediator.decide.ladder import NodePlan, SilenceCheck
+from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.plan import evaluate
-from remediator.decide.views import DraFleet, NodeView, build_views
+from remediator.decide.views import DraFleet, NodeView, attach_dra, build_views, needs_dra
 from remediator.decide.vocabulary import Action
 from remediator.intake.alertmanager_sync import AlertmanagerSync
 from remediator.metrics import ApiOperation, Metrics
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
+
+SWEEP_AT_REST = timedelta(minutes=5)  # how often passes that need no DRA look for gpuhealth's leftover device taints
 
 
 class Reconciler:
@@ -49,6 +51,8 @@ class Reconciler:
         self.last_plans: list[NodePlan] = []
         self._was_leader = False
         self._dra_unavailable = False  # said once: the cluster serves no DRA, or the chart grants no access
+        self._swept_at: datetime | None = None  # the last sweep of gpuhealth's DeviceTaintRules while at rest
+        self._needed_dra = True  # the pass before read DRA (needs_dra): the next one sweeps, at rest or not
         self._monitoring_faults: set[FaultKey] = set()  # reported (gauge, audit line) by the last pass
 
     def run_once(self) -> list[NodePlan] | None:
@@ -107,8 +111,10 @@ class Reconciler:
         by_name = {n["metadata"]["name"]: n for n in nodes}
         cache = self.kube.cache
         pods_on = cache.pods_on if cache is not None else self.kube.pods_on
-        dra = self._dra()
-        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay(), dra)
+        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay())
+        dra = self._dra() if needs_dra(views) else None  # only a pass that can use them reads the DRA objects
+        if dra is not None:
+            attach_dra(views, dra)
         trips = self.elector.breaker_trips()
         ledger, plans = evaluate(views, self.policy, now, trips, self.silences)
         view_of = {v.name: v for v in views}
@@ -123,7 +129,7 @@ class Reconciler:
                 except Exception as exc:  # one node's trouble is not the next node's
                     self.metrics.api_error(ApiOperation.EXECUTE)
                     log.warning("node %s: %s", plan.node, exc)
-            self._sweep_device_taints(views, plans, dra)
+            self._sweep_device_taints(views, plans, dra, now)
         except PassAborted as exc:
             self.metrics.pass_aborted(exc.reason)
             audit("pass_aborted", reason=str(exc), identity=self.identity)
@@ -133,8 +139,9 @@ class Reconciler:
         return plans
 
     def _dra(self) -> DraFleet | None:
-        """What DRA publishes this pass (None: node scope for every node). A cluster without resource.k8s.io/v1
-        (404) or a chart without the grants (403) is node scope, said once; the API's trouble is counted."""
+        """What DRA publishes this pass (None: node scope for every node), read only in a pass that can use it
+        (views.needs_dra), fresh and in pages (clients/kube.py). A cluster that serves no ResourceSlice (404) or a
+        chart without the grants (403) is node scope, said once; the API's trouble is counted."""
         if not self.policy.dra.enabled:
             return None
         try:
@@ -152,17 +159,31 @@ class Reconciler:
             log.warning("listing DRA objects: %s: nodes without a GPU scope episode get node scope this pass", exc)
         return None
 
-    def _sweep_device_taints(self, views: list[NodeView], plans: list[NodePlan], dra: DraFleet | None) -> None:
+    def _sweep_device_taints(self, views: list[NodeView], plans: list[NodePlan], dra: DraFleet | None,
+                             now: datetime) -> None:
         """gpuhealth's DeviceTaintRules whose node has no episode that holds them (a release that failed, an episode
-        a person closed, a node replaced or deleted): removed, so no GPU stays quarantined with no state behind it."""
-        if dra is None or dra.taint_api is None or self.kube.dry_run:
+        a person closed, a node replaced or deleted): removed, so no GPU stays quarantined with no state behind it.
+        Every pass that needs DRA and the first pass after; otherwise every SWEEP_AT_REST."""
+        busy, self._needed_dra = self._needed_dra, needs_dra(views)
+        if not self.policy.dra.enabled or self.kube.dry_run:
+            return
+        if not (busy or self._needed_dra) and self._swept_at is not None and now - self._swept_at < SWEEP_AT_REST:
+            return
+        try:
+            taint_api = dra.taint_api if dra is not None else self.executor.taints.served_version()
+        except KubeError as exc:
+            self.metrics.api_error(ApiOperation.LIST_DRA)
+            log.warning("asking which version serves DeviceTaintRule: %s", exc)
+            return
+        self._swept_at = now
+        if taint_api is None:
             return
         holding = {v.name for v in views if v.damaged is not None or (v.state.active and v.state.devices)}
         holding |= {p.node for p in plans if p.final_state.active and p.final_state.devices}  # started this pass
         try:
-            for node in self.executor.taints.nodes_with_rules(dra.taint_api):
+            for node in self.executor.taints.nodes_with_rules(taint_api):
                 if node not in holding:
-                    released = self.executor.taints.release(dra.taint_api, node)
+                    released = self.executor.taints.release(taint_api, node)
                     audit("device_taints_swept", node=node, rules=released)
         except KubeError as exc:
             self.metrics.api_error(ApiOperation.LIST_DRA)

@@ -1,7 +1,7 @@
 """DRA device taints: which API version serves DeviceTaintRule, and the rules gpuhealth makes and removes.
 
-DeviceTaintRule is GA in resource.k8s.io/v1 (Kubernetes 1.37); before that it is served only with the
-`DRADeviceTaintRules` feature gate, in an older version (v1beta2, v1alpha3). `served_version` asks discovery
+DeviceTaintRule is GA in resource.k8s.io/v1 (Kubernetes 1.37); before that it is served only behind a feature gate,
+in an older version (v1beta2 in 1.36, v1alpha3 in 1.33-1.35: clients/dra_api.py). `served_version` asks discovery
 which version serves it (None: none does, and the remediator stays at node scope, saying so in the audit).
 Every rule gpuhealth makes carries the label `app.kubernetes.io/managed-by: gpuhealth` and its node's, so
 that return to service removes only ours, never a rule a person or the DRA driver made.
@@ -13,25 +13,19 @@ group, so one code path serves every version); a dry run's client records them i
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
-from kubernetes import client
-
-from remediator.clients.errors import NotFound, api_call
-from remediator.clients.kube import DEVICE_TAINT_RULES, DRA_GROUP, Kube
+from remediator.clients.dra_api import DEVICE_TAINT_RULES
+from remediator.clients.dra_api import GROUP as DRA_GROUP
+from remediator.clients.kube import Kube
 
 log = logging.getLogger("gpuhealth.remediator")
 
-VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")  # preferred first
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuhealth"}
 NODE_LABEL = "gpuhealth.io/node-hash"  # a node name can outgrow a label value (63 characters): its hash
 NODE_ANNOTATION = "gpuhealth.io/node"
-DISCOVERY_TTL = 600.0  # seconds a discovery answer is trusted (an upgrade that starts serving it is seen)
 
 
 def node_hash(node: str) -> str:
@@ -57,38 +51,10 @@ def rule_body(version: str, node: str, driver: str, pool: str, device: str, key:
 class DeviceTaints:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._served: tuple[float, str | None] | None = None
-        self._lock = threading.Lock()
 
     def served_version(self) -> str | None:
-        """The preferred version that serves DeviceTaintRule, from discovery (kept DISCOVERY_TTL seconds)."""
-        with self._lock:
-            if self._served is not None and time.monotonic() - self._served[0] < DISCOVERY_TTL:
-                return self._served[1]
-        version = self._discover()
-        with self._lock:
-            self._served = (time.monotonic(), version)
-        return version
-
-    def _discover(self) -> str | None:
-        try:
-            with api_call():
-                answer: Any = client.ResourceApi(self.kube.api_client).get_api_group(
-                    _preload_content=False, _request_timeout=self.kube.timeout)
-        except NotFound:
-            return None
-        offered = [v.get("version") for v in json.loads(answer.data).get("versions") or []]
-        for version in (v for v in VERSIONS if v in offered):
-            try:
-                with api_call():
-                    listed: Any = self.kube.custom.get_api_resources(DRA_GROUP, version, _preload_content=False,
-                                                                     _request_timeout=self.kube.timeout)
-            except NotFound:
-                continue
-            resources = json.loads(listed.data)
-            if any(r.get("name") == DEVICE_TAINT_RULES for r in resources.get("resources") or []):
-                return version
-        return None
+        """The preferred version that serves DeviceTaintRule, from discovery (kept dra_api.DISCOVERY_TTL seconds)."""
+        return self.kube.dra_api.version(DEVICE_TAINT_RULES)
 
     def taint(self, version: str, node: str, driver: str, pool: str, devices: Iterable[str], key: str, effect: str,
               reason: str) -> list[str]:

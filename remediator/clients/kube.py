@@ -31,16 +31,17 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
+from remediator.clients.dra_api import DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES, DraApi
+from remediator.clients.dra_api import GROUP as DRA_GROUP
 from remediator.clients.errors import Conflict, NotFound, api_call
 from remediator.clients.fleet_cache import FleetCache
+from remediator.clients.pager import PAGE_SIZE, list_pages
 from remediator.decide.node_patches import state_body
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
 
 log = logging.getLogger("gpuhealth.remediator")
 
 MERGE_PATCH = "application/merge-patch+json"
-DRA_GROUP = "resource.k8s.io"
-DEVICE_TAINT_RULES = "devicetaintrules"
 COMPONENT = "gpuhealth-remediator"
 
 
@@ -90,6 +91,8 @@ class Kube:
         self.cache: FleetCache | None = None  # the watch cache of Nodes and Pods, once started
         self.events = EventOutbox(self._create_event)  # Events the API could not take yet
         self.health = ApiHealth()
+        self.dra_api = DraApi(api_client, request_timeout)  # which resource.k8s.io version serves what
+        self.page_size = PAGE_SIZE  # objects a page of the fleet-wide DRA lists
 
     def start_cache(self, stop: threading.Event) -> FleetCache:
         self.cache = FleetCache(self.core, self.timeout)
@@ -122,17 +125,20 @@ class Kube:
 
     # --- DRA: the GPUs drivers publish and the claims on them (GPU scope) ---------------------
     def list_resource_slices(self) -> list[dict[str, Any]]:
-        return self._resource_items("list_resource_slice")
+        return self._resource_items(RESOURCE_SLICES)
 
     def list_resource_claims(self) -> list[dict[str, Any]]:
-        return self._resource_items("list_resource_claim_for_all_namespaces")
+        return self._resource_items(RESOURCE_CLAIMS)
 
-    def _resource_items(self, method: str) -> list[dict[str, Any]]:
-        """A cluster-wide list of resource.k8s.io/v1 objects, as plain JSON."""
+    def _resource_items(self, resource: str) -> list[dict[str, Any]]:
+        """Every object of a resource.k8s.io resource, cluster-wide, as plain JSON: in the version the cluster serves
+        it in (clients/dra_api.py; NotFound when none does), in pages of `page_size` (clients/pager.py)."""
+        version = self.dra_api.version(resource)
+        if version is None:
+            raise NotFound(404, f"no {DRA_GROUP} version is served with {resource}")
         with api_call():
-            response: Any = getattr(client.ResourceV1Api(self.api_client), method)(
-                _preload_content=False, _request_timeout=self.timeout)
-        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+            items, _ = list_pages(self.custom.list_cluster_custom_object, self.page_size, group=DRA_GROUP,
+                                  version=version, plural=resource, _request_timeout=self.timeout)
         return items
 
     # --- DRA device taints (clients/device_taints.py chooses the version and the rules) --------

@@ -24,6 +24,7 @@ from remediator.decide.nodestate import (
     hold_of,
     parse_time,
 )
+from remediator.decide.vocabulary import Scope
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -252,8 +253,6 @@ def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "")
         view = node_view(node, policy, (states or {}).get(name))
-        if dra is not None and name in dra.devices:
-            view.devices, view.claims, view.taint_api = dra.devices[name], dra.claims, dra.taint_api
         if pods_on is None:
             view.pods_known = False
         elif view.state.active or view.our_taint:
@@ -267,4 +266,27 @@ def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
                 if record.status != "missing":
                     view.job_start = job_start(record, pods, policy.jobs.namespace, view.state.job)
         views.append(view)
+    if dra is not None:
+        attach_dra(views, dra)
     return views
+
+
+def needs_dra(views: Iterable[NodeView]) -> bool:
+    """Whether any node's decisions this pass can read DRA (GPU scope): a GPU quarantined, or a node handed over from
+    one (its DeviceTaintRules are released at return to service), or an actionable alert whose episode has not chosen
+    its scope yet. A node at node scope with a rung under way, a remediation=none alert and a fleet at rest are decided
+    without DRA, so those passes read none of its objects."""
+    def needs(st: NodeState) -> bool:
+        if not st.active:
+            return False
+        if st.scope == Scope.GPU or st.devices:
+            return True
+        return st.rung is None and any(a.status == "firing" and a.remediation != "none" for a in st.alerts.values())
+    return any(needs(v.state) for v in views)
+
+
+def attach_dra(views: Iterable[NodeView], dra: DraFleet) -> None:
+    """What DRA publishes, onto each node's view: its devices, the fleet's claims, the served taint API."""
+    for view in views:
+        if view.name in dra.devices:
+            view.devices, view.claims, view.taint_api = dra.devices[view.name], dra.claims, dra.taint_api

@@ -159,13 +159,14 @@ E2E_EXPORTER_CONFIG: dict[str, Any] = {
                "dcgm": {"enabled": True, "interval": 1, "deadline": 1},  # a dcgmi stand-in on PATH
                "diag": {"enabled": False}, "efa": {"interval": 2, "deadline": 2},
                "dcgm_exporter": {"interval": 2, "deadline": 2}},
-    "condition_interval": 1, "fault_window": 30, "efa_expected": 2,
+    "condition_interval": 1, "fault_window": 30,
     "dcgm_exporter": "http://{host_ip}:9400/metrics",  # docs/install.md's node-local recipe (a hostPort)
     "boot_id_file": "/proc/sys/kernel/random/boot_id",  # its default, named so that the node's kernel answers
 }
 MONITORING_ON = {kind: {"enabled": True} for kind in ("podMonitor", "serviceMonitor", "prometheusRule",
                                                        "alertmanagerConfig")}
 RELEASE = NAMESPACE = "gpuhealth"
+EFA_RESOURCE, EFA_DEVICES = "vpc.amazonaws.com/efa", 2  # each simulated node's EFA interfaces
 DCGM_EXPORTER_PORT = 9400
 
 
@@ -507,10 +508,14 @@ class Stack:
             for i in range(count):
                 name = f"{pool}-gpu-{i}"
                 self.cluster.add_node(name, pool=pool)
+                # 2 EFA interfaces attached, as the EFA device plugin advertises them: what EFADevicesMissing
+                # measures against (exporter/efa_expected.py), beside the 2 devices in its sysfs below
+                self.cluster.update_node(name, lambda n: n["status"].update(
+                    capacity={EFA_RESOURCE: str(EFA_DEVICES)}, allocatable={EFA_RESOURCE: str(EFA_DEVICES)}))
                 d = self.workdir / "nodes" / name
                 (d / "bin").mkdir(parents=True)
                 options = self.node_options.get(name, NodeOptions())
-                build_efa_sysfs(d / "sysfs", [(f"rdmap{n}s27", "0xefa1", {}) for n in range(2)])
+                build_efa_sysfs(d / "sysfs", [(f"rdmap{n}s27", "0xefa1", {}) for n in range(EFA_DEVICES)])
                 script = d / "bin" / "dcgmi"
                 script.write_text(DCGMI.format(fixtures=FIXTURES))
                 script.chmod(0o755)
