@@ -26,7 +26,8 @@ and behaves like the API server where the remediator depends on it:
   resourceVersion is older than the `watch_history` kept, and `drop_watches` cuts every open watch off mid-stream
   (an API server restart). Changes go through the API or the helpers
   (`add_node`, `add_pod`, `update_node`, `update_pod`): a test that edits `nodes[...]` in place is not seen
-  by watches. `calls` counts requests by (verb, resource), as the API server's metrics do; `queries` keeps
+  by watches. `calls` counts requests by (verb, resource), as the API server's metrics do, `listed` the objects
+  list answers carried; `queries` keeps
   each request's query parameters (`resourceVersion=0`, selectors).
 - paged lists, as the API server serves them: `limit` cuts a list to that many objects (in key order) with a
   `continue` token; the next pages come from the list as it was at its resourceVersion, whatever changed
@@ -218,6 +219,7 @@ class FakeCluster:
         self._gone_at: dict[tuple[str, str], float] = {}  # terminating pods: when they disappear
         self._faults: list[dict[str, Any]] = []
         self.calls: Counter[tuple[str, str]] = Counter()  # (verb, resource) -> requests
+        self.listed: Counter[tuple[str, str]] = Counter()  # (verb, resource) -> objects the list answers carried
         self.watch_history = 10_000  # changes kept for watches; an older resourceVersion gets 410 Expired
         self.watch_tick = 0.05  # seconds between a watch's checks for terminating pods and its deadline
         self.history: list[WatchEvent] = []
@@ -283,6 +285,8 @@ class FakeCluster:
                                                        self.headers.get("Content-Type") or "", identity)
                             if method == "GET" and code == 200 and query.get("limit"):
                                 out = cluster._first_page(out, query)
+                        if method == "GET" and code == 200 and isinstance(out.get("items"), list):
+                            cluster.listed[_verb(method, url.path, query)] += len(out["items"])
                     except ValueError as exc:
                         code, out = 400, _status(400, "BadRequest", str(exc))
                 self._send(code, out)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_cluster import FakeCluster
-from remediator_harness import Harness, webhook
+from remediator_harness import T0, Harness, webhook
 
 from remediator.cli import main
 from remediator.decide.nodestate import TAINT_KEY
@@ -188,7 +189,8 @@ def test_plan_shows_a_monitoring_fault(tmp_path: Path, cluster: FakeCluster,
         body = tmp_path / f"{node}.json"
         body.write_text(json.dumps(webhook(node, "cordon", alertname=FAILING, gpu=None, labels=NVML_MISSING)))
         bodies.append(str(body))
-    assert main(["plan", "--nodes", str(nodes), "--alerts", *bodies, "--now", "2026-12-02T10:00:30Z"]) == 0
+    now = (T0 + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert main(["plan", "--nodes", str(nodes), "--alerts", *bodies, "--now", now]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(x["node"], x["action"], x["decision"]) for x in lines] == [
         (n, "none", "skipped") for n in ("gpu-1", "gpu-2", "gpu-3")]
