@@ -186,7 +186,8 @@ def run(nodes: int, seconds: float, workdir: Path, remediator_root: Path) -> dic
             results = {"rest": report("at rest", *measure(cluster, seconds), nodes)}
             node = names[0]
             device = cluster.dra.slices[f"{node}-gpu.nvidia.com-x"]["spec"]["devices"][3]
-            fire_gpu_alert(port, node, f"0000{device['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper())
+            bus_id = device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+            fire_gpu_alert(port, node, f"0000{bus_id}".upper())  # NVML's form, as the exporter's alerts carry it
             wait("the GPU quarantined", lambda: bool(cluster.dra.rules), 60, proc, log)
             results["one_gpu"] = report("one GPU quarantined", *measure(cluster, seconds), nodes)
         finally:

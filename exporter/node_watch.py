@@ -155,10 +155,11 @@ class NodeWatch:
                     self._fail("a watch event larger than any Node")
                     raise KubeError(f"watch of node {self.node_name}: an event over {MAX_EVENT_BYTES} bytes")
                 for line in lines:
-                    if line.strip():
-                        self._event(line)
+                    if line.strip() and not self._event(line):
+                        return  # 410 Gone: the next call lists
 
-    def _event(self, line: bytes) -> None:
+    def _event(self, line: bytes) -> bool:
+        """Take one event; False when the watch has to end (its resourceVersion expired)."""
         try:
             event = json.loads(line)
             etype, obj = event["type"], event["object"]
@@ -172,13 +173,13 @@ class NodeWatch:
         if etype == "ERROR":
             if code == GONE:
                 self._expired()
-                return
+                return False
             self._fail(f"watch error {why}")
             raise KubeError(f"watch of node {self.node_name}: error {why}")
         if etype == "BOOKMARK":
             with self._lock:
                 self._rv = rv
-            return
+            return True
         if obj.get("metadata", {}).get("name") != self.node_name:
             self._fail(f"the watch answered with node {obj.get('metadata', {}).get('name')!r}")
             raise KubeError(f"watch of node {self.node_name}: an event for another Node")
@@ -188,6 +189,7 @@ class NodeWatch:
                 self._rv = ""  # list again: a Node of this name may come back
             raise KubeError(f"node {self.node_name} was deleted")
         self._keep(obj, rv)
+        return True
 
     def _keep(self, node: Obj, rv: str) -> None:
         with self._lock:

@@ -3,7 +3,8 @@
     python helm/package.py [--destination dist]
 
 The chart's files/rules, files/dashboards and files/reset_gpu.sh are links to rules/, dashboards/json/ and the
-reset Job's script: the archive holds copies, so the archive is what a user installs (`helm install gpuhealth dist/gpuhealth-<version>.tgz`).
+reset Job's script: the archive holds copies, so the archive is what a user installs
+(`helm install gpuhealth dist/gpuhealth-<version>.tgz`).
 Before it says where the archive is, it loads the archive back and renders it with default values and with
 every monitoring object on, and refuses (exit 1) an archive that lacks a rule file or a dashboard of the tree.
 """

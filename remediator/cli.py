@@ -306,8 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "which device (without it, no pod is named)")
     pl.add_argument("--device-taint-api", default="v1", metavar="VERSION",
                     help="the resource.k8s.io version that serves DeviceTaintRule in the cluster (default v1, "
-                    "Kubernetes 1.37; v1alpha3 behind the DRADeviceTaintRules gate before; none: not served, "
-                    "node scope)")
+                    "Kubernetes 1.37; v1beta2 in 1.36 and v1alpha3 in 1.33-1.35, each behind a feature gate; none: "
+                    "not served, node scope)")
     pl.add_argument("--now", help="evaluate at this RFC 3339 time (default: now)")
     pl.add_argument("--alertmanager", metavar="URL", help="Alertmanager URL to check silences (default: not checked, "
                     "or the --from-alertmanager URL)")

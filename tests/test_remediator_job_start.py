@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 
+import chart_rbac
 import pytest
 from fake_cluster import FakeCluster
 from remediator_harness import Harness
@@ -140,3 +141,23 @@ def test_a_reboot_job_that_makes_no_pod_did_not_start_and_the_node_is_not_replac
     h.step()
     assert "nc-6" in cluster.nodeclaims and "Replace" not in cluster.reasons("gpu-6")
     assert "RebootTimedOut" not in cluster.reasons("gpu-6")
+
+
+def test_a_job_the_api_server_refuses_did_not_start_and_the_ladder_does_not_climb(cluster: FakeCluster) -> None:
+    """The Jobs' admission policy admits the chart's jobs.image only: a remediator whose policy names another (a chart
+    and a policy of different releases, an override the chart does not know) gets 403 for its reset Job. That is
+    gpuhealth's breakage, not a GPU that did not reset."""
+    chart_rbac.enforce(cluster)  # the chart as installed: it admits nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04
+    h = Harness(cluster, "jobs: {image: registry.example.com/cuda:12.4.1-base-ubuntu22.04}")
+    h.fire("gpu-4", "reset_gpu", gpu="1")
+    h.step()
+    assert cluster.jobs == {}
+    state = h.state("gpu-4")
+    assert state.rung == "reset_gpu" and state.rung_status == "failed"
+    assert state.not_started is not None and "ValidatingAdmissionPolicy" in state.not_started
+    assert NOT_STARTED in cluster.reasons("gpu-4") and "GPUResetFailed" not in cluster.reasons("gpu-4")
+    assert h.metric("gpuhealth_remediator_actions_total", action="reset_gpu", result="not_started") == 1
+    h.advance(minutes=45)
+    h.fire("gpu-4", "reset_gpu", gpu="1")
+    assert h.decisions(h.step()) == [("gpu-4", "none", "skipped")]
+    assert cluster.jobs == {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import re
 import sys
 from datetime import timedelta
@@ -168,6 +169,6 @@ def test_the_remediator_climbs_the_ladder_the_runbooks_describe(cluster: FakeClu
             break
         h.advance(minutes=5)
     assert sorted(started, key=lambda r: started[r]) == expected
-    for before, step in zip(steps, steps[1:], strict=False):  # climbs only after escalate_after, not before
+    for before, step in itertools.pairwise(steps):  # climbs only after escalate_after, not before
         waited = started[step.rung] - started[before.rung]
         assert step.after <= waited <= step.after + 3 * tick, (step.rung, waited)

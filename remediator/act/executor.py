@@ -9,6 +9,7 @@ next step, so each pass shows what a live replica would do now.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from datetime import datetime
@@ -20,10 +21,10 @@ from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.act.replace import replace_node
 from remediator.audit import audit
 from remediator.clients.device_taints import DeviceTaints
-from remediator.clients.errors import Conflict
+from remediator.clients.errors import Conflict, Forbidden, KubeError, Rejected
 from remediator.clients.kube import Kube
 from remediator.decide.event_reasons import EventReason, action_failed_reason, action_reason
-from remediator.decide.ladder import Decision, NodePlan
+from remediator.decide.ladder import NOT_STARTED, Decision, NodePlan
 from remediator.decide.node_patches import (
     claim_do_not_disrupt,
     cordon_body,
@@ -41,6 +42,18 @@ from remediator.policy import Policy
 log = logging.getLogger("gpuhealth.remediator")
 
 KARPENTER_NOTE_ACTIONS = (Action.DRAIN, Action.UNCORDON, Action.REPLACE)  # their Event says what we did to it
+
+
+class JobRefused(Exception):
+    """The API server refused a reset or reboot Job (403, 422): it never started (decide/job_start.py's kin)."""
+
+
+def _status_message(exc: KubeError) -> str:
+    """The message of the API server's Status in an error's body (its reason when there is none)."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
 
 
 class Executor:
@@ -125,6 +138,11 @@ class Executor:
                 message = self._perform(d, view, node, plan, now)
             except PassAborted:
                 raise
+            except JobRefused as exc:  # gpuhealth's own breakage: the rung failed as not started (no climb on it)
+                self.metrics.action(d.action, ActionResult.NOT_STARTED)
+                audit("action", **fields, result="not_started", error=str(exc))
+                self._event(d.node, EventReason.NODE_ACTION_JOB_NOT_STARTED, str(exc), now, warning=True)
+                return
             except Exception as exc:  # any failure of the step: counted, audited, an Event; the rung's timeout
                 self.metrics.action(d.action, ActionResult.FAILED)
                 audit("action", **fields, result="failed", error=str(exc))
@@ -173,7 +191,17 @@ class Executor:
             raise RuntimeError("gpuhealth's device taints are gone from the GPU: a person took over; not starting")
         if d.action in (Action.RESET_GPU, Action.REBOOT):
             assert d.job is not None
-            created = kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
+            try:
+                created = kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
+            except (Forbidden, Rejected) as exc:
+                if isinstance(exc, Rejected) and exc.throttled:
+                    raise
+                why = f"the API server refused the Job ({exc}: {_status_message(exc)})"
+                self._fail_rung(plan, node, now, not_started=why)
+                raise JobRefused(f"{NOT_STARTED}: job {policy.jobs.namespace}/{d.job}: {why}. It touched no GPU: "
+                                 "gpuhealth's own breakage (its RBAC, its Jobs' admission policy, a chart and an "
+                                 "image of different releases), not the node's; the ladder does not climb for "
+                                 "it") from exc
             return f"job {policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
         if d.action == Action.REPLACE:
             try:
@@ -183,10 +211,10 @@ class Executor:
                 raise
         raise ValueError(f"unknown action {d.action}")
 
-    def _fail_rung(self, plan: NodePlan, node: dict[str, Any], now: datetime) -> None:
+    def _fail_rung(self, plan: NodePlan, node: dict[str, Any], now: datetime, not_started: str | None = None) -> None:
         """The step that started the plan's rung failed: the rung is failed, written on our own write's
-        resourceVersion (the Node exactly as this plan left it)."""
-        failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now))
+        resourceVersion (the Node exactly as this plan left it). not_started: its Job never could (why)."""
+        failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now), not_started=not_started)
         self.guard.check()
         self.kube.write_state(plan.node, failed, node["metadata"].get("resourceVersion"))
 

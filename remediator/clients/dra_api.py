@@ -32,7 +32,7 @@ DEVICE_TAINT_RULES = "devicetaintrules"
 PREFERRED: dict[str, tuple[str, ...]] = {  # newest first
     RESOURCE_SLICES: ("v1", "v1beta2", "v1beta1"),
     RESOURCE_CLAIMS: ("v1", "v1beta2", "v1beta1"),
-    DEVICE_TAINT_RULES: ("v1", "v1beta2", "v1beta1", "v1alpha3"),
+    DEVICE_TAINT_RULES: ("v1", "v1beta2", "v1alpha3"),  # never in v1beta1
 }
 DISCOVERY_TTL = 600.0  # seconds a discovery answer is trusted
 
