@@ -147,6 +147,7 @@ bench: deps .stamp-apt-bench
 	$(BIN)/python bench/sim_speed.py --quick
 	$(BIN)/python bench/gpu_scope_capacity.py
 	$(BIN)/python bench/api_requests.py --quick
+	$(BIN)/python bench/remediator_api_rate.py --quick
 
 clean:
 	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache

@@ -22,7 +22,7 @@ code before DRA objects were read in pages and only when a pass can use them:
     .venv/bin/python bench/remediator_api_rate.py --remediator-root /tmp/before
 
     .venv/bin/python bench/remediator_api_rate.py            # 2,000 nodes, 120 s a phase (~5 min)
-    .venv/bin/python bench/remediator_api_rate.py --quick    # 2,000 nodes, 30 s a phase (~2 min, make bench)
+    .venv/bin/python bench/remediator_api_rate.py --quick    # 2,000 nodes, 20 s a phase (~1.5 min, make bench)
 Last lines: `name value` pairs.
 """
 
@@ -197,13 +197,13 @@ def run(nodes: int, seconds: float, workdir: Path, remediator_root: Path) -> dic
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="30 s a phase (make bench)")
+    parser.add_argument("--quick", action="store_true", help="20 s a phase (make bench)")
     parser.add_argument("--nodes", type=int, default=2000, help="fleet size (default 2,000)")
-    parser.add_argument("--seconds", type=float, help="measured wall seconds a phase (default 120; --quick 30)")
+    parser.add_argument("--seconds", type=float, help="measured wall seconds a phase (default 120; --quick 20)")
     parser.add_argument("--remediator-root", type=Path, default=ROOT,
                         help="the checkout whose remediator runs (default this one)")
     args = parser.parse_args()
-    seconds = args.seconds or (30.0 if args.quick else 120.0)
+    seconds = args.seconds or (20.0 if args.quick else 120.0)
     print(f"remediator API requests: {args.nodes:,} nodes, {seconds:.0f} s a phase, remediator from "
           f"{args.remediator_root}, load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="api-rate-") as tmp:

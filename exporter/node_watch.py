@@ -4,9 +4,9 @@ One LIST of the node by name (`fieldSelector=metadata.name=<node>`, `resourceVer
 server's watch cache), then a WATCH from the list's resourceVersion with bookmarks, renewed when the API server
 ends it (`timeoutSeconds`, 5-10 minutes, jittered as client-go's reflector does) from the last resourceVersion
 seen. A watch whose resourceVersion is too old (410 Gone, after a compaction or a long outage) lists again; any
-other failure is retried from where it stopped after a backoff that doubles from 1 s to at most 30 s. At 2,000
-nodes that is about 4 requests a second for the fleet, where a GET of every Node every 10 s was 200
-(docs/benchmarks.md, "API requests at 2,000 nodes").
+other failure is retried from where it stopped after a backoff that doubles from 1 s to at most 30 s, each wait
+jittered down to half. At 2,000 nodes that is about 4.5 requests a second for the fleet, where a GET of every Node
+every 10 s was 200 (docs/benchmarks.md, "API requests at 2,000 nodes").
 
 Fail safe, as the GET it replaces: while the watch is broken (a request failed, the watch ended in an error, the
 Node was deleted or an answer was not this Node) `annotations()` raises KubeError, so the GPU reset marker's reader
@@ -93,9 +93,10 @@ class NodeWatch:
                 self.watch_once(stop)
             except KubeError as exc:
                 wait = min(max(wait * 2, self.backoff[0]), self.backoff[1])
-                log.warning("watch of node %s: %s (again in %.0f s; the GPU reset marker is unread meanwhile)",
-                            self.node_name, exc, wait)
-                stop.wait(wait)
+                delay = wait * random.uniform(0.5, 1.0)  # jittered: a fleet cut off at once does not return at once
+                log.warning("watch of node %s: %s (again in %.1f s; the GPU reset marker is unread meanwhile)",
+                            self.node_name, exc, delay)
+                stop.wait(delay)
             except Exception:  # the thread must outlive any bug: it is how the reset marker is seen
                 wait = self.backoff[1]
                 self._fail("unexpected error")

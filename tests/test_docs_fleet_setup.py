@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 from exporter.cli import INSTANCE_TYPE_LABEL
-from remediator.clients.dra_api import DEVICE_TAINT_RULES, PREFERRED, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = ROOT / "docs" / "install.md"
@@ -46,6 +45,8 @@ def _version_table() -> dict[str, tuple[str, str, str]]:
 
 
 def test_remediation_md_names_per_kubernetes_version_the_versions_the_remediator_discovers() -> None:
+    from remediator.clients.dra_api import DEVICE_TAINT_RULES, PREFERRED, RESOURCE_CLAIMS, RESOURCE_SLICES
+
     table = _version_table()
     assert set(table) == {"1.32", "1.33", "1.34, 1.35", "1.36", "1.37 and later"}
     named_core = {v for core, _, _ in table.values() for v in re.findall(r"`(v\w+)`", core)}

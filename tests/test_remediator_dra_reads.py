@@ -17,7 +17,6 @@ from kubernetes.client.exceptions import ApiException
 from remediator_harness import Harness
 
 from remediator.clients.kube import Kube
-from remediator.clients.pager import list_pages
 
 DRIVER = "gpu.nvidia.com"
 POLICY = "alertmanager: {url: none}\n"
@@ -67,6 +66,8 @@ def test_the_pages_of_one_list_are_one_revision_whatever_changes_between_them(cl
             cluster.dra.add_claim("ns-0", "claim-late", [(DRIVER, "gpu-1", "gpu-0")], ["pod-late"])
         return api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims", **kw)
 
+    from remediator.clients.pager import list_pages
+
     items, rv = list_pages(changing, 100)
     names = {c["metadata"]["name"] for c in items}
     assert calls == 3 and len(items) == 250 and "claim-0245" in names and "claim-late" not in names
@@ -85,6 +86,8 @@ def test_an_expired_continue_token_starts_one_whole_list_again(cluster: FakeClus
             cluster.dra.add_claim("ns-0", "claim-late", [(DRIVER, "gpu-1", "gpu-0")], ["pod-late"])
             cluster.compact()  # the first page's revision is gone: its token is 410 Expired
         return api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims", **kw)
+
+    from remediator.clients.pager import list_pages
 
     items, _ = list_pages(compacting, 100)
     assert len(items) == 251 and "claim-late" in {c["metadata"]["name"] for c in items}  # one list, of now
