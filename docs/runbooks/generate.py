@@ -227,9 +227,9 @@ def _climbing(facts: AlertFacts, policy: Policy) -> list[str]:
     jobs = [r for r in ("reset_gpu", "reboot") if rung_index(first) <= rung_index(r) <= rung_index(last)]
     if jobs:
         what = " or a ".join("reset" if r == "reset_gpu" else r for r in jobs)
-        lines.append(f"A {what} that fails (its Job failed, or its timeout passed) climbs to the next rung at once, "
-                     f"without waiting, up to `ladder.max_rung` ({policy.ladder.max_rung}); a rung that fails at "
-                     "`ladder.max_rung` waits for a person.")
+        lines.append(f"A {what} that fails (its Job failed, or its timeout passed) climbs to the next rung without "
+                     f"waiting for `escalate_after`, up to `ladder.max_rung` ({policy.ladder.max_rung}); a rung that "
+                     "fails at `ladder.max_rung` waits for a person.")
     return lines
 
 
@@ -246,8 +246,8 @@ def _budget(facts: AlertFacts, policy: Policy) -> str:
     if rung_index(facts.remediation) >= rung_index("drain") or len(climb(policy, facts.remediation)[0]) > 1:
         text += (f"; at most {b.max_disrupted} of a pool's nodes in drain or beyond (`budget.max_disrupted`), and no "
                  f"new drain or rung above it in a pool where more than {br.threshold:g}% of the nodes (and at least "
-                 f"{br.min_nodes}) have firing alerts: the circuit breaker, open for {dur(br.cooldown)} after it last "
-                 "tripped")
+                 f"{br.min_nodes}) have actionable alerts firing: the circuit breaker, open for {dur(br.cooldown)} "
+                 "after it last tripped")
     return text + ". A step over a budget is deferred and tried again every pass, oldest episode first."
 
 
@@ -481,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         problems = stale()
         for name, why in sorted(problems.items()):
-            print(f"docs/runbooks/{name}.md: {why} (run `make runbooks`)")
+            hint = "write it, then run `make runbooks`" if why.startswith("no runbook page") else "run `make runbooks`"
+            print(f"docs/runbooks/{name}.md: {why} ({hint})")
         return 1 if problems else 0
     for name in write():
         print(f"wrote docs/runbooks/{name}")
