@@ -184,3 +184,21 @@ def test_dra_in_v1beta1_without_device_taints_is_node_scope_and_says_why(cluster
     h.fire("gpu-0", "cordon", gpu=_pci(devices[1]))
     (decision,) = h.decided(h.step())
     assert decision.action == "cordon" and "node scope: the cluster serves no DeviceTaintRule" in decision.reason
+
+
+def test_at_rest_leftover_device_taints_are_swept_every_five_minutes_not_every_pass(cluster: FakeCluster) -> None:
+    from remediator.clients.device_taints import DeviceTaints
+
+    _dra_fleet(cluster, 2)
+    h = Harness(cluster, POLICY)
+    taints = DeviceTaints(h.kube)
+    h.step()  # the first pass sweeps (nothing there yet)
+    taints.taint("v1", "gpu-1", DRIVER, "gpu-1", ["gpu-2"], "gpuhealth.io/unhealthy", "NoSchedule", "left behind")
+    lists = len(_list_requests(cluster, "devicetaintrules"))
+    for _ in range(4):
+        h.advance(minutes=1)
+        h.step()
+    assert cluster.dra.rules and len(_list_requests(cluster, "devicetaintrules")) == lists  # at rest: not each pass
+    h.advance(minutes=1, seconds=1)
+    h.step()
+    assert not cluster.dra.rules  # swept within SWEEP_AT_REST
