@@ -161,3 +161,26 @@ def test_a_job_the_api_server_refuses_did_not_start_and_the_ladder_does_not_clim
     h.fire("gpu-4", "reset_gpu", gpu="1")
     assert h.decisions(h.step()) == [("gpu-4", "none", "skipped")]
     assert cluster.jobs == {}
+
+
+def test_a_reset_job_the_api_server_never_creates_did_not_start_and_the_ladder_does_not_climb(
+        h: Harness, cluster: FakeCluster) -> None:
+    """Every create of the Job fails for the rung's whole timeout (a mutating webhook of the cluster's that is down: 500
+    "failed calling webhook"; the Jobs' namespace gone: 404): no Job, no container, no GPU touched. At the rung's
+    timeout that is gpuhealth's breakage, reported as that, not a GPU that did not reset: no reboot, no replace."""
+    cluster.nodeclaims["nc-4"] = {"metadata": {"name": "nc-4"}, "status": {"nodeName": "gpu-4"}}
+    cluster.fail("POST", f"^/apis/batch/v1/namespaces/{NS}/jobs$", 500, times=10_000,
+                 reason='Internal error occurred: failed calling webhook "jobs.policy.example.com"')
+    h.fire("gpu-4", "reset_gpu", gpu="1")
+    h.step()
+    assert h.state("gpu-4").rung == "reset_gpu" and cluster.jobs == {}
+    for _ in range(4):  # past reset_gpu's timeout (10m), its escalate_after (30m) and reboot's timeout (30m)
+        h.advance(minutes=15)
+        h.fire("gpu-4", "reset_gpu", gpu="1")
+        h.step()
+    state = h.state("gpu-4")
+    assert state.rung == "reset_gpu" and state.rung_status == "failed"
+    assert state.not_started is not None and "never created" in state.not_started
+    assert NOT_STARTED in cluster.reasons("gpu-4") and "GPUResetTimedOut" not in cluster.reasons("gpu-4")
+    assert h.metric("gpuhealth_remediator_actions_total", action="reset_gpu", result="not_started") == 1
+    assert cluster.jobs == {} and "nc-4" in cluster.nodeclaims

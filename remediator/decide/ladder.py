@@ -179,10 +179,18 @@ def _not_started(view: NodeView, state: NodeState, now: datetime, policy: Policy
     """The rung's Job never ran its container, for a reason of its own (decide/job_start.py): gpuhealth's breakage,
     reported as that, never as the GPU's or the node's failure: (why, its Note), or None. Counted once
     jobs.start_timeout has passed (the kubelet retries image pulls meanwhile), at once when the kubelet refused the
-    pod, and at the rung's end (its timeout, or the Job failing) whatever time has passed."""
-    if view.job_start is None or state.rung is None:
+    pod, and at the rung's end (its timeout, or the Job failing) whatever time has passed. A Job still missing at the
+    rung's timeout was never created (each pass creates a missing one again; a finished one outlives the rung by
+    jobs.ttl_seconds_after_finished): every create failed, which says nothing about the GPU either."""
+    if state.rung is None:
         return None
-    why = view.job_start.not_started(now, policy.jobs.start_timeout, timed_out or view.job_status == "failed")
+    if view.job_status == "missing" and timed_out:
+        why = ("the Job was never created: the API server refused or did not answer each try until the rung's timeout "
+               "(the node's earlier Events of this rung say why)")
+    elif view.job_start is not None:
+        why = view.job_start.not_started(now, policy.jobs.start_timeout, timed_out or view.job_status == "failed")
+    else:
+        return None
     if not why:
         return None
     return why, Note(EventReason.NODE_ACTION_JOB_NOT_STARTED, f"{NOT_STARTED}: job {policy.jobs.namespace}/"
