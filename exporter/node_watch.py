@@ -3,10 +3,11 @@
 One LIST of the node by name (`fieldSelector=metadata.name=<node>`, `resourceVersion=0`: answered from the API
 server's watch cache), then a WATCH from the list's resourceVersion with bookmarks, renewed when the API server
 ends it (`timeoutSeconds`, 5-10 minutes, jittered as client-go's reflector does) from the last resourceVersion
-seen. A watch whose resourceVersion is too old (410 Gone, after a compaction or a long outage) lists again; any
-other failure is retried from where it stopped after a backoff that doubles from 1 s to at most 30 s, each wait
-jittered down to half. At 2,000 nodes that is about 4.5 requests a second for the fleet, where a GET of every Node
-every 10 s was 200 (docs/benchmarks.md, "API requests at 2,000 nodes").
+seen. A watch silent past SILENCE_SECONDS (no event and not the API server's bookmark of about every minute) is a
+dead connection. A watch whose resourceVersion is too old (410 Gone, after a compaction or a long outage) lists
+again, with a consistent read; any other failure is retried from where it stopped after a backoff that doubles from
+1 s to at most 30 s, each wait jittered down to half. At 2,000 nodes that is about 4.5 requests a second for the
+fleet, where a GET of every Node every 10 s was 200 (docs/benchmarks.md, "API requests at 2,000 nodes").
 
 Fail safe, as the GET it replaces: while the watch is broken (a request failed, the watch ended in an error, the
 Node was deleted or an answer was not this Node) `annotations()` raises KubeError, so the GPU reset marker's reader
@@ -35,6 +36,11 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = (300.0, 600.0)  # how long one watch may last, chosen in this range per watch (client-go's)
 BACKOFF_SECONDS = (1.0, 30.0)  # after a failure: the first wait, and the most it doubles to
 READ_SLACK_SECONDS = 30.0  # a watch silent this long past its timeoutSeconds is a dead connection
+# The API server sends a watch that asked for bookmarks one about every minute, changes or not (its cacher's
+# defaultBookmarkFrequency): a watch silent for longer than this is a connection whose peer is gone without a word
+# (a lost API server host, a load balancer that dropped it). Found in 2.5 minutes, not at the watch's end (up to
+# 10.5): a reset marker set meanwhile would otherwise wait out most of the reset rung's 10-minute timeout.
+SILENCE_SECONDS = 150.0
 READ_BYTES = 65536
 MAX_EVENT_BYTES = 8 << 20  # etcd stores objects of at most 1.5 MiB: a longer line is not a Node
 GONE = 410
@@ -46,17 +52,20 @@ class NodeWatch:
     def __init__(self, api: str, node: str, sa_dir: str = SA_DIR, timeout: float = 10.0,
                  on_change: Callable[[], None] | None = None,
                  watch_seconds: tuple[float, float] = WATCH_SECONDS,
-                 backoff: tuple[float, float] = BACKOFF_SECONDS) -> None:
-        """on_change: called (on the watch's thread) whenever the Node seen changes; keep it short."""
+                 backoff: tuple[float, float] = BACKOFF_SECONDS, silence: float = SILENCE_SECONDS) -> None:
+        """on_change: called (on the watch's thread) whenever the Node seen changes; keep it short. silence: how
+        long a watch may send nothing (not even a bookmark) before it counts as a dead connection."""
         self.http = KubeHttp(api, sa_dir, timeout)
         self.node_name = node
         self.on_change = on_change
         self.watch_seconds = watch_seconds
         self.backoff = backoff
+        self.silence = silence
         self.failures = 0  # requests that failed, and watches that ended in an error
         self._lock = threading.Lock()
         self._node: Obj | None = None
         self._rv = ""  # where the next watch resumes; "" lists first
+        self._consistent = False  # the next list must be current (after a 410), not from a possibly older cache
         self._broken: str | None = "not read yet"  # why the Node seen may not be current; None while it is
         self._selector = quote(f"metadata.name={node}", safe="")
 
@@ -109,7 +118,9 @@ class NodeWatch:
 
     def list(self) -> None:
         """Read the Node afresh: the state a watch then resumes from. KubeError when it cannot."""
-        path = f"/api/v1/nodes?fieldSelector={self._selector}&resourceVersion=0"
+        # resourceVersion=0: from the API server's watch cache (cheap), except after a 410, where that cache may be
+        # older than what this watch had seen (another API server); then a consistent read, as client-go relists
+        path = f"/api/v1/nodes?fieldSelector={self._selector}" + ("" if self._consistent else "&resourceVersion=0")
         try:
             answer = self.http.request("GET", path)
             items = answer.get("items")
@@ -122,6 +133,7 @@ class NodeWatch:
         except KubeError as exc:
             self._fail(str(exc))
             raise
+        self._consistent = False
         self._keep(mine[0], rv)
 
     def watch_once(self, stop: threading.Event) -> None:
@@ -131,7 +143,8 @@ class NodeWatch:
         path = (f"/api/v1/nodes?fieldSelector={self._selector}&watch=true&allowWatchBookmarks=true"
                 f"&resourceVersion={self._rv}&timeoutSeconds={seconds}")
         try:
-            resp = self.http.open("GET", path, timeout=seconds + READ_SLACK_SECONDS)
+            # the socket's timeout bounds each read: silence past it (no event, no bookmark) is a dead connection
+            resp = self.http.open("GET", path, timeout=min(seconds + READ_SLACK_SECONDS, self.silence))
         except KubeError as exc:
             if exc.code == GONE:
                 self._expired()
@@ -217,6 +230,7 @@ class NodeWatch:
         log.info("watch of node %s: resourceVersion %s expired, listing again", self.node_name, self._rv)
         with self._lock:
             self._rv = ""
+            self._consistent = True
 
     def _fail(self, why: str) -> None:
         with self._lock:

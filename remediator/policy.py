@@ -594,6 +594,11 @@ class YamlReader:
             raise self.fail(key, f"expected an integer >= {minimum}, got {value!r}")
         return value
 
+    def boolean(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {value!r}")
+        return value
+
     def string(self, key: str, value: Any, choices: tuple[str, ...] = (), optional: bool = False) -> Any:
         if value is None and optional:
             return None
@@ -663,9 +668,7 @@ def _reset(r: YamlReader, value: Any) -> ResetSettings:
                          "letters, digits, '-', '_' or '.')")
         kw["pause_value"] = pause
     if "wait_for_exporter" in reset:
-        if not isinstance(reset["wait_for_exporter"], bool):
-            raise r.fail("reset.wait_for_exporter", f"expected true or false, got {reset['wait_for_exporter']!r}")
-        kw["wait_for_exporter"] = reset["wait_for_exporter"]
+        kw["wait_for_exporter"] = r.boolean("reset.wait_for_exporter", reset["wait_for_exporter"])
     if "scope" in reset:
         kw["scope"] = r.string("reset.scope", reset["scope"], choices=("auto", "gpu", "node"))
     if "node_products" in reset:
@@ -704,9 +707,7 @@ def _dra(r: YamlReader, value: Any) -> DraSettings:
     dra = r.section("dra", {"enabled", "driver", "taint_key"}, value)
     kw: dict[str, Any] = {}
     if "enabled" in dra:
-        if not isinstance(dra["enabled"], bool):
-            raise r.fail("dra.enabled", f"expected true or false, got {dra['enabled']!r}")
-        kw["enabled"] = dra["enabled"]
+        kw["enabled"] = r.boolean("dra.enabled", dra["enabled"])
     if "driver" in dra:
         kw["driver"] = r.string("dra.driver", dra["driver"])
     if "taint_key" in dra:
@@ -820,15 +821,9 @@ def _drain(r: YamlReader, value: Any) -> DrainSettings:
         kw["eviction_backoff"] = tuple(
             (r.duration("drain.eviction_backoff", s) or timedelta()).total_seconds() for s in steps)
     if "karpenter_do_not_disrupt" in drain:
-        if not isinstance(drain["karpenter_do_not_disrupt"], bool):
-            raise r.fail("drain.karpenter_do_not_disrupt",
-                         f"expected true or false, got {drain['karpenter_do_not_disrupt']!r}")
-        kw["karpenter_do_not_disrupt"] = drain["karpenter_do_not_disrupt"]
+        kw["karpenter_do_not_disrupt"] = r.boolean("drain.karpenter_do_not_disrupt", drain["karpenter_do_not_disrupt"])
     if "honor_pod_do_not_disrupt" in drain:
-        if not isinstance(drain["honor_pod_do_not_disrupt"], bool):
-            raise r.fail("drain.honor_pod_do_not_disrupt",
-                         f"expected true or false, got {drain['honor_pod_do_not_disrupt']!r}")
-        kw["honor_pod_do_not_disrupt"] = drain["honor_pod_do_not_disrupt"]
+        kw["honor_pod_do_not_disrupt"] = r.boolean("drain.honor_pod_do_not_disrupt", drain["honor_pod_do_not_disrupt"])
     return DrainSettings(**kw)
 
 
@@ -1020,9 +1015,7 @@ def _workloads(r: YamlReader, value: Any) -> WorkloadPolicy:
     d = WorkloadPolicy()
     kw: dict[str, Any] = {}
     if "enabled" in w:
-        if not isinstance(w["enabled"], bool):
-            raise r.fail("workloads.enabled", f"expected true or false, got {w['enabled']!r}")
-        kw["enabled"] = w["enabled"]
+        kw["enabled"] = r.boolean("workloads.enabled", w["enabled"])
     if "namespaces" in w:
         names = w["namespaces"]
         if not isinstance(names, list) or not all(isinstance(n, str) and re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", n)
@@ -1051,9 +1044,7 @@ def _workloads(r: YamlReader, value: Any) -> WorkloadPolicy:
     if "threshold" in loop:
         kw["restart_loop_threshold"] = r.integer("workloads.restart_loop.threshold", loop["threshold"], minimum=2)
     if "suspend" in loop:
-        if not isinstance(loop["suspend"], bool):
-            raise r.fail("workloads.restart_loop.suspend", f"expected true or false, got {loop['suspend']!r}")
-        kw["restart_loop_suspend"] = loop["suspend"]
+        kw["restart_loop_suspend"] = r.boolean("workloads.restart_loop.suspend", loop["suspend"])
     return replace(d, **kw)
 
 

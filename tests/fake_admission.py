@@ -11,7 +11,8 @@
   matchConstraints.resourceRules and excludeResourceRules (groups, versions, operations,
   resources with subresources and wildcards, resourceNames, scope), matchConditions, variables,
   validations (message, messageExpression, reason), failurePolicy, and the binding's
-  validationActions (Deny denies; Warn and Audit never do). Anything the fake cannot evaluate
+  validationActions (Deny denies; Warn and Audit never do), and Kubernetes' quantity library
+  (tests/fake_quantity.py). Anything the fake cannot evaluate
   (paramKind, label selectors, audit annotations) is refused when the policy is loaded, so it is never
   silently ignored.
 - A denial has the shape of the API server's: a Status with the validation's reason (Invalid when
@@ -30,6 +31,7 @@ import celpy
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
+from fake_quantity import FUNCTIONS as QUANTITY_FUNCTIONS
 
 Obj = dict[str, Any]
 
@@ -158,7 +160,7 @@ class _Expression:
     def __init__(self, env: celpy.Environment, text: str, where: str) -> None:
         self.text = text
         try:
-            self.program = env.program(env.compile(text))
+            self.program = env.program(env.compile(text), functions=QUANTITY_FUNCTIONS)
         except Exception as exc:  # CELParseError: a policy the API server would not accept
             raise ValueError(f"{where}: CEL does not compile: {text!r}: {exc}") from exc
 

@@ -14,17 +14,19 @@ and behaves like the API server where the remediator depends on it:
 - events (create, list by involvedObject.name; 422 when the Event's namespace is not the involved
   object's, or "default" for cluster-scoped objects, as the API server validates);
 - coordination.k8s.io/v1 Leases (create, get, replace with a resourceVersion precondition);
-  batch/v1 Jobs (create, get, list by label; 409 AlreadyExists; merge PATCH); a created Job counts one active pod, and
+  batch/v1 Jobs (create, defaulted as the API server does before admission: tests/fake_defaults.py; get, list by
+  label; 409 AlreadyExists; merge PATCH); a created Job counts one active pod, and
   the pod itself exists (with the kubelet's status: an image pull backing off, a refusal) only when a test plays the
   Job controller and the kubelet (`job_pod`, `job_makes_no_pod`); karpenter.sh/v1 NodeClaims (list, delete);
 - pods: merge PATCH (annotations) with a resourceVersion precondition, seen by watches;
 - fault injection: answer a matching request with an error status, or delay it (client timeouts);
 - watches (`?watch=true`) on nodes and pods: ADDED/MODIFIED/DELETED as newline-delimited JSON from the
   given resourceVersion (an object entering or leaving a selector is ADDED or DELETED, as on a real API
-  server), BOOKMARKs when asked for (sent as soon as the resourceVersion moves, where a real API server
-  sends one about every minute), `timeoutSeconds`, and an ERROR 410 Expired event when the
+  server), BOOKMARKs when asked for (as soon as the resourceVersion moves, and every `bookmark_interval`, 60 s,
+  as a real API server's cacher does), `timeoutSeconds`, and an ERROR 410 Expired event when the
   resourceVersion is older than the `watch_history` kept, and `drop_watches` cuts every open watch off mid-stream
-  (an API server restart). Changes go through the API or the helpers
+  (an API server restart), `silence_watches` leaves them open and silent (a peer gone without a word). Changes go
+  through the API or the helpers
   (`add_node`, `add_pod`, `update_node`, `update_pod`): a test that edits `nodes[...]` in place is not seen
   by watches. `calls` counts requests by (verb, resource), as the API server's metrics do, `listed` the objects
   list answers carried; `queries` keeps
@@ -73,6 +75,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fake_admission import ANONYMOUS, AdmissionPolicies, Attributes, Identity, attributes, service_account
+from fake_defaults import default_job
 from fake_dra import FakeDra
 from fake_rbac import Authorizer, watching
 from fake_rbac import request as rbac_request
@@ -227,6 +230,8 @@ class FakeCluster:
         self._changed = threading.Condition(self.lock)
         self._closed = False
         self._dropped = 0  # drop_watches() so far: a watch begun before the latest is cut
+        self._silenced = 0  # silence_watches() so far: a watch begun before the latest sends nothing more
+        self.bookmark_interval = 60.0  # a watch that asked for bookmarks gets one at least this often (the cacher's)
         self.on_close: list[Callable[[], None]] = []  # run on exit (clients stop their watches)
         self._pages: dict[int, tuple[Obj, list[Obj], bool]] = {}  # paged lists: (the list, items left, selected)
         self._page_ids = 0
@@ -310,11 +315,17 @@ class FakeCluster:
                 for obj in initial:
                     self._chunk(b'{"type":"ADDED","object":' + obj.encode() + b"}\n")
                 marked = pos or 0
-                generation = cluster._dropped
+                generation, silenced = cluster._dropped, cluster._silenced
+                bookmarked = time.monotonic()
                 while time.monotonic() < deadline and not cluster._closed:
                     if cluster._dropped != generation:  # the connection dies mid-stream: no last chunk
                         self.close_connection = True
                         self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    if cluster._silenced != silenced:  # a connection dead on the way (no FIN, no RST): nothing more
+                        while not cluster._closed and cluster._dropped == generation:
+                            time.sleep(cluster.watch_tick)
+                        self.close_connection = True
                         return
                     if pos is None:  # too old: as the API server does, a 200 carrying an ERROR event
                         expired = _status(410, "Expired", "too old resource version")
@@ -327,11 +338,12 @@ class FakeCluster:
                     for rv, etype, obj in events:
                         self._chunk(b'{"type":"' + etype.encode() + b'","object":' + obj.encode() + b"}\n")
                         marked = rv
-                    if bookmarks and pos > marked:
+                    due = time.monotonic() - bookmarked >= cluster.bookmark_interval
+                    if bookmarks and (pos > marked or due):  # as the cacher: when it moves, and about every minute
                         self._chunk(json.dumps({"type": "BOOKMARK", "object": {
                             "kind": "Node" if kind == "nodes" else "Pod", "apiVersion": "v1",
                             "metadata": {"resourceVersion": str(pos)}}}).encode() + b"\n")
-                        marked = pos
+                        marked, bookmarked = pos, time.monotonic()
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 
@@ -679,6 +691,14 @@ class FakeCluster:
             self._dropped += 1
             self._changed.notify_all()
 
+    def silence_watches(self) -> None:
+        """Every watch open now goes silent without being closed, as a connection whose peer vanished (a lost API
+        server host, a load balancer that dropped it without a reset): no event, no bookmark, no end, until
+        drop_watches() or the end of the test."""
+        with self.lock:
+            self._silenced += 1
+            self._changed.notify_all()
+
     def compact(self) -> None:
         """Forget all history (etcd compaction): watches from an older resourceVersion get 410 Expired."""
         with self.lock:
@@ -778,6 +798,8 @@ class FakeCluster:
         attrs = attributes(method, path, body)
         if parts[:3] == ["api", "v1", "nodes"]:
             return self._nodes(method, parts[3:], body, content_type, fs, ls, attrs, identity)
+        if method == "POST" and parts[:2] == ["apis", "batch"] and parts[5:6] == ["jobs"] and isinstance(body, dict):
+            body = default_job(body)  # as the API server: defaulted before admission sees it, and stored so
         # Other writes are admitted before their object is looked up: `object` is the body sent (CREATE,
         # PUT) or null (PATCH, DELETE). The chart's policies are about Nodes, admitted exactly below.
         denied = self._admit(attrs, identity, body if method in ("POST", "PUT") else None, None)

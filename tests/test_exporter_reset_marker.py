@@ -299,6 +299,8 @@ def test_a_watch_too_old_to_resume_lists_the_node_again(cluster: FakeCluster, tm
     assert wait_for(lambda: agent.release.poll() and agent.release.released_for == REQUEST)
     assert cluster.calls[("list", "nodes")] == lists + 1  # one list after the 410, then it watches again
     assert wait_for(lambda: cluster.calls[("watch", "nodes")] >= 2)
+    relist = [q for method, path, q in cluster.queries if path == "/api/v1/nodes" and not q.get("watch")][-1]
+    assert "resourceVersion" not in relist  # a consistent read: the cache (rv=0) may be older than the watch had seen
 
 
 def test_the_answer_must_be_this_node(cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ import pytest
 from fake_cluster import FakeCluster
 
 from exporter.gpu_reset import ANNOTATION
+from exporter.kube_http import KubeError
 from exporter.node_watch import NodeWatch
 
 NODE = "gpu-node-1"
@@ -94,6 +95,48 @@ def test_a_watch_the_api_server_ends_is_renewed_from_where_it_stopped(api: FakeC
         watch.start(stop)
         assert wait_for(lambda: api.calls[("watch", "nodes")] >= 3, seconds=10)
         assert watch.failures == 0 and api.calls[("list", "nodes")] == 1  # an ended watch is no failure
+        assert watch.annotations() == {}
+    finally:
+        stop.set()
+
+
+def marker(watch: NodeWatch) -> str | None:
+    """The reset marker the watch sees; None while it is broken (annotations() then refuses to answer)."""
+    try:
+        return watch.annotations().get(ANNOTATION)
+    except KubeError:
+        return None
+
+
+def test_a_watch_gone_silent_is_found_dead_and_resumed_before_the_reset_rung_times_out(
+        api: FakeCluster, sa_dir: Path) -> None:
+    # A connection whose peer vanished without a word: no event, no bookmark, no end. With the API server's
+    # bookmark about every minute, silence past `silence` (150 s by default; 1 s here) is a dead connection.
+    stop = threading.Event()
+    api.bookmark_interval = 0.2
+    watch = NodeWatch(api.url, NODE, sa_dir=str(sa_dir), watch_seconds=(600, 600), backoff=(0.05, 0.2), silence=1.0)
+    try:
+        watch.start(stop)
+        assert wait_for(lambda: api.calls[("watch", "nodes")] == 1)
+        api.silence_watches()
+        time.sleep(0.3)  # the watch has gone quiet before the change
+        api.update_node(NODE, lambda n: n["metadata"]["annotations"].update({ANNOTATION: "r-1"}))
+        assert wait_for(lambda: marker(watch) == "r-1", seconds=5)  # not after 600 s
+        assert watch.failures == 1 and api.calls[("list", "nodes")] == 1  # resumed from where it was, not listed
+    finally:
+        stop.set()
+        api.drop_watches()
+
+
+def test_a_quiet_node_kept_alive_by_bookmarks_is_no_failure(api: FakeCluster, sa_dir: Path) -> None:
+    # Nothing changes for several silence periods, but the API server's periodic bookmarks keep the watch alive.
+    stop = threading.Event()
+    api.bookmark_interval = 0.2
+    watch = NodeWatch(api.url, NODE, sa_dir=str(sa_dir), watch_seconds=(600, 600), silence=1.0)
+    try:
+        watch.start(stop)
+        time.sleep(3.5)
+        assert watch.failures == 0 and api.calls[("watch", "nodes")] == 1
         assert watch.annotations() == {}
     finally:
         stop.set()

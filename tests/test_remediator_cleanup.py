@@ -2,7 +2,7 @@
 mid-drain and mid-quarantine, it stops the remediators, waits for gpuhealth's Jobs, and takes off exactly what
 gpuhealth did, never what a person did. It runs as the chart's cleanup hook ServiceAccount, under the chart's
 RBAC (tests/chart_rbac.py); the GPU Operator's DaemonSets and gpuhealth's exporter are played at the API boundary
-as in test_remediator_reset_sequence.py."""
+(tests/gpu_operator.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,17 @@ import chart_rbac
 import pytest
 import yaml
 from chart_render import render
-from fake_cluster import FakeCluster, Obj, merge_patch
+from fake_cluster import FakeCluster, merge_patch
+from gpu_operator import (
+    OPERAND_PODS,
+    PAUSED,
+    deploy_labels,
+    exporter_says,
+    label,
+    operator_node,
+    release_for_reset,
+    start_operand_pods,
+)
 from kubernetes import client
 from remediator_harness import T0, Harness
 
@@ -45,10 +55,6 @@ ladder:
   reset_gpu: {timeout: 10m}
 replace: {method: condition}
 """
-OPERATOR_NS = "gpu-operator"
-OPERAND_PODS = {"device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery": "gpu-feature-discovery",
-                "dcgm-exporter": "nvidia-dcgm-exporter", "dcgm": "nvidia-dcgm"}
-PAUSED = "paused-for-gpu-reset"
 GPU = "00000000:86:00.0"
 DRIVER = "gpu.nvidia.com"
 A_PERSONS_TAINT = {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}
@@ -62,48 +68,11 @@ def cluster() -> Iterator[FakeCluster]:
 
 # --- the cluster as the GPU Operator, the exporter and people keep it ------------------------------------------
 
-def _label(operand: str) -> str:
-    return f"nvidia.com/gpu.deploy.{operand}"
-
-
-def _exporter_says(c: FakeCluster, node: str, reason: str = "ProbesHealthy", message: str = "every probe answered",
-                   ctype: str = "GpuhealthProbesHealthy") -> None:
-    def change(n: Obj) -> None:
-        conditions = [x for x in n["status"]["conditions"] if x["type"] != ctype]
-        conditions.append({"type": ctype, "status": "True", "reason": reason, "message": message})
-        n["status"]["conditions"] = conditions
-    c.update_node(node, change)
-
-
 def _operator_node(c: FakeCluster, name: str, **labels: str) -> None:
-    """A GPU Operator node (every operand "true", its pods running) with gpuhealth's exporter's conditions; its own
-    pool, so that each node's episode has its budget."""
-    c.add_node(name, pool=name, labels={**{_label(op): "true" for op in OPERAND_PODS}, _label("driver"): "true",
-                                        **labels})
-    for app in OPERAND_PODS.values():
-        c.add_pod(name, f"{app}-{name}", namespace=OPERATOR_NS, labels={"app": app}, owner_kind="DaemonSet")
-    _exporter_says(c, name)
-    _exporter_says(c, name, "GPUHealthy", "no fault", ctype="GpuhealthGPUHealthy")
-
-
-def _daemonset_controller(c: FakeCluster, node: str) -> None:
-    labels = c.node(node)["metadata"]["labels"]
-    for op, app in OPERAND_PODS.items():
-        running = (OPERATOR_NS, f"{app}-{node}") in c.pods
-        if labels.get(_label(op)) != "true" and running:
-            with c.lock:
-                c._emit("pods", c.pods.pop((OPERATOR_NS, f"{app}-{node}")), None, deleted=True)
-
-
-def _release_for_reset(c: FakeCluster, node: str) -> None:
-    """The operands' pods go and the exporter answers the reset request, as each does on its own."""
-    _daemonset_controller(c, node)
-    request = c.annotations(node)[RESET_REQUEST_ANNOTATION]
-    _exporter_says(c, node, "ReleasedForGPUReset", f"released NVML and paused DCGM for GPU reset request {request}")
-
-
-def _operands(c: FakeCluster, node: str) -> dict[str, str]:
-    return {k: v for k, v in c.node(node)["metadata"]["labels"].items() if k.startswith("nvidia.com/gpu.deploy.")}
+    """A GPU Operator node with both of gpuhealth's exporter's conditions; its own pool, so that each node's episode
+    has its budget."""
+    operator_node(c, name, pool=name, **labels)
+    exporter_says(c, name, "GPUHealthy", "no fault", ctype="GpuhealthGPUHealthy")
 
 
 def _condition_types(c: FakeCluster, node: str) -> set[str]:
@@ -135,7 +104,7 @@ def _mid_reset(h: Harness, c: FakeCluster, node: str) -> None:
     """reset_gpu: the operands paused, the exporter released the GPU, the reset Job running."""
     h.fire(node, "reset_gpu", gpu=GPU)
     h.step()
-    _release_for_reset(c, node)
+    release_for_reset(c, node)
     h.step()
     state = h.state(node)
     assert (state.rung, state.reset_phase) == ("reset_gpu", "resetting") and _reset_jobs(c)
@@ -146,7 +115,7 @@ def _mid_drain(h: Harness, c: FakeCluster, node: str) -> None:
     c.add_node(node, pool=node)
     c.add_pod(node, f"db-{node}", labels={"app": f"db-{node}"})
     c.add_pdb("default", {"app": f"db-{node}"}, 0)
-    _exporter_says(c, node)
+    exporter_says(c, node)
     h.sync()  # the watch cache knows the new node before its alert comes
     h.fire(node, "reboot", gpu=None)
     h.step()
@@ -199,17 +168,17 @@ def _node_writes(c: FakeCluster) -> list[tuple[str, str]]:
 def test_cleanup_takes_off_only_what_gpuhealth_did_mid_reset_mid_drain_and_mid_quarantine(
         cluster: FakeCluster) -> None:
     # A person set DCGM off on the reset node before gpuhealth came (it is not paused, and stays "false").
-    _operator_node(cluster, "gpu-reset", **{_label("dcgm"): "false"})
+    _operator_node(cluster, "gpu-reset", **{label("dcgm"): "false"})
     _a_persons_device_taint_rule(cluster, "gpu-quarantine")
     cluster.add_node("gpu-person", pool="gpu-person", unschedulable=True,
                      annotations={DO_NOT_DISRUPT_ANNOTATION: "true"})  # a person's cordon and do-not-disrupt
-    _exporter_says(cluster, "gpu-person")
+    exporter_says(cluster, "gpu-person")
     h = Harness(cluster, POLICY)
     _mid_reset(h, cluster, "gpu-reset")
     _mid_drain(h, cluster, "gpu-drain")
     cluster.update_node("gpu-drain", lambda n: n["spec"]["taints"].append(A_PERSONS_TAINT))  # a person's, meanwhile
     _mid_quarantine(h, cluster, "gpu-quarantine")
-    assert _operands(cluster, "gpu-reset")[_label("device-plugin")] == PAUSED
+    assert deploy_labels(cluster, "gpu-reset")[label("device-plugin")] == PAUSED
     assert cluster.annotations("gpu-reset")[RESET_REQUEST_ANNOTATION]
 
     (job,) = _reset_jobs(cluster)
@@ -233,9 +202,10 @@ def test_cleanup_takes_off_only_what_gpuhealth_did_mid_reset_mid_drain_and_mid_q
         assert not {t for t in _condition_types(cluster, node) if t.startswith("Gpuhealth")}
         assert "Ready" in _condition_types(cluster, node)  # the kubelet's stay
         assert "CleanedUp" in cluster.reasons(node)
-    assert _operands(cluster, "gpu-reset") == {_label("device-plugin"): "true", _label("gpu-feature-discovery"): "true",
-                                               _label("dcgm-exporter"): "true", _label("dcgm"): "false",
-                                               _label("driver"): "true"}
+    assert deploy_labels(cluster, "gpu-reset") == {label("device-plugin"): "true",
+                                                   label("gpu-feature-discovery"): "true",
+                                                   label("dcgm-exporter"): "true", label("dcgm"): "false",
+                                                   label("driver"): "true"}
     assert cluster.taints("gpu-drain") == [A_PERSONS_TAINT]
     assert set(cluster.dra.rules) == {"a-persons-rule"}
     person = cluster.node("gpu-person")
@@ -268,16 +238,15 @@ def test_cleanup_takes_off_only_what_gpuhealth_did_mid_reset_mid_drain_and_mid_q
 
 def test_a_reset_job_still_running_after_the_wait_is_never_stopped_and_its_node_is_left_as_it_is(
         cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster, "gpu-1", **{_label(op): "true" for op in OPERAND_PODS})
-    for app in OPERAND_PODS.values():
-        cluster.add_pod("gpu-1", f"{app}-gpu-1", namespace=OPERATOR_NS, labels={"app": app}, owner_kind="DaemonSet")
-    _exporter_says(cluster, "gpu-1")
+    devices = _dra_node(cluster, "gpu-1", **{label(op): "true" for op in OPERAND_PODS})
+    start_operand_pods(cluster, "gpu-1")
+    exporter_says(cluster, "gpu-1")
     h = Harness(cluster, POLICY)
     h.fire("gpu-1", "reset_gpu", gpu=_pci(devices[1]))  # GPU scope: quarantine, its pod evicted, then the reset
     h.step()
     h.advance(seconds=60)
     h.step()
-    _release_for_reset(cluster, "gpu-1")
+    release_for_reset(cluster, "gpu-1")
     h.step()
     assert h.state("gpu-1").scope == "gpu" and _reset_jobs(cluster) and cluster.dra.rules
     before = cluster.node("gpu-1")
@@ -297,7 +266,7 @@ def test_a_reset_job_still_running_after_the_wait_is_never_stopped_and_its_node_
     cluster.jobs[job]["status"] = {"failed": 1}
     report, _ = _cleanup(h)  # once it has ended, a second run takes the rest off
     assert report.ok and report.cleaned["gpu-1"]
-    assert all(v == "true" for v in _operands(cluster, "gpu-1").values()) and not cluster.dra.rules
+    assert all(v == "true" for v in deploy_labels(cluster, "gpu-1").values()) and not cluster.dra.rules
     assert not {STATE_ANNOTATION, RESET_REQUEST_ANNOTATION} & set(cluster.annotations("gpu-1"))
 
 
@@ -421,7 +390,7 @@ def test_the_hooks_command_leaves_held_and_unreadable_nodes_and_exits_1_with_a_s
                      "--kubeconfig", admin]) == 0
     cluster.add_node("gpu-damaged", annotations={STATE_ANNOTATION: "{not json"})
     cluster.add_node("gpu-clean")
-    _exporter_says(cluster, "gpu-clean")
+    exporter_says(cluster, "gpu-clean")
     capsys.readouterr()
     args = _hook_args(tmp_path)
 

@@ -3,11 +3,20 @@ instead of the device plugin). Its DCGM and dcgm-exporter run under deploy label
 (nvidia.com/gpu.deploy.dcgm-dra, .dcgm-exporter-dra; NVIDIA/gpu-operator controllers/state_manager.go) and hold the GPU
 as the device-plugin mode's do: the reset pauses them and restores them. The DRA kubelet plugin (dra-driver) and the DRA
 validator stay: the plugin must outlive the pods whose claims it unprepares. Labels "false" or absent are left alone.
-The GPU Operator's DaemonSet controller is played by the test at the API boundary."""
+The GPU Operator's DaemonSet controller is played at the API boundary (tests/gpu_operator.py)."""
 
 from __future__ import annotations
 
 from fake_cluster import FakeCluster
+from gpu_operator import (
+    DEPLOY_LABEL_PREFIX,
+    OPERATOR_NS,
+    PAUSED,
+    daemonset_controller,
+    deploy_labels,
+    label,
+    start_operand_pods,
+)
 from remediator_harness import Harness
 
 POLICY = """
@@ -15,40 +24,20 @@ alertmanager: {url: none}
 return_to_service: {healthy_delay: 10m}
 """
 GPU = "00000000:86:00.0"
-NS = "gpu-operator"
 # DRA mode's operands on a GPU node, with their pods' app label (manifests/state-dcgm, state-dcgm-exporter,
 # state-dra-driver, state-dra-validation in NVIDIA/gpu-operator)
 DRA_OPERANDS = {"dcgm-dra": "nvidia-dcgm-dra", "dcgm-exporter-dra": "nvidia-dcgm-exporter-dra",
                 "dra-driver": "nvidia-dra-driver-kubelet-plugin", "dra-validator": "nvidia-operator-validator"}
-PAUSED = "paused-for-gpu-reset"
-
-
-def _label(operand: str) -> str:
-    return f"nvidia.com/gpu.deploy.{operand}"
 
 
 def _dra_node(c: FakeCluster, name: str = "gpu-1") -> None:
-    c.add_node(name, labels={**{_label(op): "true" for op in DRA_OPERANDS}, _label("driver"): "true",
-                             _label("device-plugin"): "false"})
-    for app in DRA_OPERANDS.values():
-        c.add_pod(name, f"{app}-{name}", namespace=NS, labels={"app": app}, owner_kind="DaemonSet")
-
-
-def _daemonset_controller(c: FakeCluster, node: str) -> None:
-    """An operand's pod goes when its label is not "true", and comes back when it is again."""
-    labels = c.node(node)["metadata"]["labels"]
-    for op, app in DRA_OPERANDS.items():
-        running = (NS, f"{app}-{node}") in c.pods
-        if labels.get(_label(op)) != "true" and running:
-            with c.lock:
-                c._emit("pods", c.pods.pop((NS, f"{app}-{node}")), None, deleted=True)
-        elif labels.get(_label(op)) == "true" and not running:
-            c.add_pod(node, f"{app}-{node}", namespace=NS, labels={"app": app}, owner_kind="DaemonSet")
+    c.add_node(name, labels={**{label(op): "true" for op in DRA_OPERANDS}, label("driver"): "true",
+                             label("device-plugin"): "false"})
+    start_operand_pods(c, name, DRA_OPERANDS)
 
 
 def _deploy_labels(c: FakeCluster, node: str = "gpu-1") -> dict[str, str]:
-    return {k.removeprefix("nvidia.com/gpu.deploy."): v for k, v in c.node(node)["metadata"]["labels"].items()
-            if k.startswith("nvidia.com/gpu.deploy.")}
+    return {k.removeprefix(DEPLOY_LABEL_PREFIX): v for k, v in deploy_labels(c, node).items()}
 
 
 def test_a_dra_mode_nodes_dcgm_operands_are_paused_for_the_reset_and_restored_after() -> None:
@@ -58,7 +47,7 @@ def test_a_dra_mode_nodes_dcgm_operands_are_paused_for_the_reset_and_restored_af
         h.fire("gpu-1", "reset_gpu", gpu=GPU)
         assert h.decisions(h.step()) == [("gpu-1", "cordon", "execute"), ("gpu-1", "drain", "execute"),
                                          ("gpu-1", "stop_gpu_clients", "execute")]
-        assert set(h.state("gpu-1").paused) == {_label("dcgm-dra"), _label("dcgm-exporter-dra")}
+        assert set(h.state("gpu-1").paused) == {label("dcgm-dra"), label("dcgm-exporter-dra")}
         assert _deploy_labels(cluster) == {"dcgm-dra": PAUSED, "dcgm-exporter-dra": PAUSED, "dra-driver": "true",
                                            "dra-validator": "true", "driver": "true", "device-plugin": "false"}
         assert not cluster.jobs
@@ -68,8 +57,8 @@ def test_a_dra_mode_nodes_dcgm_operands_are_paused_for_the_reset_and_restored_af
         assert (waiting.action, waiting.decision) == ("reset_gpu", "deferred")
         assert "nvidia-dcgm-dra-gpu-1" in waiting.reason and not cluster.jobs
 
-        _daemonset_controller(cluster, "gpu-1")
-        assert (NS, "nvidia-dra-driver-kubelet-plugin-gpu-1") in cluster.pods  # the kubelet plugin stays
+        daemonset_controller(cluster, "gpu-1", DRA_OPERANDS)
+        assert (OPERATOR_NS, "nvidia-dra-driver-kubelet-plugin-gpu-1") in cluster.pods  # the kubelet plugin stays
         h.advance(seconds=10)
         assert h.decisions(h.step()) == [("gpu-1", "reset_gpu", "execute")]
 

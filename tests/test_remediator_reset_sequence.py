@@ -1,8 +1,8 @@
 """The reset sequence (docs/remediation.md, "The reset sequence"): before the reset Job, the GPU's clients stop (the
 GPU Operator's operands through their nvidia.com/gpu.deploy.* labels, gpuhealth's exporter through the reset-request
 annotation); whatever ends the rung restores exactly what it paused. The GPU Operator's DaemonSet controller and the
-exporter are played by the test at the API boundary: the operand pods go when their label is not "true", and the
-exporter's answer is the condition it writes."""
+exporter are played at the API boundary (tests/gpu_operator.py): the operand pods go when their label is not "true",
+and the exporter's answer is the condition it writes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,18 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from fake_cluster import FakeCluster, Obj
+from fake_cluster import FakeCluster
+from gpu_operator import (
+    OPERAND_PODS,
+    OPERATOR_NS,
+    PAUSED,
+    daemonset_controller,
+    deploy_labels,
+    exporter_says,
+    label,
+    operator_node,
+    release_for_reset,
+)
 from remediator_harness import Harness
 
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, NodeState
@@ -23,56 +34,12 @@ ladder:
   reset_gpu: {timeout: 10m}
 """
 GPU = "00000000:86:00.0"
-OPERATOR_NS = "gpu-operator"
-# The operands as the GPU Operator labels a GPU node (nvidia.com/gpu.deploy.<operand>) and the app label of each
-# one's DaemonSet pods; the driver and the toolkit are not GPU clients and are never paused.
-OPERAND_PODS = {"device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery": "gpu-feature-discovery",
-                "dcgm-exporter": "nvidia-dcgm-exporter", "dcgm": "nvidia-dcgm"}
-PAUSED = "paused-for-gpu-reset"
 
 
 @pytest.fixture
 def cluster() -> Iterator[FakeCluster]:
     with FakeCluster() as c:
         yield c
-
-
-def _label(operand: str) -> str:
-    return f"nvidia.com/gpu.deploy.{operand}"
-
-
-def _operator_node(c: FakeCluster, name: str = "gpu-1", exporter: bool = True, **labels: str) -> None:
-    """A GPU Operator node: every operand deployed ("true"), its pods running, and gpuhealth's exporter's condition."""
-    c.add_node(name, labels={**{_label(op): "true" for op in OPERAND_PODS}, _label("driver"): "true", **labels})
-    for app in OPERAND_PODS.values():
-        c.add_pod(name, f"{app}-{name}", namespace=OPERATOR_NS, labels={"app": app}, owner_kind="DaemonSet")
-    if exporter:
-        _exporter_says(c, name, "ProbesHealthy", "every probe answered")
-
-
-def _exporter_says(c: FakeCluster, node: str, reason: str, message: str) -> None:
-    def change(n: Obj) -> None:
-        conditions = [x for x in n["status"]["conditions"] if x["type"] != "GpuhealthProbesHealthy"]
-        conditions.append({"type": "GpuhealthProbesHealthy", "status": "True", "reason": reason, "message": message})
-        n["status"]["conditions"] = conditions
-    c.update_node(node, change)
-
-
-def _daemonset_controller(c: FakeCluster, node: str) -> None:
-    """What the GPU Operator's DaemonSets do: an operand's pod goes when its label is not "true", and comes back
-    when it is again."""
-    labels = c.node(node)["metadata"]["labels"]
-    for op, app in OPERAND_PODS.items():
-        running = (OPERATOR_NS, f"{app}-{node}") in c.pods
-        if labels.get(_label(op)) != "true" and running:
-            with c.lock:
-                c._emit("pods", c.pods.pop((OPERATOR_NS, f"{app}-{node}")), None, deleted=True)
-        elif labels.get(_label(op)) == "true" and not running:
-            c.add_pod(node, f"{app}-{node}", namespace=OPERATOR_NS, labels={"app": app}, owner_kind="DaemonSet")
-
-
-def _labels(c: FakeCluster, node: str = "gpu-1") -> dict[str, str]:
-    return {k: v for k, v in c.node(node)["metadata"]["labels"].items() if k.startswith("nvidia.com/gpu.deploy.")}
 
 
 def _to_stopping(h: Harness, node: str = "gpu-1") -> NodeState:
@@ -83,13 +50,6 @@ def _to_stopping(h: Harness, node: str = "gpu-1") -> NodeState:
     return h.state(node)
 
 
-def _release(h: Harness, c: FakeCluster, node: str = "gpu-1") -> None:
-    """The operands' pods go and the exporter answers for this request, as each does on its own."""
-    _daemonset_controller(c, node)
-    request = c.annotations(node)[RESET_REQUEST_ANNOTATION]
-    _exporter_says(c, node, "ReleasedForGPUReset", f"released NVML and paused DCGM for GPU reset request {request}")
-
-
 def _finish(c: FakeCluster, outcome: str) -> None:
     (job,) = [j for j in c.jobs if "reset" in j[1]]
     c.jobs[job]["status"] = {outcome: 1}
@@ -97,11 +57,11 @@ def _finish(c: FakeCluster, outcome: str) -> None:
 
 def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_released_nvml(
         cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     state = _to_stopping(h)
-    assert state.reset_phase == "stopping" and set(state.paused) == {_label(op) for op in OPERAND_PODS}
-    assert _labels(cluster) == {**{_label(op): PAUSED for op in OPERAND_PODS}, _label("driver"): "true"}
+    assert state.reset_phase == "stopping" and set(state.paused) == {label(op) for op in OPERAND_PODS}
+    assert deploy_labels(cluster, "gpu-1") == {**{label(op): PAUSED for op in OPERAND_PODS}, label("driver"): "true"}
     assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == state.reset_request
     assert state.reset_request is not None and state.reset_request.startswith(f"{state.job}.")
     assert not cluster.jobs  # nothing may reset a GPU that is held open
@@ -110,14 +70,14 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     (waiting,) = h.decided(h.step())
     assert (waiting.action, waiting.decision) == ("reset_gpu", "deferred")
     assert f"pod {OPERATOR_NS}/nvidia-dcgm-exporter-gpu-1" in waiting.reason and "exporter" in waiting.reason
-    _daemonset_controller(cluster, "gpu-1")
+    daemonset_controller(cluster, "gpu-1")
     (waiting,) = h.decided(h.step())
     assert waiting.decision == "deferred" and "pod " not in waiting.reason and "exporter" in waiting.reason
     for other in ("some-other-job", state.job, f"{state.reset_request}0"):  # an answer to another request is no answer
-        _exporter_says(cluster, "gpu-1", "ReleasedForGPUReset", f"released NVML for GPU reset request {other}")
+        exporter_says(cluster, "gpu-1", "ReleasedForGPUReset", f"released NVML for GPU reset request {other}")
         assert h.decided(h.step())[0].decision == "deferred"
 
-    _release(h, cluster)
+    release_for_reset(cluster, "gpu-1")
     (start,) = h.decided(h.step())
     assert (start.action, start.decision, start.gpu) == ("reset_gpu", "execute", GPU)
     assert [j for j in cluster.jobs if "reset" in j[1]] and "GPUClientsStopped" in cluster.reasons("gpu-1")
@@ -127,7 +87,7 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     _finish(cluster, "succeeded")
     decided = h.decided(h.step())
     assert ("restore_gpu_clients", "execute") in [(d.action, d.decision) for d in decided]
-    assert _labels(cluster) == {**{_label(op): "true" for op in OPERAND_PODS}, _label("driver"): "true"}
+    assert deploy_labels(cluster, "gpu-1") == {**{label(op): "true" for op in OPERAND_PODS}, label("driver"): "true"}
     assert RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
     after = h.state("gpu-1")
     assert (after.rung, after.rung_status, after.reset_phase, after.paused) == ("reset_gpu", "done", None, ())
@@ -135,21 +95,21 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
 
 
 def test_a_failed_reset_restores_the_operands_in_the_same_write_as_the_climb(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
-    _release(h, cluster)
+    release_for_reset(cluster, "gpu-1")
     h.step()
     _finish(cluster, "failed")
     decided = [(d.action, d.decision) for d in h.decided(h.step())]
     assert ("reboot", "execute") in decided and ("restore_gpu_clients", "execute") in decided
-    assert all(v == "true" for v in _labels(cluster).values())
+    assert all(v == "true" for v in deploy_labels(cluster, "gpu-1").values())
     assert RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
     assert "GPUResetFailed" in cluster.reasons("gpu-1")
 
 
 def test_clients_that_never_stop_time_the_rung_out_and_everything_paused_comes_back(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
     h.advance(minutes=9)
@@ -158,34 +118,34 @@ def test_clients_that_never_stop_time_the_rung_out_and_everything_paused_comes_b
     decided = [(d.action, d.decision) for d in h.decided(h.step())]
     assert ("restore_gpu_clients", "execute") in decided and ("reboot", "execute") in decided
     assert not [j for j in cluster.jobs if "reset" in j[1]]  # never started on a GPU held open
-    assert all(v == "true" for v in _labels(cluster).values())
+    assert all(v == "true" for v in deploy_labels(cluster, "gpu-1").values())
     assert "GPUResetTimedOut" in cluster.reasons("gpu-1")
 
 
 def test_only_labels_that_were_true_are_paused_and_one_a_person_changed_meanwhile_stays_theirs(
         cluster: FakeCluster) -> None:
-    _operator_node(cluster, **{_label("dcgm"): "false"})  # DCGM is not deployed on this node
+    operator_node(cluster, **{label("dcgm"): "false"})  # DCGM is not deployed on this node
     h = Harness(cluster, POLICY)
     state = _to_stopping(h)
-    assert _label("dcgm") not in state.paused and _labels(cluster)[_label("dcgm")] == "false"
-    cluster.update_node("gpu-1", lambda n: n["metadata"]["labels"].update({_label("gpu-feature-discovery"): "false"}))
-    _release(h, cluster)
+    assert label("dcgm") not in state.paused and deploy_labels(cluster, "gpu-1")[label("dcgm")] == "false"
+    cluster.update_node("gpu-1", lambda n: n["metadata"]["labels"].update({label("gpu-feature-discovery"): "false"}))
+    release_for_reset(cluster, "gpu-1")
     h.step()
     _finish(cluster, "succeeded")
     h.step()
-    assert _labels(cluster) == {_label("device-plugin"): "true", _label("dcgm-exporter"): "true",
-                                _label("dcgm"): "false", _label("gpu-feature-discovery"): "false",
-                                _label("driver"): "true"}
+    assert deploy_labels(cluster, "gpu-1") == {label("device-plugin"): "true", label("dcgm-exporter"): "true",
+                                label("dcgm"): "false", label("gpu-feature-discovery"): "false",
+                                label("driver"): "true"}
 
 
 def test_alerts_resolving_while_the_clients_stop_cancel_the_reset_and_restore_them(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
     h.resolve("gpu-1", "reset_gpu", gpu=GPU)
     decided = [(d.action, d.decision) for d in h.decided(h.step())]
     assert ("restore_gpu_clients", "execute") in decided and ("uncordon", "deferred") in decided
-    assert all(v == "true" for v in _labels(cluster).values()) and not cluster.jobs
+    assert all(v == "true" for v in deploy_labels(cluster, "gpu-1").values()) and not cluster.jobs
     assert "GPUResetSkipped" in cluster.reasons("gpu-1")
     h.advance(minutes=11)
     assert ("uncordon", "execute") in [(d.action, d.decision) for d in h.decided(h.step())]
@@ -201,24 +161,24 @@ def test_a_node_without_the_gpu_operator_or_the_exporter_resets_at_once(cluster:
 
 
 def test_a_person_taking_the_node_over_mid_reset_gets_the_operands_back(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
     cluster.update_node("gpu-1", lambda n: n["spec"].update(taints=[]))  # a person removed gpuhealth's taint
     h.resolve("gpu-1", "reset_gpu", gpu=GPU)
     h.step()
-    assert all(v == "true" for v in _labels(cluster).values())
+    assert all(v == "true" for v in deploy_labels(cluster, "gpu-1").values())
     assert RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
 
 
 def test_the_dry_run_reports_the_pause_and_changes_no_label(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY, dry_run=True)
     h.fire("gpu-1", "reset_gpu", gpu=GPU)
     decided = h.decided(h.step())
     stop = next(d for d in decided if d.action == "stop_gpu_clients")
     assert "pausing nvidia.com/gpu.deploy.device-plugin" in stop.reason
-    assert all(v == "true" for v in _labels(cluster).values())
+    assert all(v == "true" for v in deploy_labels(cluster, "gpu-1").values())
     assert RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
 
 
@@ -266,7 +226,7 @@ def test_a_bad_reset_section_is_refused_with_its_key_and_line(text: str, key: st
 
 
 def test_a_state_mid_reset_is_version_3_and_an_unknown_phase_fails_closed() -> None:
-    state = NodeState(rung="reset_gpu", rung_status="running", reset_phase="stopping", paused=(_label("dcgm"),))
+    state = NodeState(rung="reset_gpu", rung_status="running", reset_phase="stopping", paused=(label("dcgm"),))
     assert json.loads(state.to_json())["v"] == 3
     assert NodeState.from_json(state.to_json()) == state
     with pytest.raises(ValueError, match="reset_phase"):
