@@ -40,7 +40,6 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -50,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from fake_cluster import FakeCluster  # noqa: E402
 from fake_dra import _recorded_gpu_slice  # noqa: E402
-from processes import free_port, stop_group  # noqa: E402
+from processes import free_port, stop_group, wait_until, write_kubeconfig  # noqa: E402
 
 TOKEN = "api-rate-token"
 DRIVER = "gpu.nvidia.com"
@@ -107,16 +106,6 @@ def ready(port: int) -> bool:
     return False
 
 
-def wait(what: str, check: Any, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
-    started = time.monotonic()
-    while not check():
-        if proc.poll() is not None:
-            raise RuntimeError(f"the remediator exited:\n{log.read_text()[-3000:]}")
-        if time.monotonic() - started > timeout:
-            raise RuntimeError(f"{what}: not reached in {timeout:.0f} s\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-
-
 def fire_gpu_alert(port: int, node: str, gpu: str) -> None:
     """A cordon alert on one GPU (a PCI bus id, as the exporter's Xid alerts carry it), posted as Alertmanager does."""
     labels = {"alertname": "GPUXidApplicationRepeated", "node": node, "remediation": "cordon",
@@ -165,11 +154,7 @@ def run(nodes: int, seconds: float, workdir: Path, remediator_root: Path) -> dic
               f"ResourceClaims, {len(cluster.pods):,} pods (built in {time.monotonic() - started:.0f} s)")
         (workdir / "policy.yaml").write_text(yaml.safe_dump(POLICY))
         (workdir / "token").write_text(TOKEN)
-        (workdir / "kubeconfig").write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-            "clusters": [{"name": "bench", "cluster": {"server": cluster.url}}],
-            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-            "users": [{"name": "bench", "user": {"token": "unused"}}]}))
+        write_kubeconfig(workdir / "kubeconfig", cluster.url, "bench")
         port = free_port()
         log = workdir / "remediator.log"
         with open(log, "wb") as out:
@@ -180,15 +165,15 @@ def run(nodes: int, seconds: float, workdir: Path, remediator_root: Path) -> dic
                                     stdout=out, stderr=out, start_new_session=True, cwd=remediator_root,
                                     env={**os.environ, "POD_NAME": "bench", "PYTHONPATH": str(remediator_root)})
         try:
-            wait("the remediator ready", lambda: ready(port), 300, proc, log)
+            wait_until("the remediator ready", lambda: ready(port), 300, proc, log)
             first = passes(port)
-            wait("a pass after the first", lambda: passes(port) >= max(first, 1) + 1, 60, proc, log)
+            wait_until("a pass after the first", lambda: passes(port) >= max(first, 1) + 1, 60, proc, log)
             results = {"rest": report("at rest", *measure(cluster, seconds), nodes)}
             node = names[0]
             device = cluster.dra.slices[f"{node}-gpu.nvidia.com-x"]["spec"]["devices"][3]
             bus_id = device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
             fire_gpu_alert(port, node, f"0000{bus_id}".upper())  # NVML's form, as the exporter's alerts carry it
-            wait("the GPU quarantined", lambda: bool(cluster.dra.rules), 60, proc, log)
+            wait_until("the GPU quarantined", lambda: bool(cluster.dra.rules), 60, proc, log)
             results["one_gpu"] = report("one GPU quarantined", *measure(cluster, seconds), nodes)
         finally:
             stop_group(proc, grace=10)

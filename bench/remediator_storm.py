@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from fake_cluster import FakeCluster  # noqa: E402
-from processes import free_port, stop_group  # noqa: E402
+from processes import free_port, stop_group, wait_until, write_kubeconfig  # noqa: E402
 
 from remediator.decide.nodestate import STATE_ANNOTATION, TAINT_KEY  # noqa: E402
 from remediator.decide.vocabulary import DISRUPTIVE  # noqa: E402
@@ -219,17 +219,6 @@ class Progress:
         return all(st["status"] == "resolved" for st in self.nodes.values())
 
 
-def wait(what: str, check: Any, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> float:
-    started = time.monotonic()
-    while not check():
-        if proc.poll() is not None:
-            raise RuntimeError(f"the remediator exited:\n{log.read_text()[-3000:]}")
-        if time.monotonic() - started > timeout:
-            raise RuntimeError(f"{what}: not reached in {timeout:.0f} s")
-        time.sleep(0.2)
-    return time.monotonic() - started
-
-
 def replay_budgets(cluster: FakeCluster, cordon_limit: dict[str, int], disrupt_limit: dict[str, int],
                    run: Run) -> None:
     """Walk every committed Node change in order; at each one, count the pool's cordoned (our taint)
@@ -310,11 +299,7 @@ def run_size(nodes: int, pools: int, workdir: Path, timeout: float) -> Run:
         run = Run(nodes, pools, len(alerted), -(-len(alerted) // ALERTS_PER_POST))
         (workdir / "policy.yaml").write_text(policy_text())
         (workdir / "token").write_text(TOKEN)
-        (workdir / "kubeconfig").write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "storm",
-            "clusters": [{"name": "storm", "cluster": {"server": cluster.url}}],
-            "contexts": [{"name": "storm", "context": {"cluster": "storm", "user": "storm"}}],
-            "users": [{"name": "storm", "user": {"token": "unused"}}]}))
+        write_kubeconfig(workdir / "kubeconfig", cluster.url, "storm")
         port = free_port()
         log = workdir / f"remediator-{nodes}.log"
         with open(log, "wb") as out:
@@ -334,16 +319,16 @@ def run_size(nodes: int, pools: int, workdir: Path, timeout: float) -> Run:
                     return ok
                 return False
 
-            wait("the remediator ready", ready, 60, proc, log)
-            wait("its first pass", lambda: metric(port, "gpuhealth_remediator_reconcile_passes_total") >= 1, 60,
-                 proc, log)
+            wait_until("the remediator ready", ready, 60, proc, log)
+            wait_until("its first pass", lambda: metric(port, "gpuhealth_remediator_reconcile_passes_total") >= 1,
+                       60, proc, log)
             progress = Progress(cluster, alerted, pool_of)
             calls_before = Counter(cluster.calls)
             cpu_before = proc_cpu(proc.pid)
             passes_before = metric(port, "gpuhealth_remediator_reconcile_passes_total")
             started = time.monotonic()
             run.latency_ms["firing"] = post_all(port, bodies(alerted, "firing"))
-            wait("every decision", lambda: progress.decided(disrupt_limit), timeout, proc, log)
+            wait_until("every decision", lambda: progress.decided(disrupt_limit), timeout, proc, log)
             run.decided_s = time.monotonic() - started
             run.calls = Counter(cluster.calls) - calls_before
             run.actions = count_actions(cluster, alerted)
@@ -352,7 +337,7 @@ def run_size(nodes: int, pools: int, workdir: Path, timeout: float) -> Run:
             run.latency_ms["repeat"] = post_all(port, bodies(alerted, "firing"))
             started = time.monotonic()
             run.latency_ms["resolved"] = post_all(port, bodies(alerted, "resolved"))
-            wait("every resolution recorded", progress.resolved, timeout, proc, log)
+            wait_until("every resolution recorded", progress.resolved, timeout, proc, log)
             run.resolved_s = time.monotonic() - started
             run.rss_mb = proc_rss_mb(proc.pid)
         finally:

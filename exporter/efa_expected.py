@@ -94,23 +94,25 @@ class EfaExpectation:
 
     def _provisioned(self, node: Node | None) -> Expected | None:
         """What the label, the setting or the device plugin's capacity say, in that order."""
-        labels = _section(node, "metadata", "labels")
-        if LABEL in labels:
-            count = _count(labels[LABEL])
-            if count is not None:
-                return Expected(count, FROM_LABEL)
-            self._warn(f"label:{labels[LABEL]}", f"node label {LABEL}={labels[LABEL]!r} is not a whole number: "
-                       "ignored, the next source counts")
+        found = self._node_count(_section(node, "metadata", "labels"), LABEL, FROM_LABEL,
+                                 "ignored, the next source counts")
+        if found is not None:
+            return found
         if self.setting is not None:
             return Expected(self.setting, FROM_SETTING)
-        capacity = _section(node, "status", "capacity")
-        if CAPACITY in capacity:
-            count = _count(capacity[CAPACITY])
-            if count is not None:
-                return Expected(count, FROM_CAPACITY)
-            self._warn(f"capacity:{capacity[CAPACITY]}", f"node capacity {CAPACITY}={capacity[CAPACITY]!r} is not a "
-                       "whole number: ignored")
-        return None
+        return self._node_count(_section(node, "status", "capacity"), CAPACITY, FROM_CAPACITY, "ignored")
+
+    def _node_count(self, values: Mapping[str, Any], key: str, source: str, ignored: str) -> Expected | None:
+        """values[key] (the Node's labels or capacity; `source` names which) as a count; a value that is not a whole
+        number is warned of and counts as absent."""
+        if key not in values:
+            return None
+        count = _count(values[key])
+        if count is None:
+            self._warn(f"{source}:{values[key]}",
+                       f"node {source} {key}={values[key]!r} is not a whole number: {ignored}")
+            return None
+        return Expected(count, source)
 
     def _warn(self, key: str, message: str) -> None:
         """Logged once per distinct cause: it is read on every scrape."""

@@ -105,6 +105,47 @@ FORGED: dict[str, Callable[[dict[str, Any]], object]] = {
     "no node": lambda j: j["spec"]["template"]["spec"].pop("nodeName"),
     "a node its label does not name": lambda j: j["spec"]["template"]["spec"].update(nodeName="gpu-1"),
     "not a gpuhealth Job": lambda j: j["metadata"]["labels"].update({"app.kubernetes.io/name": "other"}),
+    # What makes the kubelet evict a node's workloads for the Job's pod, or weighs more on the node than the templates
+    "huge resource requests": lambda j: _container(j).update(resources={"requests": {"cpu": "64", "memory": "1Ti"}}),
+    "requests in another unit above the cap": lambda j: _container(j)["resources"]["requests"].update(memory="1G"),
+    "limits the templates do not set": lambda j: _container(j)["resources"].update(limits={"memory": "512Gi"}),
+    "a resource the templates do not ask for": lambda j: _container(j)["resources"]["requests"].update(
+        {"nvidia.com/gpu": "8"}),
+    "a container resource claim": lambda j: _container(j)["resources"].update(claims=[{"name": "gpus"}]),
+    "pod resource claims": lambda j: j["spec"]["template"]["spec"].update(
+        resourceClaims=[{"name": "gpus", "resourceClaimName": "all-gpus"}]),
+    "pod-level resources": lambda j: j["spec"]["template"]["spec"].update(resources={"requests": {"memory": "1Ti"}}),
+    "another priority class": lambda j: j["spec"]["template"]["spec"].update(priorityClassName="evict-everything"),
+    "no priority class": lambda j: j["spec"]["template"]["spec"].pop("priorityClassName"),
+    "a priority value": lambda j: j["spec"]["template"]["spec"].update(priority=2_000_001_000),
+    "a preemption policy": lambda j: j["spec"]["template"]["spec"].update(preemptionPolicy="PreemptLowerPriority"),
+    "another runtime class": lambda j: j["spec"]["template"]["spec"].update(runtimeClassName="kata"),
+    "an overhead": lambda j: j["spec"]["template"]["spec"].update(overhead={"memory": "1Ti"}),
+    "an extra toleration": lambda j: j["spec"]["template"]["spec"]["tolerations"].append(
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}),
+    "a toleration with a bounded stay": lambda j: j["spec"]["template"]["spec"]["tolerations"][0].update(
+        effect="NoExecute", tolerationSeconds=1),
+    "no host PID namespace": lambda j: j["spec"]["template"]["spec"].pop("hostPID"),
+    "a shared process namespace": lambda j: j["spec"]["template"]["spec"].update(shareProcessNamespace=True),
+    "a pod securityContext with sysctls": lambda j: j["spec"]["template"]["spec"].update(
+        securityContext={"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]}),
+    "a container securityContext beyond privileged": lambda j: _container(j)["securityContext"].update(
+        procMount="Unmasked", capabilities={"add": ["ALL"]}),
+    "another image pull secret": lambda j: j["spec"]["template"]["spec"].update(
+        imagePullSecrets=[{"name": "someone-elses"}]),
+    "host aliases": lambda j: j["spec"]["template"]["spec"].update(
+        hostAliases=[{"ip": "10.0.0.1", "hostnames": ["nvcr.io"]}]),
+    "an affinity": lambda j: j["spec"]["template"]["spec"].update(affinity={"nodeAffinity": {}}),
+    "a restart policy that retries in place": lambda j: j["spec"]["template"]["spec"].update(
+        restartPolicy="OnFailure"),
+    "a longer termination grace period": lambda j: j["spec"]["template"]["spec"].update(
+        terminationGracePeriodSeconds=86400),
+    "many pods at once": lambda j: j["spec"].update(parallelism=100, completions=100),
+    "many completions": lambda j: j["spec"].update(completions=100),
+    "retries": lambda j: j["spec"].update(backoffLimit=6),
+    "a selector of its own": lambda j: j["spec"].update(
+        manualSelector=True, selector={"matchLabels": {"app": "training"}}),
+    "a pod failure policy": lambda j: j["spec"].update(podFailurePolicy={"rules": []}),
 }
 
 
@@ -119,6 +160,60 @@ def test_a_reboot_command_in_a_reset_jobs_clothes_is_refused(cluster: FakeCluste
     _container(job)["command"] = _container(reboot)["command"]
     status = _refused(cluster, job)
     assert "a reset Job's command is this chart's reset script" in status["message"]
+
+
+def test_a_critical_reset_job_asking_for_the_nodes_memory_is_refused(cluster: FakeCluster) -> None:
+    """The reviewer's forgery: the chart's critical class with requests the size of the node, which makes the kubelet
+    evict the node's workloads to admit it."""
+    job = _reset()
+    _container(job)["resources"] = {"requests": {"cpu": "96", "memory": "2Ti"}, "limits": {"memory": "2Ti"}}
+    status = _refused(cluster, job)
+    assert "asks for no more than policy jobs.resources" in status["message"]
+
+
+def test_requests_within_the_cap_written_another_way_are_admitted(cluster: FakeCluster) -> None:
+    """The cap compares quantities by value, as the API server writes them back (0.01 is 10m; 32Mi is below 64Mi)."""
+    job = _reset()
+    _container(job)["resources"] = {"requests": {"cpu": "0.01", "memory": "32Mi"}}
+    _batch(cluster).create_namespaced_job(NS, job)
+    assert (NS, job["metadata"]["name"]) in cluster.jobs
+
+
+def test_the_job_as_the_api_server_defaults_it_is_what_the_policy_admits(cluster: FakeCluster) -> None:
+    """Admission sees the defaulted Job (tests/fake_defaults.py); the policy admits those defaults at their values."""
+    job = _reset()
+    _batch(cluster).create_namespaced_job(NS, job)
+    stored = cluster.jobs[(NS, job["metadata"]["name"])]
+    pod = stored["spec"]["template"]["spec"]
+    assert stored["spec"]["parallelism"] == 1 and stored["spec"]["completions"] == 1
+    assert pod["dnsPolicy"] == "ClusterFirst" and pod["terminationGracePeriodSeconds"] == 30
+    assert pod["securityContext"] == {} and pod["serviceAccount"] == pod["serviceAccountName"]
+    assert pod["volumes"][0]["hostPath"]["type"] == ""
+    assert pod["containers"][0]["terminationMessagePolicy"] == "File"
+
+
+@pytest.mark.parametrize("rung", ["reset_gpu", "reboot"])
+def test_without_priority_or_runtime_class_the_jobs_carry_none_and_a_forged_one_is_refused(rung: str) -> None:
+    """runtimeClassName "" and priorityClassName "": the Jobs render neither, and a Job that sets one is refused."""
+    values = {"remediator": {"jobs": {"runtimeClassName": "", "priorityClassName": "", "resources": None}}}
+    policy = chart_policy(values)
+    with FakeCluster() as c:
+        c.add_node("gpu-0")
+        chart_rbac.enforce(c, values)
+        job = render_job(rung, f"gpuhealth-{rung}-plain", "gpu-0", policy, "1")
+        spec = job["spec"]["template"]["spec"]
+        assert "priorityClassName" not in spec and "runtimeClassName" not in spec
+        assert "resources" not in _container(job)
+        _batch(c).create_namespaced_job(NS, copy.deepcopy(job))
+        for field, value in (("priorityClassName", "system-node-critical"), ("runtimeClassName", "nvidia")):
+            forged = copy.deepcopy(job)
+            forged["metadata"]["name"] += f"-{field.lower()}"
+            forged["spec"]["template"]["spec"][field] = value
+            _refused(c, forged)
+        requests = copy.deepcopy(job)
+        requests["metadata"]["name"] += "-requests"
+        _container(requests)["resources"] = {"requests": {"cpu": "10m"}}
+        _refused(c, requests)  # jobs.resources null: no requests at all
 
 
 def test_the_policy_binds_the_remediator_alone(cluster: FakeCluster) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from fake_cluster import FakeCluster
+from gpu_operator import PAUSED, deploy_labels, operator_node
 from remediator_harness import T0, Harness, webhook
 
 from remediator.cli import main
@@ -219,3 +220,47 @@ def test_no_alert_counted_means_no_monitoring_fault(cluster: FakeCluster) -> Non
         probe_failing(h, node)
     h.step()
     assert tainted(cluster) == ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+
+
+def test_the_share_is_of_the_nodes_gpuhealths_exporter_runs_on_not_the_cpu_nodes_of_a_mixed_pool() -> None:
+    # One pool of 10 GPU nodes (the exporter's condition on each) and 20 CPU nodes (no exporter): the same probe
+    # failing on 3 GPU nodes is 30% of what gpuhealth watches, as the rules count it (exporter targets), not 10%.
+    with FakeCluster() as cluster:
+        for i in range(10):
+            cluster.add_node(f"gpu-{i}")
+            cluster.update_node(f"gpu-{i}", lambda n: n["status"]["conditions"].append(
+                {"type": "GpuhealthProbesHealthy", "status": "True", "reason": "ProbesHealthy"}))
+        for i in range(20):
+            cluster.add_node(f"cpu-{i}")
+        h = Harness(cluster)
+        for node in ("gpu-1", "gpu-2", "gpu-3"):
+            probe_failing(h, node)
+        h.step()
+        assert tainted(cluster) == []
+        assert reasons(cluster, "MonitoringFault") == ["gpu-1", "gpu-2", "gpu-3"]
+        event = next(e for e in cluster.events if e["reason"] == "MonitoringFault")
+        assert "fires on 3 of 10 nodes of pool gpu" in event["message"]
+
+
+def test_a_reset_still_stopping_when_only_a_monitoring_faults_alerts_are_left_is_cancelled_and_its_clients_restored(
+        ) -> None:
+    # Mid-reset (the GPU Operator's operands paused, the device plugin off) the hardware alert resolves while the
+    # node's exporter fails the same way as on 3 other nodes: holding the node "as it is" would keep its GPUs
+    # unallocatable for as long as the monitoring fault lasts.
+    with FakeCluster() as cluster:
+        operator_node(cluster, "gpu-0")
+        for i in range(1, 10):
+            cluster.add_node(f"gpu-{i}")
+        h = Harness(cluster, "alertmanager: {url: none}")
+        h.fire("gpu-0", "reset_gpu", gpu="00000000:86:00.0")
+        decided = [(d.action, d.decision) for d in h.decided(h.step())]
+        assert ("stop_gpu_clients", "execute") in decided
+        assert set(deploy_labels(cluster, "gpu-0").values()) == {PAUSED, "true"}  # the driver's stays
+        for node in ("gpu-0", "gpu-1", "gpu-2", "gpu-3"):
+            probe_failing(h, node)
+        h.resolve("gpu-0", "reset_gpu", gpu="00000000:86:00.0")
+        decided = [(d.action, d.decision) for d in h.decided(h.step())]
+        assert ("restore_gpu_clients", "execute") in decided
+        assert all(v == "true" for v in deploy_labels(cluster, "gpu-0").values()) and not cluster.jobs
+        assert "GPUResetSkipped" in cluster.reasons("gpu-0")
+        assert h.state("gpu-0").rung_status == "failed"  # ended as not needed: nothing climbs for it

@@ -62,7 +62,7 @@ class Ledger:
             pools.setdefault(v.pool, PoolUsage()).size += 1
         for pool, size in (pool_sizes or {}).items():
             pools.setdefault(pool, PoolUsage()).size = size
-        faults = MonitoringFaults.count(views, policy, now, {pool: usage.size for pool, usage in pools.items()})
+        faults = MonitoringFaults.count(views, policy, now, _monitored(views, pools, pool_sizes is None))
         hour_ago = now - timedelta(hours=1)
         actions = 0
         for v in views:
@@ -153,3 +153,18 @@ class Ledger:
         usage.cordoned.discard(view.name)
         usage.disrupted.discard(view.name)
         usage.quarantined.discard(view.name)
+
+
+def _monitored(views: list[NodeView], pools: dict[str, PoolUsage], every_node: bool) -> dict[str, int]:
+    """Each pool's nodes that gpuhealth's exporter runs on (its condition is on the Node): a monitoring fault's
+    share is of these, as the rules' is of the exporter targets, so that the CPU nodes of a mixed pool do not dilute
+    it. A pool where no Node carries the condition (the exporter's conditions turned off) counts every node; so do
+    pools given by size (`every_node` False: the simulator's nodes all run the exporter)."""
+    sizes = {pool: usage.size for pool, usage in pools.items()}
+    if not every_node:
+        return sizes
+    monitored: dict[str, int] = dict.fromkeys(sizes, 0)
+    for v in views:
+        if v.exporter_condition is not None:
+            monitored[v.pool] += 1
+    return {pool: monitored[pool] or size for pool, size in sizes.items()}

@@ -342,13 +342,28 @@ class _Planner:
         gpuhealth took out before (for these alerts, before they counted as one; for others, since resolved) stays as
         it is until they resolve, so that it is not returned and taken out again as a share crosses its threshold
         back and forth."""
-        st = self.state
         what = "; ".join(self.ledger.faults.why(key) for key in sorted(set(faults.values())))
+        # a reset not begun yet would hold the GPU's clients stopped (the device plugin off) for as long as the
+        # monitoring fault lasts: it is no longer needed, as when the alerts resolve
+        self._cancel_unstarted_reset("only a monitoring fault's alerts were left while the GPU's clients were stopping")
+        st = self.state
         if st.rung is None:
             return self.out(Action.NONE, Verdict.SKIPPED, f"monitoring fault, not this node's: {what}: no node action")
         return self.out(Action.NONE, Verdict.SKIPPED, f"monitoring fault, not this node's: {what}: the node stays at "
                         f"{st.rung} (since {st.rung_started}), with no new rung, and returns to service once its "
                         "alerts resolve")
+
+    def _cancel_unstarted_reset(self, why: str) -> bool:
+        """A reset whose Job has not begun (the GPU's clients still stopping, or its Job never made) ends as not
+        needed: the rung fails without climbing, and its paused clients are restored in the same write. True when
+        it did."""
+        v, st = self.v, self.state
+        if not (st.rung == Rung.RESET_GPU and st.rung_status == "running" and (
+                st.reset_phase == "stopping" or (st.reset_phase == "resetting" and v.job_status == "missing"))):
+            return False
+        self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now))
+        self.note(Note(EventReason.GPU_RESET_SKIPPED, f"{why}: not resetting", rung=Rung.RESET_GPU))
+        return True
 
     def _karpenter_repair(self) -> str:
         """Karpenter-watched conditions another agent (the EKS node monitoring agent) set False on a node gpuhealth is
@@ -563,11 +578,7 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED, "alerts resolved before any action")
         if st.healthy_since is None:
             self.state = st = replace(st, healthy_since=fmt_time(now))
-        if st.rung == Rung.RESET_GPU and st.rung_status == "running" and (
-                st.reset_phase == "stopping" or (st.reset_phase == "resetting" and v.job_status == "missing")):
-            self.state = st = replace(st, rung_status="failed", rung_done=fmt_time(now))
-            self.note(Note(EventReason.GPU_RESET_SKIPPED, "the alerts resolved while the GPU's clients were stopping: "
-                           "not resetting", rung=Rung.RESET_GPU))
+        if self._cancel_unstarted_reset("the alerts resolved while the GPU's clients were stopping"):
             return self.out(Action.UNCORDON, Verdict.DEFERRED, "reset cancelled before it started; healthy for 0s of "
                             f"{int(policy.return_to_service.healthy_delay.total_seconds())}s")
         if st.rung_status == "running" and st.rung in JOB_RUNGS:
