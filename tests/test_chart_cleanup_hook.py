@@ -115,3 +115,15 @@ def test_a_wait_that_is_no_duration_is_refused_at_render_time() -> None:
 
     with pytest.raises(helm.HelmValuesError, match="wait"):
         render({"cleanup": {"wait": "five minutes"}})
+
+
+def test_argo_cd_gets_its_own_pre_delete_hook_in_the_same_order_only_when_asked() -> None:
+    hooks = _hook_docs(render())
+    assert not any(k.startswith("argocd.argoproj.io/") for d in hooks for k in d["metadata"]["annotations"])
+    hooks = _hook_docs(render({"cleanup": {"argocd": True}}))
+    assert {d["metadata"]["annotations"]["argocd.argoproj.io/hook"] for d in hooks} == {"PreDelete"}
+    waves = {d["kind"]: int(d["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) for d in hooks}
+    assert waves.pop("Job") > max(waves.values())  # the account and its grants exist before the Job
+    for d in hooks:  # Helm's own order stays the same
+        assert d["metadata"]["annotations"]["helm.sh/hook-weight"] == d["metadata"]["annotations"][
+            "argocd.argoproj.io/sync-wave"]

@@ -16,43 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import chart_rbac
 import pytest
+from exporter_api import NODE, api, sa_dir  # noqa: F401 (api, sa_dir: pytest fixtures)
 from fake_cluster import FakeCluster
+from polling import wait_for
 
 from exporter.gpu_reset import ANNOTATION, RELEASED_REASON
-
-NODE = "gpu-node-1"
-TOKEN = "exporter-token"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeCluster]:
-    with FakeCluster() as cluster:
-        cluster.add_node(NODE)
-        cluster.add_node("gpu-node-2")
-        chart_rbac.enforce(cluster)
-        cluster.add_service_account_token(TOKEN, chart_rbac.NAMESPACE, chart_rbac.EXPORTER_SA, node=NODE,
-                                          pod="gpuhealth-exporter-abcde")
-        yield cluster
-        assert cluster.forbidden == []  # the chart grants every call the exporter made
-
-
-@pytest.fixture
-def sa_dir(tmp_path: Path) -> Path:
-    (tmp_path / "sa").mkdir()
-    (tmp_path / "sa" / "token").write_text(TOKEN + "\n")
-    return tmp_path / "sa"
-
-
-def wait_for(what: Callable[[], bool], seconds: float = 10.0) -> bool:
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        if what():
-            return True
-        time.sleep(0.05)
-    return what()
-
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -163,6 +163,27 @@ def test_a_job_the_api_server_refuses_did_not_start_and_the_ladder_does_not_clim
     assert cluster.jobs == {}
 
 
+def test_a_job_create_answered_401_is_a_failed_try_retried_next_pass_not_a_refusal(
+        h: Harness, cluster: FakeCluster) -> None:
+    """401 is the API server not knowing who asks (a token rotated under the remediator, an API server restarting),
+    not a refusal of the Job: the try failed as any API trouble does and the next pass creates the Job. Taking it for
+    a refusal would mark the rung not started for good, with a person needed for a token that works a second later."""
+    cluster.fail("POST", f"^/apis/batch/v1/namespaces/{NS}/jobs$", 401, reason="Unauthorized")
+    h.fire("gpu-4", "reset_gpu", gpu="1")
+    h.step()
+    assert cluster.jobs == {}
+    state = h.state("gpu-4")
+    assert state.rung == "reset_gpu" and state.rung_status != "failed" and state.not_started is None
+    assert NOT_STARTED not in cluster.reasons("gpu-4")
+    assert h.metric("gpuhealth_remediator_actions_total", action="reset_gpu", result="failed") == 1
+    assert h.metric("gpuhealth_remediator_actions_total", action="reset_gpu", result="not_started") == 0
+    h.advance(minutes=1)
+    h.fire("gpu-4", "reset_gpu", gpu="1")
+    print("DBG", h.decisions(h.step()), h.state("gpu-4"), cluster.requests[-30:])
+    assert len(_jobs(cluster, "reset")) == 1  # the token works again: the Job is made
+    assert h.state("gpu-4").not_started is None and NOT_STARTED not in cluster.reasons("gpu-4")
+
+
 def test_a_reset_job_the_api_server_never_creates_did_not_start_and_the_ladder_does_not_climb(
         h: Harness, cluster: FakeCluster) -> None:
     """Every create of the Job fails for the rung's whole timeout (a mutating webhook of the cluster's that is down: 500

@@ -2,14 +2,15 @@
 
 Each is still an ApiException (status, reason, body), so a caller that only reports an error keeps working:
 
-| type          | the API said                                  | worth trying again |
-|---------------|-----------------------------------------------|--------------------|
-| `Conflict`    | 409: the object changed since it was read     | after a fresh read |
-| `NotFound`    | 404                                           | no                 |
-| `Forbidden`   | 401, 403: the chart's RBAC does not grant it   | no                 |
-| `Rejected`    | any other 4xx (invalid, too many requests ...) | 429 only, later    |
-| `ServerError` | 5xx                                           | yes                |
-| `NoAnswer`    | nothing: a timeout, a refused connection      | yes                |
+| type           | the API said                                                        | worth trying again        |
+|----------------|---------------------------------------------------------------------|---------------------------|
+| `Conflict`     | 409: the object changed since it was read                           | after a fresh read        |
+| `NotFound`     | 404                                                                 | no                        |
+| `Unauthorized` | 401: the token was not accepted (rotated, an API server restarting) | yes, the token read again |
+| `Forbidden`    | 403: the chart's RBAC or an admission policy does not allow it      | no                        |
+| `Rejected`     | any other 4xx (invalid, too many requests ...)                      | 429 only, later           |
+| `ServerError`  | 5xx                                                                 | yes                       |
+| `NoAnswer`     | nothing: a timeout, a refused connection                            | yes                       |
 """
 
 from __future__ import annotations
@@ -42,8 +43,15 @@ class NotFound(KubeError):
     pass
 
 
+class Unauthorized(KubeError):
+    """Who we are was not established (401): a token rotated under us, an API server restarting or unable to reach
+    its authenticator. Not a refusal of what we asked: the next try, with the token read again, may pass."""
+
+    transient = True
+
+
 class Forbidden(KubeError):
-    pass
+    """We are known and not allowed (403): RBAC or admission refused the request as it is."""
 
 
 class Rejected(KubeError):
@@ -72,7 +80,9 @@ def typed(exc: ApiException) -> KubeError:
         kind = Conflict
     elif status == 404:
         kind = NotFound
-    elif status in (401, 403):
+    elif status == 401:
+        kind = Unauthorized
+    elif status == 403:
         kind = Forbidden
     elif status >= 500:
         kind = ServerError

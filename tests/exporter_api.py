@@ -1,0 +1,34 @@
+"""gpuhealth's exporter's place on the fake API server, for the tests that run its API clients over HTTP: its Node
+(NODE, and another), the chart's RBAC enforced, and its pod's ServiceAccount token (TOKEN, bound to NODE) in the
+directory a pod has it mounted in. Pytest fixtures: a test module imports `api` and `sa_dir` to use them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import chart_rbac
+import pytest
+from fake_cluster import FakeCluster
+
+NODE = "gpu-node-1"
+TOKEN = "exporter-token"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeCluster]:
+    with FakeCluster() as cluster:
+        cluster.add_node(NODE)
+        cluster.add_node("gpu-node-2")
+        chart_rbac.enforce(cluster)
+        cluster.add_service_account_token(TOKEN, chart_rbac.NAMESPACE, chart_rbac.EXPORTER_SA, node=NODE,
+                                          pod="gpuhealth-exporter-abcde")
+        yield cluster
+        assert cluster.forbidden == []  # the chart grants every call the exporter made
+
+
+@pytest.fixture
+def sa_dir(tmp_path: Path) -> Path:
+    (tmp_path / "sa").mkdir()
+    (tmp_path / "sa" / "token").write_text(TOKEN + "\n")
+    return tmp_path / "sa"
