@@ -30,6 +30,16 @@ def policy_values(policy: Policy) -> dict[str, Any]:
     p: dict[str, Any] = {"jobs": {"namespace": policy.jobs.namespace, "image": policy.jobs.image,
                                   "service_account": policy.jobs.service_account},
                          "leader": {"namespace": policy.leader.namespace, "name": policy.leader.name}}
+    # and what it pins the Jobs' pods to: their PriorityClass, RuntimeClass, pull secrets and resources, as this policy
+    # renders them (remediator.jobs.* cleared, so a class the policy leaves unset is unset in the chart too)
+    jobs: dict[str, Any] = {"runtimeClassName": "", "priorityClassName": "", "resources": None,
+                            "imagePullSecrets": [{"name": n} for n in policy.jobs.image_pull_secrets]}
+    for key, value in (("runtime_class_name", policy.jobs.runtime_class_name),
+                       ("priority_class_name", policy.jobs.priority_class_name)):
+        if value:
+            p["jobs"][key] = value
+    if policy.jobs.resources:
+        p["jobs"]["resources"] = policy.jobs.resources
     if policy.drain.on_timeout == "force":
         p["drain"] = {"on_timeout": "force"}
     if policy.replace.method != "nodeclaim":  # nodes/status only for method condition
@@ -38,7 +48,7 @@ def policy_values(policy: Policy) -> dict[str, Any]:
         p["dra"] = {"enabled": False}
     if policy.workloads.enabled:
         p["workloads"] = {"enabled": True, "namespaces": list(policy.workloads.namespaces)}
-    return {"remediator": {"policy": p}}
+    return {"remediator": {"policy": p, "jobs": jobs}}
 
 
 def enforce(cluster: FakeCluster, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:

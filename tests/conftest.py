@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["remediator_fixtures"]
+pytest_plugins = ["remediator_fixtures", "exporter_fixtures"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -2,7 +2,8 @@
 Node (exporter/node_watch.py) instead of reading it every reset_marker_interval (a GET of every Node every 10 s was
 200 requests a second at 2,000 nodes; bench/api_requests.py measures both).
 
-`gpuhealth-exporter` runs as a process against the fake API server, under the chart's RBAC for its ServiceAccount.
+`gpuhealth-exporter` runs as a process against the fake API server, under the chart's RBAC for its ServiceAccount
+(the fixtures `api` and `sa_dir`: tests/exporter_fixtures.py).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from exporter_api import NODE, api, sa_dir  # noqa: F401 (api, sa_dir: pytest fixtures)
+from exporter_fixtures import NODE
 from fake_cluster import FakeCluster
 from polling import wait_for
 
 from exporter.gpu_reset import ANNOTATION, RELEASED_REASON
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -898,3 +898,9 @@ def test_dockerfile_builds_the_package_with_both_programs() -> None:
     import tomllib
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert {"gpuhealth-exporter", "gpuhealth-remediator"} <= set(scripts)
+
+
+def test_an_umbrella_charts_global_values_are_accepted() -> None:
+    # Helm hands every subchart the parent's `global:` values; a schema that refuses unknown top-level keys must
+    # still take them, or gpuhealth cannot be a dependency of a platform's umbrella chart.
+    assert any(d["kind"] == "DaemonSet" for d in render({"global": {"imageRegistry": "registry.example.com"}}))

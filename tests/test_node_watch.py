@@ -1,53 +1,22 @@
 """The watch of the exporter's own Node (exporter/node_watch.py) over HTTP against the fake API server, under the
-chart's RBAC: it resumes where it stopped, lists again only when it must, and backs off without giving up. What it
-means for the GPU reset marker (nothing changes while it is broken): tests/test_exporter_reset_marker.py.
+chart's RBAC (the fixtures `api` and `sa_dir`: tests/exporter_fixtures.py): it resumes where it stopped, lists again
+only when it must, and backs off without giving up. What it means for the GPU reset marker (nothing changes while it
+is broken): tests/test_exporter_reset_marker.py.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import chart_rbac
-import pytest
+from exporter_fixtures import NODE
 from fake_cluster import FakeCluster
+from polling import wait_for
 
 from exporter.gpu_reset import ANNOTATION
 from exporter.kube_http import KubeError
 from exporter.node_watch import NodeWatch
-
-NODE = "gpu-node-1"
-TOKEN = "exporter-token"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeCluster]:
-    with FakeCluster() as cluster:
-        cluster.add_node(NODE)
-        cluster.add_node("gpu-node-2")
-        chart_rbac.enforce(cluster)
-        cluster.add_service_account_token(TOKEN, chart_rbac.NAMESPACE, chart_rbac.EXPORTER_SA, node=NODE,
-                                          pod="gpuhealth-exporter-abcde")
-        yield cluster
-        assert cluster.forbidden == []  # the chart grants every call the exporter made
-
-
-@pytest.fixture
-def sa_dir(tmp_path: Path) -> Path:
-    (tmp_path / "sa").mkdir()
-    (tmp_path / "sa" / "token").write_text(TOKEN + "\n")
-    return tmp_path / "sa"
-
-
-def wait_for(what: Callable[[], bool], seconds: float = 10.0) -> bool:
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        if what():
-            return True
-        time.sleep(0.05)
-    return what()
 
 
 def test_an_api_server_restart_resumes_the_watch_where_it_stopped(api: FakeCluster, sa_dir: Path) -> None:

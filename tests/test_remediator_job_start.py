@@ -179,7 +179,7 @@ def test_a_job_create_answered_401_is_a_failed_try_retried_next_pass_not_a_refus
     assert h.metric("gpuhealth_remediator_actions_total", action="reset_gpu", result="not_started") == 0
     h.advance(minutes=1)
     h.fire("gpu-4", "reset_gpu", gpu="1")
-    print("DBG", h.decisions(h.step()), h.state("gpu-4"), cluster.requests[-30:])
+    h.step()
     assert len(_jobs(cluster, "reset")) == 1  # the token works again: the Job is made
     assert h.state("gpu-4").not_started is None and NOT_STARTED not in cluster.reasons("gpu-4")
 

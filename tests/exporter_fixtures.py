@@ -1,6 +1,6 @@
-"""gpuhealth's exporter's place on the fake API server, for the tests that run its API clients over HTTP: its Node
-(NODE, and another), the chart's RBAC enforced, and its pod's ServiceAccount token (TOKEN, bound to NODE) in the
-directory a pod has it mounted in. Pytest fixtures: a test module imports `api` and `sa_dir` to use them."""
+"""The fake API server as the tests that run the exporter's API clients over HTTP start from (`api`): its Node
+(NODE, and another), the chart's RBAC enforced, and its pod's ServiceAccount token (TOKEN, bound to NODE), which
+`sa_dir` holds as a pod has it mounted. Fixtures for every test (tests/conftest.py); a module may define its own."""
 
 from __future__ import annotations
 
