@@ -15,7 +15,7 @@ from fake_admission import Identity
 from fake_cluster import FakeCluster
 from kubernetes import client
 
-from remediator.policy import Policy
+from remediator.policy import Policy, parse_policy
 
 REMEDIATOR_SA, EXPORTER_SA = "gpuhealth-remediator", "gpuhealth-exporter"
 CLEANUP_SA = "gpuhealth-cleanup"  # the pre-delete hook's (templates/cleanup-hook.yaml)
@@ -49,6 +49,12 @@ def policy_values(policy: Policy) -> dict[str, Any]:
     if policy.workloads.enabled:
         p["workloads"] = {"enabled": True, "namespaces": list(policy.workloads.namespaces)}
     return {"remediator": {"policy": p, "jobs": jobs}}
+
+
+def chart_policy(values: dict[str, Any] | None = None) -> Policy:
+    """The remediator's policy file as the chart renders it (its ConfigMap): Jobs rendered with it are admitted."""
+    config = next(d for d in render(values) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == REMEDIATOR_SA)
+    return parse_policy(config["data"]["policy.yaml"], "chart ConfigMap")
 
 
 def enforce(cluster: FakeCluster, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_render import CHART, render
+from chart_render import CHART, granted, render
 
 from remediator import cli as remediator_cli
 from remediator.policy import parse_duration
@@ -26,24 +26,6 @@ def _hook_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _job(docs: list[dict[str, Any]]) -> dict[str, Any]:
     (job,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == NAME]
     return job
-
-
-def _grants(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
-    """(namespace or '*', apiGroup, resource) -> verbs the cleanup's ServiceAccount holds."""
-    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
-             for d in docs if d["kind"] in ("Role", "ClusterRole")}
-    out: dict[tuple[str, str, str], set[str]] = {}
-    for b in docs:
-        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
-            continue
-        if not any(s["kind"] == "ServiceAccount" and s["name"] == NAME for s in b["subjects"]):
-            continue
-        ns = b["metadata"].get("namespace", "")
-        for rule in roles[(b["roleRef"]["kind"], ns if b["roleRef"]["kind"] == "Role" else "", b["roleRef"]["name"])]:
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    out.setdefault((ns or "*", group, resource), set()).update(rule["verbs"])
-    return out
 
 
 def test_uninstall_runs_the_cleanup_first_with_the_remediators_image_and_policy() -> None:
@@ -79,7 +61,7 @@ def test_the_hook_job_is_bounded_and_its_bound_outlasts_its_wait() -> None:
 
 def test_the_cleanup_account_holds_exactly_what_the_cleanup_calls() -> None:
     docs = render(None)
-    assert _grants(docs) == {
+    assert granted(docs, NAME) == {
         ("*", "", "nodes"): {"get", "list", "patch"},
         ("*", "", "nodes/status"): {"patch"},
         ("*", "resource.k8s.io", "devicetaintrules"): {"list", "delete"},
@@ -99,7 +81,7 @@ def test_the_grants_follow_the_policys_namespaces_and_dra() -> None:
     docs = render({"remediator": {"policy": {"jobs": {"namespace": "gpuhealth-jobs"},
                                              "leader": {"namespace": "ops", "name": "gpuhealth-lease"},
                                              "dra": {"enabled": False}}}})
-    grants = _grants(docs)
+    grants = granted(docs, NAME)
     assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"list"}
     assert grants[("ops", "coordination.k8s.io", "leases")] == {"create", "get", "update"}
     assert ("*", "resource.k8s.io", "devicetaintrules") not in grants

@@ -53,7 +53,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
-from chart_render import render_fresh
+from chart_render import granted, render_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "gpuhealth"
@@ -517,14 +517,6 @@ def test_the_documented_grants_of_the_cleanup_hook_are_the_rendered_ones() -> No
             documented |= {(verb, group, resource) for verb in re.findall(r"[a-z]+", verbs)}
     assert len(documented) >= 8, "CLEANUP_ROW is stale"
     docs = _render(None)
-    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
-             for d in docs if d["kind"] in ("Role", "ClusterRole")}
-    rendered = set()
-    for b in docs:
-        if b["kind"] in ("RoleBinding", "ClusterRoleBinding") and any(
-                s["kind"] == "ServiceAccount" and s["name"] == "gpuhealth-cleanup" for s in b["subjects"]):
-            ns = b["metadata"].get("namespace", "") if b["roleRef"]["kind"] == "Role" else ""
-            rendered |= {(v, g, r) for rule in roles[(b["roleRef"]["kind"], ns, b["roleRef"]["name"])]
-                         for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"]}
+    rendered = {(v, g, r) for (_, g, r), verbs in granted(docs, "gpuhealth-cleanup").items() for v in verbs}
     assert rendered == documented, f"rendered, not documented: {sorted(rendered - documented)}; " \
                                    f"documented, not rendered: {sorted(documented - rendered)}"

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import chart_rbac
 import pytest
 from fake_cluster import FakeCluster
+from polling import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sysfs_tree import build_efa_sysfs
@@ -195,12 +195,3 @@ def test_capacity_advertised_after_start_is_what_counts_from_then_on(cluster: Fa
     provision(cluster, capacity=32)  # the EFA device plugin registers after the exporter started
     assert wait_for(lambda: agent.expected() == {"capacity": 32})
     assert agent.efa_condition()[1] == "EFADevicesMissing"
-
-
-def wait_for(what: Callable[[], bool], seconds: float = 10.0) -> bool:
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        if what():
-            return True
-        time.sleep(0.05)
-    return what()

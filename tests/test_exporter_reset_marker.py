@@ -14,7 +14,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 from chart_render import NAMESPACE, render
 from fake_cluster import FakeCluster
 from fake_nvml import P5_BUS_IDS, FakeGpu, FakeNvml, uuid_of
+from polling import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -412,15 +413,6 @@ def test_a_new_request_id_is_acknowledged_without_a_second_release(cluster: Fake
     agent.write_conditions()
     assert agent.condition()["message"] == released_message("gpuhealth-reset-gpu-a-9d01")
     assert (agent.nvml.init_calls, agent.nvml.shutdown_calls) == (1, 1)
-
-
-def wait_for(what: Callable[[], bool], seconds: float = 10.0) -> bool:
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        if what():
-            return True
-        time.sleep(0.02)
-    return what()
 
 
 def run_agent(agent: Agent, stop: threading.Event) -> None:

@@ -33,7 +33,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from chart_render import render_fresh
+from chart_render import granted, render_fresh, rules_by_role
 from fake_cluster import FakeCluster
 from kubernetes import client
 
@@ -353,11 +353,6 @@ def test_prometheusrule_passes_promtool(tmp_path: Path) -> None:
 
 # --- RBAC ---
 
-def _rules_by_role(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
-    return {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d["rules"]
-            for d in docs if d["kind"] in ("ClusterRole", "Role")}
-
-
 @pytest.mark.parametrize("key", sorted(VALUES))
 def test_rbac_has_no_wildcard_and_no_verb_beyond_the_list(key: str) -> None:
     docs = RENDERED[key]
@@ -365,7 +360,7 @@ def test_rbac_has_no_wildcard_and_no_verb_beyond_the_list(key: str) -> None:
     for grants in (REMEDIATOR_CLUSTER, REMEDIATOR_NAMESPACED, WORKLOADS_NAMESPACED):
         for resource, verbs in grants.items():
             allowed.setdefault(resource, set()).update(verbs)
-    for (kind, _, name), rules in _rules_by_role(docs).items():
+    for (kind, _, name), rules in rules_by_role(docs).items():
         for rule in rules:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in json.dumps(rule.get(field, [])), f"{kind} {name}: wildcard in {field}"
@@ -381,31 +376,13 @@ def test_rbac_has_no_wildcard_and_no_verb_beyond_the_list(key: str) -> None:
                         assert not extra, f"{name}: {extra} on {resource} only in the workload namespaces"
 
 
-def _grants(docs: list[dict[str, Any]], account: str) -> dict[tuple[str, str, str], set[str]]:
-    """(namespace or '*', apiGroup, resource) -> verbs the service account holds."""
-    roles = _rules_by_role(docs)
-    grants: dict[tuple[str, str, str], set[str]] = {}
-    for b in docs:
-        if b["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
-            continue
-        if not any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"]):
-            continue
-        ns = b["metadata"].get("namespace", "")
-        role_ns = ns if b["roleRef"]["kind"] == "Role" else ""
-        for rule in roles[(b["roleRef"]["kind"], role_ns, b["roleRef"]["name"])]:
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    grants.setdefault((ns or "*", group, resource), set()).update(rule["verbs"])
-    return grants
-
-
 def test_exporter_may_only_read_and_watch_nodes_and_patch_their_status() -> None:
-    grants = _grants(RENDERED["default"], "gpuhealth-exporter")
+    grants = granted(RENDERED["default"], "gpuhealth-exporter")
     assert grants == {("*", g, r): v for (g, r), v in EXPORTER_CLUSTER.items()}
 
 
 def test_remediator_holds_exactly_what_it_needs() -> None:
-    grants = _grants(RENDERED["default"], "gpuhealth-remediator")
+    grants = granted(RENDERED["default"], "gpuhealth-remediator")
     expected = {("*", g, r): v for (g, r), v in REMEDIATOR_CLUSTER.items() if r != "nodes/status"}
     expected[("*", "", "pods")] = {"list", "watch"}  # drain.on_timeout: wait (the default) deletes no pod
     expected[(NAMESPACE, "coordination.k8s.io", "leases")] = {"get", "create", "update"}
@@ -417,57 +394,57 @@ def test_remediator_holds_exactly_what_it_needs() -> None:
 
 def test_roles_follow_the_policy_namespaces() -> None:
     docs = RENDERED["custom"]
-    grants = _grants(docs, "gpuhealth-remediator")
+    grants = granted(docs, "gpuhealth-remediator")
     assert grants[("gpuhealth-jobs", "batch", "jobs")] == {"create", "list"}
     assert ("*", "karpenter.sh", "nodeclaims") not in grants  # rbac.karpenter: false
     node_action = [d for d in kinds(docs, "ServiceAccount") if d["metadata"]["name"] == "gpuhealth-node-action"]
     assert node_action[0]["metadata"]["namespace"] == "gpuhealth-jobs"
     assert node_action[0]["automountServiceAccountToken"] is False
-    assert not _grants(docs, "gpuhealth-node-action")
+    assert not granted(docs, "gpuhealth-node-action")
 
 
 def test_workload_classification_is_granted_in_its_namespaces_only() -> None:
-    grants = _grants(RENDERED["custom"], "gpuhealth-remediator")
+    grants = granted(RENDERED["custom"], "gpuhealth-remediator")
     for ns in ("ml", "research"):
         assert grants[(ns, "", "pods")] == {"list", "watch", "patch"}
         assert grants[(ns, "", "events")] == {"create"}
         assert grants[(ns, "batch", "jobs")] == {"get", "patch"}
     assert grants[("default", "", "events")] == {"create", "list"}
     assert grants[("*", "", "pods")] == REMEDIATOR_CLUSTER[("", "pods")]  # no cluster-wide patch
-    default = _grants(RENDERED["default"], "gpuhealth-remediator")  # workloads off: nothing of it
+    default = granted(RENDERED["default"], "gpuhealth-remediator")  # workloads off: nothing of it
     assert not {k for k in default if k[0] in ("ml", "research")} and default[("default", "", "events")] == {"create"}
 
 
 def test_pods_delete_is_granted_only_when_the_policy_force_deletes() -> None:
     # remediator/act/drain.py deletes pods only for drain.on_timeout: force; wait and escalate only evict.
-    assert _grants(RENDERED["default"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
-    assert _grants(RENDERED["custom"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch", "delete"}
+    assert granted(RENDERED["default"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
+    assert granted(RENDERED["custom"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch", "delete"}
     escalate = render({"remediator": {"policy": {"drain": {"on_timeout": "escalate"}}}})
-    assert _grants(escalate, "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
+    assert granted(escalate, "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
 
 
 @pytest.mark.parametrize("method", ["nodeclaim", "hook"])
 def test_node_status_is_granted_only_when_the_policy_replaces_by_condition(method: str) -> None:
     # remediator/act/replace.py patches nodes/status only to set the condition of replace.method: condition.
     policy = {"replace": {"method": method, "hook_url": "http://repair.example"}}
-    assert ("*", "", "nodes/status") not in _grants(render({"remediator": {"policy": policy}}), "gpuhealth-remediator")
+    assert ("*", "", "nodes/status") not in granted(render({"remediator": {"policy": policy}}), "gpuhealth-remediator")
     condition = render({"remediator": {"policy": {"replace": {"method": "condition"}}}})
-    assert _grants(condition, "gpuhealth-remediator")[("*", "", "nodes/status")] == {"patch"}
-    assert ("*", "", "nodes/status") not in _grants(RENDERED["default"], "gpuhealth-remediator")
+    assert granted(condition, "gpuhealth-remediator")[("*", "", "nodes/status")] == {"patch"}
+    assert ("*", "", "nodes/status") not in granted(RENDERED["default"], "gpuhealth-remediator")
 
 
 def test_the_dra_objects_are_granted_only_with_gpu_scope() -> None:
     dra = {("*", "resource.k8s.io", r) for r in ("resourceslices", "resourceclaims", "devicetaintrules")}
-    assert dra <= set(_grants(RENDERED["default"], "gpuhealth-remediator"))  # dra.enabled: true, the default
+    assert dra <= set(granted(RENDERED["default"], "gpuhealth-remediator"))  # dra.enabled: true, the default
     off = render({"remediator": {"policy": {"dra": {"enabled": False}}}})
-    grants = _grants(off, "gpuhealth-remediator")
+    grants = granted(off, "gpuhealth-remediator")
     assert not {k for k in grants if k[1] == "resource.k8s.io"}
     assert grants[("*", "", "nodes")] == REMEDIATOR_CLUSTER[("", "nodes")]  # the node ladder keeps its grants
 
 
 def test_every_request_of_the_remediators_watch_caches_is_granted() -> None:
     # The remediator keeps Nodes and Pods in watch caches (remediator/clients/fleet_cache.py): list, then watch.
-    grants = _grants(RENDERED["default"], "gpuhealth-remediator")
+    grants = granted(RENDERED["default"], "gpuhealth-remediator")
     with FakeCluster() as cluster:
         cluster.add_node("gpu-a")
         cluster.add_pod("gpu-a", "job-0")
@@ -623,7 +600,7 @@ def test_exporter_node_binding_is_rendered_by_default_and_can_be_turned_off() ->
 
 
 def test_every_request_the_exporter_makes_is_granted(tmp_path: Path) -> None:
-    grants = _grants(RENDERED["default"], "gpuhealth-exporter")
+    grants = granted(RENDERED["default"], "gpuhealth-exporter")
     (tmp_path / "token").write_text("t")
     with FakeCluster(token="t") as cluster:
         cluster.add_node("gpu-a")

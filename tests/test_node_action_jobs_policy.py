@@ -18,18 +18,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from remediator.act.node_jobs import render_job
-from remediator.policy import Policy, parse_policy
+from remediator.policy import Policy
 
 NS = "gpuhealth"
 POLICY_NAME = "gpuhealth-remediator-node-action-jobs"
 MIRROR = "registry.example.com/mirror/cuda@sha256:" + "ab" * 32
 
 
-def chart_policy(values: dict[str, Any] | None = None) -> Policy:
-    """The remediator's policy file as the chart renders it (its ConfigMap)."""
-    config = next(d for d in render(values) if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
-                  "gpuhealth-remediator")
-    return parse_policy(config["data"]["policy.yaml"], "chart ConfigMap")
+chart_policy = chart_rbac.chart_policy
 
 
 @pytest.fixture

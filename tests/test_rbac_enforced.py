@@ -18,9 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from remediator_harness import Harness
 
 from remediator.act.node_jobs import job_statuses, render_job
-from remediator.clients.errors import Forbidden
+from remediator.clients.errors import Forbidden, KubeError, Unauthorized
 from remediator.clients.kube import Kube
-from remediator.policy import Policy
 
 SA = "system:serviceaccount:gpuhealth:gpuhealth-remediator"
 
@@ -64,7 +63,7 @@ def test_what_the_chart_does_not_grant_is_403_in_the_api_servers_status_shape(cl
 
 def test_a_role_grants_only_in_its_namespace_and_resource_names_limit_what_they_name(cluster: FakeCluster) -> None:
     batch = client.BatchV1Api(_remediator(cluster))
-    job = render_job("reboot", "x", "gpu-0", Policy())  # a Job the chart's admission policy admits
+    job = render_job("reboot", "x", "gpu-0", chart_rbac.chart_policy())  # a Job the chart's admission policy admits
     batch.create_namespaced_job("gpuhealth", copy.deepcopy(job))  # the jobs Role's namespace
     _forbidden(batch.create_namespaced_job, "ml", copy.deepcopy(job))
     leases = client.CoordinationV1Api(_remediator(cluster))
@@ -87,6 +86,16 @@ def test_a_request_without_a_token_is_401_once_rbac_is_on(cluster: FakeCluster) 
     with pytest.raises(ApiException) as err:
         anonymous.list_node()
     assert err.value.status == 401
+
+
+def test_a_token_the_api_server_does_not_know_is_unauthorized_worth_a_retry_not_forbidden(cluster: FakeCluster) -> None:
+    """A rotated or not-yet-valid token (401) is not the chart refusing the call (403): callers that give up on a
+    refusal (the Job start: a rung not started for good) must not give up on it."""
+    kube = Kube(client.ApiClient(chart_rbac.configuration(cluster, "a-token-rotated-away")))
+    with pytest.raises(KubeError) as err:
+        job_statuses(kube, "gpuhealth")
+    assert err.value.status == 401 and isinstance(err.value, Unauthorized) and err.value.transient
+    assert not isinstance(err.value, Forbidden)
 
 
 def _with_the_old_jobs_role() -> list[dict[str, Any]]:

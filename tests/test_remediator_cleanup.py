@@ -10,12 +10,12 @@ import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import chart_rbac
 import pytest
 import yaml
 from chart_render import render
+from dra_gpus import DRIVER, alert_gpu, dra_node
 from fake_cluster import FakeCluster, merge_patch
 from gpu_operator import (
     OPERAND_PODS,
@@ -56,7 +56,6 @@ ladder:
 replace: {method: condition}
 """
 GPU = "00000000:86:00.0"
-DRIVER = "gpu.nvidia.com"
 A_PERSONS_TAINT = {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}
 
 
@@ -81,21 +80,6 @@ def _condition_types(c: FakeCluster, node: str) -> set[str]:
 
 def _reset_jobs(c: FakeCluster) -> list[tuple[str, str]]:
     return [j for j in c.jobs if "-reset-" in j[1]]
-
-
-def _pci(device: dict[str, Any]) -> str:
-    return f"0000{device['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
-
-
-def _dra_node(c: FakeCluster, name: str, **labels: str) -> list[dict[str, Any]]:
-    """A node whose 8 GPUs NVIDIA's DRA driver publishes, a training pod on each (its claim holds that GPU)."""
-    c.add_node(name, pool=name, labels=labels)
-    devices = c.dra.publish_gpus(name)
-    for d in devices:
-        pod = f"train-{name}-{d['name']}"
-        c.add_pod(name, pod, labels={"app": "train"})
-        c.dra.add_claim("default", f"claim-{name}-{d['name']}", [(DRIVER, name, d["name"])], [pod])
-    return devices
 
 
 # --- driving the real remediator mid-episode ----------------------------------------------------------------
@@ -125,9 +109,9 @@ def _mid_drain(h: Harness, c: FakeCluster, node: str) -> None:
 
 def _mid_quarantine(h: Harness, c: FakeCluster, node: str) -> None:
     """GPU scope: one GPU quarantined by a DeviceTaintRule, the node in service (no taint, no cordon)."""
-    devices = _dra_node(c, node)
+    devices = dra_node(c, node, pool=node)
     h.sync()
-    h.fire(node, "cordon", gpu=_pci(devices[2]))
+    h.fire(node, "cordon", gpu=alert_gpu(devices[2]))
     h.step()
     assert h.state(node).scope == "gpu" and c.dra.rules and not c.taints(node)
 
@@ -238,11 +222,11 @@ def test_cleanup_takes_off_only_what_gpuhealth_did_mid_reset_mid_drain_and_mid_q
 
 def test_a_reset_job_still_running_after_the_wait_is_never_stopped_and_its_node_is_left_as_it_is(
         cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster, "gpu-1", **{label(op): "true" for op in OPERAND_PODS})
+    devices = dra_node(cluster, "gpu-1", pool="gpu-1", labels={label(op): "true" for op in OPERAND_PODS})
     start_operand_pods(cluster, "gpu-1")
     exporter_says(cluster, "gpu-1")
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", "reset_gpu", gpu=_pci(devices[1]))  # GPU scope: quarantine, its pod evicted, then the reset
+    h.fire("gpu-1", "reset_gpu", gpu=alert_gpu(devices[1]))  # GPU scope: quarantine, its pod evicted, then the reset
     h.step()
     h.advance(seconds=60)
     h.step()

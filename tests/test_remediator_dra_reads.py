@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from dra_gpus import DRIVER, alert_gpu, dra_node
 from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -18,7 +19,6 @@ from remediator_harness import Harness
 
 from remediator.clients.kube import Kube
 
-DRIVER = "gpu.nvidia.com"
 POLICY = "alertmanager: {url: none}\n"
 
 
@@ -113,20 +113,8 @@ def test_the_fake_refuses_continue_tokens_as_the_api_server_does(cluster: FakeCl
 
 # --- the reconcile loop -------------------------------------------------------------------------------------------
 def _dra_fleet(c: FakeCluster, nodes: int = 3) -> list[dict[str, Any]]:
-    devices: list[dict[str, Any]] = []
-    for i in range(nodes):
-        name = f"gpu-{i}"
-        c.add_node(name)
-        devices = c.dra.publish_gpus(name)
-        for d in devices:
-            c.add_pod(name, f"train-{name}-{d['name']}")
-            c.dra.add_claim("default", f"claim-{name}-{d['name']}", [(DRIVER, name, d["name"])],
-                            [f"train-{name}-{d['name']}"])
-    return devices
-
-
-def _pci(device: dict[str, Any]) -> str:
-    return f"0000{device['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
+    """`nodes` DRA nodes gpu-0, gpu-1, ...; the last one's devices."""
+    return [dra_node(c, f"gpu-{i}") for i in range(nodes)][-1]
 
 
 def test_a_fleet_at_rest_reads_no_dra_objects_and_an_episode_reads_them_fresh(cluster: FakeCluster) -> None:
@@ -136,7 +124,7 @@ def test_a_fleet_at_rest_reads_no_dra_objects_and_an_episode_reads_them_fresh(cl
         h.advance(seconds=10)
         h.step()
     assert _list_requests(cluster, "resourceslices") == [] and _list_requests(cluster, "resourceclaims") == []
-    h.fire("gpu-1", "cordon", gpu=_pci(devices[2]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(devices[2]))
     (decision,) = h.decided(h.step())
     assert (decision.action, decision.effect) == ("quarantine_gpu", "NoSchedule")  # GPU scope: DRA was read
     assert [q.get("limit") for q in _list_requests(cluster, "resourceslices")] == ["500"]
@@ -168,7 +156,7 @@ def test_gpu_scope_works_in_whichever_version_the_cluster_serves_dra(cluster: Fa
     cluster.dra.core, cluster.dra.served = core, taints
     devices = _dra_fleet(cluster, 1)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-0", "drain", gpu=_pci(devices[4]))
+    h.fire("gpu-0", "drain", gpu=alert_gpu(devices[4]))
     decided = h.decided(h.step())
     assert [(d.action, d.effect) for d in decided] == [("quarantine_gpu", "NoSchedule"),
                                                        ("quarantine_gpu", "NoExecute")], kubernetes
@@ -181,7 +169,7 @@ def test_dra_in_v1beta1_without_device_taints_is_node_scope_and_says_why(cluster
     cluster.dra.core, cluster.dra.served = ("v1beta1",), ()  # Kubernetes 1.32: devices wrapped in `basic`
     devices = _dra_fleet(cluster, 1)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-0", "cordon", gpu=_pci(devices[1]))
+    h.fire("gpu-0", "cordon", gpu=alert_gpu(devices[1]))
     (decision,) = h.decided(h.step())
     assert decision.action == "cordon" and "node scope: the cluster serves no DeviceTaintRule" in decision.reason
 

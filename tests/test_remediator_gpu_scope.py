@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from dra_gpus import DRIVER, alert_gpu, dra_node
 from fake_cluster import FakeCluster
 from remediator_harness import Harness
 
 from remediator.decide.nodestate import TAINT_KEY
 
-DRIVER = "gpu.nvidia.com"
 POLICY = """
 alertmanager: {url: none}
 return_to_service: {healthy_delay: 10m}
@@ -29,34 +29,17 @@ def cluster() -> Iterator[FakeCluster]:
         yield c
 
 
-def _dra_node(c: FakeCluster, name: str = "gpu-1") -> list[dict[str, Any]]:
-    """A node with its 8 GPUs published, and a training pod on each GPU (its claim allocated that GPU)."""
-    c.add_node(name)
-    devices = c.dra.publish_gpus(name)
-    for d in devices:
-        pod = f"train-{d['name']}"
-        c.add_pod(name, pod, labels={"app": "train"})
-        c.dra.add_claim("default", f"claim-{name}-{d['name']}", [(DRIVER, name, d["name"])], [pod])
-    return devices
-
-
-def _pci(device: dict[str, Any]) -> str:
-    """The GPU's bus id as an Xid alert's gpu label carries it: the exporter writes NVML's form (00000000:64:00.0)
-    whatever the kernel line printed; the DRA driver publishes 0000:64:00.0."""
-    return f"0000{device['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
-
-
 def _rules(c: FakeCluster) -> list[tuple[str, str]]:
     return sorted((r["spec"]["deviceSelector"]["device"], r["spec"]["taint"]["effect"]) for r in c.dra.rules.values())
 
 
 def test_a_cordon_alert_on_one_gpu_quarantines_that_gpu_and_leaves_the_node_schedulable(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", "cordon", gpu=_pci(devices[3]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(devices[3]))
     (decision,) = h.decided(h.step())
     assert (decision.action, decision.decision, decision.effect) == ("quarantine_gpu", "execute", "NoSchedule")
-    assert decision.devices == ("gpu-3",) and decision.pods == ("default/train-gpu-3",)
+    assert decision.devices == ("gpu-3",) and decision.pods == ("default/train-gpu-1-gpu-3",)
     assert _rules(cluster) == [("gpu-3", "NoSchedule")]
     assert not cluster.taints("gpu-1") and not cluster.node("gpu-1")["spec"].get("unschedulable")
     assert cluster.evictions() == []
@@ -64,33 +47,33 @@ def test_a_cordon_alert_on_one_gpu_quarantines_that_gpu_and_leaves_the_node_sche
 
 
 def test_a_drain_alert_evicts_the_pod_on_that_gpu_and_the_other_seven_keep_running(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", "drain", gpu=_pci(devices[5]))
+    h.fire("gpu-1", "drain", gpu=alert_gpu(devices[5]))
     decided = h.decided(h.step())
     assert [(d.action, d.effect) for d in decided] == [("quarantine_gpu", "NoSchedule"),
                                                        ("quarantine_gpu", "NoExecute")]
-    assert cluster.evictions() == ["default/train-gpu-5"]  # by the device taint, as kube-controller-manager does
+    assert cluster.evictions() == ["default/train-gpu-1-gpu-5"]  # by the device taint, as kube-controller-manager does
     assert len(cluster.pods_on("gpu-1")) == 8  # the evicted one is still terminating
     h.advance(seconds=60)
     h.step()  # the pod is gone: the GPU's drain is done
     assert h.state("gpu-1").rung == "drain" and h.state("gpu-1").rung_status == "done"
-    assert {p["metadata"]["name"] for p in cluster.pods_on("gpu-1")} == {f"train-gpu-{i}" for i in range(8)} - {
-        "train-gpu-5"}
+    assert {p["metadata"]["name"] for p in cluster.pods_on("gpu-1")} == {f"train-gpu-1-gpu-{i}" for i in range(8)} - {
+        "train-gpu-1-gpu-5"}
     assert not cluster.taints("gpu-1")
 
 
 def test_return_to_service_removes_only_our_device_taints_after_the_healthy_delay(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
     cluster.dra.rules["a-persons-rule"] = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
                                            "metadata": {"name": "a-persons-rule"},
                                            "spec": {"deviceSelector": {"driver": DRIVER, "pool": "gpu-1",
                                                                        "device": "gpu-0"},
                                                     "taint": {"key": "example.com/x", "effect": "NoSchedule"}}}
-    h.fire("gpu-1", "cordon", gpu=_pci(devices[2]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(devices[2]))
     h.step()
-    h.resolve("gpu-1", "cordon", gpu=_pci(devices[2]))
+    h.resolve("gpu-1", "cordon", gpu=alert_gpu(devices[2]))
     assert h.decisions(h.step()) == [("gpu-1", "release_gpu", "deferred")]
     h.advance(minutes=11)
     assert h.decisions(h.step()) == [("gpu-1", "release_gpu", "execute")]
@@ -100,9 +83,9 @@ def test_return_to_service_removes_only_our_device_taints_after_the_healthy_dela
 
 
 def test_a_reset_runs_on_the_quarantined_gpu_and_a_failed_one_takes_the_node_ladder(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
-    gpu = _pci(devices[1])
+    gpu = alert_gpu(devices[1])
     h.fire("gpu-1", "reset_gpu", gpu=gpu)
     h.step()
     h.advance(seconds=60)
@@ -126,38 +109,38 @@ def test_a_reset_runs_on_the_quarantined_gpu_and_a_failed_one_takes_the_node_lad
 ])
 def test_a_fault_beyond_one_gpu_takes_the_node_and_the_audit_says_why(cluster: FakeCluster, remediation: str,
                                                                       gpu: str, why: str) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", remediation, gpu=_pci(devices[0]) if gpu == "pci" else gpu)
+    h.fire("gpu-1", remediation, gpu=alert_gpu(devices[0]) if gpu == "pci" else gpu)
     first = h.decided(h.step())[0]
     assert first.action == "cordon" and f"node scope: {why}" in first.reason
     assert not cluster.dra.rules and any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
 
 
 def test_a_cluster_that_serves_no_device_taint_rule_gets_node_scope_and_is_told(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     cluster.dra.served = ()
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(devices[0]))
     first = h.decided(h.step())[0]
     assert first.action == "cordon" and "the cluster serves no DeviceTaintRule" in first.reason
 
 
 def test_an_older_cluster_serving_it_behind_the_feature_gate_gets_its_version(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     cluster.dra.served = ("v1alpha3",)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(devices[0]))
     assert h.decided(h.step())[0].action == "quarantine_gpu"
     assert {r["apiVersion"] for r in cluster.dra.rules.values()} == {"resource.k8s.io/v1alpha3"}
 
 
 def test_the_gpu_budget_counts_quarantined_gpus_of_the_pool(cluster: FakeCluster) -> None:
-    one = _dra_node(cluster, "gpu-1")
-    two = _dra_node(cluster, "gpu-2")
+    one = dra_node(cluster, "gpu-1")
+    two = dra_node(cluster, "gpu-2")
     h = Harness(cluster, POLICY + "budget: {max_quarantined_gpus: 1}\n")
-    h.fire("gpu-1", "cordon", gpu=_pci(one[0]))
-    h.fire("gpu-2", "cordon", gpu=_pci(two[0]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(one[0]))
+    h.fire("gpu-2", "cordon", gpu=alert_gpu(two[0]))
     decided = {(d.node, d.decision) for d in h.decided(h.step())}
     assert ("gpu-1", "execute") in decided
     assert ("gpu-2", "deferred") in decided
@@ -186,9 +169,9 @@ def _to_reset_done(h: Harness, cluster: FakeCluster, gpu: str) -> None:
 
 
 def test_a_reset_that_was_not_enough_reboots_only_after_the_nodes_cordon_and_drain(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)  # ladder.reset_gpu.escalate_after: 30m, the default
-    gpu = _pci(devices[1])
+    gpu = alert_gpu(devices[1])
     _to_reset_done(h, cluster, gpu)
     h.advance(minutes=31)
     h.fire("gpu-1", "reset_gpu", gpu=gpu)  # still firing: the fault survived the reset
@@ -200,9 +183,9 @@ def test_a_reset_that_was_not_enough_reboots_only_after_the_nodes_cordon_and_dra
 
 
 def test_one_failed_read_of_the_dra_objects_keeps_the_gpu_scope_and_waits(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(devices[0]))
     h.step()
     cluster.fail("GET", "/apis/resource.k8s.io/v1/resourceslices", 503)
     assert h.decisions(h.step()) == [("gpu-1", "none", "deferred")]
@@ -213,10 +196,10 @@ def test_one_failed_read_of_the_dra_objects_keeps_the_gpu_scope_and_waits(cluste
 
 
 def test_a_quarantine_the_api_refused_fails_its_rung_and_no_reset_runs_without_it(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
     cluster.fail("POST", "/apis/resource.k8s.io/v1/devicetaintrules", 503, times=100)
-    h.fire("gpu-1", "reset_gpu", gpu=_pci(devices[1]))
+    h.fire("gpu-1", "reset_gpu", gpu=alert_gpu(devices[1]))
     h.step()
     assert h.state("gpu-1").rung_status == "failed" and not cluster.dra.rules
     assert "GPUQuarantinedFailed" in cluster.reasons("gpu-1")
@@ -226,9 +209,9 @@ def test_a_quarantine_the_api_refused_fails_its_rung_and_no_reset_runs_without_i
 
 
 def test_a_device_taint_rule_left_with_no_episode_behind_it_is_swept(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster)
+    devices = dra_node(cluster)
     h = Harness(cluster, POLICY)
-    h.fire("gpu-1", "cordon", gpu=_pci(devices[0]))
+    h.fire("gpu-1", "cordon", gpu=alert_gpu(devices[0]))
     h.step()
     cluster.update_node("gpu-1", lambda n: n["metadata"]["annotations"].pop("gpuhealth.io/state"))  # state lost
     h.step()
@@ -236,12 +219,12 @@ def test_a_device_taint_rule_left_with_no_episode_behind_it_is_swept(cluster: Fa
 
 
 def test_a_gpu_scoped_reset_is_not_held_by_the_nodes_disruption_budget(cluster: FakeCluster) -> None:
-    devices = _dra_node(cluster, "gpu-1")
+    devices = dra_node(cluster, "gpu-1")
     cluster.add_node("gpu-2")
     cluster.add_pod("gpu-2", "other")
     h = Harness(cluster, POLICY + "budget: {max_disrupted: 1}\n")
     h.fire("gpu-2", "drain", gpu=None)  # takes the pool's one disruption
-    h.fire("gpu-1", "reset_gpu", gpu=_pci(devices[1]))
+    h.fire("gpu-1", "reset_gpu", gpu=alert_gpu(devices[1]))
     h.step()
     h.advance(seconds=60)
     decided = {(d.node, d.action, d.decision) for d in h.decided(h.step())}
@@ -278,7 +261,7 @@ def _mig_alert(gpus: list[dict[str, Any]], mig: dict[str, Any] | str) -> dict[st
     """An Xid alert's GPU labels on a MIG instance, as rules/alerts/gpu.yaml sets them: gpu and pci_bus_id the GPU's
     bus id, gpu_instance as the kernel printed it, mig_uuid the instance's MIG device."""
     uuid = mig if isinstance(mig, str) else mig["attributes"]["uuid"]["string"]
-    gpu = _pci(next(g for g in gpus if g["name"] == "gpu-1"))
+    gpu = alert_gpu(next(g for g in gpus if g["name"] == "gpu-1"))
     return {"gpu": gpu, "labels": {"pci_bus_id": gpu, "gpu_instance": "07", "mig_uuid": uuid}}
 
 

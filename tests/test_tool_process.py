@@ -15,10 +15,11 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -192,15 +193,6 @@ def serve(tmp_path: Path, dcgmi: str) -> Iterator[tuple[subprocess.Popen[str], i
             proc.wait()
 
 
-def wait_for(check: Callable[[], bool], within: float = 20.0) -> bool:
-    give_up = time.monotonic() + within
-    while time.monotonic() < give_up:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_sigterm_to_the_exporter_kills_a_hung_tool_and_the_child_that_escaped_it(
         tmp_path: Path, marker: str) -> None:
     """Before, both were left running with parent PID 1 after the exporter stopped."""
@@ -208,7 +200,8 @@ def test_sigterm_to_the_exporter_kills_a_hung_tool_and_the_child_that_escaped_it
     cmd = tool(tmp_path, f'[ "$1 $2" = "health -s" ] && exit 0\n'
                          f"setsid {sleeper(marker)} &\ntouch '{started}'\n{sleeper(marker)}\n")
     with serve(tmp_path, cmd) as (proc, _):
-        assert wait_for(lambda: started.exists() and len(with_marker(marker)) == 2), "the tool never started"
+        assert wait_for(lambda: started.exists() and len(with_marker(marker)) == 2,
+                        seconds=20), "the tool never started"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     assert gone(marker), [Path(f"/proc/{p}/cmdline").read_bytes() for p in with_marker(marker)]
@@ -230,9 +223,9 @@ def test_a_child_a_tool_leaves_behind_is_killed_when_the_run_ends_while_the_expo
                 return False
             return 'gpuhealth_probe_success{probe="dcgm"} 1.0' in body
 
-        assert wait_for(succeeded), "the probe never succeeded"
-        assert wait_for(lambda: len(runs.read_text().split()) >= 3)  # several runs, each leaving a daemon
-        assert wait_for(lambda: len(with_marker(marker)) <= 1, within=5), "daemons pile up across runs"
+        assert wait_for(succeeded, seconds=20), "the probe never succeeded"
+        assert wait_for(lambda: len(runs.read_text().split()) >= 3, seconds=20)  # several runs, each leaving a daemon
+        assert wait_for(lambda: len(with_marker(marker)) <= 1, seconds=5), "daemons pile up across runs"
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
