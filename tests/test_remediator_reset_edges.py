@@ -8,23 +8,25 @@ from collections.abc import Iterator
 
 import pytest
 from fake_cluster import FakeCluster
-from remediator_harness import Harness, webhook
-from test_remediator_reset_sequence import (
-    GPU,
+from gpu_operator import (
     OPERAND_PODS,
     OPERATOR_NS,
-    POLICY,
-    _daemonset_controller,
-    _exporter_says,
-    _finish,
-    _labels,
-    _operator_node,
-    _release,
-    _to_stopping,
+    daemonset_controller,
+    deploy_labels,
+    exporter_says,
+    operator_node,
+    release_for_reset,
 )
+from remediator_harness import Harness, webhook
+from test_remediator_reset_sequence import GPU, POLICY, _finish, _to_stopping
 
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
 from remediator.policy import PolicyError, parse_policy
+
+
+def _labels(c: FakeCluster) -> dict[str, str]:
+    return deploy_labels(c, "gpu-1")
+
 
 OTHER_GPU = "00000000:87:00.0"
 
@@ -79,7 +81,7 @@ def test_a_reboot_after_a_one_gpu_drain_waits_for_the_whole_node_to_drain(cluste
 
 # --- 2. a person removing gpuhealth's taint while the alert still fires -------------------------------------------
 def test_a_person_removing_the_taint_mid_reset_gets_the_operands_back_while_it_fires(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
     cluster.update_node("gpu-1", lambda n: n["spec"].update(taints=[]))  # a person takes the node over
@@ -93,10 +95,10 @@ def test_a_person_removing_the_taint_mid_reset_gets_the_operands_back_while_it_f
 
 # --- 3. alerts resolve in the pass where the clients have just let go ---------------------------------------------
 def test_alerts_resolving_just_as_the_clients_let_go_cancel_the_reset_and_restore(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
-    _release(h, cluster)  # operands gone, exporter answered...
+    release_for_reset(cluster, "gpu-1")  # operands gone, exporter answered...
     h.resolve("gpu-1", "reset_gpu", gpu=GPU)  # ...and the alert resolved before the next pass
     decided = [(d.action, d.decision, d.reason) for d in h.decided(h.step())]
     assert not _reset_jobs(cluster)
@@ -112,11 +114,11 @@ def test_a_reset_rung_without_a_timeout_is_refused() -> None:
 
 # --- 5. a second alert on another GPU while the first GPU's clients stop ------------------------------------------
 def test_a_second_gpu_alerting_before_the_job_starts_resets_both(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
     h.fire("gpu-1", "reset_gpu", gpu=OTHER_GPU, alertname="OtherGPUFault")
-    _release(h, cluster)
+    release_for_reset(cluster, "gpu-1")
     h.step()
     (job,) = _reset_jobs(cluster)
     target = cluster.jobs[job]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
@@ -125,7 +127,7 @@ def test_a_second_gpu_alerting_before_the_job_starts_resets_both(cluster: FakeCl
 
 # --- 6. GPU scope handing over to node scope mid-stop, on a node with nothing to evict -----------------------------
 def test_gpu_scope_handing_over_mid_stop_never_resets_with_the_operands_back(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     devices = cluster.dra.publish_gpus("gpu-1")  # no workload pods: nothing to evict
     pci = [f"0000{d['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper() for d in devices]
     h = Harness(cluster, POLICY)
@@ -135,7 +137,7 @@ def test_gpu_scope_handing_over_mid_stop_never_resets_with_the_operands_back(clu
     assert h.state("gpu-1").scope == "gpu"
     h.fire("gpu-1", "reset_gpu", gpu=pci[2], alertname="OtherGPUFault")  # the node ladder takes over
     h.step()
-    _daemonset_controller(cluster, "gpu-1")  # whatever the labels now say, the Operator's pods follow
+    daemonset_controller(cluster, "gpu-1")  # whatever the labels now say, the Operator's pods follow
     request = cluster.annotations("gpu-1").get(RESET_REQUEST_ANNOTATION)
     if request:
         _exporter_released(cluster, request)
@@ -149,15 +151,15 @@ def test_gpu_scope_handing_over_mid_stop_never_resets_with_the_operands_back(clu
 
 
 def _exporter_released(c: FakeCluster, request: str) -> None:
-    _exporter_says(c, "gpu-1", "ReleasedForGPUReset", f"released NVML and paused DCGM for GPU reset request {request}")
+    exporter_says(c, "gpu-1", "ReleasedForGPUReset", f"released NVML and paused DCGM for GPU reset request {request}")
 
 
 # --- 7. reset.pause_value changed (policy rollout / new leader) while operands are paused --------------------------
 def test_a_pause_value_changed_mid_reset_still_finds_the_labels_it_paused(cluster: FakeCluster) -> None:
-    _operator_node(cluster)
+    operator_node(cluster)
     h = Harness(cluster, POLICY)
     _to_stopping(h)
-    _release(h, cluster)
+    release_for_reset(cluster, "gpu-1")
     h.step()  # the reset Job runs
     # a restart with the new policy
     h2 = Harness(cluster, POLICY + "reset: {pause_value: paused-by-gpuhealth}\n", identity="replica-a")
