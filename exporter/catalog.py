@@ -86,7 +86,9 @@ KERNEL_LOG = (
     Family("gpuhealth_kmsg_records", "counter", ("origin",),
            "Kernel-log records read; origin=kernel are parsed, origin=userspace are ignored."),
     Family("gpuhealth_kmsg_unparsed_xid_records", "counter", (),
-           "Records that mention an NVRM Xid but match no Xid pattern (a new line shape: never silent)."),
+           "Records that start as the driver's Xid line does (`NVRM: Xid (<device>): <number>`) but match no Xid "
+           "pattern (a new line shape: never silent). A kernel line that echoes a task's name (a process named "
+           "`NVRM: Xid (PCI:` that segfaults) is not one."),
     Family("gpuhealth_kmsg_records_missed", "counter", (),
            "Records lost before they could be read (ring buffer overwritten, seen as a sequence gap)."),
     Family("gpuhealth_kmsg_lines_unrecognised", "counter", (),

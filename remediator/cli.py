@@ -69,11 +69,12 @@ def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, 
     states = recorded_states(nodes)  # an unreadable one is left out: the view reports it (fail closed)
     if reading.untrusted:
         print(json.dumps({"alertmanager": reading.members, "not_resolving": reading.untrusted}), file=sys.stderr)
-    plan = sync_batch(states, reading.active, now, now, policy, resolve=reading.untrusted is None)
+    plan = sync_batch(states, reading.active, now, now, policy, resolve=reading.untrusted is None,
+                      unreadable={fp for fp, _ in reading.skipped})
     # alerts for nodes the nodes file lacks are reported as the webhook's are ("node not found")
     missing = [NodeAlert(a.node, a.fingerprint, a.record) for a in reading.active
                if a.node not in states and not a.suppressed]
-    return Batch(alerts=[*plan.batch.alerts, *missing], ignored=reading.ignored)
+    return Batch(alerts=[*plan.batch.alerts, *missing], ignored=[*reading.ignored, *reading.skipped])
 
 
 def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:

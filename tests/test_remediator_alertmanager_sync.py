@@ -348,3 +348,18 @@ def test_an_https_alertmanager_is_trusted_through_the_configured_ca_only(cluster
         untrusted.step()
         assert untrusted.metric("gpuhealth_remediator_alertmanager_up") == 0
         assert firing(untrusted, "gpu-8") == {}
+
+
+def test_an_alert_that_started_before_1970_is_skipped_and_counted_and_the_others_are_still_recorded(
+        cluster: FakeCluster, fresh_am: RealAlertmanager, caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(cluster, policy(fresh_am.url), start=now())
+    fresh_am.push("gpu-2", "GPUBeforeEpoch", starts=datetime(1969, 12, 31, tzinfo=UTC))  # Alertmanager accepts it
+    fresh_am.push("gpu-3", "GPUWebhookLost")
+    bad = next(a for a in fresh_am.wait_listed(2) if a["labels"]["alertname"] == "GPUBeforeEpoch")
+    with caplog.at_level(logging.WARNING, "gpuhealth.remediator"):
+        h.step()
+    assert h.metric("gpuhealth_remediator_alertmanager_syncs_total", result="ok") == 1
+    assert firing(h, "gpu-3") == {"GPUWebhookLost": "firing"}
+    assert firing(h, "gpu-2") == {} and not cluster.taints("gpu-2")
+    assert h.metric("gpuhealth_remediator_alerts_ignored_total", reason="unusable") == 1
+    assert any(bad["fingerprint"] in r.getMessage() and "startsAt" in r.getMessage() for r in caplog.records)

@@ -151,6 +151,14 @@ def test_gpu_label_that_is_neither_an_index_nor_a_pci_bus_id_is_dropped() -> Non
     assert parse_webhook(json.dumps(body), parse_policy("")).alerts[0].record.gpu is None
 
 
+def test_gpu_label_of_non_ascii_digits_is_dropped_and_never_reaches_the_reset_job(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    h.fire("gpu-1", "reset_gpu", gpu="\u0663")  # ARABIC-INDIC DIGIT THREE: str.isdigit() and \\d take it
+    assert h.state("gpu-1").alerts["fp-gpu-1-GPUFault"].gpu is None
+    h.step()
+    assert cluster.jobs and not any("\u0663" in json.dumps(job, ensure_ascii=False) for job in cluster.jobs.values())
+
+
 def test_health_ready_and_metrics_endpoints(cluster: FakeCluster) -> None:
     h = Harness(cluster)
     assert h.http.get("/healthz").status_code == 200

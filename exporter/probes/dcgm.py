@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample as PromSample
@@ -31,6 +31,7 @@ from exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
     NOT_FOUND,
+    OUTPUT_TOO_LARGE,
     TIMEOUT,
     Pause,
     ProbeError,
@@ -358,12 +359,37 @@ _FLAG_FAMILIES = {"gpuhealth_gpu_row_remap_failure", "gpuhealth_gpu_row_remap_pe
                   "gpuhealth_gpu_retired_pages_pending"}
 
 
+# A real scrape is 8 kB for one L4 (the recorded page) and a few hundred kB for 8 GPUs with every
+# field dcgm-exporter knows (8 x ~100 fields x a few hundred bytes a line); MIG instances multiply it
+# by at most 7. 4 MiB is above that with headroom; parsing a 4 MiB page costs about 46 MiB of peak RSS
+# (measured: 38 -> 83 MiB), inside the chart's 160Mi limit, which an unbounded 20 MB page nearly
+# reached (157 MiB). Past the bound nothing is parsed.
+MAX_SCRAPE_BYTES = 4 * 1024 * 1024
+_READ_CHUNK = 64 * 1024
+
+
+def _too_large(source: str) -> ProbeError:
+    return ProbeError(OUTPUT_TOO_LARGE, f"{source}: more than {MAX_SCRAPE_BYTES // 1048576} MiB, not parsed")
+
+
+def _read_bounded(stream: BinaryIO, source: str) -> bytes:
+    """All of stream, read in chunks; a ProbeError(output_too_large) as soon as it passes MAX_SCRAPE_BYTES."""
+    body = bytearray()
+    while chunk := stream.read(min(_READ_CHUNK, MAX_SCRAPE_BYTES + 1 - len(body))):
+        body += chunk
+        if len(body) > MAX_SCRAPE_BYTES:
+            raise _too_large(source)
+    return bytes(body)
+
+
 def _fetch(url: str, deadline: float) -> bytes:
     # urllib's timeout bounds each socket operation, which is what a local exporter can stall on.
     try:
         with urllib.request.urlopen(url, timeout=deadline) as resp:
-            body: bytes = resp.read()
-            return body
+            length = resp.headers.get("Content-Length", "")
+            if length.strip().isdigit() and int(length) > MAX_SCRAPE_BYTES:
+                raise _too_large(url)  # refused before any of it is read
+            return _read_bounded(resp, url)
     except urllib.error.HTTPError as exc:
         exc.close()
         raise ProbeError(NOT_FOUND if exc.code == 404 else ERROR, f"{url}: HTTP {exc.code}") from exc
@@ -379,7 +405,7 @@ def _fetch(url: str, deadline: float) -> bytes:
 def _read_file(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return _read_bounded(f, path)
     except OSError as exc:
         raise classify(exc) from exc
 

@@ -66,7 +66,7 @@ class NodeDevices:
         for d in self.devices:
             if d.kind == "mig" and d.uuid == gpu:
                 return next((g for g in gpus if g.uuid == d.parent_uuid), None)
-        if gpu.isdigit():
+        if gpu.isascii() and gpu.isdigit():
             return next((g for g in gpus if g.index == int(gpu) or g.name == f"gpu-{gpu}"), None)
         return None
 

@@ -18,16 +18,15 @@ compares it with the Nodes and returns the records that make them agree:
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
 from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time, parse_time
-from remediator.intake.webhook import Batch, NodeAlert, WebhookError, parse_webhook
+from remediator.intake.webhook import Batch, NodeAlert, parse_listed
 from remediator.policy import Policy
 
 
@@ -53,6 +52,7 @@ class Reading:
     ignored: list[tuple[str, str]]
     members: list[str]
     untrusted: str | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (fingerprint, why): listed but not well-formed
 
 
 @dataclass
@@ -67,9 +67,11 @@ class SyncPlan:
         return {"recorded": self.recorded, "resolved": self.resolved, "refreshed": self.refreshed}
 
 
-def active_alerts(items: list[dict[str, Any]], policy: Policy) -> tuple[list[ActiveAlert], list[tuple[str, str]]]:
+def active_alerts(items: list[dict[str, Any]], policy: Policy) -> tuple[list[ActiveAlert], list[tuple[str, str]],
+                                                                        list[tuple[str, str]]]:
     """/api/v2/alerts answers (one or several members'), read with the webhook's own validation (an alert the
-    webhook would ignore is ignored here, with the same reason). An alert several members list is one alert:
+    webhook would ignore is ignored here, with the same reason; one it would refuse, such as a startsAt before
+    1970, is skipped, with why, and never fails the others). An alert several members list is one alert:
     suppressed if any member suppresses it (a person's silence anywhere), routed if any routed it."""
     suppressed: dict[str, bool] = {}
     processed: dict[str, bool] = {}
@@ -84,12 +86,10 @@ def active_alerts(items: list[dict[str, Any]], policy: Policy) -> tuple[list[Act
     shaped = [{"status": "firing", "labels": a.get("labels"), "annotations": a.get("annotations") or {},
                "startsAt": a.get("startsAt"), "endsAt": "0001-01-01T00:00:00Z", "fingerprint": a.get("fingerprint"),
                "generatorURL": a.get("generatorURL", "")} for a in unique.values()]
-    try:
-        batch = parse_webhook(json.dumps({"version": "4", "status": "firing", "alerts": shaped}), policy)
-    except WebhookError as exc:
-        raise ValueError(f"unexpected answer from /api/v2/alerts: {exc}") from exc
-    return [ActiveAlert(a.node, a.fingerprint, a.record, suppressed[a.fingerprint], processed[a.fingerprint])
-            for a in batch.alerts], batch.ignored
+    batch, skipped = parse_listed(shaped, policy)
+    active = [ActiveAlert(a.node, a.fingerprint, a.record, suppressed[a.fingerprint], processed[a.fingerprint])
+              for a in batch.alerts]
+    return active, batch.ignored, skipped
 
 
 def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:
@@ -106,11 +106,11 @@ def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:
             raise AlertmanagerUnavailable(f"{answers[0].member}: alertmanager.receiver {regex!r} matches none of its "
                                           f"receivers ({', '.join(names) or 'none'}): the route is not the one "
                                           "that sends gpuhealth its alerts")
-    try:
-        active, ignored = active_alerts([a for answer in answers for a in answer.data], policy)
-    except ValueError as exc:
-        raise AlertmanagerUnavailable(str(exc)) from exc
-    reading = Reading(active, ignored, [a.member for a in answers])
+    active, ignored, skipped = active_alerts([a for answer in answers for a in answer.data], policy)
+    reading = Reading(active, ignored, [a.member for a in answers], skipped=skipped)
+    if any(not fp for fp, _ in skipped):  # an unreadable alert without a fingerprint may be any recorded one
+        reading.untrusted = f"{len(skipped)} listed alert(s) could not be read, one without a fingerprint"
+        return reading
     if errors:
         reading.untrusted = f"not every member answered ({'; '.join(errors)})"
         return reading
@@ -153,8 +153,9 @@ def refresh_after(policy: Policy) -> timedelta:
 
 
 def sync_batch(states: Mapping[str, NodeState], active: list[ActiveAlert], asked_at: datetime, now: datetime,
-               policy: Policy, *, resolve: bool = True) -> SyncPlan:
-    """The records that make each Node in `states` agree with `active` (asked for at `asked_at`)."""
+               policy: Policy, *, resolve: bool = True, unreadable: Collection[str] = ()) -> SyncPlan:
+    """The records that make each Node in `states` agree with `active` (asked for at `asked_at`). `unreadable`:
+    fingerprints Alertmanager lists but that could not be read (Reading.skipped), never resolved."""
     plan = SyncPlan()
     by_node: dict[str, dict[str, ActiveAlert]] = {}
     for a in active:
@@ -181,7 +182,8 @@ def sync_batch(states: Mapping[str, NodeState], active: list[ActiveAlert], asked
         if not resolve:
             continue
         for fp, current in state.alerts.items():
-            if current.status != "firing" or fp in listed or parse_time(current.last_seen) >= asked_at:
+            if (current.status != "firing" or fp in listed or fp in unreadable
+                    or parse_time(current.last_seen) >= asked_at):
                 continue
             ended = replace(current, status="resolved", ends_at=fmt_time(asked_at), resolved_by="sync")
             plan.batch.alerts.append(NodeAlert(node, fp, ended))

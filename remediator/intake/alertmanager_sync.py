@@ -12,7 +12,7 @@ from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnav
 from remediator.clock import Clock
 from remediator.intake.alert_sync import SyncPlan, read_alertmanager, recorded_states, sync_batch
 from remediator.intake.recorder import Recorder
-from remediator.metrics import Metrics
+from remediator.metrics import AlertIgnoredReason, Metrics
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -50,8 +50,11 @@ class AlertmanagerSync:
             return None
         kube = self.recorder.kube
         states = recorded_states(nodes, kube.recorded_overlay())
+        for fingerprint, why in reading.skipped:  # listed but not well-formed: never fatal to the sync
+            self.metrics.alert_ignored(AlertIgnoredReason.UNUSABLE)
+            log.warning("Alertmanager sync: skipped alert %s: %s", fingerprint or "(no fingerprint)", why)
         plan = sync_batch(states, reading.active, asked_at, self.clock(), self.policy,
-                          resolve=reading.untrusted is None)
+                          resolve=reading.untrusted is None, unreadable={fp for fp, _ in reading.skipped})
         failed: list[tuple[str, str]] = []
         if plan.batch.alerts:
             failed = self.recorder.record(plan.batch, self.clock()).failed

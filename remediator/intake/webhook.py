@@ -15,13 +15,14 @@ from typing import Any
 from remediator.decide.nodestate import ALL_GPUS, REMEDIATIONS, AlertRecord, parse_time
 from remediator.policy import Policy
 
-_GPU_INDEX = re.compile(r"^\d{1,3}$")
+# ASCII digits only: \d and str.isdigit() also take other scripts' digits ("٣"), which nvidia-smi -i does not
+_GPU_INDEX = re.compile(r"^[0-9]{1,3}$", re.ASCII)
 _PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # A MIG device's UUID as NVML and NVIDIA's DRA driver write it: MIG-<uuid> (drivers since R470), or the older
 # MIG-GPU-<uuid>/<gpu instance>/<compute instance>
 _MIG_UUID = re.compile(r"^MIG-(?:[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}"
-                       r"|GPU-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}/\d{1,3}/\d{1,3})$")
+                       r"|GPU-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}/[0-9]{1,3}/[0-9]{1,3})$")
 _POD_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 GPU_PODS_ANNOTATION = "gpu_pods"  # rules/alerts: the pods on the alert's GPU, from the exporter's pod-resources map
 MIG_UUID_LABEL = "mig_uuid"  # rules/alerts/gpu.yaml: an Xid on a MIG GPU instance names its MIG device
@@ -131,47 +132,65 @@ def parse_webhook(raw: bytes | str, policy: Policy) -> Batch:
     alerts = _require(body, "alerts", list, "body")
     batch = Batch()
     for i, alert in enumerate(alerts):
-        where = f"alerts[{i}]"
-        if not isinstance(alert, dict):
-            raise WrongShape(f"{where}: expected an object")
-        status = _require(alert, "status", str, where)
-        if status not in ("firing", "resolved"):
-            raise WrongShape(f"{where}.status: expected firing or resolved, got {status!r}")
-        labels = _string_map(alert, "labels", where)
-        annotations = _string_map(alert, "annotations", where) if "annotations" in alert else {}
-        fingerprint = _require(alert, "fingerprint", str, where)
-        if not fingerprint:
-            raise WrongShape(f"{where}.fingerprint: empty")
-        starts = _require(alert, "startsAt", str, where)
-        ends = alert.get("endsAt")
-        try:
-            started = parse_time(starts)
-            if isinstance(ends, str):
-                parse_time(ends)
-        except ValueError as exc:
-            raise WrongShape(f"{where}: bad timestamp: {exc}") from exc
-        if started.year < 1970:  # Go's zero time is an endsAt of an alert still firing, never a start
-            raise WrongShape(f"{where}.startsAt: bad timestamp: {starts!r} is no time an alert started")
-        node = labels.get(policy.alert_labels.node)
-        if not node:
-            batch.ignored.append((fingerprint, f"no {policy.alert_labels.node!r} label"))
-            continue
-        if not _NODE_NAME.match(node):
-            batch.ignored.append((fingerprint, f"label {policy.alert_labels.node}={node!r} is not a node name"))
-            continue
-        remediation = labels.get(policy.alert_labels.remediation)
-        if remediation is None:
-            batch.ignored.append((fingerprint, f"no {policy.alert_labels.remediation!r} label"))
-            continue
-        if remediation not in REMEDIATIONS:
-            batch.ignored.append((fingerprint, f"unknown remediation {remediation!r}"))
-            continue
-        record = AlertRecord(
-            name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=starts,
-            last_seen=starts, ends_at=ends if status == "resolved" and isinstance(ends, str) else None,
-            gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
-            component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
-            gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)),
-            probe=labels.get(PROBE_LABEL) or None, reason=labels.get(REASON_LABEL) or None)
-        batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))
+        _read_alert(batch, alert, f"alerts[{i}]", policy)
     return batch
+
+
+def parse_listed(alerts: list[Any], policy: Policy) -> tuple[Batch, list[tuple[str, str]]]:
+    """Alerts shaped as a webhook's, read one by one: one that is not well-formed (a startsAt before 1970, which
+    Alertmanager's API accepts) is skipped, with why as (fingerprint, reason), and the others are still read."""
+    batch = Batch()
+    skipped: list[tuple[str, str]] = []
+    for i, alert in enumerate(alerts):
+        try:
+            _read_alert(batch, alert, f"alerts[{i}]", policy)
+        except WrongShape as exc:
+            fingerprint = alert.get("fingerprint") if isinstance(alert, dict) else None
+            skipped.append((fingerprint if isinstance(fingerprint, str) else "", str(exc)))
+    return batch, skipped
+
+
+def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
+    """One alert into `batch` (as recorded or ignored, with why); WrongShape when it is not well-formed."""
+    if not isinstance(alert, dict):
+        raise WrongShape(f"{where}: expected an object")
+    status = _require(alert, "status", str, where)
+    if status not in ("firing", "resolved"):
+        raise WrongShape(f"{where}.status: expected firing or resolved, got {status!r}")
+    labels = _string_map(alert, "labels", where)
+    annotations = _string_map(alert, "annotations", where) if "annotations" in alert else {}
+    fingerprint = _require(alert, "fingerprint", str, where)
+    if not fingerprint:
+        raise WrongShape(f"{where}.fingerprint: empty")
+    starts = _require(alert, "startsAt", str, where)
+    ends = alert.get("endsAt")
+    try:
+        started = parse_time(starts)
+        if isinstance(ends, str):
+            parse_time(ends)
+    except ValueError as exc:
+        raise WrongShape(f"{where}: bad timestamp: {exc}") from exc
+    if started.year < 1970:  # Go's zero time is an endsAt of an alert still firing, never a start
+        raise WrongShape(f"{where}.startsAt: bad timestamp: {starts!r} is no time an alert started")
+    node = labels.get(policy.alert_labels.node)
+    if not node:
+        batch.ignored.append((fingerprint, f"no {policy.alert_labels.node!r} label"))
+        return
+    if not _NODE_NAME.match(node):
+        batch.ignored.append((fingerprint, f"label {policy.alert_labels.node}={node!r} is not a node name"))
+        return
+    remediation = labels.get(policy.alert_labels.remediation)
+    if remediation is None:
+        batch.ignored.append((fingerprint, f"no {policy.alert_labels.remediation!r} label"))
+        return
+    if remediation not in REMEDIATIONS:
+        batch.ignored.append((fingerprint, f"unknown remediation {remediation!r}"))
+        return
+    record = AlertRecord(
+        name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=starts,
+        last_seen=starts, ends_at=ends if status == "resolved" and isinstance(ends, str) else None,
+        gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
+        component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
+        gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)),
+        probe=labels.get(PROBE_LABEL) or None, reason=labels.get(REASON_LABEL) or None)
+    batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))
