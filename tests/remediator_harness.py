@@ -128,9 +128,11 @@ class Harness:
 
     def sync(self) -> None:
         """Let the watch caches catch up with every change made so far (pods whose grace ended included),
-        as they do within milliseconds on their own: passes then decide deterministically."""
+        as they do within milliseconds on their own: passes then decide deterministically. 30 s: on a 2-core CI
+        machine running two test workers a cache's thread was once seen to need more than 10."""
         self.cluster.reap()
-        assert self.kube.cache is not None and self.kube.cache.wait_for(str(self.cluster.rv), 10)
+        assert self.kube.cache is not None and self.kube.cache.wait_for(str(self.cluster.rv), 30), (
+            f"the watch caches did not reach resourceVersion {self.cluster.rv} in 30 s")
 
     def step(self) -> list[NodePlan] | None:
         self.sync()
