@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
+from exporter.kube_http import SA_DIR
 from exporter.kubelet.client import DEFAULT_SOCKET
-from exporter.node_status import SA_DIR
 from exporter.probes.efa import DEFAULT, counter_selection, counter_word_error
 from exporter.probes.registry import PROBES, ProbeSettings
 
