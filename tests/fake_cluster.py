@@ -206,7 +206,7 @@ class FakeCluster:
         self.clock: Callable[[], float] = time.time  # seconds since the epoch; pods' termination runs on it
         self.pod_grace = 1.0  # seconds an evicted pod stays Terminating, unless the pod says otherwise
         self.lock = threading.RLock()
-        self.rv = 0
+        self.rv = 1  # etcd's first revision: a list never answers "0", which a watch reads as "any version"
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
         self.pdbs: list[Obj] = []  # {"namespace", "matchLabels", "disruptionsAllowed"}

@@ -122,6 +122,27 @@ def test_label_selector_keeps_only_the_pool(core: tuple[FakeCluster, client.Core
     assert names(cache) == ["gpu-2", "gpu-9"]
 
 
+def test_a_cache_that_lists_an_empty_cluster_misses_no_change_made_before_its_watch_begins(stop: threading.Event) -> None:
+    """The window between the list and the watch request: a change made in it must come through the watch.
+    An empty cluster is where it showed (CI): a list that answered resourceVersion "0" made the watch ask for
+    "any version", which no real API server's list answers (etcd's revisions start at 1)."""
+    with FakeCluster() as cluster:
+        chart_rbac.enforce(cluster)
+        api = client.CoreV1Api(client.ApiClient(chart_rbac.configuration(cluster)))
+
+        def list_node(**kw: Any) -> Any:
+            if kw.get("watch") and not cluster.nodes:  # the test's thread acts between the list and the watch
+                cluster.add_node("gpu-new")
+                cluster.add_pod("gpu-new", "train")  # a change no node watch sees: the bookmark must bring it
+            return api.list_node(**kw)
+
+        cache = WatchCache(list_node, name="nodes")
+        cache.start(stop)
+        assert cache.wait_synced(5)
+        assert cache.wait_for(str(cluster.rv), 3), (cache.resource_version, cluster.rv)
+        assert names(cache) == ["gpu-new"]
+
+
 def test_bookmarks_carry_the_resource_version_forward(core: tuple[FakeCluster, client.CoreV1Api],
                                                       stop: threading.Event) -> None:
     cluster, api = core
