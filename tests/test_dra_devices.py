@@ -3,6 +3,7 @@ sources in its SOURCES.md), and the pods that hold each from real ResourceClaims
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,47 @@ def test_claims_say_which_pods_hold_a_device() -> None:
 def test_pci_bus_ids_are_compared_whatever_their_width() -> None:
     assert normal_pci("0000:9B:00") == normal_pci("00000000:9b:00.0") == "0000:9b:00"
     assert normal_pci("GPU-1234") is None
+
+
+# --- a node with more than one pool of the driver, and pools being republished --------------------------------------
+
+EKS_NODE = "ip-10-0-171-111.ec2.internal"
+
+
+def _gpu_slice() -> dict[str, Any]:
+    return next(o for o in _items("resourceslices_eks_2x8_h100_v1.yaml")
+                if o["spec"]["driver"] == "gpu.nvidia.com" and o["spec"]["nodeName"] == EKS_NODE)
+
+
+def _left_behind(current: dict[str, Any], pool: str, created: str) -> dict[str, Any]:
+    """The node's GPU slice as an earlier install published it: another pool name, created earlier."""
+    stale = copy.deepcopy(current)
+    stale["metadata"].update(name=f"{EKS_NODE}-gpu.nvidia.com-old", creationTimestamp=created)
+    stale["spec"]["pool"] = {"name": pool, "generation": 1, "resourceSliceCount": 1}
+    return stale
+
+
+def test_a_pool_left_behind_by_an_earlier_install_does_not_take_the_quarantine() -> None:
+    current = _gpu_slice()
+    stale = _left_behind(current, "gpu-pool-old", "2026-01-05T10:00:00Z")  # before the current slice (2026-03-10)
+    for order in ([stale, current], [current, stale]):
+        node = devices_by_node(order)[EKS_NODE]
+        assert node.pool == EKS_NODE, order[0]["spec"]["pool"]["name"]
+        assert [d.name for d in node.devices] == [f"gpu-{i}" for i in range(8)]  # once each, not joined twice
+
+
+def test_a_pool_the_scheduler_cannot_use_because_slices_are_missing_loses_to_a_complete_one() -> None:
+    current = _gpu_slice()
+    newer_but_incomplete = _left_behind(current, "gpu-pool-next", "2026-06-01T00:00:00Z")
+    newer_but_incomplete["spec"]["pool"]["resourceSliceCount"] = 2  # the second of its slices is not published
+    assert devices_by_node([newer_but_incomplete, current])[EKS_NODE].pool == EKS_NODE
+
+
+def test_only_the_newest_generation_of_a_pool_counts() -> None:
+    current = _gpu_slice()
+    outdated = copy.deepcopy(current)
+    outdated["metadata"]["name"] += "-gen0"
+    outdated["spec"]["pool"]["generation"] = current["spec"]["pool"]["generation"] - 1
+    outdated["spec"]["devices"] = [dict(current["spec"]["devices"][0], name="gpu-9")]  # a GPU no longer published
+    node = devices_by_node([outdated, current])[EKS_NODE]
+    assert [d.name for d in node.devices] == [f"gpu-{i}" for i in range(8)]

@@ -122,7 +122,7 @@ def test_label_selector_keeps_only_the_pool(core: tuple[FakeCluster, client.Core
     assert names(cache) == ["gpu-2", "gpu-9"]
 
 
-def test_a_cache_that_lists_an_empty_cluster_misses_no_change_made_before_its_watch_begins(stop: threading.Event) -> None:
+def test_a_cache_listing_an_empty_cluster_misses_no_change_made_before_its_watch_begins(stop: threading.Event) -> None:
     """The window between the list and the watch request: a change made in it must come through the watch.
     An empty cluster is where it showed (CI): a list that answered resourceVersion "0" made the watch ask for
     "any version", which no real API server's list answers (etcd's revisions start at 1)."""

@@ -97,25 +97,57 @@ class NodeDevices:
 
 def devices_by_node(slices: Iterable[dict[str, Any]], driver: str = DRA_DRIVER) -> dict[str, NodeDevices]:
     """Each node's devices of `driver`, from ResourceSlices (`kubectl get resourceslices -o json` items). A
-    pool spread over several slices is joined; slices of other drivers (compute-domain.nvidia.com) are not GPUs."""
-    found: dict[str, tuple[str, list[Device]]] = {}
+    pool spread over several slices is joined; slices of other drivers (compute-domain.nvidia.com) are not GPUs.
+
+    As the scheduler reads a pool, only the slices of its newest `pool.generation` count (older ones are being
+    replaced). When one node has several pools of the driver (one left behind by an earlier install or an earlier
+    Node of the same name), the one a quarantine must name is `current_pool`'s choice."""
+    pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for obj in slices:
         spec = obj.get("spec") or {}
         node = spec.get("nodeName")
         if spec.get("driver") != driver or not node:
             continue
-        pool = (spec.get("pool") or {}).get("name") or node
-        devices = found.setdefault(node, (pool, []))[1]
-        for d in spec.get("devices") or []:
-            kind = str(_attr(d, "type") or "gpu")
-            if kind not in ("gpu", "mig"):
-                continue
-            index = _attr(d, "index")
-            devices.append(Device(name=d.get("name", ""), uuid=str(_attr(d, "uuid") or ""), kind=kind,
-                                  pci_bus_id=normal_pci(_attr(d, PCI_ATTRIBUTE)),
-                                  parent_uuid=_attr(d, "parentUUID"), index=index if isinstance(index, int) else None))
-    return {node: NodeDevices(driver, pool, tuple(sorted(ds, key=lambda d: d.name)))
-            for node, (pool, ds) in found.items()}
+        pools.setdefault((node, (spec.get("pool") or {}).get("name") or node), []).append(obj)
+    by_node: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for (node, pool), objs in pools.items():
+        newest = max(_pool_generation(o) for o in objs)
+        by_node.setdefault(node, {})[pool] = [o for o in objs if _pool_generation(o) == newest]
+    out = {}
+    for node, node_pools in by_node.items():
+        pool = current_pool(node, node_pools)
+        devices = [_device(d) for o in node_pools[pool] for d in (o.get("spec") or {}).get("devices") or []]
+        out[node] = NodeDevices(driver, pool, tuple(sorted((d for d in devices if d is not None),
+                                                           key=lambda d: d.name)))
+    return out
+
+
+def current_pool(node: str, pools: dict[str, list[dict[str, Any]]]) -> str:
+    """Of one node's pools (each its newest generation's slices), the one its driver publishes now: a complete pool
+    (all of `resourceSliceCount` slices present: the scheduler allocates from no other) before an incomplete one,
+    then the most recently created (a pool left behind is older than its successor), then the pool named after the
+    node (NVIDIA's driver names it so), then by name, so that every replica chooses the same."""
+    def rank(pool: str) -> tuple[bool, str, bool, str]:
+        objs = pools[pool]
+        count = max(int((((o.get("spec") or {}).get("pool") or {}).get("resourceSliceCount")) or 1) for o in objs)
+        created = max(str((o.get("metadata") or {}).get("creationTimestamp") or "") for o in objs)
+        return len(objs) >= count, created, pool == node, pool
+    return max(pools, key=rank)
+
+
+def _pool_generation(obj: dict[str, Any]) -> int:
+    value = (((obj.get("spec") or {}).get("pool") or {}).get("generation")) or 0
+    return value if isinstance(value, int) else 0
+
+
+def _device(d: dict[str, Any]) -> Device | None:
+    kind = str(_attr(d, "type") or "gpu")
+    if kind not in ("gpu", "mig"):
+        return None
+    index = _attr(d, "index")
+    return Device(name=d.get("name", ""), uuid=str(_attr(d, "uuid") or ""), kind=kind,
+                  pci_bus_id=normal_pci(_attr(d, PCI_ATTRIBUTE)), parent_uuid=_attr(d, "parentUUID"),
+                  index=index if isinstance(index, int) else None)
 
 
 @dataclass(frozen=True)
