@@ -152,6 +152,10 @@ DCGM_HEALTH = (
 DCGM_EXPORTER = (
     Family("gpuhealth_dcgm_last_xid", "gauge", GPU_SOURCED,
            "DCGM_FI_DEV_XID_ERRORS: the LAST Xid DCGM saw (a value, not a count; absent until the first)."),
+    Family("gpuhealth_dcgm_xid_errors_window", "gauge", ("xid", *GPU_SOURCED),
+           "DCGM_EXP_XID_ERRORS_COUNT: how many times DCGM saw this Xid on the GPU within dcgm-exporter's window "
+           "(its --xid-count-window-size, 5 min by default), one series per Xid seen; none while the window has "
+           "none. Only where dcgm-exporter's counters list enables it (its default list does not)."),
     Family("gpuhealth_dcgm_exporter_foreign_samples", "counter", (),
            "dcgm-exporter samples whose Hostname label names another host (neither the node name nor one of "
            "dcgm_exporter_hostnames): dropped, never reported as this node's. A scrape whose every GPU sample "

@@ -251,9 +251,9 @@ def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
                          allow_no_auth=args.allow_no_auth)
     limits = ServerLimits(threads=args.threads, max_connections=args.max_connections,
                           header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                          idle_timeout=args.idle_timeout)
+                          idle_timeout=args.idle_timeout, max_connections_per_source=args.max_connections_per_source)
     # One process (one reconcile loop per replica), waitress in it: slow clients never hold the threads.
-    serve(create_app(config), args.listen, args.max_body_bytes, limits)
+    serve(create_app(config), args.listen, args.max_body_bytes, limits, args.metrics_listen)
     return 0
 
 
@@ -268,18 +268,26 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the webhook receiver and the remediation loop (one process, waitress)")
     common(s)
     s.add_argument("--listen", default="0.0.0.0:9095")
+    s.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   help="serve /healthz, /readyz and /metrics here, on 2 threads and 32 connections of their own, and "
+                   "only POST /alerts on --listen: clients filling the webhook's connections cannot fail the probes "
+                   "(default: everything on --listen)")
     s.add_argument("--token-file", help="file holding the webhook bearer token (else $GPUHEALTH_TOKEN)")
     s.add_argument("--allow-no-auth", action="store_true", help="accept unauthenticated webhooks (local tests only)")
     s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger bodies are 413 (default 1 MiB)")
     s.add_argument("--threads", type=int, default=4, help="threads answering requests, each read whole first")
     s.add_argument("--max-connections", type=int, default=256,
                    help="open connections at most; beyond, new ones wait in the listen backlog")
+    s.add_argument("--max-connections-per-source", type=int, default=128,
+                   help="open connections from one address at most; beyond, a new one is closed unanswered "
+                   "(on the --metrics-listen port: 8)")
     s.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds from a request's first byte to the end of its headers, else 408 and closed")
     s.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds from the end of the headers to the end of the body, else 408 and closed")
     s.add_argument("--idle-timeout", type=int, default=10,
-                   help="seconds a connection may stay silent (none sent yet, kept alive, or not reading)")
+                   help="seconds a connection may stay silent (none sent yet, kept alive, or not reading: closed; "
+                   "part of a request sent: 408 and closed)")
     s.add_argument("--interval", type=float, default=10.0,
                    help="seconds between reconcile passes (less than leader.lease_duration)")
     s.add_argument("--dry-run", action="store_true", help="decide, log and report; change nothing")

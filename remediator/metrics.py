@@ -30,6 +30,7 @@ class AlertIgnoredReason(StrEnum):
     UNKNOWN_NODE = "unknown node"
     UNREADABLE_STATE = "unreadable state"
     CLEANUP = "cleanup"  # gpuhealth-remediator cleanup holds the Lease: nothing is recorded
+    STATE_FULL = "state full"  # the node's state annotation is at its cap: the records it ranks lowest are forgotten
 
 
 class ApiOperation(StrEnum):
@@ -53,6 +54,7 @@ class ActionResult(StrEnum):
     SKIPPED = "skipped"
     DRY_RUN = "dry_run"
     NOT_STARTED = "not_started"  # reset_gpu, reboot: the node-action Job never ran its container (gpuhealth's breakage)
+    NOT_NEEDED = "not_needed"  # reset_gpu: its alerts stopped asking for it before its Job began (no failure, no climb)
 
 
 WEBHOOK_ERROR_REASONS = tuple(WebhookErrorReason)
@@ -61,7 +63,8 @@ API_OPERATIONS = tuple(ApiOperation)
 PASS_ABORT_REASONS = tuple(PassAbortReason)
 RUNGS = tuple(r for r in Rung if r is not Rung.CORDON)  # the rungs with a timeout
 EVENT_DROP_REASONS = ("rejected", "outbox_full")
-HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_too_large", "bad_request")
+HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_too_large", "bad_request",
+                       "per_source_limit")
 
 
 class Metrics:
@@ -70,9 +73,11 @@ class Metrics:
         r = self.registry
         self.actions = Counter("gpuhealth_remediator_actions", "Ladder decisions, by action and result "
                                "(executed, failed, deferred, skipped, dry_run; not_started: a reset or reboot Job "
-                               "that never ran its container)", ["action", "result"], registry=r)
+                               "that never ran its container; not_needed: a reset its alerts stopped asking for "
+                               "before its Job began)", ["action", "result"], registry=r)
         for job_rung in JOB_RUNGS:  # at 0 from the start: increase() sees the first Job that does not start
             self.actions.labels(job_rung, ActionResult.NOT_STARTED)
+        self.actions.labels(Rung.RESET_GPU, ActionResult.NOT_NEEDED)
         self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",
                                 ["result"], registry=r)
         self.webhook_errors = Counter("gpuhealth_remediator_webhook_errors",
@@ -103,7 +108,8 @@ class Metrics:
                                         "took them again", registry=r)
         self.http_rejected = Counter("gpuhealth_remediator_http_rejected", "Requests the server answered itself "
                                      "before the app (header_timeout, body_timeout: 408; too_large: 413; "
-                                     "headers_too_large: 431; bad_request: 400)", ["reason"], registry=r)
+                                     "headers_too_large: 431; bad_request: 400; per_source_limit: closed "
+                                     "unanswered)", ["reason"], registry=r)
         self.events_dropped = Counter("gpuhealth_remediator_events_dropped", "Events never sent: refused by the API "
                                       "(a 4xx) or pushed out of a full outbox", ["reason"], registry=r)
         # Level-triggered reconciliation against Alertmanager's active alerts (remediator/intake/alert_sync.py).
@@ -116,6 +122,15 @@ class Metrics:
                            "alerts, 0 if no member answered (webhooks and the quiet timeout only)", registry=r)
         self.am_last_sync = Gauge("gpuhealth_remediator_alertmanager_last_sync_timestamp_seconds",
                                   "When the Nodes' records last agreed with Alertmanager (Unix time)", registry=r)
+        self.am_calls_cut = Counter("gpuhealth_remediator_alertmanager_calls_cut", "Calls to Alertmanager cut short: "
+                                    "deadline (no full answer within alertmanager.timeout or the pass's deadline), "
+                                    "too_large (an answer over alertmanager.max_answer_bytes)", ["reason"], registry=r)
+        self.am_member_addresses = Gauge("gpuhealth_remediator_alertmanager_member_addresses", "Addresses each "
+                                         "Alertmanager URL's host name resolves to at the last sync (more than 1: one "
+                                         "URL stands for several Alertmanagers; list them)", ["member"], registry=r)
+        self.lease_releases = Counter("gpuhealth_remediator_lease_releases", "Times this replica let the Lease go "
+                                      "because its pass did not end by its deadline (a standby takes over)",
+                                      registry=r)
         # Workload failures (remediator/workloads/watcher.py; names fixed: the job-reliability dashboard reads them).
         self.workload_failures = Counter("gpuhealth_workload_failures", "Failed workload pods by class "
                                          "(infra, app, unknown) and reason", ["class", "reason", "namespace"],
@@ -143,6 +158,7 @@ class Metrics:
                                 (self.events_dropped, EVENT_DROP_REASONS),
                                 (self.http_rejected, HTTP_REJECT_REASONS),
                                 (self.am_syncs, ("ok", "error")),
+                                (self.am_calls_cut, ("deadline", "too_large")),
                                 (self.am_sync_changes, ("recorded", "resolved", "refreshed"))):
             for value in values:
                 counter.labels(value)

@@ -189,8 +189,12 @@ class AlertmanagerSettings:
     url: str | None = None
     # Every member of an HA Alertmanager, in order, when alertmanager.url is a list; () otherwise.
     peers: tuple[str, ...] = ()
-    # Timeout of each call to Alertmanager, in seconds. YAML: alertmanager.timeout (a duration).
+    # Timeout of each call to Alertmanager, in seconds: a total deadline (connecting, the headers and the whole answer),
+    # also bounded by the pass's deadline (leader.lease_duration x 2/3). YAML: alertmanager.timeout (a duration).
     timeout: float = 5.0
+    # The most one answer from Alertmanager may hold, in bytes: a longer one is refused once this much is read (the
+    # sync fails, the process goes on). YAML: alertmanager.max_answer_bytes.
+    max_answer_bytes: int = 16 << 20
     # What a pass does when Alertmanager cannot be asked about silences: "defer" | "proceed". YAML:
     # alertmanager.on_error.
     on_error: str = "defer"
@@ -199,7 +203,7 @@ class AlertmanagerSettings:
     sync_interval: timedelta | None = timedelta(seconds=30)
     # The route's receiver, a regular expression (None: any receiver). YAML: alertmanager.receiver.
     receiver: str | None = "(.+/)?gpuhealth-remediator"
-    # The matchers the sync lists alerts with, as the route's; None: the node label =~ ".+" (see
+    # The matchers the sync lists alerts with, as the route's; None: the node and remediation labels =~ ".+" (see
     # Policy.alertmanager_matchers). YAML: alertmanager.filters.
     filters: tuple[str, ...] | None = None
     # An Alertmanager younger than this may not know every alert yet: its sync never resolves. YAML:
@@ -468,11 +472,12 @@ class Policy:
 
     @property
     def alertmanager_matchers(self) -> tuple[str, ...]:
-        """The filter the sync lists alerts with: what the route sends gpuhealth (every alert that names a node).
-        On Policy, not AlertmanagerSettings: the default needs alert_labels.node."""
+        """The filter the sync lists alerts with: what the route sends gpuhealth (every alert that names a node and
+        a remediation), applied by Alertmanager, so that alerts not meant for gpuhealth are never sent to it.
+        On Policy, not AlertmanagerSettings: the default needs alert_labels."""
         if self.alertmanager.filters is not None:
             return self.alertmanager.filters
-        return (f'{self.alert_labels.node}=~".+"',)
+        return (f'{self.alert_labels.node}=~".+"', f'{self.alert_labels.remediation}=~".+"')
 
     def check_serve(self, interval: float) -> None:
         """What `serve` needs beyond a valid file: a silence source (or an explicit opt-out), and passes
@@ -857,7 +862,7 @@ _LABEL_TERM = re.compile(r"^[A-Za-z0-9_./-]+(=|==|!=)[A-Za-z0-9_.-]*$|^!?[A-Za-z
 
 def _alertmanager(r: YamlReader, value: Any) -> AlertmanagerSettings:
     am = r.section("alertmanager", {"url", "timeout", "on_error", "sync_interval", "receiver", "filters",
-                                    "min_uptime", "bearer_token_file", "ca_file"}, value)
+                                    "min_uptime", "bearer_token_file", "ca_file", "max_answer_bytes"}, value)
     kw: dict[str, Any] = {}
     if "url" in am:
         urls = am["url"] if isinstance(am["url"], list) else [am["url"]]
@@ -874,6 +879,8 @@ def _alertmanager(r: YamlReader, value: Any) -> AlertmanagerSettings:
             kw["peers"] = tuple(u for u in checked if u)
     if "timeout" in am:
         kw["timeout"] = (r.duration("alertmanager.timeout", am["timeout"]) or timedelta()).total_seconds()
+    if "max_answer_bytes" in am:
+        kw["max_answer_bytes"] = r.integer("alertmanager.max_answer_bytes", am["max_answer_bytes"], minimum=1024)
     if "on_error" in am:
         kw["on_error"] = r.string("alertmanager.on_error", am["on_error"], ("defer", "proceed"))
     if "sync_interval" in am:

@@ -45,6 +45,8 @@ class Remediator:
         self.metrics = metrics or Metrics()
         self.metrics.watch_events(kube.events)  # Events kept while the API fails: pending, sent late, dropped
         alertmanager = client_from(policy)  # None: `alertmanager.url: none`
+        if alertmanager is not None:
+            alertmanager.on_cut = lambda reason: self.metrics.am_calls_cut.labels(reason).inc()
         if silences is None and alertmanager is not None:
             silences = SilenceChecker(alertmanager, policy.alert_labels.node)
         if silences is None and policy.alertmanager.url != "none":
@@ -53,6 +55,8 @@ class Remediator:
         if elector is None:
             elector = LeaderElector(kube.coordination, policy.leader.namespace, policy.leader.name, identity,
                                     policy.leader.lease_duration, clock, kube.timeout)
+        if isinstance(elector, LeaderElector):
+            elector.on_release = self.metrics.lease_releases.inc
         if kube.dry_run and isinstance(elector, LeaderElector):
             elector = Spectator(elector)
         self.elector = elector

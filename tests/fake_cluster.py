@@ -3,7 +3,9 @@
 The official `kubernetes` client talks to it exactly as to a real API server. It keeps real state
 and behaves like the API server where the remediator depends on it:
 - nodes: list (label/field selectors), get, merge and strategic-merge PATCH with a resourceVersion
-  precondition (409 Conflict on a stale one), PATCH nodes/status (conditions merged by type);
+  precondition (409 Conflict on a stale one), PATCH nodes/status (conditions merged by type; as the API server's
+  status strategy, spec is reset and metadata changes, labels and annotations, are kept); a Node or Pod write whose
+  annotations total over 256 KiB is 422 Invalid, as apimachinery validates (tests/fake_validation.py);
 - pods: list with field selectors (=, ==, !=), delete, and the Eviction subresource, which answers
   429 TooManyRequests when a PodDisruptionBudget allows no more disruptions. As on a real cluster an
   evicted or deleted pod is not gone at once: it gets a deletionTimestamp (Terminating) and
@@ -19,7 +21,8 @@ and behaves like the API server where the remediator depends on it:
   the pod itself exists (with the kubelet's status: an image pull backing off, a refusal) only when a test plays the
   Job controller and the kubelet (`job_pod`, `job_makes_no_pod`); karpenter.sh/v1 NodeClaims (list, delete);
 - pods: merge PATCH (annotations) with a resourceVersion precondition, seen by watches;
-- fault injection: answer a matching request with an error status, or delay it (client timeouts);
+- fault injection: answer a matching request with an error status, or delay it (client timeouts), or kill the
+  client at it (`crash_on`: the test's callback runs, the request is dropped unperformed and unanswered);
 - watches (`?watch=true`) on nodes and pods: ADDED/MODIFIED/DELETED as newline-delimited JSON from the
   given resourceVersion (an object entering or leaving a selector is ADDED or DELETED, as on a real API
   server), BOOKMARKs when asked for (as soon as the resourceVersion moves, and every `bookmark_interval`, 60 s,
@@ -79,6 +82,7 @@ from fake_defaults import default_job
 from fake_dra import FakeDra
 from fake_rbac import Authorizer, watching
 from fake_rbac import request as rbac_request
+from fake_validation import invalid_annotations
 
 Obj = dict[str, Any]
 
@@ -275,6 +279,10 @@ class FakeCluster:
                     time.sleep(fault["delay"])
                 if fault and fault.get("status"):
                     return self._send(fault["status"], _status(fault["status"], fault.get("reason", "Injected")))
+                if fault and fault.get("crash"):  # crash_on: the client dies as it sends; nothing done, no answer
+                    fault["crash"]()
+                    self.close_connection = True
+                    return None
                 if method == "GET" and watching(query):
                     return self._watch(url.path, query)
                 try:
@@ -593,9 +601,20 @@ class FakeCluster:
         with self.lock:
             self._faults.append({"method": method, "path": re.compile(path), "delay": seconds, "times": times})
 
+    def crash_on(self, method: str, path: str, then: Callable[[], None], after: int = 0) -> None:
+        """A client killed at an exact point: the request matching (method, path regex) after `after` such requests
+        were served runs `then` (the test SIGKILLs the client there) and is never performed nor answered (the
+        connection is closed), as if the client had died just before sending it."""
+        with self.lock:
+            self._faults.append({"method": method, "path": re.compile(path), "crash": then, "times": 1,
+                                 "after": after})
+
     def _take_fault(self, method: str, path: str) -> dict[str, Any] | None:
         for f in self._faults:
             if f["times"] > 0 and f["method"] == method and f["path"].search(path):
+                if f.get("after", 0) > 0:  # crash_on: that many matching requests are served first
+                    f["after"] -= 1
+                    return None
                 f["times"] -= 1
                 return f
         return None
@@ -865,10 +884,13 @@ class FakeCluster:
                 merged = strategic_merge_patch(node, body)
             else:
                 return 415, _status(415, "UnsupportedMediaType", content_type)
-            if rest[1:] == ["status"]:  # the status subresource changes only status
-                merged = {**node, "status": merged.get("status", node.get("status"))}
+            if rest[1:] == ["status"]:  # the status strategy resets only spec: metadata changes are kept
+                merged["spec"] = node.get("spec")
             else:
                 merged["status"] = node.get("status")
+            invalid = invalid_annotations(merged)  # validation runs before admission
+            if invalid is not None:
+                return 422, invalid
             denied = self._admit(attrs, identity, merged, node)  # after the patch is applied, before it is stored
             if denied is not None:
                 return denied
@@ -923,6 +945,9 @@ class FakeCluster:
                                 "to the latest version and try again")
         merged = merge_patch(obj, body)
         merged["status"] = copy.deepcopy(obj.get("status"))
+        invalid = invalid_annotations(merged)
+        if invalid is not None:
+            return 422, invalid
         merged["metadata"]["resourceVersion"] = self._next_rv()
         return 200, merged
 

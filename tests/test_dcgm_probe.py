@@ -196,18 +196,19 @@ def test_health_healthy_report_gives_overall_zero_and_no_problems(tmp_path: Path
 
 
 def test_health_failure_is_reported_per_gpu_and_system_with_only_failures_as_problems(tmp_path: Path) -> None:
-    cmd = cat_dcgmi(tmp_path, FIXTURES / "health_failure_constructed.json", "health -c -j")
+    # dcgmi's own shape (Health.cpp): the GPU keyed by its bare id, the message in "overflow", cut at 54 characters.
+    cmd = cat_dcgmi(tmp_path, FIXTURES / "health_failure_dcgm_source.json", "health -c -j")
     result = DcgmHealthProbe(cmd).collect(5)
     assert as_map(result) == {
         key("gpuhealth_dcgm_health_status", gpu="", system=""): 20,
-        key("gpuhealth_dcgm_health_status", gpu="0", system=""): 20,
-        key("gpuhealth_dcgm_health_status", gpu="0", system="memory"): 20,
-        key("gpuhealth_dcgm_health_status", gpu="0", system="thermal"): 10,
-        key("gpuhealth_dcgm_health_status", gpu="1", system=""): 10,
-        key("gpuhealth_dcgm_health_status", gpu="1", system="pcie"): 10,
+        key("gpuhealth_dcgm_health_status", gpu="0", system=""): 10,
+        key("gpuhealth_dcgm_health_status", gpu="0", system="pcie"): 10,
+        key("gpuhealth_dcgm_health_status", gpu="1", system=""): 20,
+        key("gpuhealth_dcgm_health_status", gpu="1", system="memory"): 20,
     }
     assert list(result.problems.gpu) == [
-        "dcgmi health: GPU 0 memory failure: Detected 2 volatile double-bit ECC error(s) in GPU 0."]
+        "dcgmi health: GPU 1 memory failure: Detected 2 volatile double-bit ECC error(s) in GPU 1., "
+        "A pending retired page has been detected in GPU 1."]
 
 
 def test_health_overall_failure_without_details_is_still_a_problem() -> None:
@@ -578,13 +579,15 @@ def test_exporter_empty_or_unparsable_scrape_is_bad_output(body: bytes, words: s
 
 
 def _all_fixture_results() -> Iterator[ProbeResult]:
-    for name in ("virtualclient_DCGMIHealthCheckResults.json", "health_failure_constructed.json"):
+    for name in ("virtualclient_DCGMIHealthCheckResults.json", "health_failure_dcgm_source.json"):
         yield parse_health(json.loads((FIXTURES / name).read_text()))
     for name in ("virtualclient_DCGMIDiag_r1_results.json", "virtualclient_DCGMIDiag_r3_results.json",
                  "diag3x_failing_constructed.json", "diag4x_passing_constructed.json",
-                 "diag4x_failing_constructed.json"):
+                 "diag4x_failing_constructed.json", "diag3_3_3_r1_gpu_id_dcgm_source.json",
+                 "diag3_3_3_r2_gpu_id_dcgm_source.json"):
         yield parse_diag(json.loads((FIXTURES / name).read_text()), 1.0)
-    for text in (L4_SCRAPE.read_text(), FAULTS_SCRAPE.read_text(), _default_counters_scrape()):
+    for text in (L4_SCRAPE.read_text(), FAULTS_SCRAPE.read_text(), _default_counters_scrape(),
+                 (FIXTURES / "metrics_xid_count_dcgm_exporter_source.prom").read_text()):
         yield parse_dcgm_exporter(text)
     yield DcgmExporterProbe(str(L4_SCRAPE), node="i-030791dc5a37cd257").collect(5)
 

@@ -9,8 +9,8 @@
 - RBAC: no wildcard, and no verb beyond those docs/remediation.md and docs/metrics.md need; pods delete
   only for a policy that force-deletes; every request the remediator's caches and the exporter make is
   granted. Each exporter patching only its own Node (the ValidatingAdmissionPolicy): test_node_binding.py.
-- The exporter's securityContext is the narrowest the enabled probes need; the optional NetworkPolicy
-  admits only Prometheus (and Alertmanager to the remediator).
+- The exporter's securityContext is the narrowest the enabled probes need; the NetworkPolicy (on by default)
+  admits only Prometheus to the metrics ports and only Alertmanager to the remediator's webhook port.
 - The rendered exporter config and remediator policy load with the programs' own parsers, and the
   flags the chart passes exist in their CLIs (read at test time: flags may change).
 """
@@ -694,6 +694,7 @@ def test_remediator_runs_two_replicas_with_a_pdb_and_a_service() -> None:
     assert one(docs, "PodDisruptionBudget")["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
     svc = one(docs, "Service", "gpuhealth-remediator")
     assert svc["spec"]["selector"] == selector and svc["spec"]["ports"][0]["targetPort"] == "http"
+    assert svc["spec"]["ports"][1]["targetPort"] == "metrics"
     pod = dep["spec"]["template"]["spec"]
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -797,8 +798,10 @@ def test_podmonitor_relabels_node_pool_and_job() -> None:
     assert pool[1]["sourceLabels"] == ["__meta_kubernetes_node_label_karpenter_sh_nodepool"]
 
 
-def test_network_policy_is_off_by_default() -> None:
-    assert not kinds(RENDERED["default"], "NetworkPolicy")
+def test_network_policy_is_on_by_default_and_can_be_turned_off() -> None:
+    assert {d["metadata"]["name"] for d in kinds(RENDERED["default"], "NetworkPolicy")} == {
+        "gpuhealth-exporter", "gpuhealth-remediator"}
+    assert not kinds(render_fresh({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
 
 
 def _pod_of(doc: dict[str, Any]) -> tuple[dict[str, str], set[str]]:
@@ -818,21 +821,24 @@ def test_network_policy_admits_only_prometheus_to_the_exporters_metrics() -> Non
     assert [p["port"] for p in rule["ports"]] == ["metrics"] and "metrics" in ports
 
 
-def test_network_policy_admits_prometheus_and_alertmanager_to_the_remediator() -> None:
+def test_network_policy_admits_alertmanager_to_the_webhook_and_prometheus_to_the_remediators_metrics() -> None:
     docs = RENDERED["custom"]
     policy = one(docs, "NetworkPolicy", "gpuhealth-remediator")["spec"]
     labels, ports = _pod_of(one(docs, "Deployment"))
     assert policy["podSelector"]["matchLabels"].items() <= labels.items()
-    (rule,) = policy["ingress"]
+    webhook, scrape = policy["ingress"]
     # the chart's defaults match kube-prometheus-stack's Alertmanager pods in namespace monitoring
     alertmanager = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
                     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}}}
-    assert rule["from"] == [{"namespaceSelector": CUSTOM["networkPolicy"]["prometheus"]["namespaceSelector"],
-                             "podSelector": CUSTOM["networkPolicy"]["prometheus"]["podSelector"]}, alertmanager]
-    assert {p["port"] for p in rule["ports"]} <= ports and rule["ports"][0]["port"] == "http"
-    # the Service Alertmanager posts to, and the ServiceMonitor's scrape, reach that same port
-    assert one(docs, "Service", "gpuhealth-remediator")["spec"]["ports"][0]["targetPort"] == "http"
-    assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "http"
+    assert webhook == {"from": [alertmanager], "ports": [{"port": "http", "protocol": "TCP"}]}
+    assert scrape == {"from": [{"namespaceSelector": CUSTOM["networkPolicy"]["prometheus"]["namespaceSelector"],
+                                "podSelector": CUSTOM["networkPolicy"]["prometheus"]["podSelector"]}],
+                      "ports": [{"port": "metrics", "protocol": "TCP"}]}
+    assert {"http", "metrics"} <= ports
+    # the Service port Alertmanager posts to reaches the webhook's; the ServiceMonitor's scrape the metrics port
+    service = {p["name"]: p["targetPort"] for p in one(docs, "Service", "gpuhealth-remediator")["spec"]["ports"]}
+    assert service == {"http": "http", "metrics": "metrics"}
+    assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
 
 
 def test_rules_expect_the_job_the_podmonitor_sets() -> None:

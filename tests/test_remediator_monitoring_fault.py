@@ -262,5 +262,6 @@ def test_a_reset_still_stopping_when_only_a_monitoring_faults_alerts_are_left_is
         decided = [(d.action, d.decision) for d in h.decided(h.step())]
         assert ("restore_gpu_clients", "execute") in decided
         assert all(v == "true" for v in deploy_labels(cluster, "gpu-0").values()) and not cluster.jobs
-        assert "GPUResetSkipped" in cluster.reasons("gpu-0")
-        assert h.state("gpu-0").rung_status == "failed"  # ended as not needed: nothing climbs for it
+        assert "GPUResetNotNeeded" in cluster.reasons("gpu-0")
+        state = h.state("gpu-0")  # ended as not needed: back at the drain, so nothing climbs for it
+        assert (state.rung, state.rung_status) == ("drain", "done")

@@ -146,7 +146,7 @@ def test_alerts_resolving_while_the_clients_stop_cancel_the_reset_and_restore_th
     decided = [(d.action, d.decision) for d in h.decided(h.step())]
     assert ("restore_gpu_clients", "execute") in decided and ("uncordon", "deferred") in decided
     assert all(v == "true" for v in deploy_labels(cluster, "gpu-1").values()) and not cluster.jobs
-    assert "GPUResetSkipped" in cluster.reasons("gpu-1")
+    assert "GPUResetNotNeeded" in cluster.reasons("gpu-1")  # not needed, never failed (test_remediator_reset_flap)
     h.advance(minutes=11)
     assert ("uncordon", "execute") in [(d.action, d.decision) for d in h.decided(h.step())]
 

@@ -67,7 +67,9 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
         (tmp_path / "token").write_text(TOKEN)
         serve = ServeProcess(cluster, tmp_path, tmp_path / "token", args=[
             "--header-timeout", str(TIMEOUTS), "--body-timeout", str(TIMEOUTS),
-            "--idle-timeout", str(int(TIMEOUTS)), "--max-connections", str(max_connections)])
+            "--idle-timeout", str(int(TIMEOUTS)), "--max-connections", str(max_connections),
+            # every client here is 127.0.0.1: the cap per address has a test of its own (test_remediator_probe_port)
+            "--max-connections-per-source", str(max_connections)])
         try:
             yield Server(serve.port, serve.start(30), serve.log)
         finally:

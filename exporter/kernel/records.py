@@ -43,11 +43,15 @@ _DECODED = re.compile(
 )
 # `dmesg -r` and RFC 5424/3164 syslog keep the raw <priority>: facility = priority >> 3.
 _PRIORITY = re.compile(r"^<(?P<prio>\d{1,3})>(?:\[[^\]]*\]\s?)?(?P<text>.*)$")
-_SYSLOG_DATE = r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+)"
+# The month is not read: journalctl prints it in the locale's words ("Dec", "déc.", "Dez", "dic", "дек", " 1月"),
+# and nothing here needs the date (a syslog line's time is not used). Any word in its place will do.
+_SYSLOG_DATE = r"(?:\s*\S{1,16}\s+\d{1,2}\s+\d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+)"
 _SYSLOG_KERNEL = re.compile(
     rf"^(?:{_SYSLOG_DATE}\s+)?(?:\S+\s+)?kernel:\s(?:\[\s*\d+\.\d+\]\s)?(?P<text>.*)$"
 )
 _SYSLOG_OTHER = re.compile(rf"^{_SYSLOG_DATE}\s+\S+\s+[\w.\-/@]+(?:\[\d+\])?:\s(?P<text>.*)$")
+# A syslog line whose month starts with a space (ja_JP's " 1月") is a record of its own, not a continuation.
+_SYSLOG_START = re.compile(rf"^{_SYSLOG_DATE}\s+\S+\s+\S+:\s")
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 _ISO_FACILITIES = {
@@ -128,7 +132,8 @@ def iter_text_records(lines: Iterable[str]) -> Iterator[KernelRecord]:
         line = raw.rstrip("\r\n")
         if line.startswith("#"):
             continue
-        if line[:1] in (" ", "\t") and pending is not None and pending.known and line.strip() and _is_text(line):
+        if (line[:1] in (" ", "\t") and pending is not None and pending.known and line.strip() and _is_text(line)
+                and not _SYSLOG_START.match(line)):
             if pending.seq is not None:
                 continue  # /dev/kmsg metadata (" SUBSYSTEM=pci"), not message text
             pending = KernelRecord(f"{pending.text} {line.strip()}", pending.kernel, pending.seq, pending.usec)

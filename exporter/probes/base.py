@@ -239,10 +239,12 @@ def _kill(pid: int, parent: int) -> None:
 
 
 def _kill_tree(pid: int) -> None:
-    """The tool's process group, and its descendants that left the group (setsid, setpgid)."""
+    """A child of this process (a tool, or a leftover of one), its process group if it leads one, and its
+    descendants that left the group (setsid, setpgid)."""
     below = _descendants(pid)  # before the group dies: then its members' children re-parent
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)  # pid is not reaped yet, so its group id cannot have been reused
+    _kill(pid, os.getpid())  # a leftover need not lead a group: one whose group leader exited leads none
     for child, parent in below:
         _kill(child, parent)
 
@@ -260,7 +262,11 @@ def _marker(pid: int) -> str | None:
 
 
 def _sweep(run: str | None, within: float = _SWEEP_SECONDS) -> None:
-    """Kill and reap leftovers that re-parented to this process: those of one run, or all (run None)."""
+    """Kill and reap leftovers that re-parented to this process: at the end of a run (run given), every
+    one not marked as a run still in progress; at exit (run None), all.
+
+    A leftover that wiped its environment (`setsid env -i ...`) carries no marker, so which run it came
+    from is unknown: it is killed at the end of whichever run ends first, never left to pile up."""
     if not _adopted:
         return
     me = os.getpid()
@@ -268,6 +274,7 @@ def _sweep(run: str | None, within: float = _SWEEP_SECONDS) -> None:
     while True:
         left = False
         with _lock:
+            in_progress = set(_running.values())
             for child in _children(me):
                 stat = _stat(child)
                 if stat is None:
@@ -280,7 +287,7 @@ def _sweep(run: str | None, within: float = _SWEEP_SECONDS) -> None:
                     with contextlib.suppress(ChildProcessError):
                         os.waitpid(child, os.WNOHANG)
                     continue
-                if run is None or _marker(child) == run:
+                if run is None or _marker(child) not in in_progress:
                     _kill_tree(child)
                     left = True
         if not left or time.monotonic() >= give_up:

@@ -70,7 +70,6 @@ def _load_json(proc: subprocess.CompletedProcess[str], tool: str) -> dict[str, A
 
 HEALTH_CODES = {"healthy": 0, "pass": 0, "warning": 10, "warn": 10, "failure": 20, "fail": 20}
 HEALTH_FAILURE = 20
-_ENTITY_KEY = re.compile(r"^\s*(?P<kind>.+?)\s+ID:\s*(?P<id>\S+)\s*$")
 _OVERALL = "overall health"
 
 
@@ -97,36 +96,41 @@ def _child_nodes(node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _system_name(key: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", key.strip().lower()).strip("_")
+    """The label of a health system: dcgmi names most "<name> system" (Health.cpp): "Memory system" -> memory."""
+    name = re.sub(r"[^a-z0-9]+", "_", key.strip().lower()).strip("_")
+    return name.removesuffix("_system") or name
+
+
+def _health_messages(node: dict[str, Any]) -> tuple[str, ...]:
+    """dcgmi writes a system's message in "overflow", cut into pieces of at most 54 characters at spaces."""
+    pieces = node.get("overflow")
+    if not isinstance(pieces, list):
+        return ()
+    text = " ".join(str(piece).strip() for piece in pieces if str(piece).strip())
+    return (text,) if text else ()
 
 
 def _health_labels(key: str, entity: tuple[str, str] | None, is_entity: bool) -> tuple[str, str]:
     """(gpu, system) for a status node: system is the DCGM health system (memory, pcie, ...)."""
     if entity is None:
         return ("", "") if key.strip().lower() == _OVERALL else ("", _system_name(key))
-    kind, ident = entity
+    group, ident = entity
     system = "" if is_entity else _system_name(key)
-    if kind.strip().upper() == "GPU":
+    if group.strip().upper() == "GPU":
         return ident, system
-    prefix = f"{_system_name(kind)}_{ident}"
+    prefix = f"{_system_name(group)}_{ident}"
     return "", f"{prefix}:{system}" if system else prefix
 
 
 def _walk_health(key: str, node: dict[str, Any], entity: tuple[str, str] | None,
-                 out: list[_HealthEntry]) -> None:
-    match = _ENTITY_KEY.match(key)
-    if match:
-        entity = (match["kind"], match["id"])
+                 out: list[_HealthEntry], is_entity: bool = False) -> None:
     start = len(out)
-    errors: list[str] = []
     for child_key, child in _child_nodes(node):
-        if _health_code(child) is None and isinstance(child.get("value"), str):
-            errors.append(child["value"].strip())
         _walk_health(child_key, child, entity, out)
     code = _health_code(node)
     if code is not None:
-        gpu, system = _health_labels(key, entity, match is not None)
-        out.append(_HealthEntry(gpu, system, code, tuple(errors), leaf=len(out) == start))
+        gpu, system = _health_labels(key, entity, is_entity)
+        out.append(_HealthEntry(gpu, system, code, _health_messages(node), leaf=len(out) == start))
 
 
 def _health_problem(entry: _HealthEntry) -> str:
@@ -135,14 +139,29 @@ def _health_problem(entry: _HealthEntry) -> str:
     return f"{text}: {'; '.join(entry.errors)}" if entry.errors else text
 
 
+def _health_entries(body: dict[str, Any]) -> list[_HealthEntry]:
+    """Every status in the report.
+
+    dcgmi (Health.cpp, DCGM 2.4 on) writes body -> "Overall Health", and per entity group ("GPU", "Switch",
+    "CPU", "ConnectX", ...) -> children -> the entity's bare id ("1") -> children -> "Errors" -> children ->
+    the system ("Memory system") with its status in "value" and its message in "overflow".
+    """
+    entries: list[_HealthEntry] = []
+    for key, node in _child_nodes(body):
+        if key.strip().lower() == _OVERALL:
+            _walk_health(key, node, None, entries)
+            continue
+        for ident, entity_node in _child_nodes(node):
+            _walk_health(ident, entity_node, (key, ident.strip()), entries, is_entity=True)
+    return entries
+
+
 def parse_health(doc: dict[str, Any]) -> ProbeResult:
     body = doc.get("body")
     overall = body.get("Overall Health") if isinstance(body, dict) else None
     if not isinstance(body, dict) or not isinstance(overall, dict) or _health_code(overall) is None:
         raise ProbeError(BAD_OUTPUT, "dcgmi health: no 'Overall Health' status in the report")
-    entries: list[_HealthEntry] = []
-    for key, node in _child_nodes(body):
-        _walk_health(key, node, None, entries)
+    entries = _health_entries(body)
     worst: dict[tuple[str, str], int] = {}
     for entry in entries:
         labels = (entry.gpu, entry.system)
@@ -231,19 +250,21 @@ def _diag_status(raw: object, test: str) -> str:
 
 
 def _warning_text(warnings: object) -> str:
-    """3.x and 4.x give a list of {"warning": ...}; older releases a plain string."""
+    """3.x and 4.x give a list of {"warning": ...} (3.3's deployment tests: {"warnings": ...}); older a string."""
     if isinstance(warnings, str):
         return warnings.strip()
     if not isinstance(warnings, list):
         return ""
-    texts = [str(w.get("warning", "")) if isinstance(w, dict) else str(w) for w in warnings]
+    texts = [str(w.get("warning", w.get("warnings", ""))) if isinstance(w, dict) else str(w) for w in warnings]
     return "; ".join(t.strip() for t in texts if t.strip())
 
 
 def _result_gpus(result: dict[str, Any]) -> list[str]:
     if "entity_group" in result:  # 4.x: one entity per result
         return [str(result["entity_id"])] if str(result["entity_group"]).upper() == "GPU" else [""]
-    ids = str(result.get("gpu_ids", "")).strip()  # 3.x: GPUs with the same outcome share a result
+    if "gpu_id" in result:  # 3.3 on (Diag.cpp): one GPU per result, a string ("1"), a number in deployment tests
+        return [str(result["gpu_id"]).strip()]
+    ids = str(result.get("gpu_ids", "")).strip()  # earlier 3.x: GPUs with the same outcome share a result
     return [g.strip() for g in ids.split(",") if g.strip()] or [""]
 
 
@@ -253,6 +274,8 @@ def _test_results(category: str, test: dict[str, Any]) -> Iterator[_DiagResult]:
     if not results and isinstance(test.get("test_summary"), dict):
         results = [test["test_summary"]]
     for result in results:
+        if result is None:
+            continue  # 3.3 writes results[i] for the i-th GPU that ran the test: one that did not leaves a null
         status = _diag_status(result["status"], name)
         detail = _warning_text(result.get("warnings"))
         for gpu in _result_gpus(result):
@@ -354,6 +377,10 @@ _FIELDS: dict[str, tuple[str, dict[str, str], float]] = {
     "DCGM_FI_DEV_XID_ERRORS": ("gpuhealth_dcgm_last_xid", {}, 1),
 }
 _CLOCK_EVENT_FIELDS = {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}
+# dcgm-exporter's own count of each Xid within its window (xid_collector.go): a series per GPU and Xid with
+# the Xid in the `xid` label; one without `xid` (value 0) for a GPU that had none.
+_XID_WINDOW_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+_XID_WINDOW_FAMILY = "gpuhealth_dcgm_xid_errors_window"
 # The catalog defines these as 0/1 flags; DCGM_FI_DEV_RETIRED_PENDING is a page count.
 _FLAG_FAMILIES = {"gpuhealth_gpu_row_remap_failure", "gpuhealth_gpu_row_remap_pending",
                   "gpuhealth_gpu_retired_pages_pending"}
@@ -437,9 +464,11 @@ def _gpu_labels(labels: dict[str, str]) -> dict[str, str]:
             "pci_bus_id": normalize_bus_id(labels.get("pci_bus_id", "")), "source": "dcgm"}
 
 
-def _field_samples(name: str, value: float, gpu: dict[str, str]) -> list[Sample]:
+def _field_samples(name: str, value: float, gpu: dict[str, str], xid: str = "") -> list[Sample]:
     if name in _CLOCK_EVENT_FIELDS:
         return clock_event_samples(int(value), gpu)
+    if name == _XID_WINDOW_COUNT:
+        return [Sample(_XID_WINDOW_FAMILY, {**gpu, "xid": xid}, value)] if xid else []
     family, extra, scale = _FIELDS[name]
     if family in _FLAG_FAMILIES:
         value = 1.0 if value > 0 else 0.0
@@ -530,8 +559,8 @@ def _map_series(series: list[PromSample]) -> ProbeResult:
         gpu = _gpu_labels(s.labels)
         identity = GpuIdentity(gpu["pci_bus_id"], index=gpu["gpu"], uuid=gpu["uuid"])
         gpus.setdefault(gpu["gpu"], (identity, gpu, s.labels.get("modelName", "")))
-        if s.name in _FIELDS or s.name in _CLOCK_EVENT_FIELDS:
-            for sample in _field_samples(s.name, s.value, gpu):
+        if s.name in _FIELDS or s.name in _CLOCK_EVENT_FIELDS or s.name == _XID_WINDOW_COUNT:
+            for sample in _field_samples(s.name, s.value, gpu, s.labels.get("xid", "").strip()):
                 # MIG instances repeat device fields: one series per label set.
                 samples[(sample.name, frozenset(sample.labels.items()))] = sample
             problems.extend(_exporter_problems(s.name, s.value, gpu))

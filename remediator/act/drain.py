@@ -5,7 +5,9 @@ One call is one bounded pass: each pod gets a few eviction attempts with backoff
 pods still left are retried on the next pass. Pods already terminating are not evicted again: the
 drain waits for them to be gone, and for the pods `spare` keeps (an active karpenter.sh/do-not-disrupt, which
 Karpenter's own drain does not evict either; decide/do_not_disrupt.py). `guard` runs before every eviction (it
-raises when this replica lost its leadership, which ends the pass). The drain rung's
+raises when this replica lost its leadership, which ends the pass). `stop` runs before every round after the first
+(they follow a backoff sleep, long enough for a person to act): a reason from it (a hold set on the node meanwhile,
+`held_now`) ends the pass with no further eviction. The drain rung's
 timeout (policy) bounds the whole drain, across passes and restarts, because it is measured from
 the start time kept on the Node.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 from remediator.clients.errors import NotFound, Rejected
 from remediator.clients.kube import Kube
-from remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION
+from remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION, hold_of
 from remediator.decide.views import PodRef
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -34,15 +36,18 @@ class DrainResult:
     blocked: list[str] = field(default_factory=list)  # 429: a PDB allows no disruption now
     errors: list[str] = field(default_factory=list)
     spared: list[str] = field(default_factory=list)  # not evicted: karpenter.sh/do-not-disrupt (the drain waits)
+    stopped: str = ""  # why the pass ended before a later round (a hold set meanwhile): nothing evicted after it
 
     def summary(self) -> str:
         text = f"evicted {len(self.evicted)}, blocked by PDB {len(self.blocked)}, errors {len(self.errors)}"
-        return text + (f", not evicted ({DO_NOT_DISRUPT_ANNOTATION}) {', '.join(self.spared)}" if self.spared else "")
+        text += f", not evicted ({DO_NOT_DISRUPT_ANNOTATION}) {', '.join(self.spared)}" if self.spared else ""
+        return text + (f"; stopped before the next eviction round: {self.stopped}" if self.stopped else "")
 
 
 def drain_pass(kube: Kube, pods: Sequence[PodRef], backoff: Sequence[float], sleep: Callable[[float], None],
                force: bool = False, guard: Callable[[], None] = lambda: None,
-               spare: Callable[[PodRef], bool] | None = None) -> DrainResult:
+               spare: Callable[[PodRef], bool] | None = None,
+               stop: Callable[[], str] = lambda: "") -> DrainResult:
     """Evict (or, forced, delete) the pods in rounds: every pod once, then those a PodDisruptionBudget
     refused (429) again after each backoff step. The sleeping is per node, not per pod, so a pass over
     a node full of PDB-protected pods stays short. Pods `spare` picks are left alone (and named)."""
@@ -52,6 +57,11 @@ def drain_pass(kube: Kube, pods: Sequence[PodRef], backoff: Sequence[float], sle
         result.spared = [f"{pod.namespace}/{pod.name}" for pod in pending if spare(pod)]
         pending = [pod for pod in pending if not spare(pod)]
     for attempt in range(len(backoff) + 1):
+        if attempt and (why := stop()):
+            result.stopped = why
+            log.info("drain pass stopped before eviction round %d (%d pod(s) left): %s", attempt + 1, len(pending),
+                     why)
+            break
         refused: list[PodRef] = []
         for pod in pending:
             guard()
@@ -71,6 +81,22 @@ def drain_pass(kube: Kube, pods: Sequence[PodRef], backoff: Sequence[float], sle
         result.blocked.append(f"{pod.namespace}/{pod.name}")
         log.info("eviction of %s/%s: HTTP 429 Too Many Requests (a PodDisruptionBudget)", pod.namespace, pod.name)
     return result
+
+
+def held_now(kube: Kube, node: str) -> str:
+    """Why a drain pass must evict no more on `node` ("" when nothing says so): a hold a person set since the pass
+    read the Node. Read fresh from the API server, not from the watch cache: the cache lags by however long its watch
+    takes to deliver (unbounded under load), and a hold set a moment ago is exactly what this is for; one GET per round
+    is cheap beside an eviction. A Node that cannot be read stops the pass too (the next pass decides again)."""
+    try:
+        annotations = kube.get_node(node)["metadata"].get("annotations") or {}
+    except Exception as exc:
+        return f"the node could not be read to check for a hold ({exc})"
+    hold = hold_of(annotations)
+    if hold is None:
+        return ""
+    who = f" by {hold['by']}" if hold.get("by") else ""
+    return f"held{who}: {hold.get('reason', '')}".rstrip(": ")
 
 
 def _evict(kube: Kube, pod: PodRef, force: bool) -> str:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from remediator.act.drain import drain_pass
+from remediator.act.drain import drain_pass, held_now
 from remediator.act.node_jobs import render_job
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.act.replace import replace_node
@@ -33,7 +33,7 @@ from remediator.decide.node_patches import (
     with_do_not_disrupt,
     with_gpu_clients,
 )
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, TAINT_KEY, fmt_time
+from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY, NodeState, fmt_time
 from remediator.decide.views import NodeView, evictable_pods
 from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, Scope, TaintEffect, Verdict
 from remediator.metrics import ActionResult, Metrics
@@ -42,6 +42,21 @@ from remediator.policy import Policy
 log = logging.getLogger("gpuhealth.remediator")
 
 KARPENTER_NOTE_ACTIONS = (Action.DRAIN, Action.UNCORDON, Action.REPLACE)  # their Event says what we did to it
+
+
+# Acts that are not a part of the state's write (a Node's cordon, its operand labels and do-not-disrupt annotation
+# are): the write records them as pending and a second write clears them once done (NodeState.pending); a pass that
+# finds one pending does it again (decide/ladder.py), so that a crash between the write and the act loses nothing.
+# The others need no mark: a Job rung's Job is made again while its name is recorded and it is missing, a running
+# drain evicts what is left every pass, and a return to service's leftover DeviceTaintRules are swept.
+REDRIVEN = (Action.REPLACE, Action.QUARANTINE_GPU)
+
+
+def with_pending(state: NodeState, executes: list[Decision]) -> NodeState:
+    """The state to write before these acts: the REDRIVEN ones they start marked pending (a drain's later NoExecute
+    rounds, and the acts done again, need no mark: they happen again by themselves)."""
+    acts = [a for a in REDRIVEN if any(d.action == a and d.new for d in executes) and a not in state.pending]
+    return replace(state, pending=(*state.pending, *acts)) if acts else state
 
 
 class JobRefused(Exception):
@@ -99,6 +114,7 @@ class Executor:
 
         # 2. the final state, written once, with the resourceVersion the plan was computed from
         plan.final_state = claim_do_not_disrupt(node, plan.base_state, plan.final_state)
+        plan.final_state = with_pending(plan.final_state, executes)
         actions = {d.action for d in executes}
         if Action.CORDON in actions:
             body = cordon_body(node, plan.final_state)
@@ -128,6 +144,8 @@ class Executor:
                 self.metrics.rung_timed_out(note.rung)
             if note.reason == EventReason.NODE_ACTION_JOB_NOT_STARTED and note.rung is not None:
                 self.metrics.action(Action(note.rung), ActionResult.NOT_STARTED)
+            if note.reason == EventReason.GPU_RESET_NOT_NEEDED:
+                self.metrics.action(Action.RESET_GPU, ActionResult.NOT_NEEDED)
             self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
         # 3. the side effects, now that the intent is on the Node
@@ -154,6 +172,32 @@ class Executor:
             audit("action", **fields, result="executed", detail=message)
             if d.new or message:
                 self._event(d.node, action_reason(d.action), f"{d.reason}{': ' + message if message else ''}", now)
+        self._clear_pending(plan, node, {d.action for d in executes})
+
+    def _clear_pending(self, plan: NodePlan, node: dict[str, Any], done: set[Action]) -> None:
+        """The acts the state's write promised are done: said in a write of their own. A crash before it, or a
+        second conflict, leaves them pending: the next pass does them again (idempotently) and clears them then."""
+        if not done & set(plan.final_state.pending):
+            return
+        for attempt in range(2):
+            if attempt:  # the Node changed since our write (a status write of the act, an alert recorded): read it
+                node = self.kube.get_node(plan.node)
+                try:
+                    state = NodeState.from_json((node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION))
+                except ValueError:
+                    return
+            else:
+                state = plan.final_state
+            left = tuple(a for a in state.pending if a not in done)
+            if left == state.pending:
+                return
+            self.guard.check()
+            try:
+                self.kube.write_state(plan.node, replace(state, pending=left), node["metadata"].get("resourceVersion"))
+                return
+            except Conflict:
+                continue
+        log.info("node %s: %s left pending after a conflict: done again next pass", plan.node, ", ".join(done))
 
     def _perform(self, d: Decision, view: NodeView, node: dict[str, Any], plan: NodePlan, now: datetime) -> str:
         kube, policy = self.kube, self.policy
@@ -179,10 +223,10 @@ class Executor:
             # as Karpenter's drain: a pod with an active karpenter.sh/do-not-disrupt stays (unless forced at timeout)
             spare = (lambda p: p.protected(now)) if policy.drain.honor_pod_do_not_disrupt and not d.force else None
             result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
-                                guard=self.guard.check, spare=spare)
+                                guard=self.guard.check, spare=spare, stop=lambda: held_now(kube, d.node))
             if result.errors and not result.evicted and not result.blocked:
                 raise RuntimeError(f"drain pass failed: {result.summary()}")
-            return result.summary() if (result.evicted or result.errors or d.new) else ""
+            return result.summary() if (result.evicted or result.errors or result.stopped or d.new) else ""
         at_gpu_scope = plan.final_state.scope == Scope.GPU and d.action == Action.RESET_GPU
         tainted = any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
         if not at_gpu_scope and not tainted:
@@ -214,7 +258,8 @@ class Executor:
     def _fail_rung(self, plan: NodePlan, node: dict[str, Any], now: datetime, not_started: str | None = None) -> None:
         """The step that started the plan's rung failed: the rung is failed, written on our own write's
         resourceVersion (the Node exactly as this plan left it). not_started: its Job never could (why)."""
-        failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now), not_started=not_started)
+        failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now), not_started=not_started,
+                         pending=())  # nothing of a failed rung is done again
         self.guard.check()
         self.kube.write_state(plan.node, failed, node["metadata"].get("resourceVersion"))
 

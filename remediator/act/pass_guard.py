@@ -25,11 +25,17 @@ class PassGuard:
         self.deadline: datetime | None = None
 
     def begin(self, now: datetime) -> None:
-        """Decisions older than the renew deadline are not acted on: a pass ends by then."""
-        self.deadline = now + self.elector.renew_deadline
+        """Decisions older than the renew deadline are not acted on: a pass ends by then (or its Lease goes)."""
+        self.deadline = self.elector.pass_due = now + self.elector.renew_deadline
 
     def end(self) -> None:
-        self.deadline = None
+        self.deadline = self.elector.pass_due = None
+
+    def seconds_left(self) -> float:
+        """Time left to this pass on the loop's clock (calls to Alertmanager are bounded by it)."""
+        if self.deadline is None:
+            return self.elector.renew_deadline.total_seconds()
+        return max(0.0, (self.deadline - self.clock()).total_seconds())
 
     def check(self) -> None:
         if not self.elector.is_leader():

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ from remediator.act.executor import Executor
 from remediator.act.node_jobs import job_records
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.audit import audit
+from remediator.clients.alertmanager import pass_deadline
 from remediator.clients.errors import Forbidden, KubeError, NotFound
 from remediator.clients.kube import Kube
 from remediator.clients.leader import Elector
@@ -97,7 +99,7 @@ class Reconciler:
         try:
             nodes = self._nodes()
             if self.am_sync.due(self.clock()):  # before the pass's clock starts: the sync's writes are not the pass's
-                synced = self.am_sync.sync(nodes)
+                synced = self.am_sync.sync(nodes, self._read_until)
                 if synced is not None and synced.batch.alerts:
                     nodes = self._nodes()  # with what the sync wrote (our writes are in the cache at once)
         except Exception as exc:  # the API's trouble or a cache not ready: no pass on what cannot be read
@@ -116,7 +118,8 @@ class Reconciler:
         if dra is not None:
             attach_dra(views, dra)
         trips = self.elector.breaker_trips()
-        ledger, plans = evaluate(views, self.policy, now, trips, self.silences)
+        with pass_deadline(self.guard.seconds_left()):  # the silence checks end with the pass
+            ledger, plans = evaluate(views, self.policy, now, trips, self.silences)
         view_of = {v.name: v for v in views}
         try:
             self._report_budget(ledger, trips, now)
@@ -137,6 +140,18 @@ class Reconciler:
             self.guard.end()
         self.last_plans = plans
         return plans
+
+    @contextmanager
+    def _read_until(self) -> Iterator[None]:
+        """The sync's reading of Alertmanager: bounded as a pass is (the renew deadline), and watched as one (a read
+        that does not end lets the Lease go). Its writes to the Nodes come after, outside it."""
+        deadline = self.elector.renew_deadline
+        self.elector.pass_due = self.clock() + deadline
+        try:
+            with pass_deadline(deadline.total_seconds()):
+                yield
+        finally:
+            self.elector.pass_due = None
 
     def _dra(self) -> DraFleet | None:
         """What DRA publishes this pass (None: node scope for every node), read only in a pass that can use it

@@ -7,28 +7,51 @@ it). So `alerts_everywhere` asks every member at once and the sync uses what the
 a silence check (silences are shared) takes the first member that answers, starting from the last one
 that did. Authentication (a bearer token read from its file at each call, so a rotated token is picked
 up) and TLS (a CA file) are configured once, in the policy.
+
+Every call ends within alertmanager.timeout, whatever the member does (a total deadline: clients/bounded_http.py),
+and within the deadline of the pass that makes it (`pass_deadline`); an answer longer than
+alertmanager.max_answer_bytes is refused once that much is read. Either is counted (`on_cut`).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import threading
-import urllib.error
+import time
 import urllib.parse
-import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
+from remediator.clients.bounded_http import AnswerTooLarge, DeadlinePassed
+from remediator.clients.bounded_http import get as bounded_get
 from remediator.decide.nodestate import parse_time
 
-MAX_ANSWER_BYTES = 64 << 20  # 10,000 nodes' alerts are a few MB; more than this is not an Alertmanager
+MAX_ANSWER_BYTES = 16 << 20  # policy alertmanager.max_answer_bytes' default
+
+_pass = threading.local()  # .until: the deadline (time.monotonic()) of the pass this thread runs, if any
+
+
+@contextmanager
+def pass_deadline(seconds: float) -> Iterator[None]:
+    """Every call to Alertmanager this thread makes inside ends within `seconds` from now, as well as within its own
+    timeout: a pass's deadline bounds its calls (a nested deadline can only be shorter)."""
+    outer: float | None = getattr(_pass, "until", None)
+    until = time.monotonic() + max(0.0, seconds)
+    _pass.until = until if outer is None else min(outer, until)
+    try:
+        yield
+    finally:
+        _pass.until = outer
 
 
 class AlertmanagerUnavailable(Exception):
@@ -44,14 +67,21 @@ class Answer:
 
 class AlertmanagerClient:
     def __init__(self, members: Sequence[str], timeout: float = 5.0, bearer_token_file: str | None = None,
-                 ca_file: str | None = None) -> None:
+                 ca_file: str | None = None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         if not members:
             raise ValueError("an Alertmanager client needs at least one URL")
         self.members = tuple(m.rstrip("/") for m in members)
-        self.timeout, self.bearer_token_file = timeout, bearer_token_file
+        self.timeout, self.bearer_token_file, self.max_answer_bytes = timeout, bearer_token_file, max_answer_bytes
         self._context = ssl.create_default_context(cafile=ca_file) if ca_file is not None else None
         self._preferred = 0  # the member that answered last
         self._lock = threading.Lock()
+        self.on_cut: Callable[[str], None] = lambda reason: None  # a call cut short: "deadline" or "too_large"
+
+    def deadline(self) -> float:
+        """When a call started now must end (time.monotonic()): its timeout, or the pass's deadline if sooner."""
+        own = time.monotonic() + self.timeout
+        until: float | None = getattr(_pass, "until", None)
+        return own if until is None else min(own, until)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -63,27 +93,37 @@ class AlertmanagerClient:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    def get_from(self, member: str, path: str, query: dict[str, str | list[str]] | None = None) -> Answer:
-        """GET path from one member; AlertmanagerUnavailable names the member and why."""
+    def get_from(self, member: str, path: str, query: dict[str, str | list[str]] | None = None,
+                 deadline: float | None = None) -> Answer:
+        """GET path from one member, done by `deadline` (time.monotonic(); None: self.deadline() from now);
+        AlertmanagerUnavailable names the member and why."""
         suffix = f"?{urllib.parse.urlencode(query, doseq=True)}" if query else ""
-        request = urllib.request.Request(f"{member}{path}{suffix}", headers=self._headers())
+        until = self.deadline() if deadline is None else deadline
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self._context) as response:
-                body = response.read(MAX_ANSWER_BYTES + 1)
-                date_header = response.headers.get("Date")
-            if len(body) > MAX_ANSWER_BYTES:
-                raise ValueError(f"answer larger than {MAX_ANSWER_BYTES} bytes")
-            date = None
-            if date_header:
-                try:
-                    date = parsedate_to_datetime(date_header)
-                except (TypeError, ValueError):
-                    date = None
-            return Answer(member, json.loads(body), date)
-        except urllib.error.HTTPError as exc:
-            raise AlertmanagerUnavailable(f"{member}: HTTP {exc.code} {exc.reason}") from exc
-        except (OSError, ValueError, http.client.HTTPException) as exc:
+            reply = bounded_get(f"{member}{path}{suffix}", self._headers(), until, self.max_answer_bytes,
+                                self._context)
+        except DeadlinePassed as exc:
+            self.on_cut("deadline")
+            raise AlertmanagerUnavailable(f"{member}: {exc}") from exc
+        except AnswerTooLarge as exc:
+            self.on_cut("too_large")
+            raise AlertmanagerUnavailable(f"{member}{path}: {exc} (alertmanager.max_answer_bytes): not read") from exc
+        except (OSError, http.client.HTTPException) as exc:
             raise AlertmanagerUnavailable(f"{member}: {type(exc).__name__}: {exc}") from exc
+        if reply.status != 200:
+            raise AlertmanagerUnavailable(f"{member}: HTTP {reply.status} {reply.reason}")
+        try:
+            data = json.loads(reply.body)
+        except ValueError as exc:
+            raise AlertmanagerUnavailable(f"{member}: {type(exc).__name__}: {exc}") from exc
+        date = None
+        date_header = reply.headers.get("Date")
+        if date_header:
+            try:
+                date = parsedate_to_datetime(date_header)
+            except (TypeError, ValueError):
+                date = None
+        return Answer(member, data, date)
 
     def get(self, path: str, query: dict[str, str | list[str]] | None = None) -> Answer:
         """GET path from the first member that answers, starting with the one that answered last."""
@@ -127,19 +167,37 @@ class AlertmanagerClient:
         """Every member's active alerts, asked at once (a member that does not answer costs one timeout, not
         one per member): the answers, and an error per member that gave none."""
         query = self._alerts_query(filters, receiver)
+        until = self.deadline()  # the workers do not see this thread's pass deadline: it is handed to them
 
         def ask(member: str) -> Answer | str:
             try:
-                return self._check_alerts(self.get_from(member, "/api/v2/alerts", query))
+                return self._check_alerts(self.get_from(member, "/api/v2/alerts", query, until))
             except AlertmanagerUnavailable as exc:
                 return str(exc)
 
         if len(self.members) == 1:
             results = [ask(self.members[0])]
         else:
-            with ThreadPoolExecutor(len(self.members), thread_name_prefix="alertmanager") as pool:
-                results = list(pool.map(ask, self.members))
+            pool = ThreadPoolExecutor(len(self.members), thread_name_prefix="alertmanager")
+            futures = [pool.submit(ask, member) for member in self.members]
+            # a worker still in its DNS lookup at the deadline is not waited for
+            wait_for_futures(futures, timeout=max(0.0, until - time.monotonic()) + 0.5)
+            pool.shutdown(wait=False, cancel_futures=True)
+            results = [f.result() if f.done() else f"{member}: no answer by the deadline"
+                       for f, member in zip(futures, self.members, strict=True)]
         return [r for r in results if isinstance(r, Answer)], [r for r in results if isinstance(r, str)]
+
+    @staticmethod
+    def addresses(member: str) -> list[str]:
+        """The addresses the member's host name stands for now ([] when it cannot be resolved): more than one, and
+        the member is several Alertmanagers behind one name (a headless Service), each call answered by any."""
+        parts = urllib.parse.urlsplit(member)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            found = socket.getaddrinfo(parts.hostname or "", port, type=socket.SOCK_STREAM)
+        except OSError:
+            return []
+        return sorted({str(sockaddr[0]) for *_, sockaddr in found})
 
     def age(self, member: str) -> timedelta:
         """How long this member has been up, on its own clock (its Date header less /api/v2/status's start
@@ -170,4 +228,4 @@ def client_from(policy: Any) -> AlertmanagerClient | None:
     if not members:
         return None
     return AlertmanagerClient(members, policy.alertmanager.timeout, policy.alertmanager.bearer_token_file,
-                              policy.alertmanager.ca_file)
+                              policy.alertmanager.ca_file, policy.alertmanager.max_answer_bytes)

@@ -9,6 +9,9 @@ it change (the holder's renewTime is never compared with our clock, so clock ske
 Lease over early). The holder renews every third of the duration (`renew_loop`, a background
 thread, independent of how long a pass takes) and counts itself leader only until two thirds of the
 duration after its last successful renewal began; the executor asks `is_leader()` before every write.
+Renewal shows that this replica is alive, not that its loop is: a pass that has not ended a renewal period past its
+deadline (`pass_due`, stuck in a call that does not return) makes the renew loop let the Lease go (`release`), so
+that a standby takes over at its next try rather than never.
 
 `gpuhealth-remediator cleanup` stops the remediators through the same Lease (`take_over`): it takes it, whoever
 holds it, marked with the annotation gpuhealth.io/cleanup, and renews it while it works. Every replica honours the
@@ -34,6 +37,7 @@ from typing import Any, Protocol, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediator.audit import audit
 from remediator.clients.errors import Conflict, api_call
 from remediator.clients.kube import read_or_none
 from remediator.decide.nodestate import fmt_time
@@ -103,6 +107,8 @@ class LeaderElector:
         self._observed: tuple[str, datetime] | None = None  # (resourceVersion, local time first seen)
         self._leader_until: datetime | None = None
         self.stopped_by: str | None = None  # a cleanup holds the Lease (its mark): no replica records alerts
+        self.pass_due: datetime | None = None  # when the pass running now must end (set by the loop; None: none runs)
+        self.on_release: Callable[[], None] = lambda: None  # counted: the Lease let go because a pass overran
 
     # --- reading ---------------------------------------------------------------------------
     def _read(self) -> dict[str, Any] | None:
@@ -237,11 +243,37 @@ class LeaderElector:
         self._leader_until = None
 
     def renew_loop(self, stop: threading.Event) -> None:
-        """Background thread: renew (or try to take) the Lease every third of its duration."""
+        """Background thread: renew (or try to take) the Lease every third of its duration; neither while a pass
+        has run a period past its deadline, which lets the Lease go."""
         period = self.duration.total_seconds() / 3
         while not stop.is_set():
-            self.try_acquire()
+            due = self.pass_due
+            if due is None or self.clock() < due + timedelta(seconds=period):
+                self.try_acquire()
+            elif self.lease is not None:
+                self.release(f"the pass due at {fmt_time(due)} has not ended")
             stop.wait(period)
+
+    def release(self, why: str) -> bool:
+        """Let the Lease go now, as client-go's ReleaseOnCancel does (no holder, a one-second duration): a standby
+        takes it at its next try. This replica stops counting itself leader first. False when the Lease was no
+        longer ours to give (another holder, or the API refused)."""
+        with self._lock:
+            lease, self.lease, self._leader_until = self.lease, None, None
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return False
+            spec = {**(lease.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1,
+                    "renewTime": fmt_time(self.clock())}
+            try:
+                self.api.replace_namespaced_lease(self.name, self.namespace, _lease({**lease, "spec": spec}),
+                                                  _preload_content=False, _request_timeout=self.timeout)
+            except Exception as exc:  # a 409: it changed (taken over) meanwhile; else it lapses a duration later
+                log.warning("leader: releasing lease %s/%s: %s", self.namespace, self.name, exc)
+                return False
+            log.warning("leader: released lease %s/%s (%s): a standby takes over", self.namespace, self.name, why)
+            audit("lease_released", identity=self.identity, reason=why)
+            self.on_release()
+            return True
 
     # --- the breaker state on the Lease ----------------------------------------------------
     def breaker_trips(self) -> dict[str, str]:
@@ -269,6 +301,7 @@ class Elector(Protocol):
     renew_deadline: timedelta
     takes_part: bool
     stopped_by: str | None
+    pass_due: datetime | None
 
     def try_acquire(self) -> bool: ...
     def is_leader(self) -> bool: ...
@@ -283,6 +316,7 @@ class Spectator:
 
     takes_part = False
     stopped_by: str | None = None  # a dry run records into its own overlay: nothing to stop
+    pass_due: datetime | None = None  # no Lease to let go
 
     def __init__(self, elector: LeaderElector) -> None:
         self.elector = elector

@@ -42,6 +42,9 @@ class EventReason(StrEnum):
     DRAIN_FINISHED = "DrainFinished"
     GPU_RESET_SUCCEEDED = "GPUResetSucceeded"
     GPU_RESET_SKIPPED = "GPUResetSkipped"
+    # the alerts stopped asking for a reset before its Job began (while the GPU's clients stopped): ended as not
+    # needed, never failed; the ladder is back at its drain
+    GPU_RESET_NOT_NEEDED = "GPUResetNotNeeded"
     GPU_CLIENTS_STOPPED = "GPUClientsStopped"  # nothing holds the GPU any more: the reset Job starts
     REBOOT_SUCCEEDED = "RebootSucceeded"
     DRAIN_TIMED_OUT = "DrainTimedOut"
@@ -86,7 +89,8 @@ RUNG_OF_REASON: dict[EventReason, Rung] = {
     **{ACTION_FAILED_REASON[Action(r)]: r for r in TIMED_OUT_REASON},
     **{reason: rung for rung, reason in TIMED_OUT_REASON.items()},
     EventReason.DRAIN_FINISHED: Rung.DRAIN, EventReason.GPU_RESET_SUCCEEDED: Rung.RESET_GPU,
-    EventReason.GPU_RESET_SKIPPED: Rung.RESET_GPU, EventReason.REBOOT_SUCCEEDED: Rung.REBOOT,
+    EventReason.GPU_RESET_SKIPPED: Rung.RESET_GPU, EventReason.GPU_RESET_NOT_NEEDED: Rung.RESET_GPU,
+    EventReason.REBOOT_SUCCEEDED: Rung.REBOOT,
     EventReason.GPU_CLIENTS_STOPPING: Rung.RESET_GPU, EventReason.GPU_CLIENTS_STOPPED: Rung.RESET_GPU}
 
 

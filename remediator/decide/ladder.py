@@ -308,6 +308,7 @@ class _Planner:
             # the fault outgrew its GPU, and no way to change its device taints: wait, at GPU scope
             return self.out(Action.NONE, Verdict.DEFERRED, f"GPU scope ({', '.join(st.devices)}): the DRA objects "
                             "or the DeviceTaintRule API could not be read this pass")
+        self._redrive_quarantine()
         self._cover_new_instances()
         st = self.state
         self._scope_view()
@@ -315,6 +316,8 @@ class _Planner:
             self._gpu_pods_view(actionable, self._target(actionable, st), note=False)
         self.state, notes = _observe(self.v, st, now, policy)
         self.plan.notes.extend(notes)
+        if not actionable and self._replace_pending():  # decided on the alerts then: handed over whatever they say now
+            return self._climb(rung_index(Rung.REPLACE), None, [])
         if not actionable:
             return self._hold_for_monitoring_fault(faults) if faults else self._settle()
         target = self._target(actionable, self.state)
@@ -355,14 +358,20 @@ class _Planner:
 
     def _cancel_unstarted_reset(self, why: str) -> bool:
         """A reset whose Job has not begun (the GPU's clients still stopping, or its Job never made) ends as not
-        needed: the rung fails without climbing, and its paused clients are restored in the same write. True when
-        it did."""
+        needed, never as a failure: the ladder goes back to the drain it had reached (done: a reset starts only on a
+        drained node or GPU), so that alerts firing again start the reset afresh under the usual rules instead of
+        climbing to a reboot (at GPU scope: to the node ladder). Its paused clients are restored in the same write
+        (_restore_gpu_clients). True when it did."""
         v, st = self.v, self.state
         if not (st.rung == Rung.RESET_GPU and st.rung_status == "running" and (
                 st.reset_phase == "stopping" or (st.reset_phase == "resetting" and v.job_status == "missing"))):
             return False
-        self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now))
-        self.note(Note(EventReason.GPU_RESET_SKIPPED, f"{why}: not resetting", rung=Rung.RESET_GPU))
+        self.state = replace(st, rung=Rung.DRAIN, rung_status="done", rung_done=fmt_time(self.now), job=None,
+                             gpu=None)
+        what = f"GPU {', '.join(st.devices)}" if st.scope == Scope.GPU else "the node"
+        self.note(Note(EventReason.GPU_RESET_NOT_NEEDED, f"{why}: the reset is no longer needed and did not start "
+                       f"(job {st.job} never created); {what} stays drained (the ladder back at its drain) until it "
+                       "returns to service, and alerts firing again start the reset afresh", rung=Rung.RESET_GPU))
         return True
 
     def _karpenter_repair(self) -> str:
@@ -423,6 +432,29 @@ class _Planner:
         if gpu is None:
             return (), f"GPU {label} is not among the node's DRA devices (driver {v.devices.driver})"
         return tuple(d.name for d in v.devices.family(gpu)), ""
+
+    def _replace_pending(self) -> bool:
+        """The replace rung started (the state's write) and its hand-over was not seen done (act/executor.py's
+        pending): the remediator stopped in between."""
+        st = self.state
+        return st.rung == Rung.REPLACE and st.rung_status == "running" and Action.REPLACE in st.pending
+
+    def _redrive_quarantine(self) -> None:
+        """A GPU quarantine recorded (the state's write) and not seen done (act/executor.py's pending: the remediator
+        stopped before its DeviceTaintRules were made): made now, with each effect the rung reached. Idempotent: a rule
+        that exists is left as it is."""
+        st = self.state
+        if Action.QUARANTINE_GPU not in st.pending or st.scope != Scope.GPU or st.rung is None or not st.devices:
+            return
+        effects = [TaintEffect.NO_SCHEDULE]
+        if rung_index(st.rung) >= rung_index(Rung.DRAIN):
+            effects.append(TaintEffect.NO_EXECUTE)
+        for effect in effects:
+            self.plan.decisions.append(Decision(
+                self.v.name, Action.QUARANTINE_GPU, Verdict.EXECUTE, f"the quarantine of {', '.join(st.devices)} "
+                f"({st.rung}) was recorded but not seen done (the remediator stopped in between): making its "
+                f"{effect} device taints", self.v.pool, new=False, devices=st.devices, effect=effect,
+                pods=self.full.holders(st.devices)))
 
     def _cover_new_instances(self) -> None:
         """A quarantined GPU's MIG devices made anew (a reset drops a MIG GPU's instances; the MIG manager makes them
@@ -667,7 +699,7 @@ class _Planner:
                     if self._draining(fps):
                         continue
                     return None
-                if rung == "replace":
+                if rung == "replace" and not self._replace_pending():
                     return self.out(Action.REPLACE, Verdict.SKIPPED, "replacement under way")
                 if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == "missing" and gpu and \
                         reset_target(v, policy, gpu) != st.gpu:  # no Job yet: it resets what the alerts name now
@@ -681,6 +713,10 @@ class _Planner:
                     why = (f"the GPU's clients stopped: starting reset job {st.job}" if just_stopped
                            else f"{rung} recorded but its job {st.job} is missing: creating it")
                     nxt, resume = rung, True
+                elif rung == "replace":
+                    why, nxt, resume = ("replace recorded but its hand-over not seen done (the remediator stopped in "
+                                        f"between): handing over again (replace.method {policy.replace.method})"), \
+                        rung, True
                 else:
                     return self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {st.rung_started}")
             elif status == "failed":

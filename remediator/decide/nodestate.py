@@ -42,12 +42,23 @@ REPLACE_CONDITION_REASON = "GpuhealthReplace"
 # 4: a Job rung that failed because its Job did not start (not_started): an older remediator would read it as the
 # hardware's failure and climb (reboot, replace), so it fails closed on such a state.
 STATE_VERSION = 4
+# The state annotation is bounded: the API server refuses a Node whose annotations total over 256 KiB (every write
+# to it would then fail), and each watcher of Nodes gets the whole object on every change. Past either cap the
+# records least needed are forgotten (bounded_alerts): resolved ones first, then firing ones that ask for no action,
+# then the lowest rung's; the oldest start first within each. A forgotten alert still firing comes back with its
+# next webhook or sync, and is dropped again while the others outrank it.
+MAX_ALERT_RECORDS = 100
+MAX_STATE_BYTES = 64 * 1024
 
 RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
 
 _FRACTION = re.compile(r"\.(\d+)")
 ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+
+
+def _compact_json(value: dict[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def parse_time(value: str) -> datetime:
@@ -133,6 +144,10 @@ class NodeState:
     monitoring_faults: tuple[str, ...] = ()
     # the Karpenter-watched conditions another agent set False that this episode already reported (once each)
     repair_reported: tuple[str, ...] = ()
+    # acts this state was written for that are not a part of its write (Action.REPLACE: the hand-over;
+    # Action.QUARANTINE_GPU: the devices' DeviceTaintRules), not yet seen done: set in the write before them, cleared
+    # in a write after them, so that a remediator killed in between does them (again, idempotently) on its next pass
+    pending: tuple[str, ...] = ()
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -166,13 +181,15 @@ class NodeState:
     def to_json(self) -> str:
         data = asdict(self)
         data["actions"] = list(self.actions)
+        if not self.pending:  # the annotation as before where nothing is pending
+            del data["pending"]
         if self.not_started:
             version = 4
         elif self.reset_phase or self.paused or self.pause_value:
             version = 3
         else:
             version = 2 if self.scope != "node" or self.devices else 1
-        return json.dumps({"v": version, **data}, sort_keys=True, separators=(",", ":"))
+        return _compact_json({"v": version, **data})
 
     @classmethod
     def from_json(cls, text: str | None) -> NodeState:
@@ -208,6 +225,7 @@ class NodeState:
             rest["paused"] = tuple(rest.get("paused") or ())
             rest["monitoring_faults"] = tuple(rest.get("monitoring_faults") or ())
             rest["repair_reported"] = tuple(rest.get("repair_reported") or ())
+            rest["pending"] = tuple(rest.get("pending") or ())
             if rest.get("reset_phase") not in (None, "stopping", "resetting"):
                 raise ValueError(f"state annotation: reset_phase {rest['reset_phase']!r} is unknown")
             if rest.setdefault("scope", "node") not in ("node", "gpu"):
@@ -242,7 +260,32 @@ def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: 
         quiet = False
     elif episode is not None and healthy_since is None:
         healthy_since = fmt_time(now)
-    return replace(state, alerts=merged, episode=episode, healthy_since=healthy_since, quiet=quiet)
+    return bounded_alerts(replace(state, alerts=merged, episode=episode, healthy_since=healthy_since, quiet=quiet))
+
+
+def _keep_rank(fingerprint: str, a: AlertRecord) -> tuple[bool, bool, int, datetime, str]:
+    """Which records a full state keeps, highest first. Only what a record's next copy keeps (not last_seen), so a
+    forgotten alert recorded again is forgotten again: the state does not churn."""
+    firing = a.status == "firing"
+    acting = firing and a.remediation != "none"
+    return firing, acting, rung_index(a.remediation) if acting else -1, parse_time(a.starts_at), fingerprint
+
+
+def bounded_alerts(state: NodeState) -> NodeState:
+    """`state` with at most MAX_ALERT_RECORDS alert records and its annotation at most MAX_STATE_BYTES long: the
+    records it keeps are those of highest _keep_rank that fit."""
+    if len(state.alerts) <= MAX_ALERT_RECORDS and len(state.to_json()) <= MAX_STATE_BYTES:
+        return state
+    size = len(replace(state, alerts={}).to_json())
+    kept: set[str] = set()
+    for fp, a in sorted(state.alerts.items(), key=lambda item: _keep_rank(*item), reverse=True):
+        if len(kept) == MAX_ALERT_RECORDS:
+            break
+        entry = len(_compact_json({fp: asdict(a)})) - 1  # "fp":{...} and a comma
+        if size + entry <= MAX_STATE_BYTES:
+            kept.add(fp)
+            size += entry
+    return replace(state, alerts={fp: a for fp, a in state.alerts.items() if fp in kept})
 
 
 def hold_of(annotations: dict[str, str]) -> dict[str, Any] | None:

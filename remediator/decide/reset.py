@@ -10,8 +10,9 @@ exporter (NVML, DCGM). So the rung:
    GpuhealthProbesHealthy condition), in the same write as the state;
 2. resetting: once no such pod is left on the node and the exporter answered, the reset Job runs (it checks the
    GPU came back with the same UUID, and runs a short DCGM diagnostic where its image has DCGM);
-3. whatever ends the rung (the Job's success or failure, the rung's timeout, the episode closing) restores
-   exactly the labels it paused and removes the annotation (remediator/decide/node_patches.py).
+3. whatever ends the rung (the Job's success or failure, the rung's timeout, the episode closing, the alerts no
+   longer asking for it before the Job began: "not needed", back at the drain, no climb) restores exactly the labels
+   it paused and removes the annotation (remediator/decide/node_patches.py).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ resolve what Alertmanager no longer has (the plan is alert_sync.py's, pure), the
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +25,7 @@ class AlertmanagerSync:
                  clock: Clock) -> None:
         self.client, self.policy, self.recorder, self.metrics, self.clock = client, policy, recorder, metrics, clock
         self._synced: datetime | None = None  # when the last sync was tried (None: due now)
+        self._addresses: dict[str, int] = {}  # each member's address count, as last said
 
     def due(self, now: datetime) -> bool:
         interval = self.policy.alertmanager.sync_interval
@@ -30,17 +33,33 @@ class AlertmanagerSync:
             return False
         return self._synced is None or now - self._synced >= interval
 
+    def _check_members(self, client: AlertmanagerClient) -> None:
+        """Says when a member's URL stands for several Alertmanagers (a headless Service's name): its calls land on
+        any of them, so "every member answered" and each member's uptime would be asked of different pods."""
+        for member in client.members:
+            count = len(client.addresses(member))
+            self.metrics.am_member_addresses.labels(member).set(count)
+            if count > 1 and self._addresses.get(member) != count:
+                log.warning("Alertmanager member %s resolves to %d addresses: each call is answered by any of them. "
+                            "List every Alertmanager in alertmanager.url (the chart: remediator.alertmanager."
+                            "statefulSet)", member, count)
+            self._addresses[member] = count
+
     def due_now(self) -> None:
         """A new leader agrees with Alertmanager before its first action."""
         self._synced = None
 
-    def sync(self, nodes: list[dict[str, Any]]) -> SyncPlan | None:
+    def sync(self, nodes: list[dict[str, Any]],
+             reading_bound: Callable[[], AbstractContextManager[None]] = nullcontext) -> SyncPlan | None:
         """None when Alertmanager could not be read: then nothing is resolved (missing data is never a
-        resolution) and the webhooks and episode.quiet_timeout carry on alone."""
+        resolution) and the webhooks and episode.quiet_timeout carry on alone. `reading_bound`: the scope the
+        reading runs in (the loop's: the pass's deadline)."""
         assert self.client is not None
         asked_at = self._synced = self.clock()
         try:
-            reading = read_alertmanager(self.client, self.policy)
+            with reading_bound():
+                self._check_members(self.client)
+                reading = read_alertmanager(self.client, self.policy)
         except AlertmanagerUnavailable as exc:
             self.metrics.am_syncs.labels("error").inc()
             self.metrics.am_up.set(0)

@@ -18,7 +18,15 @@ from remediator.audit import audit
 from remediator.clients.errors import Conflict, KubeError, NotFound
 from remediator.clients.kube import Kube
 from remediator.clock import Clock
-from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, parse_time, record_alerts
+from remediator.decide.nodestate import (
+    MAX_ALERT_RECORDS,
+    MAX_STATE_BYTES,
+    STATE_ANNOTATION,
+    AlertRecord,
+    NodeState,
+    parse_time,
+    record_alerts,
+)
 from remediator.intake.webhook import Batch
 from remediator.metrics import AlertIgnoredReason, ApiOperation, Metrics
 
@@ -88,6 +96,7 @@ class Recorder:
                 unchanged = _seen_again(base, new)
                 if not unchanged:
                     self.kube.write_state(node, new, current["metadata"].get("resourceVersion"))
+                self._report_forgotten(node, base, new, alerts)
                 audit("recorded", node=node, alerts=len(alerts), episode=new.episode, dry_run=self.kube.dry_run)
                 self.kube.health.ok = True
                 return ("unchanged", "") if unchanged else None
@@ -114,6 +123,18 @@ class Recorder:
                 self.kube.health.ok = False
                 return "failed", str(exc)
         return "conflict", error
+
+    def _report_forgotten(self, node: str, base: NodeState, new: NodeState,
+                          alerts: list[tuple[str, AlertRecord]]) -> None:
+        """The records the state's caps left out (nodestate.bounded_alerts): counted, logged and audited."""
+        forgotten = sorted((base.alerts.keys() | {fp for fp, _ in alerts}) - new.alerts.keys())
+        if not forgotten:
+            return
+        self.metrics.alert_ignored(AlertIgnoredReason.STATE_FULL, len(forgotten))
+        log.warning("recording alerts on %s: the state annotation is at its cap (%d alert records, %d bytes): %d "
+                    "record(s) forgotten, resolved and lowest-rung first", node, MAX_ALERT_RECORDS, MAX_STATE_BYTES,
+                    len(forgotten))
+        audit("alerts_forgotten", node=node, fingerprints=forgotten[:20], count=len(forgotten))
 
 
 def _seen_again(before: NodeState, after: NodeState) -> bool:
