@@ -53,7 +53,7 @@ def _alertmanager_client(url: str, policy: Any) -> Any:
     from remediator.clients.alertmanager import AlertmanagerClient
 
     return AlertmanagerClient([url], policy.alertmanager.timeout, policy.alertmanager.bearer_token_file,
-                              policy.alertmanager.ca_file)
+                              policy.alertmanager.ca_file, policy.alertmanager.max_answer_bytes)
 
 
 def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:

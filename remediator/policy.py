@@ -194,7 +194,7 @@ class AlertmanagerSettings:
     timeout: float = 5.0
     # The most one answer from Alertmanager may hold, in bytes: a longer one is refused once this much is read (the
     # sync fails, the process goes on). YAML: alertmanager.max_answer_bytes.
-    max_answer_bytes: int = 16 << 20
+    max_answer_bytes: int = 8 << 20
     # What a pass does when Alertmanager cannot be asked about silences: "defer" | "proceed". YAML:
     # alertmanager.on_error.
     on_error: str = "defer"

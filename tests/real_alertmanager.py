@@ -147,6 +147,10 @@ class RealAlertmanager:
             "endsAt": stamp(now - timedelta(milliseconds=1) if resolved else now + timedelta(minutes=5)),
             "generatorURL": "http://prometheus.example/graph"}])
 
+    def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
+        """Alerts as the test shapes them (labels, annotations, startsAt, endsAt), in one POST as Prometheus batches."""
+        self._call("POST", "/api/v2/alerts", alerts)
+
     def alerts(self, node: str | None = None) -> list[dict[str, Any]]:
         path = "/api/v2/alerts"
         if node is not None:

@@ -79,7 +79,8 @@ def xid_window(result: ProbeResult) -> dict[tuple[tuple[str, str], ...], float]:
             if s.name == "gpuhealth_dcgm_xid_errors_window"}
 
 
-@pytest.mark.parametrize("prom_type", ["gauge", "counter"])  # xid_collector's tests: gauge; etc/default-counters.csv: counter
+# dcgm-exporter's collector test expects a gauge; its etc/default-counters.csv lists the field as a counter.
+@pytest.mark.parametrize("prom_type", ["gauge", "counter"])
 def test_dcgm_exporters_xid_window_count_is_read_per_gpu_and_xid(prom_type: str) -> None:
     text = XID_COUNT_SCRAPE.read_text().replace("# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge",
                                                 f"# TYPE DCGM_EXP_XID_ERRORS_COUNT {prom_type}")

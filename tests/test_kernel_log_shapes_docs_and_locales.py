@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kmsg_file_harness import file_probe, settled_copy, total, xids
+from kmsg_file_harness import file_probe, settle, settled_copy, total, xids
 from test_kernel_log_task_names import TASK_NAME_LINES
 
 from exporter.samples import ProbeResult
@@ -53,8 +53,8 @@ def test_a_journal_in_any_locale_counts_each_kernel_xid_once_and_not_an_applicat
 def test_a_task_named_like_an_xid_in_a_localized_journal_line_is_still_no_xid(prefix: str, tmp_path: Path) -> None:
     log = tmp_path / "journal.txt"
     log.write_text("".join(f"{prefix}{line}\n" for line in TASK_NAME_LINES))
-    result = file_probe(settled_copy(log, tmp_path / "settled" if (tmp_path / "settled").mkdir() is None else tmp_path)
-                        ).collect(5)
+    settle(log)
+    result = file_probe(log).collect(5)
     assert xids(result) == {}
     assert total(result, "gpuhealth_kmsg_unparsed_xid_records") == 0
     assert total(result, "gpuhealth_kmsg_records") == len(TASK_NAME_LINES)

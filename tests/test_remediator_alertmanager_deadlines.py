@@ -71,7 +71,7 @@ def test_the_passs_deadline_bounds_a_call_whose_own_timeout_is_longer(cluster: F
 class LiveHarness(Harness):
     """A remediator on the real clock: its Lease, its renewals and its passes take real time."""
 
-    @property  # type: ignore[override]
+    @property
     def now(self) -> datetime:
         return datetime.now(UTC)
 
@@ -92,13 +92,14 @@ def test_a_leader_whose_pass_does_not_end_by_its_deadline_lets_the_lease_go_and_
     b = LiveHarness(cluster, text, identity="replica-b", timeout=30.0, start=datetime.now(UTC))
     a.fire("gpu-1", "cordon")
     cluster.delay("PATCH", r"^/api/v1/nodes/gpu-1$", 10, times=1)  # a's cordon hangs in the API server
+    patched = cluster.requests.count(("PATCH", "/api/v1/nodes/gpu-1"))  # the webhook's record
     stop = threading.Event()
     loops = [threading.Thread(target=h.rem.run_forever, args=(stop, 0.2), daemon=True) for h in (a, b)]
     try:
         loops[0].start()
         assert wait_for(lambda: holder(cluster) == "replica-a", 5)
         loops[1].start()
-        assert wait_for(lambda: ("PATCH", "/api/v1/nodes/gpu-1") in cluster.requests, 10)  # a is stuck from here
+        assert wait_for(lambda: cluster.requests.count(("PATCH", "/api/v1/nodes/gpu-1")) > patched, 10)  # stuck
         stuck_at = time.monotonic()
         assert wait_for(lambda: holder(cluster) == "replica-b", 8), f"the Lease is still {holder(cluster)!r}'s"
         took_over = time.monotonic() - stuck_at
@@ -106,7 +107,7 @@ def test_a_leader_whose_pass_does_not_end_by_its_deadline_lets_the_lease_go_and_
         assert a.metric("gpuhealth_remediator_lease_releases_total") == 1
         assert wait_for(lambda: bool(cluster.taints("gpu-1")), 8)  # the new leader acted
         print(f"standby took over {took_over:.1f}s after the leader's pass got stuck (renew deadline 2s)")
-        assert took_over < 5
+        assert took_over < 6  # the 2 s deadline, a renewal period (1 s) of grace, the ticks of both replicas
     finally:
         stop.set()
         for loop in loops:

@@ -49,6 +49,9 @@ class Crash:
     def fire(self, node: str, remediation: str, **kw: Any) -> None:
         self.post(webhook(node, remediation, starts=datetime.now(UTC), **kw))
 
+    def start(self) -> None:
+        self.serve.start()
+
     def killed_at(self, method: str, path: str, after: int = 0) -> None:
         """The next (after `after` more) request matching (method, path) kills the remediator and is dropped."""
         self.cluster.crash_on(method, path, self.serve.kill, after)
@@ -84,15 +87,15 @@ def cluster() -> Iterator[FakeCluster]:
 
 
 @pytest.fixture
-def crash(cluster: FakeCluster, tmp_path: Path) -> Iterator[Crash]:
+def crash(cluster: FakeCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Crash]:
+    """`request.param`: more policy (indirect parametrization)."""
     (tmp_path / "token").write_text(TOKEN)
     policy = yaml.safe_dump({"alertmanager": {"url": "none"},
                              "leader": {"lease_duration": f"{LEASE_SECONDS}s"},
-                             "return_to_service": {"healthy_delay": "0s"}})
+                             "return_to_service": {"healthy_delay": "0s"}, **getattr(request, "param", {})})
     serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy)
     try:
-        serve.start()
-        yield Crash(cluster, serve)
+        yield Crash(cluster, serve)  # each test starts it once its cluster is set up
     finally:
         serve.stop()
 
@@ -113,11 +116,17 @@ def _metric(serve: ServeProcess, name: str, **labels: str) -> float | None:
     raise AssertionError(f"no {name}{{{want}}} in /metrics")
 
 
+def _repair_condition(c: FakeCluster, node: str) -> dict[str, Any] | None:
+    conditions = c.node(node)["status"].get("conditions") or []
+    return next((x for x in conditions if x["type"] == "AcceleratedHardwareReady"), None)
+
+
 def test_a_remediator_killed_before_it_deletes_the_nodeclaim_hands_the_node_over_once_after_its_restart(
         cluster: FakeCluster, crash: Crash) -> None:
     cluster.add_node("gpu-0")
     cluster.nodeclaims["gpu-pool-abcde"] = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
                                             "metadata": {"name": "gpu-pool-abcde"}, "status": {"nodeName": "gpu-0"}}
+    crash.start()
     crash.killed_at("DELETE", NODECLAIMS)
     crash.fire("gpu-0", "replace", gpu=None)
     crash.wait_killed()
@@ -135,6 +144,29 @@ def test_a_remediator_killed_before_it_deletes_the_nodeclaim_hands_the_node_over
     assert crash.state("gpu-0")["rung"] == "replace"
 
 
+@pytest.mark.parametrize("crash", [{"replace": {"method": "condition"}}], indirect=True, ids=["method_condition"])
+def test_a_remediator_killed_before_it_sets_the_repair_condition_sets_it_once_after_its_restart(
+        cluster: FakeCluster, crash: Crash) -> None:
+    """replace.method condition: the hand-over is a status write of the Node, so the write that clears `pending`
+    after it meets a newer resourceVersion (read again, then written)."""
+    cluster.add_node("gpu-0")
+    crash.start()
+    crash.killed_at("PATCH", r"^/api/v1/nodes/gpu-0/status$")
+    crash.fire("gpu-0", "replace", gpu=None)
+    crash.wait_killed()
+    assert crash.state("gpu-0")["rung"] == "replace" and _repair_condition(cluster, "gpu-0") is None
+
+    crash.restart()
+    assert wait_for(lambda: _repair_condition(cluster, "gpu-0") is not None and crash.settled("gpu-0"),
+                    LEASE_SECONDS + 30), crash.serve.log.read_text()[-3000:]
+    condition = _repair_condition(cluster, "gpu-0")
+    assert condition is not None and (condition["status"], condition["reason"]) == ("False", "GpuhealthReplace")
+    assert crash.since_restart("PATCH", "/api/v1/nodes/gpu-0/status") == ["/api/v1/nodes/gpu-0/status"]
+    assert cluster.reasons("gpu-0").count("Replace") == 1
+    assert _metric(crash.serve, "gpuhealth_remediator_budget_in_use", pool="gpu", budget="disrupted") == 1
+    assert crash.state("gpu-0")["rung"] == "replace"
+
+
 @pytest.mark.parametrize(("remediation", "after", "rules"), [
     ("cordon", 0, [("gpu-3", "NoSchedule")]),  # the cordon's only act: the GPU stayed schedulable
     ("drain", 0, [("gpu-3", "NoExecute"), ("gpu-3", "NoSchedule")]),  # killed before the first of its two rules
@@ -143,6 +175,7 @@ def test_a_remediator_killed_before_it_deletes_the_nodeclaim_hands_the_node_over
 def test_a_remediator_killed_before_it_quarantines_the_gpu_makes_its_device_taint_rules_once_after_its_restart(
         cluster: FakeCluster, crash: Crash, remediation: str, after: int, rules: list[tuple[str, str]]) -> None:
     devices = dra_node(cluster)
+    crash.start()
     crash.killed_at("POST", RULES, after)
     crash.fire("gpu-1", remediation, gpu=alert_gpu(devices[3]))
     crash.wait_killed()
@@ -169,6 +202,7 @@ def test_a_remediator_killed_before_it_creates_the_reboot_job_creates_it_once_af
         cluster: FakeCluster, crash: Crash) -> None:
     """A guard: the Job's name is in the state before the Job exists, and a missing one is created next pass."""
     cluster.add_node("gpu-0")
+    crash.start()
     crash.killed_at("POST", r"^/apis/batch/v1/namespaces/[^/]+/jobs$")
     crash.fire("gpu-0", "reboot", gpu=None)
     crash.wait_killed()
@@ -186,6 +220,7 @@ def test_a_remediator_killed_before_its_first_eviction_drains_the_node_after_its
     """A guard: a drain that is running evicts what is left on every pass."""
     cluster.add_node("gpu-0")
     cluster.add_pod("gpu-0", "train-0")
+    crash.start()
     crash.killed_at("POST", r"/pods/train-0/eviction$")
     crash.fire("gpu-0", "drain", gpu=None)
     crash.wait_killed()
@@ -200,6 +235,7 @@ def test_a_remediator_killed_before_it_removes_the_device_taint_rules_at_return_
         cluster: FakeCluster, crash: Crash) -> None:
     """A guard: the episode is closed in the write, and the sweep removes gpuhealth's rules no episode holds."""
     devices = dra_node(cluster)
+    crash.start()
     crash.fire("gpu-1", "cordon", gpu=alert_gpu(devices[2]))
     assert wait_for(lambda: _rules(cluster) == [("gpu-2", "NoSchedule")], 30)
     crash.killed_at("DELETE", RULES)

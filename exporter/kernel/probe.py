@@ -17,7 +17,7 @@ from typing import Any
 from exporter.kernel.events import EventGrouper
 from exporter.kernel.patterns import KernelEventMatcher, Match
 from exporter.kernel.records import KernelRecord
-from exporter.kernel.sources import DeviceSource, FileSource, Source
+from exporter.kernel.sources import MAX_READS_PER_RUN, DeviceSource, FileSource, Source
 from exporter.kernel.state import Key, Saved, StateFile, fault, key
 from exporter.pci import normalize_bus_id
 from exporter.probes.base import BAD_OUTPUT, ProbeError
@@ -151,11 +151,21 @@ class KmsgProbe:
         """Read what is new and count it; all or nothing, so a failure part-way loses no record."""
         until = time.monotonic() + deadline * 0.8
         position = replace(self.position)
-        records, missed, truncated = self.source.read(position, until)
         saved = (dict(self.counts), dict(self.gpu_uuids), dict(self.recovery), deque(self.recent, RECENT_EVENTS))
+        records = missed = truncated = 0
         try:
-            for record in records:
-                self._handle(record)
+            # Each read's records are handled before the next read, so only one read's are ever held.
+            for _ in range(MAX_READS_PER_RUN):
+                batch = self.source.read(position, until)
+                for record in batch.records:
+                    self._handle(record)
+                records += len(batch.records)
+                missed += batch.missed
+                truncated += batch.truncated
+                more = batch.more
+                del batch  # not held while the next read builds its own
+                if not more or time.monotonic() >= until:
+                    break
             # Lines a report printed later than this batch are taken as another report.
             for m, r in self.events.flush():
                 self._count_event(m, r)

@@ -14,8 +14,11 @@ from exporter.probes.base import NOT_FOUND, ProbeError
 _READ_SIZE = 16384  # larger than any /dev/kmsg record (the kernel caps one at ~8 KiB with its metadata)
 
 
+# A file is read 1 MiB at a time, each read's records handled before the next read: what one read holds
+# in memory (its bytes, text, lines and records: ~10 MB of short lines) is the most the input costs, however
+# large the backlog. At most 16 reads a run, so a multi-gigabyte log is worked through over several runs.
 _CHUNK = 1 << 20
-_MAX_CHUNKS_PER_RUN = 16
+MAX_READS_PER_RUN = 16
 # No kernel record is near this long (printk caps a message at 1-2 KiB, /dev/kmsg a record with its metadata
 # at ~8 KiB): a longer line is cut here and the rest skipped, so one runaway line cannot stop the reader.
 MAX_LINE = 64 * 1024
@@ -38,6 +41,7 @@ class Batch(NamedTuple):
     records: list[KernelRecord]
     missed: int = 0  # lost to ring-buffer overwrites (/dev/kmsg)
     truncated: int = 0  # lines cut at MAX_LINE (file)
+    more: bool = False  # stopped before the end of what there is to read (file): read again for the rest
 
 
 class Source(Protocol):
@@ -117,6 +121,8 @@ class FileSource:
 
     Whole lines are consumed, and a last line without a newline once the file has settled; a line longer
     than MAX_LINE is cut there and counted. A file that was replaced or truncated is read again from its start.
+    One read takes at most _CHUNK bytes, and one that stops before the end leaves the last record (its first
+    line and any continuation lines) to the next read, so that no record is split between two reads.
     """
 
     kind = "file"
@@ -126,38 +132,33 @@ class FileSource:
         self.settled_seconds = settled_seconds
 
     def read(self, position: Position, until: float) -> Batch:
-        chunks: list[bytes] = []
-        at_end = False
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 if position.inode != st.st_ino or st.st_size < position.offset:
                     position.inode, position.offset, position.skipping = st.st_ino, 0, False
                 f.seek(position.offset)
-                # Bounded per run, so a multi-gigabyte log is worked through over several runs.
-                while len(chunks) < _MAX_CHUNKS_PER_RUN and time.monotonic() < until:
-                    chunk = f.read(_CHUNK)
-                    if not chunk:
-                        at_end = True
-                        break
-                    chunks.append(chunk)
-                settled = at_end and time.time() - os.fstat(f.fileno()).st_mtime >= self.settled_seconds
+                data = f.read(_CHUNK)
+                st = os.fstat(f.fileno())
+                at_end = position.offset + len(data) >= st.st_size
+                settled = at_end and time.time() - st.st_mtime >= self.settled_seconds
         except FileNotFoundError as exc:
             raise ProbeError(NOT_FOUND, f"{self.path}: no such file") from exc
-        data = b"".join(chunks)
         start = 0
         if position.skipping:
             newline = data.find(b"\n")
             if newline < 0:
                 position.offset += len(data)
-                return Batch([])
+                return Batch([], more=not at_end)
             start, position.skipping = newline + 1, False
         end = max(data.rfind(b"\n") + 1, start)
+        tail = len(data) - end  # a last line without its newline (yet)
+        if not at_end and tail <= MAX_LINE:
+            end = _start_of_last_record(data, start, end)
         lines: list[str] = []
         if end > start:
             # Split on newlines only: str.splitlines() would also split on \r, \x0b, \x1c... inside a message.
             lines = data[start:end - 1].decode("utf-8", errors="replace").split("\n")
-        tail = len(data) - end
         truncated = 0
         if tail > MAX_LINE or (tail and settled):
             lines.append(data[end:end + MAX_LINE].decode("utf-8", errors="replace"))
@@ -168,7 +169,20 @@ class FileSource:
             lines = [line[:MAX_LINE] for line in lines]
         truncated += int(position.skipping)
         position.offset += end
-        return Batch(list(iter_text_records(lines)), 0, truncated)
+        return Batch(list(iter_text_records(lines)), 0, truncated, more=not at_end)
 
     def close(self) -> None:
         pass
+
+
+def _start_of_last_record(data: bytes, start: int, end: int) -> int:
+    """Where the last record of the whole lines data[start:end] begins: its first line is not indented (an
+    indented line continues the record before it) nor a comment. `end` when no record begins after `start`
+    within MAX_LINE of `end`: then the read ends between lines, and a record may be split."""
+    floor = max(start, end - MAX_LINE)
+    at = end - 1  # the newline that ends the last line
+    while (newline := data.rfind(b"\n", floor, at)) >= 0:
+        if data[newline + 1:newline + 2] not in (b" ", b"\t", b"#"):
+            return newline + 1
+        at = newline
+    return end

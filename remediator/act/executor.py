@@ -55,6 +55,8 @@ REDRIVEN = (Action.REPLACE, Action.QUARANTINE_GPU)
 def with_pending(state: NodeState, executes: list[Decision]) -> NodeState:
     """The state to write before these acts: the REDRIVEN ones they start marked pending (a drain's later NoExecute
     rounds, and the acts done again, need no mark: they happen again by themselves)."""
+    if not state.active:  # a return to service in the same plan: nothing of the episode is left to do again
+        return state
     acts = [a for a in REDRIVEN if any(d.action == a and d.new for d in executes) and a not in state.pending]
     return replace(state, pending=(*state.pending, *acts)) if acts else state
 

@@ -36,7 +36,7 @@ from remediator.clients.bounded_http import AnswerTooLarge, DeadlinePassed
 from remediator.clients.bounded_http import get as bounded_get
 from remediator.decide.nodestate import parse_time
 
-MAX_ANSWER_BYTES = 16 << 20  # policy alertmanager.max_answer_bytes' default
+MAX_ANSWER_BYTES = 8 << 20  # policy alertmanager.max_answer_bytes' default
 
 _pass = threading.local()  # .until: the deadline (time.monotonic()) of the pass this thread runs, if any
 
@@ -108,7 +108,7 @@ class AlertmanagerClient:
         except AnswerTooLarge as exc:
             self.on_cut("too_large")
             raise AlertmanagerUnavailable(f"{member}{path}: {exc} (alertmanager.max_answer_bytes): not read") from exc
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # ValueError: a URL with a bad port
             raise AlertmanagerUnavailable(f"{member}: {type(exc).__name__}: {exc}") from exc
         if reply.status != 200:
             raise AlertmanagerUnavailable(f"{member}: HTTP {reply.status} {reply.reason}")

@@ -166,7 +166,8 @@ class LeaderElector:
                 if holder != self.identity:
                     new_spec["acquireTime"] = fmt_time(now)
                     new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
-                    log.info("leader: took over lease from %s (unchanged for a lease duration)", holder)
+                    log.info("leader: took over lease from %s", f"{holder} (unchanged for a lease duration)" if holder
+                             else "nobody (released, or never held)")
                     current = _without_cleanup_mark(current)  # a cleanup's hold is over: its mark goes with it
                 body = {**current, "spec": new_spec}
                 self._won(json.loads(cast(Any, self.api.replace_namespaced_lease(

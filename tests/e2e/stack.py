@@ -447,9 +447,9 @@ class Stack:
         return names[0]
 
     def leader_url(self) -> str:
-        """The leader's own address: its /metrics has the budget, the breaker and the actions."""
+        """The leader's metrics port: its /metrics has the budget, the breaker and the actions."""
         pod = self.remediators[self.leader()]
-        return f"http://{pod.ip}:{pod.ports['http']}"
+        return f"http://{pod.ip}:{pod.ports['metrics']}"
 
     # --- lifecycle ---
     def __enter__(self) -> Stack:

@@ -44,7 +44,7 @@ def test_with_dry_run_a_fatal_xid_is_decided_and_counted_and_nothing_changes(dry
     wait_for("GPUFallenOffBus firing", lambda: stack.firing("GPUFallenOffBus", node.name), timeout=30)
     # In a dry run no replica takes the Lease: each decides on the webhooks the Service gave it.
     wait_for("a dry-run cordon counted", lambda: any(b'action="cordon",result="dry_run"' in http_get(
-        f"http://{pod.ip}:{pod.ports['http']}/metrics") for pod in stack.remediators.values()), timeout=30)
+        f"http://{pod.ip}:{pod.ports['metrics']}/metrics") for pod in stack.remediators.values()), timeout=30)
     end = time.monotonic() + 5
     while time.monotonic() < end:
         now = stack.cluster.node(node.name)

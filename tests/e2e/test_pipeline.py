@@ -298,7 +298,8 @@ def test_a_remediator_killed_mid_drain_carries_on_from_the_node_annotations(stac
         for pdb in stack.cluster.pdbs:
             pdb["disruptionsAllowed"] = 1
     stack.start_remediator(leader)
-    wait_for("remediator ready again", lambda: http_get(f"{stack.remediator}/readyz"), timeout=30)
+    pod = stack.remediators[leader]
+    wait_for("remediator ready again", lambda: http_get(f"http://{pod.ip}:{pod.ports['metrics']}/readyz"), timeout=30)
     wait_for("the reboot Job", lambda: [j for j in stack.jobs(name) if "reboot" in j["metadata"]["name"]],
              timeout=60)
     wait_for("the reboot to be seen through", lambda: "RebootSucceeded" in events(stack, name), timeout=60)

@@ -88,6 +88,15 @@ Roles follow the namespaces the policy names.
 {{- if .caSecret.name }}
 {{- $_ := set $derived.alertmanager "ca_file" (printf "/var/run/secrets/alertmanager-ca/%s" .caSecret.key) }}
 {{- end }}
+{{- $set := .statefulSet | default dict }}
+{{- if and $set.name (gt (int ($set.replicas | default 0)) 0) (ne $.Values.remediator.alertmanagerURL "none") }}
+{{- $url := urlParse $.Values.remediator.alertmanagerURL }}
+{{- $members := list }}
+{{- range $i := until (int $set.replicas) }}
+{{- $members = append $members (printf "%s://%s-%d.%s%s" $url.scheme $set.name $i $url.host (trimSuffix "/" $url.path)) }}
+{{- end }}
+{{- $_ := set $derived.alertmanager "url" $members }}
+{{- end }}
 {{- end }}
 {{- with .Values.remediator.jobs }}
 {{- $_ := set $derived.jobs "image" .image }}
