@@ -11,11 +11,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_http import serving
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from test_dcgm_probe import L4_SCRAPE, as_map, error_of
@@ -80,18 +81,13 @@ def serve(body: bytes, framing: str, declared_length: int | None = None,
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    served.url = f"http://127.0.0.1:{server.server_port}/metrics"
-    try:
-        yield served
-    finally:
-        if stall is not None:
-            stall.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as server:
+        served.url = f"http://127.0.0.1:{server.server_port}/metrics"
+        try:
+            yield served
+        finally:
+            if stall is not None:
+                stall.set()
 
 
 @pytest.mark.parametrize("framing", FRAMINGS)

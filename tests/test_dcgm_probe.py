@@ -10,11 +10,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_http import serving
 
 from exporter.catalog import FAMILIES
 from exporter.clock_events import CLOCK_EVENT_BITS, clock_event_samples
@@ -421,17 +422,12 @@ def serve(body: bytes, status: int = 200, stall: threading.Event | None = None) 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/metrics"
-    finally:
-        if stall is not None:
-            stall.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as server:
+        try:
+            yield f"http://127.0.0.1:{server.server_port}/metrics"
+        finally:
+            if stall is not None:
+                stall.set()
 
 
 def test_exporter_http_scrape_maps_faults_of_two_gpus() -> None:

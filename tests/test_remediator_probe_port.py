@@ -32,6 +32,7 @@ from polling import wait_for
 from real_alertmanager import free_port
 from real_remediator import ServeProcess
 from remediator_harness import webhook
+from socket_reads import until_closed
 
 TOKEN = "probe-port-token"
 SET_BY_THE_TEST = ("--policy", "--token-file", "--listen")  # ServeProcess's own: a temp file, a free port
@@ -221,15 +222,6 @@ def test_each_port_serves_only_its_own_paths(chart_serve: Remediator) -> None:
     assert post_webhook(webhook_port, 5) == 202
 
 
-def _answer(s: socket.socket, timeout: float) -> bytes:
-    s.settimeout(timeout)
-    data = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := s.recv(65536):
-            data += chunk
-    return data
-
-
 def test_a_request_that_goes_silent_part_way_is_answered_408_at_the_idle_timeout(tmp_path: Path) -> None:
     with FakeCluster() as cluster:
         (tmp_path / "token").write_text(TOKEN)
@@ -247,7 +239,7 @@ def test_a_request_that_goes_silent_part_way_is_answered_408_at_the_idle_timeout
             with short_body, half_headers:
                 for s, what, reason in ((short_body, "body", "body_timeout"),
                                         (half_headers, "headers", "header_timeout")):
-                    data = _answer(s, 10)
+                    data = until_closed(s, 10)
                     assert data.startswith(b"HTTP/1.1 408 "), data[:200]  # not closed without a word
                     error = json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
                     assert error == f"408 Request Timeout: request {what} not received: nothing sent for 1 s"

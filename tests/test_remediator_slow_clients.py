@@ -23,6 +23,7 @@ import pytest
 from fake_cluster import FakeCluster
 from real_remediator import ServeProcess
 from remediator_harness import webhook
+from socket_reads import until_closed
 
 TOKEN = "slow-clients-token"
 TIMEOUTS = 2.0  # the test server's header, body and idle timeouts (production: 10 s, 30 s, 10 s)
@@ -119,16 +120,6 @@ class SlowClients:
             s.close()
 
 
-def answer(s: socket.socket, timeout: float) -> bytes:
-    """What the server sent before it closed the connection (b"" if it closed without a word)."""
-    s.settimeout(timeout)
-    data = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := s.recv(65536):
-            data += chunk
-    return data
-
-
 def test_slow_and_stalled_clients_do_not_stop_health_checks_or_webhooks(server: Server) -> None:
     clients = SlowClients(server.port, 50)  # 150 connections, 3 x 50, against 4 threads
     try:
@@ -154,12 +145,12 @@ def test_slow_and_stalled_clients_do_not_stop_health_checks_or_webhooks(server: 
         assert statistics.median(health) < 0.1 and statistics.median(hooks) < 0.1
         # past the deadline each slow client is answered 408 in JSON (headers, body) or closed (stalled)
         for s in clients.headers + clients.bodies:
-            data = answer(s, TIMEOUTS * 3)
+            data = until_closed(s, TIMEOUTS * 3)
             assert data.startswith(b"HTTP/1.1 408 "), data[:200]
             reason = json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
             assert "not received within" in reason
         for s in clients.stalled:
-            assert answer(s, TIMEOUTS * 3) == b""
+            assert until_closed(s, TIMEOUTS * 3) == b""
         elapsed = time.monotonic() - started
         assert elapsed < TIMEOUTS * 3
         status, body, _ = server.request("GET", "/metrics")

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -21,26 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from live_processes import with_argv_word
 from polling import wait_for
+from real_alertmanager import free_port
 
 HEALTHY = '{"body": {"Overall Health": {"value": "Healthy"}}}'
 SLEEP = shutil.which("sleep") or "/bin/sleep"
-
-
-def live_with_argument(argument: str) -> list[int]:
-    """Live (not zombie) processes that have `argument` as one of their argv words."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{name}/stat").read_bytes().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if argument.encode() in argv and state != b"Z":
-            found.append(int(name))
-    return found
 
 
 @pytest.fixture
@@ -51,7 +36,7 @@ def durations() -> Iterator[dict[str, str]]:
              "setsid env -i, double fork": f"300.{tag:09d}3"}
     yield named
     for duration in named.values():  # only if the test failed: never leave its sleepers running
-        for pid in live_with_argument(duration):
+        for pid in with_argv_word(duration):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -70,13 +55,6 @@ def tool(tmp_path: Path, body: str) -> str:
     path.write_text("#!/bin/sh\n" + '[ "$1 $2" = "health -s" ] && exit 0\n' + body)
     path.chmod(0o755)
     return str(path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
@@ -111,7 +89,7 @@ def dcgm_succeeded(port: int) -> bool:
 
 
 def left_running(durations: dict[str, str]) -> dict[str, int]:
-    return {how: len(live_with_argument(d)) for how, d in durations.items() if live_with_argument(d)}
+    return {how: len(with_argv_word(d)) for how, d in durations.items() if with_argv_word(d)}
 
 
 def test_children_that_escape_with_setsid_env_i_are_killed_at_the_end_of_each_run(

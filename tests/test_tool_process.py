@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,9 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from live_processes import with_argv_word as with_marker
 from polling import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from real_alertmanager import free_port
 
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.probes.base import OUTPUT_TOO_LARGE, REASONS, TIMEOUT, ProbeError, run_command
@@ -43,22 +44,6 @@ def tool(tmp_path: Path, body: str) -> str:
 def sleeper(marker: str, seconds: int = 30) -> str:
     """A shell command for a process that sleeps and carries `marker` in its argv."""
     return f"{sys.executable} -c 'import time; time.sleep({seconds})' {marker}"
-
-
-def with_marker(marker: str) -> list[int]:
-    """Live (not zombie) processes whose argv holds marker."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{name}/stat").read_bytes().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker.encode() in argv and state != b"Z":
-            found.append(int(name))
-    return found
 
 
 def gone(marker: str, within: float = 5.0) -> bool:
@@ -166,13 +151,6 @@ def test_a_tool_that_exits_and_closes_its_output_is_not_waited_for_past_that(tmp
 
 
 # --- nothing outlives the exporter ----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
