@@ -208,19 +208,3 @@ FAMILIES: dict[str, Family] = {
     for f in group
 }
 
-
-def markdown_table() -> str:
-    """The metrics table of docs/metrics.md (`python -m exporter.catalog` prints it)."""
-    # Imported here, not at the top: the registry reads the catalog's groups.
-    from exporter.probes.registry import filled_by
-
-    rows = ["| metric | type | labels | filled by | meaning |", "|---|---|---|---|---|"]
-    for f in FAMILIES.values():
-        labels = ", ".join(f"`{name}`" for name in f.labels) or "—"
-        rows.append(f"| `{f.exposed_name}` | {f.type} | {labels} | {', '.join(filled_by(f.name))} | "
-                    f"{f.help.replace('|', '/')} |")
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":
-    print(markdown_table(), end="")

@@ -14,7 +14,7 @@ import yaml
 from exporter.kube_http import SA_DIR
 from exporter.kubelet.client import DEFAULT_SOCKET
 from exporter.probes.efa import DEFAULT, counter_selection, counter_word_error
-from exporter.probes.registry import PROBES, ProbeSettings
+from exporter.probes.settings import DEFAULTS, ProbeSettings
 
 
 class ConfigError(ValueError):
@@ -25,8 +25,8 @@ class UnknownSetting(ConfigError):
     """A key (or flag) this exporter does not have: most often one written for a newer exporter."""
 
 
-# Each probe's `probes.<name>` section as it is when the file does not set it (the registry's defaults).
-DEFAULT_PROBES: dict[str, ProbeSettings] = {spec.name: spec.defaults for spec in PROBES}
+# Each probe's `probes.<name>` section as it is when the file does not set it (exporter/probes/settings.py).
+DEFAULT_PROBES: dict[str, ProbeSettings] = dict(DEFAULTS)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def test_metrics_page_lists_every_family_with_its_type_and_labels() -> None:
 
 
 def test_metrics_page_table_is_the_catalog_verbatim() -> None:
-    from exporter.catalog import markdown_table
+    from exporter.metrics_table import markdown_table
 
     assert markdown_table() in (ROOT / "docs" / "metrics.md").read_text()
 

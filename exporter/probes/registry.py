@@ -26,18 +26,10 @@ from exporter.probes.base import Probe
 from exporter.probes.dcgm import DcgmDiagProbe, DcgmExporterProbe, DcgmHealthProbe
 from exporter.probes.efa import EfaProbe, counter_selection
 from exporter.probes.nvml import NvmlProbe
+from exporter.probes.settings import DEFAULTS, ProbeSettings
 
 if TYPE_CHECKING:
     from exporter.config import Settings
-
-
-@dataclass(frozen=True)
-class ProbeSettings:
-    """A probe's section of the config file (`probes.<name>`): whether it runs, how often, how long it may take."""
-
-    enabled: bool = True
-    interval: float = 15.0
-    deadline: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -85,29 +77,28 @@ def _sysfs_root_is_a_directory(s: Settings) -> str | None:
 # In this order the probes are built, run and reported.
 PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec(
-        "kmsg", "kernel log", ProbeSettings(interval=1.0, deadline=5.0), _kmsg, catalog.KERNEL_LOG,
+        "kmsg", "kernel log", DEFAULTS["kmsg"], _kmsg, catalog.KERNEL_LOG,
         # The kernel log sees every kind of fault; which one a line is, kernel_patterns.yaml says.
         conditions=condition_types.FAULTS,
     ),
     ProbeSpec(
-        "nvml", "nvidia-ml-py", ProbeSettings(interval=15.0, deadline=10.0), lambda s, once: NvmlProbe(),
+        "nvml", "nvidia-ml-py", DEFAULTS["nvml"], lambda s, once: NvmlProbe(),
         (*catalog.GPU_STATE, *catalog.NVML_ONLY),
         conditions=(condition_types.GPU, condition_types.NVLINK), counts_gpus=True, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
-        "dcgm", "dcgmi health", ProbeSettings(interval=30.0, deadline=20.0),
+        "dcgm", "dcgmi health", DEFAULTS["dcgm"],
         lambda s, once: DcgmHealthProbe(shlex.split(s.dcgmi)), catalog.DCGM_HEALTH,
         conditions=(condition_types.GPU,), check=_dcgmi_runs, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
-        # dcgmi diag -r 1 takes seconds on a healthy node; an hour apart it costs nothing measurable.
-        "diag", "dcgmi diag", ProbeSettings(interval=3600.0, deadline=300.0),
+        "diag", "dcgmi diag", DEFAULTS["diag"],
         lambda s, once: DcgmDiagProbe(shlex.split(s.dcgmi), level=s.diag_level), catalog.DCGM_DIAG,
         conditions=(condition_types.GPU,), check=_dcgmi_runs, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
         "dcgm_exporter", "a local dcgm-exporter's /metrics; on when --dcgm-exporter-url is given",
-        ProbeSettings(enabled=False, interval=15.0, deadline=5.0),
+        DEFAULTS["dcgm_exporter"],
         lambda s, once: DcgmExporterProbe(s.dcgm_exporter, node=s.node,
                                           aliases=tuple(s.dcgm_exporter_hostnames.split(","))),
         (*catalog.GPU_STATE, *catalog.DCGM_EXPORTER),
@@ -115,7 +106,7 @@ PROBES: tuple[ProbeSpec, ...] = (
         enabled_by=lambda s: bool(s.dcgm_exporter), check=_has_dcgm_exporter_url, paused_for_gpu_reset=True,
     ),
     ProbeSpec(
-        "efa", "sysfs", ProbeSettings(interval=15.0, deadline=5.0),
+        "efa", "sysfs", DEFAULTS["efa"],
         lambda s, once: EfaProbe(s.sysfs_root, counter_selection(s.efa_counters)), catalog.EFA,
         conditions=(condition_types.EFA,), check=_sysfs_root_is_a_directory,
     ),
