@@ -42,6 +42,9 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from exporter import xid_classes
+from exporter.xid_classes import selector
+
 OUT = Path(__file__).resolve().parent / "json"
 TAG = "gpuhealth"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -58,18 +61,8 @@ PLATFORM_FAILURE_OBJECTIVE = 0.005
 OBJECTIVE = 0.9995
 ERROR_BUDGET = 1 - OBJECTIVE
 
-# Xid classes (DESIGN.md "Signal facts"). 79 (fallen off the bus) is shown on its own: it needs a
-# reboot, not a reset.
-XID_CLASSES = {
-    "fatal hardware": "48|64|74|95|119|120|140",
-    "fallen off the bus (79)": "79",
-    "needs GPU reset": "109|136|143|155|156|158",
-    "row remap pending (63)": "63",
-    "contained memory error (94)": "94",
-    "NVLink5 (144-150)": "144|145|146|147|148|149|150",
-    "recovery action (154)": "154",
-    "usually the application": "13|31|43|45|68",
-}
+# One panel per Xid class (exporter/xid_classes.py, the table the rules agree on), in its order.
+XID_CLASSES = {c.name: selector(c.xids) for c in xid_classes.CLASSES}
 KNOWN_XIDS = "|".join(XID_CLASSES.values())
 
 # Actionable alerts for one node: what the remediator is told (rules/recording/slo.yaml counts the

@@ -24,10 +24,8 @@ from exporter.condition_types import EFA, FAULTS, GPU, KERNEL, NVLINK, PROBES
 from exporter.probes.registry import feeding
 from exporter.samples import KernelFault, ProbeResult
 from exporter.snapshot import ProbeState
+from exporter.xid_classes import sets_gpu_condition
 
-# Xids that mean the GPU needs at least a reset (DESIGN.md "Signal facts"); 144-150 only when Fatal.
-NODE_FAULT_XIDS = frozenset({48, 64, 74, 79, 95, 109, 119, 120, 136, 140, 143, 155, 156, 158})
-NVLINK5_XIDS = frozenset(range(144, 151))
 MAX_MESSAGE = 1024
 
 
@@ -56,8 +54,7 @@ def _recent(results: Iterable[ProbeResult], window: float, now: float) -> list[K
 
 
 def _is_node_fault(f: KernelFault) -> bool:
-    xid = int(f.xid)
-    return xid in NODE_FAULT_XIDS or (xid in NVLINK5_XIDS and f.fatal is True)
+    return sets_gpu_condition(int(f.xid), f.fatal)
 
 
 def _kernel_log_problems(faults: list[KernelFault], ctype: str) -> list[tuple[str, str]]:
