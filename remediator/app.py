@@ -215,7 +215,7 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         except WebhookError as exc:
             return reject(exc.status, str(exc), WebhookErrorReason.INVALID)
         for fp, why in batch.ignored:
-            rem.metrics.alert_ignored(AlertIgnoredReason.NO_LABEL if why.startswith("no ")
+            rem.metrics.alert_ignored(AlertIgnoredReason.NO_LABEL if fp in batch.missing_label
                                       else AlertIgnoredReason.UNUSABLE)
             audit("alert_ignored", fingerprint=fp, reason=why)
         result = rem.accept(batch)  # queued for recording (the intake), or recorded now when there is no intake

@@ -24,6 +24,7 @@ from typing import Any
 from remediator.decide.ladder import NodePlan
 from remediator.decide.nodestate import AlertRecord, fmt_time, record_alerts
 from remediator.decide.views import PodRef
+from remediator.decide.vocabulary import Deferral
 from remediator.policy import Policy
 from simulator.detection import Pipeline
 from simulator.failure_data import Cause
@@ -90,18 +91,6 @@ def _choose(rng: random.Random, weights: tuple[tuple[str, float], ...]) -> str:
         if x < 0:
             return name
     return weights[-1][0] if weights else ""
-
-
-def _deferral_kind(reason: str) -> str:
-    if reason.startswith("circuit breaker"):
-        return "breaker"
-    if reason.startswith("disruption budget"):
-        return "disruption_budget"
-    if reason.startswith("cordon budget"):
-        return "cordon_budget"
-    if reason.startswith("action rate cap"):
-        return "rate_cap"
-    return ""
 
 
 class Simulation:
@@ -384,11 +373,9 @@ class Simulation:
         for plan in sorted(plans, key=lambda p: not any(d.action == "cordon" for d in p.decisions)):
             for d in plan.decisions:
                 self.decisions[f"{d.action}:{d.decision}"] += 1
-                if d.decision == "deferred":
-                    kind = _deferral_kind(d.reason)
-                    if kind:
-                        self.deferred[kind] += 1
-                        rate_capped = rate_capped or kind == "rate_cap"
+                if d.deferral is not None:  # held back by the budget (typed by decide/budget.py)
+                    self.deferred[d.deferral.value] += 1
+                    rate_capped = rate_capped or d.deferral == Deferral.RATE_CAP
             self._execute(plan)
         self._account_budget(ledger)
         hour_ago = to_datetime(self.now - HOUR)

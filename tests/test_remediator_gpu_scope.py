@@ -14,6 +14,7 @@ from fake_cluster import FakeCluster
 from remediator_harness import Harness
 
 from remediator.decide.nodestate import TAINT_KEY
+from remediator.decide.vocabulary import Deferral
 
 POLICY = """
 alertmanager: {url: none}
@@ -141,9 +142,9 @@ def test_the_gpu_budget_counts_quarantined_gpus_of_the_pool(cluster: FakeCluster
     h = Harness(cluster, POLICY + "budget: {max_quarantined_gpus: 1}\n")
     h.fire("gpu-1", "cordon", gpu=alert_gpu(one[0]))
     h.fire("gpu-2", "cordon", gpu=alert_gpu(two[0]))
-    decided = {(d.node, d.decision) for d in h.decided(h.step())}
-    assert ("gpu-1", "execute") in decided
-    assert ("gpu-2", "deferred") in decided
+    decided = {(d.node, d.decision, d.deferral) for d in h.decided(h.step())}
+    assert ("gpu-1", "execute", None) in decided
+    assert ("gpu-2", "deferred", Deferral.GPU_BUDGET) in decided
     assert h.metric("gpuhealth_remediator_actions_total", action="quarantine_gpu", result="deferred") == 1
 
 

@@ -42,6 +42,23 @@ def test_real_capture_without_a_remediation_label_is_ignored_with_a_reason() -> 
     assert batch.alerts == [] and batch.ignored == [("63def2fa76d97716", "no 'remediation' label")]
 
 
+def test_ignored_alerts_are_counted_by_what_is_wrong_with_them_not_by_their_messages_words(
+        cluster: FakeCluster) -> None:
+    cluster.add_node("gpu-1")
+    h = Harness(cluster)
+    base = webhook("gpu-1")
+    no_node, bad_node, no_rung, odd_rung = (json.loads(json.dumps(base["alerts"][0])) for _ in range(4))
+    del no_node["labels"]["node"]
+    bad_node["labels"]["node"] = "not a node name"
+    del no_rung["labels"]["remediation"]
+    odd_rung["labels"]["remediation"] = "nothing-known"
+    for i, alert in enumerate((no_node, bad_node, no_rung, odd_rung)):
+        alert["fingerprint"] = f"fp-{i}"
+    assert h.post({**base, "alerts": [no_node, bad_node, no_rung, odd_rung]}).status_code == 202
+    assert h.metric("gpuhealth_remediator_alerts_ignored_total", reason="no") == 2
+    assert h.metric("gpuhealth_remediator_alerts_ignored_total", reason="unusable") == 2
+
+
 def test_real_capture_cordons_then_resolves_through_the_app(cluster: FakeCluster) -> None:
     h = Harness(cluster, "alert_labels: {remediation: action}\nreturn_to_service: {healthy_delay: 0s}")
     response = h.post((FIXTURES / "webhook_firing_v4.json").read_bytes())

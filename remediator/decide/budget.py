@@ -12,8 +12,17 @@ from datetime import datetime, timedelta
 from remediator.decide.monitoring_fault import MonitoringFaults
 from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import DISRUPTIVE, Action, Scope
+from remediator.decide.vocabulary import DISRUPTIVE, Action, Deferral, Scope
 from remediator.policy import Policy
+
+
+@dataclass(frozen=True)
+class Held:
+    """A gate's answer when it holds an action back: which limit (typed, for metrics and the simulator) and why, in
+    words for people (the decision's reason, the Event, the audit line)."""
+
+    limit: Deferral
+    reason: str
 
 
 @dataclass
@@ -110,33 +119,38 @@ class Ledger:
         tripped = self.breaker_trips.get(pool)
         return tripped is not None and self.now - parse_time(tripped) < self.policy.breaker.cooldown
 
-    # --- gates: None when allowed, else the reason -----------------------------------------
-    def gate(self, view: NodeView, action: str) -> str | None:
+    # --- gates: None when allowed, else what held it back ---------------------------------
+    def gate(self, view: NodeView, action: str) -> Held | None:
         usage = self.pools[view.pool]
         cap = self.policy.budget.max_actions_per_hour
         if self.actions_last_hour >= cap:
-            return f"action rate cap reached ({self.actions_last_hour}/{cap} per hour)"
+            return Held(Deferral.RATE_CAP, f"action rate cap reached ({self.actions_last_hour}/{cap} per hour)")
         if action == Action.QUARANTINE_GPU:
             if self.breaker_open(view.pool):
-                return (f"circuit breaker open for pool {view.pool} since {self.breaker_trips[view.pool]} "
-                        f"(too many nodes firing at once)")
+                return self._breaker(view.pool)
             limit = self.quarantined_limit(view.pool)
             if view.name not in usage.quarantined and len(usage.quarantined) >= limit:
-                return f"GPU quarantine budget of pool {view.pool} in use ({len(usage.quarantined)}/{limit} GPUs)"
+                return Held(Deferral.GPU_BUDGET, f"GPU quarantine budget of pool {view.pool} in use "
+                                                 f"({len(usage.quarantined)}/{limit} GPUs)")
             return None
         if action == "cordon" and view.name not in usage.cordoned:
             limit = self.cordoned_limit(view.pool)
             if len(usage.cordoned) >= limit:
-                return f"cordon budget of pool {view.pool} in use ({len(usage.cordoned)}/{limit})"
+                return Held(Deferral.CORDON_BUDGET,
+                            f"cordon budget of pool {view.pool} in use ({len(usage.cordoned)}/{limit})")
         if action in DISRUPTIVE:
             if self.breaker_open(view.pool):
-                return (f"circuit breaker open for pool {view.pool} since {self.breaker_trips[view.pool]} "
-                        f"(too many nodes firing at once)")
+                return self._breaker(view.pool)
             if view.name not in usage.disrupted:
                 limit = self.disrupted_limit(view.pool)
                 if len(usage.disrupted) >= limit:
-                    return f"disruption budget of pool {view.pool} in use ({len(usage.disrupted)}/{limit})"
+                    return Held(Deferral.DISRUPTION_BUDGET,
+                                f"disruption budget of pool {view.pool} in use ({len(usage.disrupted)}/{limit})")
         return None
+
+    def _breaker(self, pool: str) -> Held:
+        return Held(Deferral.BREAKER, f"circuit breaker open for pool {pool} since {self.breaker_trips[pool]} "
+                                      f"(too many nodes firing at once)")
 
     def take(self, view: NodeView, action: str) -> None:
         usage = self.pools[view.pool]

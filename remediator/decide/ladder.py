@@ -37,6 +37,7 @@ from remediator.decide.vocabulary import (
     JOB_RUNGS,
     NEEDS_DRAINED,
     Action,
+    Deferral,
     Rung,
     Scope,
     Severity,
@@ -72,6 +73,7 @@ class Decision:
     # karpenter_repair.mode warn: the Karpenter-watched conditions another agent set False on the node (its node
     # repair may replace it under this step)
     karpenter_repair: str = ""
+    deferral: Deferral | None = None  # deferred by the budget: which of its limits (decide/budget.py)
 
     def line(self) -> dict[str, Any]:
         out: dict[str, Any] = {"node": self.node, "action": self.action, "decision": self.decision,
@@ -775,9 +777,9 @@ class _Planner:
                 return self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
             budgeted = Action.QUARANTINE_GPU if st.scope == Scope.GPU else nxt  # the node stays in service
             if not resume:
-                blocked = self.ledger.gate(v, budgeted)
-                if blocked:
-                    return self.out(Action(nxt), Verdict.DEFERRED, blocked)
+                held = self.ledger.gate(v, budgeted)
+                if held is not None:
+                    return self.out(Action(nxt), Verdict.DEFERRED, held.reason, deferral=held.limit)
             if nxt in DISRUPTIVE and self._silenced(nxt, fps):
                 return None
             if resume:

@@ -33,6 +33,16 @@ class Verdict(StrEnum):
     SKIPPED = "skipped"  # not at all (held, silenced, nothing to do)
 
 
+class Deferral(StrEnum):
+    """Which limit of the budget (decide/budget.py) held a rung back: the metric label, the simulator's tally."""
+
+    RATE_CAP = "rate_cap"  # budget.max_actions_per_hour
+    BREAKER = "breaker"  # the pool's circuit breaker is open
+    GPU_BUDGET = "gpu_budget"  # budget.max_quarantined_gpus
+    CORDON_BUDGET = "cordon_budget"  # budget.max_cordoned
+    DISRUPTION_BUDGET = "disruption_budget"  # budget.max_disrupted
+
+
 class Rung(StrEnum):
     """The ladder, in order: each rung is more disruptive than the one before."""
 

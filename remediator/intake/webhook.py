@@ -59,6 +59,7 @@ class NodeAlert:
 class Batch:
     alerts: list[NodeAlert] = field(default_factory=list)
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (fingerprint, reason)
+    missing_label: set[str] = field(default_factory=set)  # the ignored fingerprints that lack a label it needs
 
     def by_node(self) -> dict[str, list[tuple[str, AlertRecord]]]:
         out: dict[str, list[tuple[str, AlertRecord]]] = {}
@@ -175,6 +176,7 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
     node = labels.get(policy.alert_labels.node)
     if not node:
         batch.ignored.append((fingerprint, f"no {policy.alert_labels.node!r} label"))
+        batch.missing_label.add(fingerprint)
         return
     if not _NODE_NAME.match(node):
         batch.ignored.append((fingerprint, f"label {policy.alert_labels.node}={node!r} is not a node name"))
@@ -182,6 +184,7 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
     remediation = labels.get(policy.alert_labels.remediation)
     if remediation is None:
         batch.ignored.append((fingerprint, f"no {policy.alert_labels.remediation!r} label"))
+        batch.missing_label.add(fingerprint)
         return
     if remediation not in REMEDIATIONS:
         batch.ignored.append((fingerprint, f"unknown remediation {remediation!r}"))
