@@ -240,7 +240,8 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
-    from remediator.app import ServeConfig, ServerLimits, create_app, read_token, serve
+    from remediator.app import ServeConfig, create_app, read_token
+    from remediator.http_server import ServerLimits, serve
 
     policy = load_policy(args.policy)
     policy.check_serve(args.interval)
