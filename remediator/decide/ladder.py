@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from remediator.decide.budget import Ledger
@@ -200,6 +201,20 @@ def _not_started(view: NodeView, state: NodeState, now: datetime, policy: Policy
                      f"ladder does not climb for it; what the ladder did so far stays, for a person "
                      "(docs/remediation.md, \"When a node-action Job does not start\")", Severity.WARNING,
                      Rung(state.rung))
+
+
+class _Flow(Enum):
+    AGAIN = "again"  # the state moved on within this pass: decide the next step
+    STOP = "stop"  # decided (or nothing more to do) for this node this pass
+
+
+@dataclass(frozen=True)
+class _Step:
+    """The rung the climb would start next, why, and whether it is one already recorded and resumed (no budget)."""
+
+    rung: str
+    why: str
+    resume: bool = False
 
 
 def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
@@ -678,10 +693,10 @@ class _Planner:
                         f"{why}{verb} {len(pending)} pod(s){before}{kept}", new=False, force=force)
 
     def _climb(self, target: int, gpu: str | None, fps: list[str]) -> None:
-        policy, now = self.policy, self.now
-        max_idx = rung_index(policy.ladder.max_rung)
+        """From the node's rung and its status to the next step (_STEPS, one handler each), then through the
+        gates to its start (_start): until a step is started, deferred or stopped, or the climb ends this pass."""
         for _ in range(4 * len(RUNGS) + 4):
-            v, st = self.v, self.state
+            st = self.state
             if st.scope == Scope.GPU and st.rung_status == "failed" and not st.not_started:
                 # a GPU step failed or timed out: the node ladder, above that step (a failed drain: from the node's
                 # own drain). A fault that outgrew the GPU was handed over by _choose_scope, an escalation below.
@@ -689,145 +704,193 @@ class _Planner:
                 self._to_node_scope(f"{st.rung} failed", floor)
                 target = max(target, rung_index(floor))
                 continue
-            rung, status, idx = st.rung, st.rung_status, rung_index(st.rung)
-            ceiling = min(max_idx, target) if st.drain_failed else max_idx
-            resume = False
-            if rung is None:
-                nxt, why = "cordon", f"alert asks for {RUNGS[target]}{self.scope_note}"
-                if st.scope == Scope.GPU:
-                    why += f"; GPU scope: quarantining {', '.join(st.devices)}, the node stays in service"
-            elif status == "running":
-                if rung == "drain":
-                    if self._draining(fps):
-                        continue
-                    return None
-                if rung == "replace" and not self._replace_pending():
-                    return self.out(Action.REPLACE, Verdict.SKIPPED, "replacement under way")
-                if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == "missing" and gpu and \
-                        reset_target(v, policy, gpu) != st.gpu:  # no Job yet: it resets what the alerts name now
-                    self.state = st = replace(st, gpu=reset_target(v, policy, gpu))
-                if rung == Rung.RESET_GPU and st.reset_phase == "stopping":
-                    left = still_holding(v, st, policy)
-                    return self.out(Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
-                                    f"(since {st.rung_started}); still holding it: {', '.join(left)}")
-                if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
-                    just_stopped = self.plan.base_state.reset_phase == "stopping"
-                    why = (f"the GPU's clients stopped: starting reset job {st.job}" if just_stopped
-                           else f"{rung} recorded but its job {st.job} is missing: creating it")
-                    nxt, resume = rung, True
-                elif rung == "replace":
-                    why, nxt, resume = ("replace recorded but its hand-over not seen done (the remediator stopped in "
-                                        f"between): handing over again (replace.method {policy.replace.method})"), \
-                        rung, True
-                else:
-                    return self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {st.rung_started}")
-            elif status == "failed":
-                if st.not_started:  # gpuhealth's own breakage says nothing about the node: no climb on it
-                    return self._stop(Action.NONE, Verdict.SKIPPED, f"{rung}: {NOT_STARTED} ({st.not_started}); "
-                                      "the ladder does not climb for gpuhealth's own breakage: needs a person")
-                if rung == "drain" and target <= idx:
-                    return self._stop(Action.NONE, Verdict.SKIPPED,
-                                      "drain failed (timed out) and the alerts ask for no more "
-                                      "than drain: needs a person")
-                if idx >= ceiling:
-                    return self._stop(Action.NONE, Verdict.SKIPPED, f"{rung} failed and the ladder stops at "
-                                      f"{RUNGS[ceiling]}: needs a person")
-                nxt = RUNGS[target] if rung == "drain" else RUNGS[idx + 1]
-                why = f"{rung} failed"
-            else:  # done
-                if idx < target:  # cordon and drain come first; then straight to the rung the alert asks for
-                    nxt = RUNGS[idx + 1] if idx < rung_index("drain") else RUNGS[target]
-                    why = f"passing through to {RUNGS[target]}" if nxt != RUNGS[target] else f"alert asks for {nxt}"
-                else:
-                    esc = policy.rung(rung).escalate_after
-                    if esc is None or idx >= ceiling:
-                        return self._stop(Action.NONE, Verdict.SKIPPED, f"at {rung}, as far as the alerts ask; fault "
-                                          "persisting does not climb from here")
-                    persisted = _age(now, st.rung_done)
-                    if persisted < esc:
-                        return self._stop(Action(RUNGS[idx + 1]), Verdict.DEFERRED, f"fault persists "
-                                          f"{int(persisted.total_seconds())}s after {rung}; climbs after "
-                                          f"{int(esc.total_seconds())}s")
-                    nxt, why = RUNGS[idx + 1], f"fault persisted {int(persisted.total_seconds())}s after {rung}"
-
-            if st.scope == Scope.GPU and rung_index(nxt) > rung_index(Rung.RESET_GPU):
-                # a reset that was not enough (the fault persisted): reboot and replace take the node, from its cordon
-                self._to_node_scope(f"{rung} was not enough: the alerts ask for {nxt}", floor=nxt)
-                target = max(target, rung_index(nxt))
+            step = self._next_step(target, gpu, fps)
+            if step is _Flow.AGAIN:
                 continue
-            if nxt == "reset_gpu" and gpu is None:
-                self.state = replace(st, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(now),
-                                     rung_done=fmt_time(now), timed_out=False)
+            if step is _Flow.STOP:
+                return
+            st = self.state
+            if st.scope == Scope.GPU and rung_index(step.rung) > rung_index(Rung.RESET_GPU):
+                # a reset that was not enough (the fault persisted): reboot and replace take the node, from its cordon
+                self._to_node_scope(f"{st.rung} was not enough: the alerts ask for {step.rung}", floor=step.rung)
+                target = max(target, rung_index(step.rung))
+                continue
+            if step.rung == Rung.RESET_GPU and gpu is None:
+                self.state = replace(st, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(self.now),
+                                     rung_done=fmt_time(self.now), timed_out=False)
                 self.note(Note(EventReason.GPU_RESET_SKIPPED,
                                "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset",
                                rung=Rung.RESET_GPU))
                 continue
-            if rung_index(nxt) > max_idx:
-                return self.out(Action.NONE, Verdict.SKIPPED, f"ladder stops at {policy.ladder.max_rung}")
-            if rung_index(nxt) > rung_index(Rung.RESET_GPU) and self.plan.drain_only is not None:
-                # past the one GPU's reset (a reboot, a replacement): the whole node must be empty first
-                self.v = v = self.full
-                self.plan.drain_only = None
-            if nxt in NEEDS_DRAINED:
-                if not v.pods_known:
-                    return self.out(Action(nxt), Verdict.DEFERRED, "pods unknown — pass --pods")
-                if v.evictable:  # pods came back after the drain (or never left): drain first
-                    return self._drain_more(f" before {nxt}", fps, why="node not drained: ")
-            if nxt == "drain" and not v.pods_known:
-                return self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
-            budgeted = Action.QUARANTINE_GPU if st.scope == Scope.GPU else nxt  # the node stays in service
-            if not resume:
-                held = self.ledger.gate(v, budgeted)
-                if held is not None:
-                    return self.out(Action(nxt), Verdict.DEFERRED, held.reason, deferral=held.limit)
-            if nxt in DISRUPTIVE and self._silenced(nxt, fps):
-                return None
-            if resume:
-                self.out(Action(nxt), Verdict.EXECUTE, why, new=False, gpu=st.gpu, job=st.job)
-                return None
-            self.ledger.take(v, budgeted)
-            started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
-                                     rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None,
-                                     not_started=None)
-            if nxt == "cordon":
-                started = replace(started, rung_status="done", rung_done=fmt_time(now),
-                                  cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
-            elif nxt == "drain" and st.scope == Scope.GPU:  # kube-controller-manager evicts the GPU's pods
-                if not v.evictable:
-                    started = replace(started, rung_status="done", rung_done=fmt_time(now))
-                    why += "; no pod holds the GPU"
-                else:
-                    why += f"; {len(v.pending_pods)} pod(s) hold the GPU"
-            elif nxt == "drain":
-                # Karpenter must not consolidate a node mid-ladder: annotated in the write that starts the drain
-                started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.drain.karpenter_do_not_disrupt)
-                spared = self._spared(v.pending_pods)
-                if not v.evictable:
-                    started = replace(started, rung_status="done", rung_done=fmt_time(now))
-                    why += "; nothing to evict"
-                else:
-                    why += f"; evicting {len(v.pending_pods) - len(spared)} pod(s)"
-                if spared:
-                    why += (f"; not evicting {_names(spared)} ({DO_NOT_DISRUPT_ANNOTATION}): the drain waits for "
-                            "them, and drain.on_timeout decides at its timeout")
-            elif nxt == "replace":  # handed to Karpenter (or a hook): our annotation must not block it
-                started = replace(started, do_not_disrupt=False)
-            elif nxt in JOB_RUNGS:
-                started = replace(started, job=job_name(v.name, nxt, st.episode),
-                                  gpu=reset_target(v, policy, gpu) if nxt == "reset_gpu" and gpu else None,
-                                  boot_id=v.boot_id if nxt == "reboot" else st.boot_id)
-                if nxt == "reset_gpu":
-                    why += f"; GPU {started.gpu}" if started.gpu != ALL_GPUS else "; all GPUs of the node"
-                    if started.gpu != gpu:
-                        why += f" (a reset of {v.labels.get('nvidia.com/gpu.product', 'these GPUs')} takes them all)"
-                    started, why = self._stop_clients(started, why)
-            action = Action.STOP_GPU_CLIENTS if started.reset_phase == "stopping" else Action(nxt)
-            self.out(action, Verdict.EXECUTE, why, gpu=started.gpu if nxt == "reset_gpu" else None, job=started.job
-                     if nxt in JOB_RUNGS else None)
-            self.state = started
-            if started.rung_status != "done":
-                return None
-        return None
+            if self._start(step, gpu, fps) is _Flow.STOP:
+                return
+        return
+
+    # --- the next step, by the rung's status -----------------------------------------------------------
+    def _next_step(self, target: int, gpu: str | None, fps: list[str]) -> _Step | _Flow:
+        if self.state.rung is None:
+            return self._first_step(target, gpu, fps)
+        return _STEPS.get(self.state.rung_status or "done", _Planner._after_done)(self, target, gpu, fps)
+
+    def _ceiling(self, target: int) -> int:
+        """The highest rung the climb may reach: after a failed drain, no higher than the alerts ask."""
+        top = rung_index(self.policy.ladder.max_rung)
+        return min(top, target) if self.state.drain_failed else top
+
+    def _first_step(self, target: int, gpu: str | None, fps: list[str]) -> _Step:
+        why = f"alert asks for {RUNGS[target]}{self.scope_note}"
+        if self.state.scope == Scope.GPU:
+            why += f"; GPU scope: quarantining {', '.join(self.state.devices)}, the node stays in service"
+        return _Step(Rung.CORDON, why)
+
+    def _while_running(self, target: int, gpu: str | None, fps: list[str]) -> _Step | _Flow:
+        v, st, policy = self.v, self.state, self.policy
+        rung = st.rung
+        assert rung is not None  # _next_step: a rung is under way
+        if rung == Rung.DRAIN:
+            return _Flow.AGAIN if self._draining(fps) else _Flow.STOP
+        if rung == Rung.REPLACE and not self._replace_pending():
+            self.out(Action.REPLACE, Verdict.SKIPPED, "replacement under way")
+            return _Flow.STOP
+        if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == "missing" and gpu and \
+                reset_target(v, policy, gpu) != st.gpu:  # no Job yet: it resets what the alerts name now
+            self.state = st = replace(st, gpu=reset_target(v, policy, gpu))
+        if rung == Rung.RESET_GPU and st.reset_phase == "stopping":
+            left = still_holding(v, st, policy)
+            self.out(Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
+                     f"(since {st.rung_started}); still holding it: {', '.join(left)}")
+            return _Flow.STOP
+        if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
+            just_stopped = self.plan.base_state.reset_phase == "stopping"
+            why = (f"the GPU's clients stopped: starting reset job {st.job}" if just_stopped
+                   else f"{rung} recorded but its job {st.job} is missing: creating it")
+            return _Step(rung, why, resume=True)
+        if rung == Rung.REPLACE:
+            return _Step(rung, "replace recorded but its hand-over not seen done (the remediator stopped in "
+                               f"between): handing over again (replace.method {policy.replace.method})", resume=True)
+        self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {st.rung_started}")
+        return _Flow.STOP
+
+    def _after_failure(self, target: int, gpu: str | None, fps: list[str]) -> _Step | _Flow:
+        st = self.state
+        rung, idx, ceiling = st.rung, rung_index(st.rung), self._ceiling(target)
+        if st.not_started:  # gpuhealth's own breakage says nothing about the node: no climb on it
+            self._stop(Action.NONE, Verdict.SKIPPED, f"{rung}: {NOT_STARTED} ({st.not_started}); "
+                       "the ladder does not climb for gpuhealth's own breakage: needs a person")
+            return _Flow.STOP
+        if rung == Rung.DRAIN and target <= idx:
+            self._stop(Action.NONE, Verdict.SKIPPED, "drain failed (timed out) and the alerts ask for no more "
+                       "than drain: needs a person")
+            return _Flow.STOP
+        if idx >= ceiling:
+            self._stop(Action.NONE, Verdict.SKIPPED, f"{rung} failed and the ladder stops at {RUNGS[ceiling]}: "
+                       "needs a person")
+            return _Flow.STOP
+        return _Step(RUNGS[target] if rung == Rung.DRAIN else RUNGS[idx + 1], f"{rung} failed")
+
+    def _after_done(self, target: int, gpu: str | None, fps: list[str]) -> _Step | _Flow:
+        st = self.state
+        rung, idx = st.rung, rung_index(st.rung)
+        assert rung is not None  # _next_step: a rung is done
+        if idx < target:  # cordon and drain come first; then straight to the rung the alert asks for
+            nxt = RUNGS[idx + 1] if idx < rung_index(Rung.DRAIN) else RUNGS[target]
+            why = f"passing through to {RUNGS[target]}" if nxt != RUNGS[target] else f"alert asks for {nxt}"
+            return _Step(nxt, why)
+        esc = self.policy.rung(rung).escalate_after
+        if esc is None or idx >= self._ceiling(target):
+            self._stop(Action.NONE, Verdict.SKIPPED, f"at {rung}, as far as the alerts ask; fault persisting does "
+                       "not climb from here")
+            return _Flow.STOP
+        persisted = _age(self.now, st.rung_done)
+        if persisted < esc:
+            self._stop(Action(RUNGS[idx + 1]), Verdict.DEFERRED, f"fault persists {int(persisted.total_seconds())}s "
+                       f"after {rung}; climbs after {int(esc.total_seconds())}s")
+            return _Flow.STOP
+        return _Step(RUNGS[idx + 1], f"fault persisted {int(persisted.total_seconds())}s after {rung}")
+
+    # --- the gates, then the start ---------------------------------------------------------------------
+    def _start(self, step: _Step, gpu: str | None, fps: list[str]) -> _Flow:
+        """The step through the ladder's limit, the drained-node rule, the budget and the silences; then its
+        decision and the state that starts it. AGAIN when the rung it started is already done (cordon, an empty
+        drain) and the climb goes on."""
+        policy, st, nxt = self.policy, self.state, step.rung
+        if rung_index(nxt) > rung_index(policy.ladder.max_rung):
+            self.out(Action.NONE, Verdict.SKIPPED, f"ladder stops at {policy.ladder.max_rung}")
+            return _Flow.STOP
+        if rung_index(nxt) > rung_index(Rung.RESET_GPU) and self.plan.drain_only is not None:
+            # past the one GPU's reset (a reboot, a replacement): the whole node must be empty first
+            self.v = self.full
+            self.plan.drain_only = None
+        v = self.v
+        if nxt in NEEDS_DRAINED:
+            if not v.pods_known:
+                self.out(Action(nxt), Verdict.DEFERRED, "pods unknown — pass --pods")
+                return _Flow.STOP
+            if v.evictable:  # pods came back after the drain (or never left): drain first
+                self._drain_more(f" before {nxt}", fps, why="node not drained: ")
+                return _Flow.STOP
+        if nxt == Rung.DRAIN and not v.pods_known:
+            self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
+            return _Flow.STOP
+        budgeted = Action.QUARANTINE_GPU if st.scope == Scope.GPU else nxt  # the node stays in service
+        if not step.resume:
+            held = self.ledger.gate(v, budgeted)
+            if held is not None:
+                self.out(Action(nxt), Verdict.DEFERRED, held.reason, deferral=held.limit)
+                return _Flow.STOP
+        if nxt in DISRUPTIVE and self._silenced(nxt, fps):
+            return _Flow.STOP
+        if step.resume:
+            self.out(Action(nxt), Verdict.EXECUTE, step.why, new=False, gpu=st.gpu, job=st.job)
+            return _Flow.STOP
+        self.ledger.take(v, budgeted)
+        started, why = self._started(nxt, step.why, gpu)
+        action = Action.STOP_GPU_CLIENTS if started.reset_phase == "stopping" else Action(nxt)
+        self.out(action, Verdict.EXECUTE, why, gpu=started.gpu if nxt == Rung.RESET_GPU else None,
+                 job=started.job if nxt in JOB_RUNGS else None)
+        self.state = started
+        return _Flow.AGAIN if started.rung_status == "done" else _Flow.STOP
+
+    def _started(self, nxt: str, why: str, gpu: str | None) -> tuple[NodeState, str]:
+        """The state that starts rung `nxt`, with what each rung needs written in the same step, and the
+        decision's reason with what it will do."""
+        policy, st, v, now = self.policy, self.state, self.v, self.now
+        started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
+                                 rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None,
+                                 not_started=None)
+        if nxt == Rung.CORDON:
+            started = replace(started, rung_status="done", rung_done=fmt_time(now),
+                              cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
+        elif nxt == Rung.DRAIN and st.scope == Scope.GPU:  # kube-controller-manager evicts the GPU's pods
+            if not v.evictable:
+                started = replace(started, rung_status="done", rung_done=fmt_time(now))
+                why += "; no pod holds the GPU"
+            else:
+                why += f"; {len(v.pending_pods)} pod(s) hold the GPU"
+        elif nxt == Rung.DRAIN:
+            # Karpenter must not consolidate a node mid-ladder: annotated in the write that starts the drain
+            started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.drain.karpenter_do_not_disrupt)
+            spared = self._spared(v.pending_pods)
+            if not v.evictable:
+                started = replace(started, rung_status="done", rung_done=fmt_time(now))
+                why += "; nothing to evict"
+            else:
+                why += f"; evicting {len(v.pending_pods) - len(spared)} pod(s)"
+            if spared:
+                why += (f"; not evicting {_names(spared)} ({DO_NOT_DISRUPT_ANNOTATION}): the drain waits for "
+                        "them, and drain.on_timeout decides at its timeout")
+        elif nxt == Rung.REPLACE:  # handed to Karpenter (or a hook): our annotation must not block it
+            started = replace(started, do_not_disrupt=False)
+        elif nxt in JOB_RUNGS:
+            started = replace(started, job=job_name(v.name, nxt, st.episode),
+                              gpu=reset_target(v, policy, gpu) if nxt == Rung.RESET_GPU and gpu else None,
+                              boot_id=v.boot_id if nxt == Rung.REBOOT else st.boot_id)
+            if nxt == Rung.RESET_GPU:
+                why += f"; GPU {started.gpu}" if started.gpu != ALL_GPUS else "; all GPUs of the node"
+                if started.gpu != gpu:
+                    why += f" (a reset of {v.labels.get('nvidia.com/gpu.product', 'these GPUs')} takes them all)"
+                started, why = self._stop_clients(started, why)
+        return started, why
 
     def _stop_clients(self, started: NodeState, why: str) -> tuple[NodeState, str]:
         """The reset's first step: pause the operands that hold the GPU, ask gpuhealth's exporter to let go; the Job
@@ -867,3 +930,12 @@ class _Planner:
             return False
         self._drain_more("", fps, why="drain timed out (policy drain.on_timeout=wait): " if timed_out else "")
         return False
+
+
+# The ladder's table: the handler that finds the next step, by the status of the node's rung (no rung yet:
+# _first_step). Each returns the step, or says the climb goes on (AGAIN) or ends this pass (STOP).
+_STEPS: dict[str, Callable[[_Planner, int, str | None, list[str]], _Step | _Flow]] = {
+    "running": _Planner._while_running,
+    "failed": _Planner._after_failure,
+    "done": _Planner._after_done,
+}
