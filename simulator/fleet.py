@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
 from remediator.decide.views import NodeView, PodRef
+from remediator.decide.vocabulary import RungStatus
 from remediator.policy import Policy
 from simulator.failure_data import Cause
 
@@ -79,7 +80,7 @@ class SimNode:
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
-            job_status=self.job_status if st.job and st.rung_status == "running" else None)
+            job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None)
 
 
 @dataclass

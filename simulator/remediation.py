@@ -16,6 +16,7 @@ from remediator.decide.budget import Ledger
 from remediator.decide.ladder import NodePlan
 from remediator.decide.nodestate import parse_time
 from remediator.decide.plan import evaluate
+from remediator.decide.vocabulary import RungStatus
 from remediator.policy import Policy
 from simulator.fleet import SimNode
 
@@ -56,11 +57,11 @@ class Remediator:
         when: list[datetime] = []
         for n in nodes:
             st = n.state
-            if st.rung and st.rung_status == "running" and st.rung_started:
+            if st.rung and st.rung_status == RungStatus.RUNNING and st.rung_started:
                 timeout = p.rung(st.rung).timeout
                 if timeout is not None:
                     when.append(parse_time(st.rung_started) + timeout)
-            if st.rung and st.rung_status == "done" and st.rung_done:
+            if st.rung and st.rung_status == RungStatus.DONE and st.rung_done:
                 esc = p.rung(st.rung).escalate_after
                 if esc is not None:
                     when.append(parse_time(st.rung_done) + esc)

@@ -35,7 +35,7 @@ from remediator.decide.node_patches import (
 )
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY, NodeState, fmt_time
 from remediator.decide.views import NodeView, evictable_pods
-from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, Scope, TaintEffect, Verdict
+from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, RungStatus, Scope, TaintEffect, Verdict
 from remediator.metrics import ActionResult, Metrics
 from remediator.policy import Policy
 
@@ -260,8 +260,8 @@ class Executor:
     def _fail_rung(self, plan: NodePlan, node: dict[str, Any], now: datetime, not_started: str | None = None) -> None:
         """The step that started the plan's rung failed: the rung is failed, written on our own write's
         resourceVersion (the Node exactly as this plan left it). not_started: its Job never could (why)."""
-        failed = replace(plan.final_state, rung_status="failed", rung_done=fmt_time(now), not_started=not_started,
-                         pending=())  # nothing of a failed rung is done again
+        failed = replace(plan.final_state, rung_status=RungStatus.FAILED, rung_done=fmt_time(now),
+                         not_started=not_started, pending=())  # nothing of a failed rung is done again
         self.guard.check()
         self.kube.write_state(plan.node, failed, node["metadata"].get("resourceVersion"))
 

@@ -40,7 +40,8 @@ def _disrupted(view: NodeView) -> bool:
     one GPU quarantined stays in service: it counts against the GPU budget instead."""
     if view.damaged is not None:
         return True
-    return view.state.active and view.state.scope == Scope.NODE and view.state.rung in DISRUPTIVE
+    return view.state.active and view.state.scope == Scope.NODE and view.state.rung is not None \
+        and Action(view.state.rung) in DISRUPTIVE
 
 
 def _quarantined(view: NodeView) -> bool:

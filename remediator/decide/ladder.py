@@ -39,7 +39,9 @@ from remediator.decide.vocabulary import (
     NEEDS_DRAINED,
     Action,
     Deferral,
+    ResetPhase,
     Rung,
+    RungStatus,
     Scope,
     Severity,
     TaintEffect,
@@ -139,21 +141,21 @@ def _observe(view: NodeView, state: NodeState, now: datetime,
              policy: Policy) -> tuple[NodeState, list[Note]]:
     """Progress of the rung under way, as the cluster shows it; a rung past its timeout fails (drain's
     timeout is the policy's drain.on_timeout, handled by the climb)."""
-    if state.rung_status != "running" or state.rung is None:
+    if state.rung_status != RungStatus.RUNNING or state.rung is None:
         return state, []
-    done = replace(state, rung_status="done", rung_done=fmt_time(now))
-    failed = replace(state, rung_status="failed", rung_done=fmt_time(now))
+    done = replace(state, rung_status=RungStatus.DONE, rung_done=fmt_time(now))
+    failed = replace(state, rung_status=RungStatus.FAILED, rung_done=fmt_time(now))
     rung = state.rung
-    if rung == "drain" and view.pods_known and not view.evictable:
+    if rung == Rung.DRAIN and view.pods_known and not view.evictable:
         return done, [Note(EventReason.DRAIN_FINISHED, "no evictable pods left on the node", rung=Rung.DRAIN)]
-    if rung == "reset_gpu" and state.reset_phase == "stopping" and not still_holding(view, state, policy):
-        resetting = replace(state, reset_phase="resetting")
+    if rung == Rung.RESET_GPU and state.reset_phase == ResetPhase.STOPPING and not still_holding(view, state, policy):
+        resetting = replace(state, reset_phase=ResetPhase.RESETTING)
         return resetting, [Note(EventReason.GPU_CLIENTS_STOPPED, "nothing holds the GPU any more (paused: "
                                 f"{', '.join(state.paused) or 'no operand'}): starting reset job {state.job}",
                                 rung=Rung.RESET_GPU)]
     timeout = policy.rung(rung).timeout
-    timed_out = rung != "drain" and timeout is not None and _age(now, state.rung_started) >= timeout
-    if rung == "reset_gpu" and state.reset_phase != "stopping":
+    timed_out = rung != Rung.DRAIN and timeout is not None and _age(now, state.rung_started) >= timeout
+    if rung == Rung.RESET_GPU and state.reset_phase != ResetPhase.STOPPING:
         if view.job_status == "succeeded":
             return done, [Note(EventReason.GPU_RESET_SUCCEEDED, f"reset job {state.job} succeeded",
                                    rung=Rung.RESET_GPU)]
@@ -164,10 +166,10 @@ def _observe(view: NodeView, state: NodeState, now: datetime,
             return failed, [Note(EventReason.GPU_RESET_FAILED, f"reset job {state.job} failed", Severity.WARNING,
                                      Rung.RESET_GPU)]
     # reboot: the Job's result is ignored (a reboot kills its pod); the boot id tells
-    if rung == "reboot" and state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
+    if rung == Rung.REBOOT and state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
         return done, [Note(EventReason.REBOOT_SUCCEEDED, f"node is back with boot id {view.boot_id}",
                                    rung=Rung.REBOOT)]
-    if rung == "reboot":
+    if rung == Rung.REBOOT:
         not_started = _not_started(view, state, now, policy, timed_out)
         if not_started is not None:
             return replace(failed, not_started=not_started[0]), [not_started[1]]
@@ -269,7 +271,8 @@ class _Planner:
         """Whatever ended a reset rung that stopped the GPU's clients (its Job's outcome, its timeout, the episode
         closing, the node ladder taking over): what it paused is restored, in this plan's write."""
         base, st = self.plan.base_state, self.state
-        if not (base.reset_phase or base.paused) or (st.rung == Rung.RESET_GPU and st.rung_status == "running"):
+        if not (base.reset_phase or base.paused) or (
+                st.rung == Rung.RESET_GPU and st.rung_status == RungStatus.RUNNING):
             return
         self.state = replace(st, reset_phase=None, paused=(), pause_value=None)
         what = ", ".join(base.paused) or "no operand label"
@@ -299,7 +302,7 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED, "cordoned by a person, not by gpuhealth: left alone")
         if v.taken_over and st.scope == Scope.NODE:
             if actionable and st.reset_phase is not None:  # the GPU's clients come back: the person has the node
-                self.state = replace(st, rung_status="failed", rung_done=fmt_time(now))
+                self.state = replace(st, rung_status=RungStatus.FAILED, rung_done=fmt_time(now))
                 self.note(Note(EventReason.GPU_RESET_SKIPPED, "gpuhealth's taint was removed while the reset was "
                                "under way: a person took over; the GPU's clients are restored", rung=Rung.RESET_GPU))
             if actionable:
@@ -380,10 +383,11 @@ class _Planner:
         climbing to a reboot (at GPU scope: to the node ladder). Its paused clients are restored in the same write
         (_restore_gpu_clients). True when it did."""
         v, st = self.v, self.state
-        if not (st.rung == Rung.RESET_GPU and st.rung_status == "running" and (
-                st.reset_phase == "stopping" or (st.reset_phase == "resetting" and v.job_status == "missing"))):
+        unstarted = st.reset_phase == ResetPhase.STOPPING or (
+            st.reset_phase == ResetPhase.RESETTING and v.job_status == "missing")
+        if not (st.rung == Rung.RESET_GPU and st.rung_status == RungStatus.RUNNING and unstarted):
             return False
-        self.state = replace(st, rung=Rung.DRAIN, rung_status="done", rung_done=fmt_time(self.now), job=None,
+        self.state = replace(st, rung=Rung.DRAIN, rung_status=RungStatus.DONE, rung_done=fmt_time(self.now), job=None,
                              gpu=None)
         what = f"GPU {', '.join(st.devices)}" if st.scope == Scope.GPU else "the node"
         self.note(Note(EventReason.GPU_RESET_NOT_NEEDED, f"{why}: the reset is no longer needed and did not start "
@@ -454,7 +458,7 @@ class _Planner:
         """The replace rung started (the state's write) and its hand-over was not seen done (act/executor.py's
         pending): the remediator stopped in between."""
         st = self.state
-        return st.rung == Rung.REPLACE and st.rung_status == "running" and Action.REPLACE in st.pending
+        return st.rung == Rung.REPLACE and st.rung_status == RungStatus.RUNNING and Action.REPLACE in st.pending
 
     def _redrive_quarantine(self) -> None:
         """A GPU quarantine recorded (the state's write) and not seen done (act/executor.py's pending: the remediator
@@ -478,7 +482,7 @@ class _Planner:
         again, under other names where the layout changed) are quarantined too, with the effects the GPU already
         has: the scheduler must not place a claim on an instance of a GPU gpuhealth holds."""
         st, devices = self.state, self.full.devices
-        if st.scope != Scope.GPU or st.rung is None or st.rung_status == "failed" or devices is None:
+        if st.scope != Scope.GPU or st.rung is None or st.rung_status == RungStatus.FAILED or devices is None:
             return
         gpu = next((d for d in devices.devices if d.kind == "gpu" and d.name in st.devices), None)
         if gpu is None:
@@ -525,7 +529,7 @@ class _Planner:
         st = self.state
         if st.scope == Scope.NODE and (st.rung is not None or st.devices):
             return  # at node scope for this episode (a GPU scope that handed over never comes back)
-        if st.scope == Scope.GPU and st.rung_status == "failed":
+        if st.scope == Scope.GPU and st.rung_status == RungStatus.FAILED:
             self._scope_view()  # the GPU step failed: the node ladder takes over (_climb), whatever the alerts now say
             return
         devices, why = self._gpu_family(actionable, target)
@@ -620,7 +624,7 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED,
                             "episode went quiet (alerts neither repeated nor resolved, e.g. "
                             "silenced): escalation stopped; `gpuhealth-remediator release` returns the node")
-        if st.rung == "replace":
+        if st.rung == Rung.REPLACE:
             return self.out(Action.NONE, Verdict.SKIPPED, "replacement under way: not returned to service")
         if st.rung is None and not v.our_taint:  # resolved before anything was done: close the episode
             self.state = NodeState(actions=st.actions)
@@ -630,7 +634,7 @@ class _Planner:
         if self._cancel_unstarted_reset("the alerts resolved while the GPU's clients were stopping"):
             return self.out(Action.UNCORDON, Verdict.DEFERRED, "reset cancelled before it started; healthy for 0s of "
                             f"{int(policy.return_to_service.healthy_delay.total_seconds())}s")
-        if st.rung_status == "running" and st.rung in JOB_RUNGS:
+        if st.rung_status == RungStatus.RUNNING and st.rung in JOB_RUNGS:
             return self.out(Action.UNCORDON, Verdict.DEFERRED,
                             f"{st.rung} still under way (job {st.job}): the node returns "
                             "once it is done or has failed")
@@ -697,7 +701,7 @@ class _Planner:
         gates to its start (_start): until a step is started, deferred or stopped, or the climb ends this pass."""
         for _ in range(4 * len(RUNGS) + 4):
             st = self.state
-            if st.scope == Scope.GPU and st.rung_status == "failed" and not st.not_started:
+            if st.scope == Scope.GPU and st.rung_status == RungStatus.FAILED and not st.not_started:
                 # a GPU step failed or timed out: the node ladder, above that step (a failed drain: from the node's
                 # own drain). A fault that outgrew the GPU was handed over by _choose_scope, an escalation below.
                 floor = RUNGS[rung_index(st.rung) + 1] if st.rung != Rung.DRAIN else None
@@ -716,8 +720,8 @@ class _Planner:
                 target = max(target, rung_index(step.rung))
                 continue
             if step.rung == Rung.RESET_GPU and gpu is None:
-                self.state = replace(st, rung="reset_gpu", rung_status="failed", rung_started=fmt_time(self.now),
-                                     rung_done=fmt_time(self.now), timed_out=False)
+                self.state = replace(st, rung=Rung.RESET_GPU, rung_status=RungStatus.FAILED,
+                                     rung_started=fmt_time(self.now), rung_done=fmt_time(self.now), timed_out=False)
                 self.note(Note(EventReason.GPU_RESET_SKIPPED,
                                "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset",
                                rung=Rung.RESET_GPU))
@@ -730,7 +734,7 @@ class _Planner:
     def _next_step(self, target: int, gpu: str | None, fps: list[str]) -> _Step | _Flow:
         if self.state.rung is None:
             return self._first_step(target, gpu, fps)
-        return _STEPS.get(self.state.rung_status or "done", _Planner._after_done)(self, target, gpu, fps)
+        return _STEPS.get(self.state.rung_status or RungStatus.DONE, _Planner._after_done)(self, target, gpu, fps)
 
     def _ceiling(self, target: int) -> int:
         """The highest rung the climb may reach: after a failed drain, no higher than the alerts ask."""
@@ -755,13 +759,13 @@ class _Planner:
         if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == "missing" and gpu and \
                 reset_target(v, policy, gpu) != st.gpu:  # no Job yet: it resets what the alerts name now
             self.state = st = replace(st, gpu=reset_target(v, policy, gpu))
-        if rung == Rung.RESET_GPU and st.reset_phase == "stopping":
+        if rung == Rung.RESET_GPU and st.reset_phase == ResetPhase.STOPPING:
             left = still_holding(v, st, policy)
             self.out(Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
                      f"(since {st.rung_started}); still holding it: {', '.join(left)}")
             return _Flow.STOP
         if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
-            just_stopped = self.plan.base_state.reset_phase == "stopping"
+            just_stopped = self.plan.base_state.reset_phase == ResetPhase.STOPPING
             why = (f"the GPU's clients stopped: starting reset job {st.job}" if just_stopped
                    else f"{rung} recorded but its job {st.job} is missing: creating it")
             return _Step(rung, why, resume=True)
@@ -845,25 +849,25 @@ class _Planner:
             return _Flow.STOP
         self.ledger.take(v, budgeted)
         started, why = self._started(nxt, step.why, gpu)
-        action = Action.STOP_GPU_CLIENTS if started.reset_phase == "stopping" else Action(nxt)
+        action = Action.STOP_GPU_CLIENTS if started.reset_phase == ResetPhase.STOPPING else Action(nxt)
         self.out(action, Verdict.EXECUTE, why, gpu=started.gpu if nxt == Rung.RESET_GPU else None,
                  job=started.job if nxt in JOB_RUNGS else None)
         self.state = started
-        return _Flow.AGAIN if started.rung_status == "done" else _Flow.STOP
+        return _Flow.AGAIN if started.rung_status == RungStatus.DONE else _Flow.STOP
 
     def _started(self, nxt: str, why: str, gpu: str | None) -> tuple[NodeState, str]:
         """The state that starts rung `nxt`, with what each rung needs written in the same step, and the
         decision's reason with what it will do."""
         policy, st, v, now = self.policy, self.state, self.v, self.now
-        started = st.with_action(now, rung=nxt, rung_status="running", rung_started=fmt_time(now),
+        started = st.with_action(now, rung=nxt, rung_status=RungStatus.RUNNING, rung_started=fmt_time(now),
                                  rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None,
                                  not_started=None)
         if nxt == Rung.CORDON:
-            started = replace(started, rung_status="done", rung_done=fmt_time(now),
+            started = replace(started, rung_status=RungStatus.DONE, rung_done=fmt_time(now),
                               cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
         elif nxt == Rung.DRAIN and st.scope == Scope.GPU:  # kube-controller-manager evicts the GPU's pods
             if not v.evictable:
-                started = replace(started, rung_status="done", rung_done=fmt_time(now))
+                started = replace(started, rung_status=RungStatus.DONE, rung_done=fmt_time(now))
                 why += "; no pod holds the GPU"
             else:
                 why += f"; {len(v.pending_pods)} pod(s) hold the GPU"
@@ -872,7 +876,7 @@ class _Planner:
             started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.drain.karpenter_do_not_disrupt)
             spared = self._spared(v.pending_pods)
             if not v.evictable:
-                started = replace(started, rung_status="done", rung_done=fmt_time(now))
+                started = replace(started, rung_status=RungStatus.DONE, rung_done=fmt_time(now))
                 why += "; nothing to evict"
             else:
                 why += f"; evicting {len(v.pending_pods) - len(spared)} pod(s)"
@@ -897,7 +901,7 @@ class _Planner:
         starts once they have (_observe). With nothing to wait for, the Job starts now."""
         base = self.plan.base_state  # a stop already under way (a GPU scope handed to the node's): its labels stay ours
         paused = tuple(dict.fromkeys((*base.paused, *operands_to_pause(self.v, self.policy))))
-        stopping = replace(started, reset_phase="stopping", paused=paused,
+        stopping = replace(started, reset_phase=ResetPhase.STOPPING, paused=paused,
                            pause_value=base.pause_value if base.paused else self.policy.reset.pause_value)
         left = still_holding(replace(self.v, gpu_clients=()), stopping, self.policy)
         if not paused and not left:
@@ -922,7 +926,7 @@ class _Planner:
             self.note(Note.timeout(Rung.DRAIN, f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
                                    f"left{kept}; policy drain.on_timeout={policy.drain.on_timeout}"))
         if timed_out and policy.drain.on_timeout == "escalate":
-            self.state = replace(st, rung_status="failed", rung_done=fmt_time(self.now), drain_failed=True)
+            self.state = replace(st, rung_status=RungStatus.FAILED, rung_done=fmt_time(self.now), drain_failed=True)
             return True
         if timed_out and policy.drain.on_timeout == "force":
             self._drain_more("", fps, force=True, why=f"drain passed its {timeout} timeout "
@@ -934,8 +938,8 @@ class _Planner:
 
 # The ladder's table: the handler that finds the next step, by the status of the node's rung (no rung yet:
 # _first_step). Each returns the step, or says the climb goes on (AGAIN) or ends this pass (STOP).
-_STEPS: dict[str, Callable[[_Planner, int, str | None, list[str]], _Step | _Flow]] = {
-    "running": _Planner._while_running,
-    "failed": _Planner._after_failure,
-    "done": _Planner._after_done,
+_STEPS: dict[RungStatus, Callable[[_Planner, int, str | None, list[str]], _Step | _Flow]] = {
+    RungStatus.RUNNING: _Planner._while_running,
+    RungStatus.FAILED: _Planner._after_failure,
+    RungStatus.DONE: _Planner._after_done,
 }

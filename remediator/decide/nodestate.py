@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from remediator.decide.vocabulary import RUNG_ORDER
+from remediator.decide.vocabulary import RUNG_ORDER, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
 ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
@@ -116,8 +116,8 @@ class AlertRecord:
 class NodeState:
     alerts: dict[str, AlertRecord] = field(default_factory=dict)
     episode: str | None = None  # when the current episode started
-    rung: str | None = None  # highest rung started in this episode
-    rung_status: str | None = None  # running | done | failed
+    rung: Rung | None = None  # highest rung started in this episode
+    rung_status: RungStatus | None = None
     rung_started: str | None = None
     rung_done: str | None = None
     cordoned: bool = False  # we set spec.unschedulable (so we may unset it)
@@ -130,10 +130,10 @@ class NodeState:
     timed_out: bool = False  # the running rung passed its timeout (reported once)
     drain_failed: bool = False  # a drain failed this episode: never climb above the alerts' own rung
     actions: tuple[str, ...] = ()  # start times of actions in the last hour (rate cap)
-    scope: str = "node"  # node | gpu: the episode quarantines one GPU (DRA device taints), the node stays in service
+    scope: Scope = Scope.NODE  # the episode quarantines one GPU (DRA device taints), the node stays in service
     devices: tuple[str, ...] = ()  # GPU scope: the DRA devices quarantined (the GPU and its MIG devices)
     node_floor: str | None = None  # a GPU step failed: the node ladder starts here, above it (e.g. reboot)
-    reset_phase: str | None = None  # reset_gpu: "stopping" (the GPU's clients) | "resetting" (the Job); None: neither
+    reset_phase: ResetPhase | None = None  # reset_gpu's step; None: neither
     paused: tuple[str, ...] = ()  # the operand labels gpuhealth set to the pause value (restored when the rung ends)
     pause_value: str | None = None  # the value it set them to (a policy changed meanwhile still finds them)
     # the failed Job rung's Job never ran its container (why: decide/job_start.py): gpuhealth's breakage, not the
@@ -226,10 +226,14 @@ class NodeState:
             rest["monitoring_faults"] = tuple(rest.get("monitoring_faults") or ())
             rest["repair_reported"] = tuple(rest.get("repair_reported") or ())
             rest["pending"] = tuple(rest.get("pending") or ())
-            if rest.get("reset_phase") not in (None, "stopping", "resetting"):
-                raise ValueError(f"state annotation: reset_phase {rest['reset_phase']!r} is unknown")
-            if rest.setdefault("scope", "node") not in ("node", "gpu"):
-                raise ValueError(f"state annotation: scope {rest['scope']!r} is neither node nor gpu")
+            # the words of the vocabulary, read into its types: an unknown one is a damaged state (fail closed)
+            for key, kind in (("rung", Rung), ("rung_status", RungStatus), ("reset_phase", ResetPhase),
+                              ("scope", Scope)):
+                if rest.get(key) is not None:
+                    try:
+                        rest[key] = kind(rest[key])
+                    except ValueError:
+                        raise ValueError(f"state annotation: {key} {rest[key]!r} is unknown") from None
             return cls(alerts=alerts, **rest)
         except (TypeError, AttributeError) as exc:
             raise ValueError(f"state annotation is damaged: {exc}") from exc

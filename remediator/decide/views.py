@@ -24,7 +24,7 @@ from remediator.decide.nodestate import (
     hold_of,
     parse_time,
 )
-from remediator.decide.vocabulary import Scope
+from remediator.decide.vocabulary import ResetPhase, RungStatus, Scope
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -258,9 +258,9 @@ def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
         elif view.state.active or view.our_taint:
             pods = pods_on(view.name)
             view.evictable = evictable_pods(pods)
-            if view.state.reset_phase == "stopping":
+            if view.state.reset_phase == ResetPhase.STOPPING:
                 view.gpu_clients = gpu_clients(pods, view.state, policy)
-            if job_status is not None and view.state.job and view.state.rung_status == "running":
+            if job_status is not None and view.state.job and view.state.rung_status == RungStatus.RUNNING:
                 record = job_status(view.state.job)
                 view.job_status = record.status
                 if record.status != "missing":

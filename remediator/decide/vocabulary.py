@@ -53,6 +53,21 @@ class Rung(StrEnum):
     REPLACE = "replace"
 
 
+class RungStatus(StrEnum):
+    """Where the episode's highest rung stands."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"  # failed or timed out
+
+
+class ResetPhase(StrEnum):
+    """The reset_gpu rung's two steps (docs/remediation.md, "The reset sequence")."""
+
+    STOPPING = "stopping"  # the GPU's clients are being stopped
+    RESETTING = "resetting"  # the Job resets the GPU
+
+
 class Scope(StrEnum):
     """What a fault costs: the whole node, or one GPU of it."""
 

@@ -1,0 +1,39 @@
+"""The state annotation's words are read into the decision's types at the JSON boundary (NodeState.from_json):
+the rung, its status, the reset's step and the scope are enums in memory and the same strings on the Node, and a
+word the remediator does not know is a damaged state (the node is left alone and counted as disrupted: fail
+closed), never a status the ladder would read as "done"."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from remediator.decide.nodestate import NodeState
+from remediator.decide.vocabulary import ResetPhase, Rung, RungStatus, Scope
+
+WRITTEN = {"v": 3, "alerts": {}, "episode": "2026-12-02T10:00:00Z", "rung": "reset_gpu", "rung_status": "running",
+           "rung_started": "2026-12-02T10:01:00Z", "scope": "gpu", "reset_phase": "stopping"}
+
+
+def test_the_words_on_the_node_are_enums_in_memory_and_the_same_words_written_back() -> None:
+    state = NodeState.from_json(json.dumps(WRITTEN))
+    assert (type(state.rung), type(state.rung_status), type(state.reset_phase), type(state.scope)) == (
+        Rung, RungStatus, ResetPhase, Scope)
+    assert (state.rung, state.rung_status, state.reset_phase, state.scope) == (
+        Rung.RESET_GPU, RungStatus.RUNNING, ResetPhase.STOPPING, Scope.GPU)
+    written = json.loads(state.to_json())
+    assert {k: written[k] for k in ("rung", "rung_status", "reset_phase", "scope")} == {
+        "rung": "reset_gpu", "rung_status": "running", "reset_phase": "stopping", "scope": "gpu"}
+
+
+def test_a_state_without_the_optional_words_reads_as_before() -> None:
+    state = NodeState.from_json(json.dumps({"v": 1, "alerts": {}}))
+    assert (state.rung, state.rung_status, state.reset_phase, state.scope) == (None, None, None, Scope.NODE)
+
+
+@pytest.mark.parametrize("key,word", [("rung", "defrag"), ("rung_status", "paused"), ("reset_phase", "flashing"),
+                                      ("scope", "rack")])
+def test_an_unknown_word_is_a_damaged_state_not_a_guess(key: str, word: str) -> None:
+    with pytest.raises(ValueError, match=f"state annotation: {key} '{word}' is unknown"):
+        NodeState.from_json(json.dumps({**WRITTEN, key: word}))
