@@ -19,7 +19,7 @@ from remediator.clients.kube import Kube
 from remediator.clients.leader import Elector, LeaderElector, Spectator
 from remediator.clients.silences import SilenceChecker
 from remediator.clock import Clock, utcnow
-from remediator.decide.ladder import NodePlan, SilenceCheck
+from remediator.decide.decision import NodePlan, SilenceCheck
 from remediator.intake.alertmanager_sync import AlertmanagerSync
 from remediator.intake.queue import Intake
 from remediator.intake.receiver import Accepted, Receiver

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediator.decide.ladder import NodePlan
+from remediator.decide.decision import NodePlan
 from remediator.decide.nodestate import AlertRecord, fmt_time, record_alerts
 from remediator.decide.views import PodRef
 from remediator.decide.vocabulary import Deferral

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from remediator.decide.budget import Ledger
-from remediator.decide.ladder import NodePlan
+from remediator.decide.decision import NodePlan
 from remediator.decide.nodestate import parse_time
 from remediator.decide.plan import evaluate
 from remediator.decide.vocabulary import RungStatus

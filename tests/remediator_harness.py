@@ -20,7 +20,7 @@ from kubernetes import client
 
 from remediator.app import ServeConfig, create_app
 from remediator.clients.kube import Kube
-from remediator.decide.ladder import Decision, NodePlan, SilenceCheck
+from remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
 from remediator.policy import Policy, parse_policy
 from remediator.service import Remediator

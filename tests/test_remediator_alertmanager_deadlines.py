@@ -18,7 +18,7 @@ from fake_cluster import FakeCluster
 from polling import wait_for
 from remediator_harness import Harness
 
-from remediator.decide.ladder import NodePlan
+from remediator.decide.decision import NodePlan
 
 
 @pytest.fixture

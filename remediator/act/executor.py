@@ -23,8 +23,8 @@ from remediator.audit import audit
 from remediator.clients.device_taints import DeviceTaints
 from remediator.clients.errors import Conflict, Forbidden, KubeError, Rejected
 from remediator.clients.kube import Kube
+from remediator.decide.decision import NOT_STARTED, Decision, NodePlan
 from remediator.decide.event_reasons import EventReason, action_failed_reason, action_reason
-from remediator.decide.ladder import NOT_STARTED, Decision, NodePlan
 from remediator.decide.node_patches import (
     claim_do_not_disrupt,
     cordon_body,

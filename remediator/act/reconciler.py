@@ -25,10 +25,10 @@ from remediator.clients.kube import Kube
 from remediator.clients.leader import Elector
 from remediator.clock import Clock
 from remediator.decide.budget import Ledger
+from remediator.decide.decision import NodePlan, SilenceCheck
 from remediator.decide.devices import claim_index, devices_by_node
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.job_start import MISSING, JobRecord
-from remediator.decide.ladder import NodePlan, SilenceCheck
 from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.plan import evaluate
 from remediator.decide.views import DraFleet, NodeView, attach_dra, build_views, needs_dra

@@ -10,7 +10,7 @@ answer carries the error and the policy (alertmanager.on_error) decides; by defa
 from __future__ import annotations
 
 from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
-from remediator.decide.ladder import SilenceAnswer
+from remediator.decide.decision import SilenceAnswer
 
 
 class SilenceChecker:

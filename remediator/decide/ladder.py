@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
 
 from remediator.decide.budget import Ledger
+from remediator.decide.decision import NOT_STARTED, Decision, NodePlan, SilenceCheck
 from remediator.decide.devices import Device
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.monitoring_fault import FaultKey
@@ -27,10 +27,12 @@ from remediator.decide.nodestate import (
     RUNGS,
     AlertRecord,
     NodeState,
+    elapsed,
     fmt_time,
     parse_time,
     rung_index,
 )
+from remediator.decide.progress import observe
 from remediator.decide.reset import operands_to_pause, reset_target, still_holding
 from remediator.decide.views import GpuPods, NodeView, PodRef
 from remediator.decide.vocabulary import (
@@ -38,7 +40,6 @@ from remediator.decide.vocabulary import (
     JOB_RUNGS,
     NEEDS_DRAINED,
     Action,
-    Deferral,
     ResetPhase,
     Rung,
     RungStatus,
@@ -49,70 +50,10 @@ from remediator.decide.vocabulary import (
 )
 from remediator.policy import Policy
 
-
-@dataclass(frozen=True)
-class SilenceAnswer:
-    silenced_by: tuple[str, ...] = ()  # silences and inhibiting alerts: a person (or a bigger fault) took over
-    error: str | None = None
-
-
-SilenceCheck = Callable[[str, list[str]], SilenceAnswer]
-
-
-@dataclass(frozen=True)
-class Decision:
-    node: str
-    action: Action
-    decision: Verdict
-    reason: str
-    pool: str = ""
-    new: bool = True  # starts a rung (False: more work on one under way, e.g. drain retries, a Job re-created)
-    force: bool = False  # drain: delete instead of evict (policy drain.on_timeout: force)
-    gpu: str | None = None
-    job: str | None = None
-    devices: tuple[str, ...] = ()  # quarantine_gpu, release_gpu: the DRA devices (a GPU and its MIG devices)
-    effect: TaintEffect | None = None  # quarantine_gpu: NoSchedule (cordon) or NoExecute (drain)
-    pods: tuple[str, ...] = ()  # quarantine_gpu: namespace/name of the pods whose claims use the devices
-    # karpenter_repair.mode warn: the Karpenter-watched conditions another agent set False on the node (its node
-    # repair may replace it under this step)
-    karpenter_repair: str = ""
-    deferral: Deferral | None = None  # deferred by the budget: which of its limits (decide/budget.py)
-
-    def line(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"node": self.node, "action": self.action, "decision": self.decision,
-                               "reason": self.reason}
-        if self.devices:
-            out["devices"] = list(self.devices)
-        if self.effect is not None:
-            out.update(effect=self.effect, pods=list(self.pods))
-        if self.karpenter_repair:
-            out["karpenter_repair"] = self.karpenter_repair
-        return out
-
-
-NOT_STARTED = "the node-action Job did not start"  # how its Event, audit line and decisions begin
 # How much older than its alert the exporter's GPU -> pod map can be when the rule reads it: the map is believed for
 # 2 x 15 s + 5 s, the rule sees the series one scrape and one evaluation later. A GPU pod created after the alert's
 # startsAt less this is evicted with the pods the alert names (GpuPods).
 GPU_PODS_MAP_AGE = timedelta(minutes=2)
-
-@dataclass
-class NodePlan:
-    node: str
-    base_state: NodeState  # the state as read (the view's)
-    final_state: NodeState  # the state to write, once, before any side effect
-    resource_version: str | None = None  # the Node's resourceVersion the plan was computed from
-    decisions: list[Decision] = field(default_factory=list)
-    notes: list[Note] = field(default_factory=list)  # for Events and audit lines
-    # node scope, a fault on one GPU whose pods the node agent knows (alerts' gpu_pods): the drain evicts only these
-    drain_only: GpuPods | None = None
-
-    @property
-    def changed(self) -> bool:
-        return self.final_state != self.base_state
-
-    def executes(self, *actions: str) -> list[Decision]:
-        return [d for d in self.decisions if d.decision == "execute" and (not actions or d.action in actions)]
 
 
 def job_name(node: str, rung: str, episode: str | None) -> str:
@@ -125,84 +66,12 @@ def _names(pods: list[PodRef]) -> str:
     return ", ".join(f"{p.namespace}/{p.name}" for p in pods)
 
 
-def _age(now: datetime, since: str | None) -> timedelta:
-    return now - parse_time(since) if since else timedelta(0)
-
-
 def _pick_gpu(alerts: dict[str, AlertRecord]) -> str | None:
     """The GPU to reset: the one the alerts name; all of them when they name several, or "all"."""
     gpus = {a.gpu for a in alerts.values() if a.gpu}
     if not gpus:
         return None
     return gpus.pop() if len(gpus) == 1 else ALL_GPUS
-
-
-def _observe(view: NodeView, state: NodeState, now: datetime,
-             policy: Policy) -> tuple[NodeState, list[Note]]:
-    """Progress of the rung under way, as the cluster shows it; a rung past its timeout fails (drain's
-    timeout is the policy's drain.on_timeout, handled by the climb)."""
-    if state.rung_status != RungStatus.RUNNING or state.rung is None:
-        return state, []
-    done = replace(state, rung_status=RungStatus.DONE, rung_done=fmt_time(now))
-    failed = replace(state, rung_status=RungStatus.FAILED, rung_done=fmt_time(now))
-    rung = state.rung
-    if rung == Rung.DRAIN and view.pods_known and not view.evictable:
-        return done, [Note(EventReason.DRAIN_FINISHED, "no evictable pods left on the node", rung=Rung.DRAIN)]
-    if rung == Rung.RESET_GPU and state.reset_phase == ResetPhase.STOPPING and not still_holding(view, state, policy):
-        resetting = replace(state, reset_phase=ResetPhase.RESETTING)
-        return resetting, [Note(EventReason.GPU_CLIENTS_STOPPED, "nothing holds the GPU any more (paused: "
-                                f"{', '.join(state.paused) or 'no operand'}): starting reset job {state.job}",
-                                rung=Rung.RESET_GPU)]
-    timeout = policy.rung(rung).timeout
-    timed_out = rung != Rung.DRAIN and timeout is not None and _age(now, state.rung_started) >= timeout
-    if rung == Rung.RESET_GPU and state.reset_phase != ResetPhase.STOPPING:
-        if view.job_status == "succeeded":
-            return done, [Note(EventReason.GPU_RESET_SUCCEEDED, f"reset job {state.job} succeeded",
-                                   rung=Rung.RESET_GPU)]
-        not_started = _not_started(view, state, now, policy, timed_out)
-        if not_started is not None:
-            return replace(failed, not_started=not_started[0]), [not_started[1]]
-        if view.job_status == "failed":
-            return failed, [Note(EventReason.GPU_RESET_FAILED, f"reset job {state.job} failed", Severity.WARNING,
-                                     Rung.RESET_GPU)]
-    # reboot: the Job's result is ignored (a reboot kills its pod); the boot id tells
-    if rung == Rung.REBOOT and state.boot_id and view.boot_id and view.boot_id != state.boot_id and view.ready:
-        return done, [Note(EventReason.REBOOT_SUCCEEDED, f"node is back with boot id {view.boot_id}",
-                                   rung=Rung.REBOOT)]
-    if rung == Rung.REBOOT:
-        not_started = _not_started(view, state, now, policy, timed_out)
-        if not_started is not None:
-            return replace(failed, not_started=not_started[0]), [not_started[1]]
-    if timed_out:
-        what = {"replace": "the node was not replaced; it stays out of service for a person"}.get(rung, "failed")
-        return failed, [Note.timeout(Rung(rung), f"{rung} passed its {timeout} timeout: {what}")]
-    return state, []
-
-
-def _not_started(view: NodeView, state: NodeState, now: datetime, policy: Policy,
-                 timed_out: bool) -> tuple[str, Note] | None:
-    """The rung's Job never ran its container, for a reason of its own (decide/job_start.py): gpuhealth's breakage,
-    reported as that, never as the GPU's or the node's failure: (why, its Note), or None. Counted once
-    jobs.start_timeout has passed (the kubelet retries image pulls meanwhile), at once when the kubelet refused the
-    pod, and at the rung's end (its timeout, or the Job failing) whatever time has passed. A Job still missing at the
-    rung's timeout was never created (each pass creates a missing one again; a finished one outlives the rung by
-    jobs.ttl_seconds_after_finished): every create failed, which says nothing about the GPU either."""
-    if state.rung is None:
-        return None
-    if view.job_status == "missing" and timed_out:
-        why = ("the Job was never created: the API server refused or did not answer each try until the rung's timeout "
-               "(the node's earlier Events of this rung say why)")
-    elif view.job_start is not None:
-        why = view.job_start.not_started(now, policy.jobs.start_timeout, timed_out or view.job_status == "failed")
-    else:
-        return None
-    if not why:
-        return None
-    return why, Note(EventReason.NODE_ACTION_JOB_NOT_STARTED, f"{NOT_STARTED}: job {policy.jobs.namespace}/"
-                     f"{state.job}: {why}. It touched no GPU: this is gpuhealth's own breakage, not the node's, so the "
-                     f"ladder does not climb for it; what the ladder did so far stays, for a person "
-                     "(docs/remediation.md, \"When a node-action Job does not start\")", Severity.WARNING,
-                     Rung(state.rung))
 
 
 class _Flow(Enum):
@@ -334,7 +203,7 @@ class _Planner:
         self._scope_view()
         if actionable:  # the rung under way is observed on the pods it is about
             self._gpu_pods_view(actionable, self._target(actionable, st), note=False)
-        self.state, notes = _observe(self.v, st, now, policy)
+        self.state, notes = observe(self.v, st, now, policy)
         self.plan.notes.extend(notes)
         if not actionable and self._replace_pending():  # decided on the alerts then: handed over whatever they say now
             return self._climb(rung_index(Rung.REPLACE), None, [])
@@ -638,7 +507,7 @@ class _Planner:
             return self.out(Action.UNCORDON, Verdict.DEFERRED,
                             f"{st.rung} still under way (job {st.job}): the node returns "
                             "once it is done or has failed")
-        healthy_for = _age(now, st.healthy_since)
+        healthy_for = elapsed(now, st.healthy_since)
         if healthy_for < policy.return_to_service.healthy_delay:
             return self.out(Action.UNCORDON, Verdict.DEFERRED, f"healthy for {int(healthy_for.total_seconds())}s of "
                             f"{int(policy.return_to_service.healthy_delay.total_seconds())}s")
@@ -805,7 +674,7 @@ class _Planner:
             self._stop(Action.NONE, Verdict.SKIPPED, f"at {rung}, as far as the alerts ask; fault persisting does "
                        "not climb from here")
             return _Flow.STOP
-        persisted = _age(self.now, st.rung_done)
+        persisted = elapsed(self.now, st.rung_done)
         if persisted < esc:
             self._stop(Action(RUNGS[idx + 1]), Verdict.DEFERRED, f"fault persists {int(persisted.total_seconds())}s "
                        f"after {rung}; climbs after {int(esc.total_seconds())}s")
@@ -898,7 +767,7 @@ class _Planner:
 
     def _stop_clients(self, started: NodeState, why: str) -> tuple[NodeState, str]:
         """The reset's first step: pause the operands that hold the GPU, ask gpuhealth's exporter to let go; the Job
-        starts once they have (_observe). With nothing to wait for, the Job starts now."""
+        starts once they have (progress.observe). With nothing to wait for, the Job starts now."""
         base = self.plan.base_state  # a stop already under way (a GPU scope handed to the node's): its labels stay ours
         paused = tuple(dict.fromkeys((*base.paused, *operands_to_pause(self.v, self.policy))))
         stopping = replace(started, reset_phase=ResetPhase.STOPPING, paused=paused,
@@ -918,7 +787,7 @@ class _Planner:
             self.out(Action.DRAIN, Verdict.DEFERRED, "pods unknown — pass --pods")
             return False
         timeout = policy.rung("drain").timeout
-        timed_out = timeout is not None and _age(self.now, st.rung_started) >= timeout
+        timed_out = timeout is not None and elapsed(self.now, st.rung_started) >= timeout
         if timed_out and not st.timed_out:
             self.state = st = replace(st, timed_out=True)
             spared = self._spared(v.pending_pods)

@@ -74,6 +74,11 @@ def fmt_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def elapsed(now: datetime, since: str | None) -> timedelta:
+    """How long since a time the state holds (none: no time at all)."""
+    return now - parse_time(since) if since else timedelta(0)
+
+
 def rung_index(rung: str | None) -> int:
     """-1 for no rung, 0 for cordon ... 4 for replace."""
     return RUNGS.index(rung) if rung in RUNGS else -1

@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from remediator.decide.budget import Ledger
-from remediator.decide.ladder import Decision, NodePlan, SilenceCheck, decide
+from remediator.decide.decision import Decision, NodePlan, SilenceCheck
+from remediator.decide.ladder import decide
 from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, record_alerts
 from remediator.decide.views import DraFleet, NodeView, build_views
 from remediator.decide.vocabulary import Action, Verdict
