@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards runbooks deps apt clean bench image chart \
+.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards runbooks golden-metrics deps apt clean bench image chart \
 	podresources-stubs schema image-lock
 
 # Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
@@ -59,6 +59,11 @@ test: lint typecheck unit clock-shift
 rules-test: deps
 	promtool check rules rules/alerts/*.yaml rules/recording/*.yaml
 	promtool test rules rules/tests/*.yaml
+
+# Rewrite the exporter's golden /metrics (tests/fixtures/golden/once_fixture_node.prom) after an intended change
+# to a family, a parser or a fixture; `git diff` it before committing.
+golden-metrics: deps
+	GPUHEALTH_UPDATE_GOLDEN=1 $(BIN)/pytest -q -p no:xdist tests/test_exporter_golden_metrics.py
 
 # Regenerate dashboards/json/ from dashboards/generate.py (tests/test_dashboards.py fails while the
 # committed JSON is stale). The Helm chart reads the JSON through helm/gpuhealth/files/dashboards.
