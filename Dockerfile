@@ -21,6 +21,7 @@ WORKDIR /src
 COPY requirements/image.txt ./requirements/image.txt
 RUN pip install --no-cache-dir -c requirements/image.txt setuptools wheel
 COPY pyproject.toml README.md ./
+COPY gpuhealth_contract ./gpuhealth_contract
 COPY exporter ./exporter
 COPY remediator ./remediator
 COPY simulator ./simulator

@@ -42,8 +42,8 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from exporter import xid_classes
-from exporter.xid_classes import selector
+from gpuhealth_contract import xids as xid_classes
+from gpuhealth_contract.xids import selector
 
 OUT = Path(__file__).resolve().parent / "json"
 TAG = "gpuhealth"
@@ -61,7 +61,7 @@ PLATFORM_FAILURE_OBJECTIVE = 0.005
 OBJECTIVE = 0.9995
 ERROR_BUDGET = 1 - OBJECTIVE
 
-# One panel per Xid class (exporter/xid_classes.py, the table the rules agree on), in its order.
+# One panel per Xid class (gpuhealth_contract/xids.py, the table the rules agree on), in its order.
 XID_CLASSES = {c.name: selector(c.xids) for c in xid_classes.CLASSES}
 KNOWN_XIDS = "|".join(XID_CLASSES.values())
 

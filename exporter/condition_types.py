@@ -7,11 +7,13 @@ how each is judged. The remediator alone writes the Karpenter-watched types; the
 
 from __future__ import annotations
 
+from gpuhealth_contract.names import EXPORTER_CONDITION
+
 GPU = "GpuhealthGPUHealthy"
 NVLINK = "GpuhealthNVLinkHealthy"
 EFA = "GpuhealthEFAHealthy"
 KERNEL = "GpuhealthKernelHealthy"
-PROBES = "GpuhealthProbesHealthy"
+PROBES = EXPORTER_CONDITION
 
 # The conditions a fault on the node sets False, in the order they are written; GpuhealthProbesHealthy,
 # written last, is about the probes themselves.

@@ -24,7 +24,7 @@ from exporter.condition_types import EFA, FAULTS, GPU, KERNEL, NVLINK, PROBES
 from exporter.probes.registry import feeding
 from exporter.samples import KernelFault, ProbeResult
 from exporter.snapshot import ProbeState
-from exporter.xid_classes import sets_gpu_condition
+from gpuhealth_contract.xids import sets_gpu_condition
 
 MAX_MESSAGE = 1024
 

@@ -38,11 +38,12 @@ from exporter.probes.registry import BY_NAME
 from exporter.runner import ProbeRunner
 from exporter.samples import Sample
 from exporter.snapshot import Snapshot
+from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "gpuhealth.io/gpu-reset-request"
-RELEASED_REASON = "ReleasedForGPUReset"
+ANNOTATION = GPU_RESET_REQUEST_ANNOTATION
+RELEASED_REASON = RELEASED_FOR_GPU_RESET
 # How long one attempt to pause a probe waits for its run in progress to end; the next read tries again.
 PAUSE_WAIT_SECONDS = 2.0
 

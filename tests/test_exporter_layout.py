@@ -8,8 +8,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "exporter"
-LOW = ("exporter.samples", "exporter.catalog", "exporter.condition_types", "exporter.pci", "exporter.clock_events",
-       "exporter.instance_types", "exporter.xid_classes")
+LOW = ("exporter.samples", "exporter.catalog", "exporter.condition_types", "exporter.clock_events",
+       "exporter.instance_types")
 PROBE_MODULES = ("exporter.kernel.probe", "exporter.probes.nvml", "exporter.probes.dcgm", "exporter.probes.efa")
 
 
@@ -35,8 +35,7 @@ def test_every_module_lives_in_a_room_or_is_one_of_the_shared() -> None:
     top = {p.stem for p in ROOT.glob("*.py")}
     assert top == {"__init__", "__main__", "catalog", "cli", "clock_events", "collector", "condition_types",
                    "conditions", "config", "efa_expected", "exposition", "gpu_reset", "instance_types", "kube_http",
-                   "metrics_table", "node_status", "node_watch", "pci", "runner", "samples", "snapshot",
-                   "xid_classes"}, sorted(top)
+                   "metrics_table", "node_status", "node_watch", "runner", "samples", "snapshot"}, sorted(top)
     rooms = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert rooms == {"kernel", "kubelet", "probes"}, sorted(rooms)
 

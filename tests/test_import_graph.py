@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from import_graph import circles, graph
 
-PACKAGES = ("exporter", "remediator", "simulator", "training/gpuhealth_training")
+PACKAGES = ("gpuhealth_contract", "exporter", "remediator", "simulator", "training/gpuhealth_training")
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kmsg_file_harness import event_totals, file_probe, settled_copy, total, xids
 
-from exporter.pci import normalize_bus_id
 from exporter.samples import ProbeResult
+from gpuhealth_contract.pci import normalize_bus_id
 
 PEERS = Path(__file__).parent / "fixtures" / "kmsg" / "peers"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((PEERS / "expected.json").read_text())

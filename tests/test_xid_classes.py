@@ -1,4 +1,4 @@
-"""The Xid classes (exporter/xid_classes.py) are the one table behind the alert rules, the exporter's GPU
+"""The Xid classes (gpuhealth_contract/xids.py) are the one table behind the alert rules, the exporter's GPU
 condition and the dashboards: every `xid` selector of rules/alerts/gpu.yaml must be exactly the union of the
 classes that name its alert, the unknown-Xid alert must exclude exactly the known Xids, and the condition must
 follow each class's rule."""
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import xid_classes
 from exporter.conditions import _is_node_fault
 from exporter.samples import KernelFault
-from exporter.xid_classes import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
+from gpuhealth_contract import xids as xid_classes
+from gpuhealth_contract.xids import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
 
 ROOT = Path(__file__).resolve().parent.parent
 SELECTOR = re.compile(r'\bxid\s*(=~|!~|=)\s*"([^"]*)"')

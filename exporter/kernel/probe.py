@@ -19,9 +19,9 @@ from exporter.kernel.patterns import KernelEventMatcher, Match
 from exporter.kernel.records import KernelRecord
 from exporter.kernel.sources import MAX_READS_PER_RUN, DeviceSource, FileSource, Source
 from exporter.kernel.state import Key, Saved, StateFile, fault, key
-from exporter.pci import normalize_bus_id
 from exporter.probes.base import BAD_OUTPUT, ProbeError
 from exporter.samples import KernelFacts, KernelFault, ProbeResult, RecoveryAction
+from gpuhealth_contract.pci import normalize_bus_id
 
 RECENT_EVENTS = 1000  # recent faults kept for node conditions
 

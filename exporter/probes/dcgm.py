@@ -26,7 +26,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample as PromSample
 
 from exporter.clock_events import clock_event_samples
-from exporter.pci import normalize_bus_id
 from exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
@@ -39,6 +38,7 @@ from exporter.probes.base import (
     run_command,
 )
 from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
+from gpuhealth_contract.pci import normalize_bus_id
 
 log = logging.getLogger(__name__)
 

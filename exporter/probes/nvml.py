@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.clock_events import clock_event_samples
-from exporter.pci import normalize_bus_id
 from exporter.probes.base import (
     ERROR,
     MISSING_TOOL,
@@ -29,6 +28,7 @@ from exporter.probes.base import (
     ProbeError,
 )
 from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
+from gpuhealth_contract.pci import normalize_bus_id
 
 SOURCE = "nvml"
 

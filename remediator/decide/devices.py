@@ -13,23 +13,16 @@ family: the GPU's device and the devices whose parent it is. A fault on one MIG 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuhealth_contract.pci import short_bus_id
+
 DRA_DRIVER = "gpu.nvidia.com"
 PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
-_PCI = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$")
-
-
-def normal_pci(value: str | None) -> str | None:
-    """A PCI bus id as domain:bus:device in lower-case hex, whatever the writer's width and function suffix."""
-    m = _PCI.match((value or "").strip())
-    if not m:
-        return None
-    domain = int(m.group(1) or "0", 16)
-    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}"
+# A PCI bus id as domain:bus:device in lower-case hex, whatever the writer's width and function suffix.
+normal_pci = short_bus_id
 
 
 def _attr(device: dict[str, Any], key: str) -> Any:

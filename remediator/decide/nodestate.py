@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
 from remediator.decide.vocabulary import RUNG_ORDER, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
@@ -29,8 +30,8 @@ DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 TAINT_EFFECT = "NoSchedule"
 # While the node's GPU clients stop for a reset, this annotation (value: the reset Job's name) asks gpuhealth's
 # exporter on the node to release NVML and pause DCGM; it answers on its GpuhealthProbesHealthy condition.
-RESET_REQUEST_ANNOTATION = f"{PREFIX}/gpu-reset-request"
-RELEASED_REASON = "ReleasedForGPUReset"  # that condition's reason once the exporter let go
+RESET_REQUEST_ANNOTATION = GPU_RESET_REQUEST_ANNOTATION
+RELEASED_REASON = RELEASED_FOR_GPU_RESET  # that condition's reason once the exporter let go
 # The reason of the condition replace.method: condition sets (remediator/act/replace.py): how cleanup tells it from the
 # same condition set by someone else (the EKS node monitoring agent)
 REPLACE_CONDITION_REASON = "GpuhealthReplace"

@@ -17,8 +17,9 @@ exporter (NVML, DCGM). So the rung:
 
 from __future__ import annotations
 
+from gpuhealth_contract.names import EXPORTER_CONDITION
 from remediator.decide.nodestate import ALL_GPUS, RELEASED_REASON, NodeState
-from remediator.decide.views import EXPORTER_CONDITION, NodeView
+from remediator.decide.views import NodeView
 from remediator.policy import Policy
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuhealth_contract.names import EXPORTER_CONDITION
 from remediator.decide.devices import ClaimIndex, NodeDevices
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
 from remediator.decide.job_start import JobRecord, JobStart, job_start
@@ -34,7 +35,6 @@ log = logging.getLogger("gpuhealth.remediator")
 # cannot tell such a rename from the network operator's NICs (also nvidia.com/), so every nvidia.com/ resource
 # counts: taking a NIC pod for a GPU pod evicts one pod too many, the safe side.
 GPU_RESOURCES = re.compile(r"^nvidia\.com/")
-EXPORTER_CONDITION = "GpuhealthProbesHealthy"  # written by gpuhealth's exporter (exporter/condition_types.py)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuhealth_contract.pci import is_full_bus_id
 from remediator.decide.nodestate import ALL_GPUS, REMEDIATIONS, AlertRecord, parse_time
 from remediator.policy import Policy
 
 # ASCII digits only: \d and str.isdigit() also take other scripts' digits ("٣"), which nvidia-smi -i does not
 _GPU_INDEX = re.compile(r"^[0-9]{1,3}$", re.ASCII)
-_PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # A MIG device's UUID as NVML and NVIDIA's DRA driver write it: MIG-<uuid> (drivers since R470), or the older
 # MIG-GPU-<uuid>/<gpu instance>/<compute instance>
@@ -79,7 +79,7 @@ def valid_gpu(value: str | None) -> str | None:
     value = value.strip()
     if value.lower() in ("all", "unknown"):
         return ALL_GPUS
-    return value if _GPU_INDEX.match(value) or _PCI_BUS_ID.match(value) else None
+    return value if _GPU_INDEX.match(value) or is_full_bus_id(value) else None
 
 
 def valid_mig_uuid(value: str | None) -> str | None:
