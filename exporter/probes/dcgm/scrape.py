@@ -1,26 +1,15 @@
-"""DCGM probes: `dcgmi health -c -j`, `dcgmi diag -r N -j` and a local dcgm-exporter's /metrics.
-
-Each probe turns one reading into samples of exporter.catalog families, or raises ProbeError.
-
-All three pause for a GPU reset (`pause`/`resume`, exporter/gpu_reset.py): while paused no dcgmi runs and
-dcgm-exporter is not read (the reset stops nv-hostengine and dcgm-exporter too). `dcgmi health` sets its
-watches again after a pause, since a restarted nv-hostengine has forgotten them.
-"""
+"""A local dcgm-exporter's /metrics, read within a byte bound and mapped onto gpuhealth's families (the
+dcgm_exporter probe)."""
 
 from __future__ import annotations
 
 import http.client
-import json
 import logging
 import math
-import re
-import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample as PromSample
@@ -35,321 +24,12 @@ from exporter.probes.base import (
     Pause,
     ProbeError,
     classify,
-    run_command,
 )
+from exporter.probes.dcgm.tool_output import MALFORMED
 from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
 from gpuhealth_contract.pci import normalize_bus_id
 
 log = logging.getLogger(__name__)
-
-_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-
-
-_DETAIL_CHARS = 300  # the detail goes into log lines and node conditions: a tool's output need not fit
-
-
-def _first_line(text: str) -> str:
-    line = next((line.strip() for line in text[:64 * 1024].splitlines() if line.strip()), "")
-    return line if len(line) <= _DETAIL_CHARS else line[:_DETAIL_CHARS] + "..."
-
-
-def _load_json(proc: subprocess.CompletedProcess[str], tool: str) -> dict[str, Any]:
-    """The JSON object a dcgmi command printed, whatever its exit status."""
-    try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        # dcgmi prints some errors on stdout ("Error: unable to establish a connection ...").
-        detail = _first_line(proc.stderr) or _first_line(proc.stdout) or "no output"
-        raise ProbeError(BAD_OUTPUT, f"{tool}: no JSON (exit {proc.returncode}): {detail}") from exc
-    if not isinstance(doc, dict):
-        raise ProbeError(BAD_OUTPUT, f"{tool}: JSON is a {type(doc).__name__}, not an object")
-    return doc
-
-
-# --- dcgmi health -c -j ---------------------------------------------------------------------------
-
-HEALTH_CODES = {"healthy": 0, "pass": 0, "warning": 10, "warn": 10, "failure": 20, "fail": 20}
-HEALTH_FAILURE = 20
-_OVERALL = "overall health"
-
-
-@dataclass(frozen=True)
-class _HealthEntry:
-    gpu: str
-    system: str
-    code: int
-    errors: tuple[str, ...]
-    leaf: bool  # no status-bearing node below it: the most specific report of a fault
-
-
-def _health_code(node: dict[str, Any]) -> int | None:
-    value = node.get("value")
-    return HEALTH_CODES.get(value.strip().lower()) if isinstance(value, str) else None
-
-
-def _child_nodes(node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for key, value in node.items():
-        if key == "children" and isinstance(value, dict):
-            yield from ((k, v) for k, v in value.items() if isinstance(v, dict))
-        elif isinstance(value, dict):
-            yield key, value
-
-
-def _system_name(key: str) -> str:
-    """The label of a health system: dcgmi names most "<name> system" (Health.cpp): "Memory system" -> memory."""
-    name = re.sub(r"[^a-z0-9]+", "_", key.strip().lower()).strip("_")
-    return name.removesuffix("_system") or name
-
-
-def _health_messages(node: dict[str, Any]) -> tuple[str, ...]:
-    """dcgmi writes a system's message in "overflow", cut into pieces of at most 54 characters at spaces."""
-    pieces = node.get("overflow")
-    if not isinstance(pieces, list):
-        return ()
-    text = " ".join(str(piece).strip() for piece in pieces if str(piece).strip())
-    return (text,) if text else ()
-
-
-def _health_labels(key: str, entity: tuple[str, str] | None, is_entity: bool) -> tuple[str, str]:
-    """(gpu, system) for a status node: system is the DCGM health system (memory, pcie, ...)."""
-    if entity is None:
-        return ("", "") if key.strip().lower() == _OVERALL else ("", _system_name(key))
-    group, ident = entity
-    system = "" if is_entity else _system_name(key)
-    if group.strip().upper() == "GPU":
-        return ident, system
-    prefix = f"{_system_name(group)}_{ident}"
-    return "", f"{prefix}:{system}" if system else prefix
-
-
-def _walk_health(key: str, node: dict[str, Any], entity: tuple[str, str] | None,
-                 out: list[_HealthEntry], is_entity: bool = False) -> None:
-    start = len(out)
-    for child_key, child in _child_nodes(node):
-        _walk_health(child_key, child, entity, out)
-    code = _health_code(node)
-    if code is not None:
-        gpu, system = _health_labels(key, entity, is_entity)
-        out.append(_HealthEntry(gpu, system, code, _health_messages(node), leaf=len(out) == start))
-
-
-def _health_problem(entry: _HealthEntry) -> str:
-    where = " ".join(part for part in (f"GPU {entry.gpu}" if entry.gpu else "", entry.system) if part)
-    text = f"dcgmi health: {where or 'node'} failure"
-    return f"{text}: {'; '.join(entry.errors)}" if entry.errors else text
-
-
-def _health_entries(body: dict[str, Any]) -> list[_HealthEntry]:
-    """Every status in the report.
-
-    dcgmi (Health.cpp, DCGM 2.4 on) writes body -> "Overall Health", and per entity group ("GPU", "Switch",
-    "CPU", "ConnectX", ...) -> children -> the entity's bare id ("1") -> children -> "Errors" -> children ->
-    the system ("Memory system") with its status in "value" and its message in "overflow".
-    """
-    entries: list[_HealthEntry] = []
-    for key, node in _child_nodes(body):
-        if key.strip().lower() == _OVERALL:
-            _walk_health(key, node, None, entries)
-            continue
-        for ident, entity_node in _child_nodes(node):
-            _walk_health(ident, entity_node, (key, ident.strip()), entries, is_entity=True)
-    return entries
-
-
-def parse_health(doc: dict[str, Any]) -> ProbeResult:
-    body = doc.get("body")
-    overall = body.get("Overall Health") if isinstance(body, dict) else None
-    if not isinstance(body, dict) or not isinstance(overall, dict) or _health_code(overall) is None:
-        raise ProbeError(BAD_OUTPUT, "dcgmi health: no 'Overall Health' status in the report")
-    entries = _health_entries(body)
-    worst: dict[tuple[str, str], int] = {}
-    for entry in entries:
-        labels = (entry.gpu, entry.system)
-        worst[labels] = max(worst.get(labels, 0), entry.code)
-    result = ProbeResult()
-    for (gpu, system), code in worst.items():
-        result.add("gpuhealth_dcgm_health_status", code, gpu=gpu, system=system)
-    failing = [e for e in entries if e.code >= HEALTH_FAILURE and e.leaf and (e.gpu or e.system)]
-    problems = [_health_problem(e) for e in failing]
-    if not problems and worst[("", "")] >= HEALTH_FAILURE:
-        problems.append("dcgmi health: overall health is failure (no details in the report)")
-    result.problems = Problems(gpu=tuple(problems))
-    return result
-
-
-class DcgmHealthProbe:
-    """`dcgmi health -c -j`: DCGM's background health watches.
-
-    A check reports nothing until watches are set, and nv-hostengine forgets them when it restarts,
-    so the probe sets all watches (`dcgmi health -s a`) before its first check and after any failure.
-    """
-
-    name = "dcgm"
-
-    def __init__(self, command: list[str]) -> None:
-        self._command = list(command)
-        self._watching = False
-        self._pause = Pause(self.name, self._forget_watches)
-
-    def pause(self, wait: float) -> bool:
-        return self._pause.pause(wait)
-
-    def resume(self) -> None:
-        self._pause.resume()
-
-    def _forget_watches(self) -> None:
-        self._watching = False
-
-    def _watch(self, deadline: float) -> None:
-        proc = run_command([*self._command, "health", "-s", "a"], deadline)
-        if proc.returncode != 0:
-            detail = _first_line(proc.stderr) or _first_line(proc.stdout) or "no output"
-            raise ProbeError(ERROR, f"dcgmi health -s a: cannot set health watches (exit {proc.returncode}): {detail}")
-        self._watching = True
-
-    def collect(self, deadline: float) -> ProbeResult:
-        with self._pause.running():
-            return self._check(deadline)
-
-    def _check(self, deadline: float) -> ProbeResult:
-        until = time.monotonic() + deadline
-        try:
-            if not self._watching:
-                self._watch(deadline)
-            proc = run_command([*self._command, "health", "-c", "-j"], max(0.1, until - time.monotonic()))
-            doc = _load_json(proc, "dcgmi health")
-            try:
-                return parse_health(doc)
-            except _MALFORMED as exc:
-                raise ProbeError(BAD_OUTPUT, f"dcgmi health: unexpected report: {exc!r}") from exc
-        except ProbeError:
-            self._watching = False
-            raise
-
-
-# --- dcgmi diag -r N -j ---------------------------------------------------------------------------
-
-_DIAG_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",
-                "not run": "skip"}
-
-
-@dataclass(frozen=True)
-class _DiagResult:
-    category: str
-    test: str
-    gpu: str
-    result: str
-    detail: str
-
-
-def _diag_status(raw: object, test: str) -> str:
-    status = _DIAG_STATUS.get(str(raw).strip().lower())
-    if status is None:  # fail closed: a status we do not know must not read as a pass
-        raise ProbeError(BAD_OUTPUT, f"dcgmi diag: unknown status {raw!r} for test {test!r}")
-    return status
-
-
-def _warning_text(warnings: object) -> str:
-    """3.x and 4.x give a list of {"warning": ...} (3.3's deployment tests: {"warnings": ...}); older a string."""
-    if isinstance(warnings, str):
-        return warnings.strip()
-    if not isinstance(warnings, list):
-        return ""
-    texts = [str(w.get("warning", w.get("warnings", ""))) if isinstance(w, dict) else str(w) for w in warnings]
-    return "; ".join(t.strip() for t in texts if t.strip())
-
-
-def _result_gpus(result: dict[str, Any]) -> list[str]:
-    if "entity_group" in result:  # 4.x: one entity per result
-        return [str(result["entity_id"])] if str(result["entity_group"]).upper() == "GPU" else [""]
-    if "gpu_id" in result:  # 3.3 on (Diag.cpp): one GPU per result, a string ("1"), a number in deployment tests
-        return [str(result["gpu_id"]).strip()]
-    ids = str(result.get("gpu_ids", "")).strip()  # earlier 3.x: GPUs with the same outcome share a result
-    return [g.strip() for g in ids.split(",") if g.strip()] or [""]
-
-
-def _test_results(category: str, test: dict[str, Any]) -> Iterator[_DiagResult]:
-    name = str(test["name"])
-    results = test.get("results") or []
-    if not results and isinstance(test.get("test_summary"), dict):
-        results = [test["test_summary"]]
-    for result in results:
-        if result is None:
-            continue  # 3.3 writes results[i] for the i-th GPU that ran the test: one that did not leaves a null
-        status = _diag_status(result["status"], name)
-        detail = _warning_text(result.get("warnings"))
-        for gpu in _result_gpus(result):
-            yield _DiagResult(category, name, gpu, status, detail)
-
-
-def _diag_root(doc: dict[str, Any]) -> dict[str, Any]:
-    root = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))  # 4.x, 3.x
-    if not isinstance(root, dict):
-        raise ProbeError(BAD_OUTPUT, "dcgmi diag: no 'DCGM Diagnostic' or 'DCGM GPU Diagnostic' object")
-    if root.get("runtime_error"):
-        raise ProbeError(ERROR, f"dcgmi diag: runtime error: {root['runtime_error']}")
-    if not isinstance(root.get("test_categories"), list):
-        raise ProbeError(BAD_OUTPUT, "dcgmi diag: no test_categories in output")
-    return root
-
-
-def _diag_problem(r: _DiagResult) -> str:
-    text = f"dcgmi diag: {r.test} failed" + (f" on GPU {r.gpu}" if r.gpu else "")
-    return f"{text}: {r.detail}" if r.detail else text
-
-
-def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
-    results: dict[tuple[str, str, str, str], _DiagResult] = {}
-    for category in _diag_root(doc)["test_categories"]:
-        for test in category["tests"]:
-            for r in _test_results(str(category["category"]), test):
-                results.setdefault((r.category, r.test, r.gpu, r.result), r)
-    out = ProbeResult()
-    for r in results.values():
-        out.add("gpuhealth_dcgm_diag_result", 1, category=r.category, test=r.test, gpu=r.gpu, result=r.result)
-    failed = [r for r in results.values() if r.result == "fail"]
-    out.add("gpuhealth_dcgm_diag_failed_tests", len(failed))
-    out.add("gpuhealth_dcgm_diag_last_run_timestamp_seconds", now)
-    out.problems = Problems(gpu=tuple(_diag_problem(r) for r in failed))
-    if failed:
-        # Re-check soon: after a GPU reset the hourly result would otherwise say "failed" for an hour.
-        out.run_again_after = DIAG_RECHECK_AFTER_FAILURE_SECONDS
-    return out
-
-
-DIAG_RECHECK_AFTER_FAILURE_SECONDS = 300.0
-
-
-class DcgmDiagProbe:
-    """`dcgmi diag -r <level> -j`, DCGM 3.x or 4.x. Skipped tests are normal, not problems."""
-
-    name = "diag"
-
-    def __init__(self, command: list[str], level: int = 1) -> None:
-        self._command = list(command)
-        self._level = level
-        self._pause = Pause(self.name)
-
-    def pause(self, wait: float) -> bool:
-        return self._pause.pause(wait)
-
-    def resume(self) -> None:
-        self._pause.resume()
-
-    def collect(self, deadline: float) -> ProbeResult:
-        with self._pause.running():
-            return self._diagnose(deadline)
-
-    def _diagnose(self, deadline: float) -> ProbeResult:
-        proc = run_command([*self._command, "diag", "-r", str(self._level), "-j"], deadline)
-        doc = _load_json(proc, "dcgmi diag")  # it exits non-zero when a test fails: still parse
-        try:
-            return parse_diag(doc, time.time())
-        except _MALFORMED as exc:
-            raise ProbeError(BAD_OUTPUT, f"dcgmi diag: unexpected document: {exc!r}") from exc
-
-
-# --- dcgm-exporter /metrics -----------------------------------------------------------------------
 
 # DCGM field (sample name) -> (gpuhealth family, extra labels, scale)
 _ECC = "gpuhealth_gpu_ecc_errors"
@@ -442,7 +122,7 @@ def _dcgm_series(text: str, source: str) -> list[PromSample]:
         raise ProbeError(BAD_OUTPUT, f"{source}: empty body")
     try:
         samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
-    except _MALFORMED as exc:
+    except MALFORMED as exc:
         raise ProbeError(BAD_OUTPUT, f"{source}: not Prometheus text: {exc}") from exc
     dcgm = [_field_sample(s) for s in samples if s.name.startswith("DCGM_")]
     if not dcgm:
