@@ -14,15 +14,13 @@ from datetime import UTC, datetime, timedelta
 
 from remediator.decide.budget import Ledger
 from remediator.decide.decision import NodePlan
-from remediator.decide.nodestate import parse_time
 from remediator.decide.plan import evaluate
-from remediator.decide.vocabulary import RungStatus
+from remediator.decide.wake import next_decision
 from remediator.policy import Policy
 from simulator.fleet import SimNode
 
 # Simulated time 0. Fixed, so that no result depends on the date a simulation runs.
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
-HOUR = timedelta(hours=1)
 
 
 def to_datetime(t: float) -> datetime:
@@ -50,30 +48,6 @@ class Remediator:
         return ledger, plans
 
     def next_wake(self, nodes: Iterable[SimNode], now: float, rate_capped: bool) -> float | None:
-        """The earliest time a decision could change with nothing else happening: a rung's timeout, an
-        escalation, the healthy delay, an episode going quiet, the breaker's cool-down, or (when the rate cap
-        deferred something) the oldest action of the last hour ageing out."""
-        p = self.policy
-        when: list[datetime] = []
-        for n in nodes:
-            st = n.state
-            if st.rung and st.rung_status == RungStatus.RUNNING and st.rung_started:
-                timeout = p.rung(st.rung).timeout
-                if timeout is not None:
-                    when.append(parse_time(st.rung_started) + timeout)
-            if st.rung and st.rung_status == RungStatus.DONE and st.rung_done:
-                esc = p.rung(st.rung).escalate_after
-                if esc is not None:
-                    when.append(parse_time(st.rung_done) + esc)
-            if st.active and st.healthy_since:
-                when.append(parse_time(st.healthy_since) + p.return_to_service.healthy_delay)
-            for a in st.alerts.values():
-                if a.status == "firing":
-                    when.append(parse_time(a.last_seen) + p.episode.quiet_timeout)
-            if rate_capped:
-                when.extend(parse_time(t) + HOUR for t in st.actions)
-        for tripped in self.breaker_trips.values():
-            when.append(parse_time(tripped) + p.breaker.cooldown)
-        later = [to_seconds(w) for w in when]
-        later = [t for t in later if t > now + 1e-6]
-        return min(later) if later else None
+        """The ladder's own next decision time (remediator.decide.wake), in simulated seconds."""
+        when = next_decision((n.state for n in nodes), self.policy, self.breaker_trips, to_datetime(now), rate_capped)
+        return to_seconds(when) if when is not None else None
