@@ -15,6 +15,8 @@ from exporter.kube_http import SA_DIR
 from exporter.kubelet.client import DEFAULT_SOCKET
 from exporter.probes.efa import DEFAULT, counter_selection, counter_word_error
 from exporter.probes.settings import DEFAULTS, ProbeSettings
+from gpuhealth_contract import yaml_source
+from gpuhealth_contract.yaml_source import YamlSourceError
 
 
 class ConfigError(ValueError):
@@ -152,57 +154,22 @@ def _probe(path: str, name: str, node: yaml.Node, base: ProbeSettings) -> ProbeS
     return replace(base, **values)
 
 
-def _key_path(parent: str, key: str) -> str:
-    return f"{parent}.{key}" if parent else key
-
-
-def _refuse_duplicate_keys(path: str, node: yaml.Node, where: str = "", seen: set[int] | None = None) -> None:
-    """PyYAML lets a later duplicate key win silently: `deadline: 5` then `deadline: 500` would run at 500."""
-    seen = set() if seen is None else seen
-    if id(node) in seen:  # an alias: checked where its anchor is (and `&a [*a]` would never end)
-        return
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        first: dict[str, yaml.Node] = {}
-        for knode, vnode in node.value:
-            if not isinstance(knode, yaml.ScalarNode):
-                raise ConfigError(f"{path}:{_line(knode)}: {where or 'top level'}: a key must be a single value")
-            key = _key_path(where, knode.value)
-            if knode.value in first:
-                raise ConfigError(f"{path}:{_line(knode)}: {key}: set twice, on lines {_line(first[knode.value])} "
-                                  f"and {_line(knode)}: keep one")
-            first[knode.value] = knode
-            _refuse_duplicate_keys(path, vnode, key, seen)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _refuse_duplicate_keys(path, item, f"{where}[{i}]", seen)
-
-
 def _read_text(path: str) -> str:
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
-                          "save the file as UTF-8") from None
+        return yaml_source.read_text(Path(path))
+    except YamlSourceError as exc:
+        raise ConfigError(exc.at(path)) from None
 
 
 def load_file(path: str, base: Settings | None = None) -> Settings:
     base = base or Settings()
     text = _read_text(path)
     try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+        root = yaml_source.parse(text).root  # duplicate keys refused, at any depth
+    except YamlSourceError as exc:
+        raise ConfigError(exc.at(path)) from exc
     if root is None:
         return base
-    _refuse_duplicate_keys(path, root)
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"{path}:{_line(root)}: expected a mapping of settings")
     values: dict[str, Any] = {}

@@ -18,8 +18,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpuhealth_contract import yaml_source
+from gpuhealth_contract.yaml_source import YamlSourceError
 from remediator.decide.nodestate import RUNGS
 
 
@@ -521,37 +521,12 @@ class YamlReader:
 
     def __init__(self, source: str, text: str) -> None:
         self.source = source
-        self.lines: dict[str, int] = {}
         try:
-            root = yaml.compose(text)
-            self.data: Any = yaml.safe_load(text) if root is not None else {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise PolicyError(source, "<file>", mark.line + 1 if mark else None, f"not valid YAML: {exc}") from exc
-        if root is not None:
-            self._index(root, "")
-        if self.data is None:
-            self.data = {}
-
-    def _index(self, node: yaml.Node, prefix: str) -> None:
-        """Each key's line; and no key twice in one mapping, at any depth (YAML keeps the later value
-        silently: `max_disrupted: 1` and then `max_disrupted: 50` would be read as 50)."""
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[tuple[str, str], int] = {}
-            for key, value in node.value:
-                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "<complex key>"
-                path = f"{prefix}.{name}" if prefix else name
-                line = key.start_mark.line + 1
-                first = seen.get((key.tag, name))
-                if first is not None:
-                    raise PolicyError(self.source, path, line, f"set twice, on lines {first} and {line}: YAML "
-                                      "would keep the later value silently; remove one")
-                seen[(key.tag, name)] = line
-                self.lines[path] = line
-                self._index(value, path)
-        elif isinstance(node, yaml.SequenceNode):  # e.g. exclude: [{label: value}, ...]
-            for i, item in enumerate(node.value):
-                self._index(item, f"{prefix}[{i}]")
+            read = yaml_source.parse(text)
+        except YamlSourceError as exc:
+            raise PolicyError(source, exc.key, exc.line, exc.reason) from exc
+        self.data: Any = read.data
+        self.lines: dict[str, int] = read.lines
 
     def fail(self, key: str, reason: str) -> PolicyError:
         return PolicyError(self.source, key, self.lines.get(key), reason)
@@ -1059,15 +1034,9 @@ def read_utf8(path: Path, error: Callable[[str, str, int | None, str], Exception
     """A configuration file's text, or `error(file, "<file>", line, why)` when it cannot be read or is not UTF-8
     (the line of the first bad byte), for every file a person edits: the policy, a simulator scenario."""
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise error(str(path), "<file>", None, f"cannot read: {exc.strerror}") from exc
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise error(str(path), "<file>", line, f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
-                    f"({exc.reason}); save the file as UTF-8") from exc
+        return yaml_source.read_text(path)
+    except YamlSourceError as exc:
+        raise error(str(path), exc.key, exc.line, exc.reason) from exc
 
 
 def load_policy(path: str | Path | None) -> Policy:

@@ -136,7 +136,7 @@ def test_a_file_that_is_not_utf8_names_the_file_the_line_and_the_byte(tmp_path: 
     path.write_bytes(b"node: a\n# caf\xe9 (latin-1)\nlog_level: info\n")
     with pytest.raises(ConfigError) as err:
         load_file(str(path))
-    assert str(err.value).startswith(f"{path}:2: not UTF-8 text (byte 0xe9"), str(err.value)
+    assert str(err.value).startswith(f"{path}:2: not UTF-8: byte 0xe9"), str(err.value)
 
 
 def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:

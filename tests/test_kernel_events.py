@@ -110,6 +110,9 @@ def test_a_new_pattern_is_one_entry_in_the_data_file(tmp_path: Path) -> None:
     ("patterns:\n  - {name: x, kind: xid, regex: 'a'}\n", "needs a (?P<xid>...) group"),
     ("patterns:\n  - {name: x, kind: event, event: e, regex: a, colour: red}\n", "unknown key(s) ['colour']"),
     ("patterns: [\n", "not valid YAML"),
+    # a second `regex:` in one pattern would replace the first without a word
+    ("patterns:\n  - name: x\n    kind: ignore\n    regex: a\n    regex: b\n",
+     ":5: patterns[0].regex: set twice, on lines 4 and 5"),
     ("rules: []\n", "needs a top-level `patterns:` list"),
     ("patterns:\n  - {name: x, kind: gpu_map, regex: 'GPU at (?P<pci>\\S+)'}\n", "needs the group(s) uuid"),
     ("patterns:\n  - {name: x, kind: sxid, regex: 'SXid (?P<sxid>\\d+)'}\n", "needs the group(s) fatal, pci"),

@@ -12,10 +12,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from exporter.condition_types import FAULTS
 from exporter.kernel.prefilter import gate, required_literals
+from gpuhealth_contract import yaml_source
+from gpuhealth_contract.yaml_source import YamlSourceError
 
 KINDS = {"xid", "gpu_map", "sxid", "event", "unparsed_xid", "ignore"}
 REQUIRED_GROUPS = {"gpu_map": {"pci", "uuid"}, "sxid": {"pci", "sxid", "fatal"}}
@@ -129,12 +129,10 @@ def _names(where: str, key: str, value: Any) -> tuple[str, ...]:
 
 def load_patterns(path: Path | None = None) -> list[Pattern]:
     path = path or default_pattern_file()
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise PatternError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise PatternError(f"{path}: not valid YAML: {exc}") from exc
+    try:  # duplicate keys refused: a pattern's second `regex:` would replace its first silently
+        doc = yaml_source.parse(yaml_source.read_text(path)).data
+    except YamlSourceError as exc:
+        raise PatternError(exc.at(str(path))) from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):
         raise PatternError(f"{path}: needs a top-level `patterns:` list")
     patterns = [_pattern(path, i, entry) for i, entry in enumerate(doc["patterns"])]
