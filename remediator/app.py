@@ -164,8 +164,20 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     # not a cut-off body that fails to parse (400).
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes + 1
     app.extensions["remediator"] = rem
-    token = config.token
-    fixed = f"Bearer {token}".encode() if isinstance(token, str) and token else None
+    reject = _rejecter(rem)
+    _json_errors(app, config, reject)
+    _webhook_route(app, config, rem, reject)
+    _probe_routes(app, rem)
+    if start_loop:
+        _start_loop(app, config, rem)
+    return app
+
+
+Reject = Callable[[int, str, WebhookErrorReason], tuple[Response, int]]
+
+
+def _rejecter(rem: Remediator) -> Reject:
+    """A refused webhook: a JSON error, counted, and an audit line."""
 
     def reject(code: int, reason: str, label: WebhookErrorReason) -> tuple[Response, int]:
         rem.metrics.webhook_error(label)
@@ -173,12 +185,18 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         audit("webhook_rejected", status=code, reason=reason, remote=request.remote_addr)
         return jsonify({"error": reason}), code
 
+    return reject
+
+
+def _json_errors(app: Flask, config: ServeConfig, reject: Reject) -> None:
+    """Every error answer is JSON, never Flask's HTML page."""
+
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(_: Any) -> tuple[Response, int]:
         return reject(413, f"body larger than {config.max_body_bytes} bytes", WebhookErrorReason.TOO_LARGE)
 
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response, int]:  # 404, 405...: JSON too, not Flask's HTML page
+    def http_error(exc: HTTPException) -> tuple[Response, int]:  # 404, 405...
         code = exc.code or 500
         return jsonify({"error": f"{code} {exc.name}: {exc.description}"}), code
 
@@ -186,6 +204,12 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     def internal_error(exc: Exception) -> tuple[Response, int]:  # a bug: logged with its traceback once
         log.error("unhandled error serving %s %s", request.method, request.path, exc_info=exc)
         return jsonify({"error": f"internal error ({type(exc).__name__}); see the remediator's log"}), 500
+
+
+def _webhook_route(app: Flask, config: ServeConfig, rem: Remediator, reject: Reject) -> None:
+    """POST /alerts: authenticated, size-limited, validated, then handed to the intake and answered 202."""
+    token = config.token
+    fixed = f"Bearer {token}".encode() if isinstance(token, str) and token else None
 
     @app.post("/alerts")
     def alerts() -> tuple[Response, int]:
@@ -220,6 +244,8 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
         nodes = "queued" if rem.queues_webhooks else "recorded"
         return jsonify({"accepted": len(batch.alerts), nodes: result.queued, "ignored": ignored}), 202
 
+
+def _probe_routes(app: Flask, rem: Remediator) -> None:
     @app.get("/healthz")
     def healthz() -> tuple[Response, int]:
         return jsonify({"ok": True}), 200
@@ -233,17 +259,18 @@ def create_app(config: ServeConfig | None = None, remediator: Remediator | None 
     def metrics() -> Response:
         return Response(generate_latest(rem.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
-    if start_loop:
-        stop = threading.Event()
-        app.extensions["remediator_stop"] = stop
-        # A pass over 10,000 nodes holds the GIL for ~0.4 s; at the default 5 ms switch interval a webhook
-        # thread waits up to 5 ms each time it wants it back. 1 ms keeps the answer fast (bench/remediator_storm.py).
-        sys.setswitchinterval(0.001)
-        rem.start(stop)  # the watches of Nodes and Pods, the intake's workers: answered first, then recorded
-        thread = threading.Thread(target=rem.run_forever, args=(stop, config.interval), name="remediator",
-                                  daemon=True)
-        thread.start()
-        app.extensions["remediator_loop"] = thread
-        if rem.policy.workloads.enabled:  # classify failed workload pods (docs/jobs.md)
-            app.extensions["workload_watcher"] = rem.start_workload_watcher(stop, config.interval)
-    return app
+
+def _start_loop(app: Flask, config: ServeConfig, rem: Remediator) -> None:
+    """The reconcile loop (and the workload watcher, when on) in background threads; serve stops them."""
+    stop = threading.Event()
+    app.extensions["remediator_stop"] = stop
+    # A pass over 10,000 nodes holds the GIL for ~0.4 s; at the default 5 ms switch interval a webhook
+    # thread waits up to 5 ms each time it wants it back. 1 ms keeps the answer fast (bench/remediator_storm.py).
+    sys.setswitchinterval(0.001)
+    rem.start(stop)  # the watches of Nodes and Pods, the intake's workers: answered first, then recorded
+    thread = threading.Thread(target=rem.run_forever, args=(stop, config.interval), name="remediator",
+                              daemon=True)
+    thread.start()
+    app.extensions["remediator_loop"] = thread
+    if rem.policy.workloads.enabled:  # classify failed workload pods (docs/jobs.md)
+        app.extensions["workload_watcher"] = rem.start_workload_watcher(stop, config.interval)
