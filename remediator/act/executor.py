@@ -80,41 +80,62 @@ class Executor:
         metrics.init_karpenter_repair(policy.karpenter_repair.conditions, policy.karpenter_repair.mode)
 
     def execute(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime) -> None:
+        """Re-check before anything disruptive, write the plan's state once (the intent), report its notes, then
+        run the side effects; a step that fails stops the plan there (its rung's timeout decides)."""
         executes = plan.executes()
         for d in plan.decisions:
             if d.decision != Verdict.EXECUTE:
                 self.metrics.action(d.action, d.decision)
                 audit("decision", **self._fields(d))
         if self.kube.dry_run:
-            for d in executes:
-                self.metrics.action(d.action, ActionResult.DRY_RUN)
-                audit("decision", **self._fields(d, result="dry_run"))
-            for note in plan.notes:
-                audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=True)
+            self._report_dry_run(plan, executes)
             return
         if not executes and not plan.changed:
             return
+        why = self._recheck(plan, view, executes)
+        if why is not None:
+            return self._drop(plan, why)
+        written = self._write_intent(plan, node, now, executes)
+        if written is None:
+            return self._drop(plan, "the node changed since this pass read it (409 Conflict): re-deciding next pass")
+        node, karpenter_note = written
+        self._report_notes(plan, now)
+        if self._side_effects(plan, view, node, now, executes, karpenter_note):
+            self._clear_pending(plan, node, {d.action for d in executes})
 
-        # 1. re-check before anything disruptive: the Node as listed, and (for Jobs and replacement)
-        #    nothing left to evict on it
-        if any(d.action in DISRUPTIVE or d.effect == TaintEffect.NO_EXECUTE for d in executes):
-            self.guard.check()
-            fresh = self.kube.get_node(plan.node)
-            if fresh["metadata"].get("resourceVersion") != plan.resource_version:
-                return self._drop(plan, "the node changed since this pass read it (a hold, a person, another "
-                                  "replica): re-deciding next pass")
-            if any(d.action in NEEDS_DRAINED for d in executes):
-                left = evictable_pods(self.kube.pods_on(plan.node))
-                if plan.final_state.scope == Scope.GPU:  # only the quarantined GPU's pods must be gone
-                    holders = set(view.holders(plan.final_state.devices))
-                    left = [p for p in left if f"{p.namespace}/{p.name}" in holders]
-                elif plan.drain_only is not None:  # only the pods on the faulty GPU (the node agent's mapping)
-                    left = [p for p in left if plan.drain_only.includes(p)]
-                if left:
-                    return self._drop(plan, f"{len(left)} evictable pod(s) on the node right before the "
-                                      "disruptive step: draining again next pass")
+    def _report_dry_run(self, plan: NodePlan, executes: list[Decision]) -> None:
+        for d in executes:
+            self.metrics.action(d.action, ActionResult.DRY_RUN)
+            audit("decision", **self._fields(d, result="dry_run"))
+        for note in plan.notes:
+            audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=True)
 
-        # 2. the final state, written once, with the resourceVersion the plan was computed from
+    def _recheck(self, plan: NodePlan, view: NodeView, executes: list[Decision]) -> str | None:
+        """Before anything disruptive: the Node still as listed, and (for Jobs and replacement) nothing left to
+        evict on it. Why the plan must wait, or None."""
+        if not any(d.action in DISRUPTIVE or d.effect == TaintEffect.NO_EXECUTE for d in executes):
+            return None
+        self.guard.check()
+        fresh = self.kube.get_node(plan.node)
+        if fresh["metadata"].get("resourceVersion") != plan.resource_version:
+            return ("the node changed since this pass read it (a hold, a person, another replica): re-deciding "
+                    "next pass")
+        if any(d.action in NEEDS_DRAINED for d in executes):
+            left = evictable_pods(self.kube.pods_on(plan.node))
+            if plan.final_state.scope == Scope.GPU:  # only the quarantined GPU's pods must be gone
+                holders = set(view.holders(plan.final_state.devices))
+                left = [p for p in left if f"{p.namespace}/{p.name}" in holders]
+            elif plan.drain_only is not None:  # only the pods on the faulty GPU (the node agent's mapping)
+                left = [p for p in left if plan.drain_only.includes(p)]
+            if left:
+                return (f"{len(left)} evictable pod(s) on the node right before the disruptive step: draining "
+                        "again next pass")
+        return None
+
+    def _write_intent(self, plan: NodePlan, node: dict[str, Any], now: datetime,
+                      executes: list[Decision]) -> tuple[dict[str, Any], str] | None:
+        """The final state, written once, with the resourceVersion the plan was computed from: the Node as written
+        and the do-not-disrupt note for the step's Event; None on a conflict (someone wrote the Node meanwhile)."""
         plan.final_state = claim_do_not_disrupt(node, plan.base_state, plan.final_state)
         plan.final_state = with_pending(plan.final_state, executes)
         actions = {d.action for d in executes}
@@ -126,17 +147,21 @@ class Executor:
             body = state_body(plan.final_state) if plan.changed else {}
         body, karpenter_note = with_do_not_disrupt(body, plan.base_state, plan.final_state)
         body, clients_note = with_gpu_clients(body, node, plan.base_state, plan.final_state)
-        if body:
-            self.guard.check()
-            try:
-                node = self.kube.patch_node(plan.node, body, plan.resource_version)
-            except Conflict:
-                return self._drop(plan, "the node changed since this pass read it (409 Conflict): "
-                                  "re-deciding next pass")
-            if karpenter_note:
-                audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
-            if clients_note:
-                audit("gpu_clients", node=plan.node, detail=clients_note, dry_run=False)
+        if not body:
+            return node, karpenter_note
+        self.guard.check()
+        try:
+            node = self.kube.patch_node(plan.node, body, plan.resource_version)
+        except Conflict:
+            return None
+        if karpenter_note:
+            audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
+        if clients_note:
+            audit("gpu_clients", node=plan.node, detail=clients_note, dry_run=False)
+        return node, karpenter_note
+
+    def _report_notes(self, plan: NodePlan, now: datetime) -> None:
+        """What the pass saw (a Job done, a timeout, a conflict with Karpenter's repair): metrics, audit, Events."""
         for condition in plan.final_state.repair_reported:  # reported (a Note below) in this write: counted once
             if condition not in plan.base_state.repair_reported:
                 self.metrics.karpenter_repair_conflict(condition, self.policy.karpenter_repair.mode)
@@ -150,7 +175,9 @@ class Executor:
                 self.metrics.action(Action.RESET_GPU, ActionResult.NOT_NEEDED)
             self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
-        # 3. the side effects, now that the intent is on the Node
+    def _side_effects(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime,
+                      executes: list[Decision], karpenter_note: str) -> bool:
+        """Each step's act, now that the intent is on the Node; False when one failed (the rest wait)."""
         for d in executes:
             fields = self._fields(d)
             try:
@@ -162,19 +189,19 @@ class Executor:
                 self.metrics.action(d.action, ActionResult.NOT_STARTED)
                 audit("action", **fields, result="not_started", error=str(exc))
                 self._event(d.node, EventReason.NODE_ACTION_JOB_NOT_STARTED, str(exc), now, warning=True)
-                return
+                return False
             except Exception as exc:  # any failure of the step: counted, audited, an Event; the rung's timeout
                 self.metrics.action(d.action, ActionResult.FAILED)
                 audit("action", **fields, result="failed", error=str(exc))
                 self._event(d.node, action_failed_reason(d.action), f"{d.reason}: {exc}", now, warning=True)
-                return
+                return False
             if karpenter_note and d.action in KARPENTER_NOTE_ACTIONS:
                 message, karpenter_note = f"{message}; {karpenter_note}" if message else karpenter_note, ""
             self.metrics.action(d.action, ActionResult.EXECUTED)
             audit("action", **fields, result="executed", detail=message)
             if d.new or message:
                 self._event(d.node, action_reason(d.action), f"{d.reason}{': ' + message if message else ''}", now)
-        self._clear_pending(plan, node, {d.action for d in executes})
+        return True
 
     def _clear_pending(self, plan: NodePlan, node: dict[str, Any], done: set[Action]) -> None:
         """The acts the state's write promised are done: said in a write of their own. A crash before it, or a
