@@ -114,6 +114,33 @@ class Pause:
         return self._paused
 
 
+class PausingProbe:
+    """What every PausableProbe shares: `pause`, `resume` and `collect` go through its Pause. A probe gives its run
+    (`_run`) and, where it holds something across runs (NVML, DCGM's health watches), what to let go (`_let_go`);
+    it calls this __init__ last, once what `_let_go` touches exists."""
+
+    name: str
+
+    def __init__(self) -> None:
+        self._pause = Pause(self.name, self._let_go)
+
+    def _let_go(self) -> None:
+        """Nothing is held between runs by default."""
+
+    def pause(self, wait: float) -> bool:
+        return self._pause.pause(wait)
+
+    def resume(self) -> None:
+        self._pause.resume()
+
+    def collect(self, deadline: float) -> ProbeResult:
+        with self._pause.running():
+            return self._run(deadline)
+
+    def _run(self, deadline: float) -> ProbeResult:
+        raise NotImplementedError
+
+
 def classify(exc: BaseException) -> ProbeError:
     """Map any exception a probe let escape to a ProbeError with a stable reason."""
     if isinstance(exc, ProbeError):

@@ -24,7 +24,7 @@ from exporter.probes.base import (
     NOT_FOUND,
     PERMISSION_DENIED,
     TIMEOUT,
-    Pause,
+    PausingProbe,
     ProbeError,
 )
 from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
@@ -51,7 +51,7 @@ _RETIREMENT_CAUSES = (
 )
 
 
-class NvmlProbe:
+class NvmlProbe(PausingProbe):
     name = "nvml"
 
     def __init__(self, nvml: types.ModuleType | None = None) -> None:
@@ -60,24 +60,14 @@ class NvmlProbe:
         # (uuid, link) of every NVLink seen up since start. Only such a link going down is a node
         # condition problem: a PCIe GPU without a bridge reports its unused links as down from the start.
         self._links_seen_up: set[tuple[str, int]] = set()
-        self._pause = Pause(self.name, self._shutdown)
+        super().__init__()
 
-    def pause(self, wait: float) -> bool:
+    def _let_go(self) -> None:
         """nvmlShutdown (once no run is using NVML), and no NVML call until resume(): a GPU reset needs it."""
-        return self._pause.pause(wait)
-
-    def resume(self) -> None:
-        self._pause.resume()
-
-    def _shutdown(self) -> None:
         if self._nvml is not None:
             self._forget_init(self._nvml)
 
-    def collect(self, deadline: float) -> ProbeResult:
-        with self._pause.running():
-            return self._collect(deadline)
-
-    def _collect(self, deadline: float) -> ProbeResult:
+    def _run(self, deadline: float) -> ProbeResult:
         give_up_at = time.monotonic() + deadline
         nv = self._module()
         self._ensure_init(nv)

@@ -10,7 +10,7 @@ from typing import Any
 from exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
-    Pause,
+    PausingProbe,
     ProbeError,
     run_command,
 )
@@ -108,7 +108,7 @@ def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
 DIAG_RECHECK_AFTER_FAILURE_SECONDS = 300.0
 
 
-class DcgmDiagProbe:
+class DcgmDiagProbe(PausingProbe):
     """`dcgmi diag -r <level> -j`, DCGM 3.x or 4.x. Skipped tests are normal, not problems."""
 
     name = "diag"
@@ -116,19 +116,9 @@ class DcgmDiagProbe:
     def __init__(self, command: list[str], level: int = 1) -> None:
         self._command = list(command)
         self._level = level
-        self._pause = Pause(self.name)
+        super().__init__()
 
-    def pause(self, wait: float) -> bool:
-        return self._pause.pause(wait)
-
-    def resume(self) -> None:
-        self._pause.resume()
-
-    def collect(self, deadline: float) -> ProbeResult:
-        with self._pause.running():
-            return self._diagnose(deadline)
-
-    def _diagnose(self, deadline: float) -> ProbeResult:
+    def _run(self, deadline: float) -> ProbeResult:
         proc = run_command([*self._command, "diag", "-r", str(self._level), "-j"], deadline)
         doc = load_json(proc, "dcgmi diag")  # it exits non-zero when a test fails: still parse
         try:

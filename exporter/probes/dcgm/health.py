@@ -11,7 +11,7 @@ from typing import Any
 from exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
-    Pause,
+    PausingProbe,
     ProbeError,
     run_command,
 )
@@ -127,7 +127,7 @@ def parse_health(doc: dict[str, Any]) -> ProbeResult:
     return result
 
 
-class DcgmHealthProbe:
+class DcgmHealthProbe(PausingProbe):
     """`dcgmi health -c -j`: DCGM's background health watches.
 
     A check reports nothing until watches are set, and nv-hostengine forgets them when it restarts,
@@ -139,15 +139,9 @@ class DcgmHealthProbe:
     def __init__(self, command: list[str]) -> None:
         self._command = list(command)
         self._watching = False
-        self._pause = Pause(self.name, self._forget_watches)
+        super().__init__()
 
-    def pause(self, wait: float) -> bool:
-        return self._pause.pause(wait)
-
-    def resume(self) -> None:
-        self._pause.resume()
-
-    def _forget_watches(self) -> None:
+    def _let_go(self) -> None:  # a restarted nv-hostengine has forgotten the watches
         self._watching = False
 
     def _watch(self, deadline: float) -> None:
@@ -157,11 +151,7 @@ class DcgmHealthProbe:
             raise ProbeError(ERROR, f"dcgmi health -s a: cannot set health watches (exit {proc.returncode}): {detail}")
         self._watching = True
 
-    def collect(self, deadline: float) -> ProbeResult:
-        with self._pause.running():
-            return self._check(deadline)
-
-    def _check(self, deadline: float) -> ProbeResult:
+    def _run(self, deadline: float) -> ProbeResult:
         until = time.monotonic() + deadline
         try:
             if not self._watching:

@@ -21,7 +21,7 @@ from exporter.probes.base import (
     NOT_FOUND,
     OUTPUT_TOO_LARGE,
     TIMEOUT,
-    Pause,
+    PausingProbe,
     ProbeError,
     classify,
 )
@@ -251,7 +251,7 @@ def _map_series(series: list[PromSample]) -> ProbeResult:
     return result
 
 
-class DcgmExporterProbe:
+class DcgmExporterProbe(PausingProbe):
     """A node-local dcgm-exporter's /metrics (http:// or https:// URL) or a file holding one scrape.
 
     With this node's name, samples whose Hostname is another host's are dropped and counted
@@ -265,19 +265,9 @@ class DcgmExporterProbe:
         self._accepted = accepted_hostnames(node, aliases)
         self._foreign = 0  # since start, failed runs included; exported with each successful run
         self._warned = False
-        self._pause = Pause(self.name)
+        super().__init__()
 
-    def pause(self, wait: float) -> bool:
-        return self._pause.pause(wait)
-
-    def resume(self) -> None:
-        self._pause.resume()
-
-    def collect(self, deadline: float) -> ProbeResult:
-        with self._pause.running():
-            return self._scrape(deadline)
-
-    def _scrape(self, deadline: float) -> ProbeResult:
+    def _run(self, deadline: float) -> ProbeResult:
         if not self._accepted and not self._warned:
             self._warned = True
             log.warning("dcgm_exporter: no node name (--node/NODE_NAME): samples cannot be checked against "
