@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from recorded_node import EXPORTER, fixture_node_args, run_exporter
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPORTER = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent)) or "gpuhealth-exporter"
-
-
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXPORTER, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "NODE_NAME": ""})
+run = run_exporter
 
 
 def families(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -39,20 +33,7 @@ def test_once_on_the_kernel_log_samples_prints_an_xid_counter_per_gpu_and_xid(fi
 
 
 def test_once_on_the_fixture_node_reports_every_probe(fixtures: Path, tmp_path: Path) -> None:
-    dcgmi = tmp_path / "dcgmi"
-    dcgmi.write_text(f"""#!/bin/sh
-case "$*" in
-  "health -s a") echo "Health monitor systems set successfully." ;;
-  "health -c -j") cat '{fixtures}/dcgm/virtualclient_DCGMIHealthCheckResults.json' ;;
-  "diag -r 1 -j") cat '{fixtures}/dcgm/virtualclient_DCGMIDiag_r1_results.json' ;;
-  *) exit 64 ;;
-esac
-""")
-    dcgmi.chmod(0o755)
-    proc = run("--once", "--kmsg-file", str(fixtures / "kmsg" / "samples.txt"),
-               "--sysfs-root", str(fixtures / "sysfs" / "p4d"), "--instance-type", "p4d.24xlarge",
-               "--dcgmi", str(dcgmi),
-               "--dcgm-exporter-url", str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"))
+    proc = run("--once", *fixture_node_args(fixtures, tmp_path))
     assert proc.returncode == 0, proc.stderr
     m = families(proc.stdout)
     success = {dict(k)["probe"]: v for k, v in m["gpuhealth_probe_success"].items()}

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from recorded_node import fixture_node_args, run_exporter
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "once_fixture_node.prom"
-EXPORTER = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent)) or "gpuhealth-exporter"
 VARIES = re.compile(r"^(gpuhealth_\w+_(duration|timestamp)_seconds|gpuhealth_node_boot_time_seconds)({| )")
 MASK = "<varies>"
 
@@ -45,21 +43,7 @@ def normalise(text: str) -> str:
 
 
 def scrape_the_fixture_node(fixtures: Path, workdir: Path) -> str:
-    dcgmi = workdir / "dcgmi"
-    dcgmi.write_text(f"""#!/bin/sh
-case "$*" in
-  "health -s a") echo "Health monitor systems set successfully." ;;
-  "health -c -j") cat '{fixtures}/dcgm/virtualclient_DCGMIHealthCheckResults.json' ;;
-  "diag -r 1 -j") cat '{fixtures}/dcgm/virtualclient_DCGMIDiag_r1_results.json' ;;
-  *) exit 64 ;;
-esac
-""")
-    dcgmi.chmod(0o755)
-    proc = subprocess.run(
-        [EXPORTER, "--once", "--disable", "nvml", "--kmsg-file", str(fixtures / "kmsg" / "samples.txt"),
-         "--sysfs-root", str(fixtures / "sysfs" / "p4d"), "--instance-type", "p4d.24xlarge", "--dcgmi", str(dcgmi),
-         "--dcgm-exporter-url", str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom")],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "NODE_NAME": ""})
+    proc = run_exporter("--once", "--disable", "nvml", *fixture_node_args(fixtures, workdir))
     assert proc.returncode == 0, proc.stderr
     return normalise(proc.stdout)
 
