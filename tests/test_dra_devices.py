@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from remediator.decide.devices import claim_index, devices_by_node, normal_pci
+from gpuhealth_contract.pci import short_bus_id
+from remediator.decide.devices import claim_index, devices_by_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dra"
 
@@ -66,8 +67,8 @@ def test_claims_say_which_pods_hold_a_device() -> None:
 
 
 def test_pci_bus_ids_are_compared_whatever_their_width() -> None:
-    assert normal_pci("0000:9B:00") == normal_pci("00000000:9b:00.0") == "0000:9b:00"
-    assert normal_pci("GPU-1234") is None
+    assert short_bus_id("0000:9B:00") == short_bus_id("00000000:9b:00.0") == "0000:9b:00"
+    assert short_bus_id("GPU-1234") is None
 
 
 # --- a node with more than one pool of the driver, and pools being republished --------------------------------------

@@ -21,8 +21,6 @@ from gpuhealth_contract.pci import short_bus_id
 
 DRA_DRIVER = "gpu.nvidia.com"
 PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
-# A PCI bus id as domain:bus:device in lower-case hex, whatever the writer's width and function suffix.
-normal_pci = short_bus_id
 
 
 def _attr(device: dict[str, Any], key: str) -> Any:
@@ -36,7 +34,7 @@ class Device:
     name: str  # the DRA device name (gpu-0, gpu-0-mig-19-6-1)
     uuid: str
     kind: str  # gpu | mig
-    pci_bus_id: str | None = None  # normalised (normal_pci)
+    pci_bus_id: str | None = None  # domain:bus:device, lower-case (short_bus_id)
     parent_uuid: str | None = None  # a MIG device's GPU
     index: int | None = None
 
@@ -52,7 +50,7 @@ class NodeDevices:
     def find(self, gpu: str) -> Device | None:
         """The GPU an alert's `gpu` label names: a PCI bus id, a UUID (a MIG UUID names its GPU), or an index."""
         gpus = [d for d in self.devices if d.kind == "gpu"]
-        pci = normal_pci(gpu)
+        pci = short_bus_id(gpu)
         for d in gpus:
             if (pci is not None and d.pci_bus_id == pci) or d.uuid == gpu:
                 return d
@@ -139,7 +137,7 @@ def _device(d: dict[str, Any]) -> Device | None:
         return None
     index = _attr(d, "index")
     return Device(name=d.get("name", ""), uuid=str(_attr(d, "uuid") or ""), kind=kind,
-                  pci_bus_id=normal_pci(_attr(d, PCI_ATTRIBUTE)), parent_uuid=_attr(d, "parentUUID"),
+                  pci_bus_id=short_bus_id(_attr(d, PCI_ATTRIBUTE)), parent_uuid=_attr(d, "parentUUID"),
                   index=index if isinstance(index, int) else None)
 
 

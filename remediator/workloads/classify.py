@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from remediator.decide.devices import normal_pci
+from gpuhealth_contract.pci import short_bus_id
 from remediator.decide.nodestate import parse_time
 from remediator.decide.views import asks_for
 
@@ -184,7 +184,7 @@ def _ago(delta: timedelta) -> str:
 
 def _gpu_key(name: str) -> str:
     """A GPU's name in one form: a PCI bus id as domain:bus:device whatever its writer's width, else lower-case."""
-    return normal_pci(name) or name.strip().lower()
+    return short_bus_id(name) or name.strip().lower()
 
 
 def _gpu_matches(sig: NodeSignal, pod_gpus: frozenset[str] | None) -> bool:
