@@ -33,7 +33,7 @@ def test_a_state_without_the_optional_words_reads_as_before() -> None:
 
 
 @pytest.mark.parametrize("key,word", [("rung", "defrag"), ("rung_status", "paused"), ("reset_phase", "flashing"),
-                                      ("scope", "rack")])
-def test_an_unknown_word_is_a_damaged_state_not_a_guess(key: str, word: str) -> None:
-    with pytest.raises(ValueError, match=f"state annotation: {key} '{word}' is unknown"):
+                                      ("scope", "rack"), ("scope", None)])
+def test_an_unknown_word_is_a_damaged_state_not_a_guess(key: str, word: str | None) -> None:
+    with pytest.raises(ValueError, match=f"state annotation: {key} {word!r} is unknown"):
         NodeState.from_json(json.dumps({**WRITTEN, key: word}))

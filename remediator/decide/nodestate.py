@@ -235,7 +235,7 @@ class NodeState:
             # the words of the vocabulary, read into its types: an unknown one is a damaged state (fail closed)
             for key, kind in (("rung", Rung), ("rung_status", RungStatus), ("reset_phase", ResetPhase),
                               ("scope", Scope)):
-                if rest.get(key) is not None:
+                if key in rest and (rest[key] is not None or key == "scope"):  # every state has a scope
                     try:
                         rest[key] = kind(rest[key])
                     except ValueError:
