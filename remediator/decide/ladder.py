@@ -603,7 +603,7 @@ class _Planner:
     def _next_step(self, target: int, gpu: str | None, fps: list[str]) -> _Step | _Flow:
         if self.state.rung is None:
             return self._first_step(target, gpu, fps)
-        return _STEPS.get(self.state.rung_status or RungStatus.DONE, _Planner._after_done)(self, target, gpu, fps)
+        return _STEPS[self.state.rung_status or RungStatus.DONE](self, target, gpu, fps)
 
     def _ceiling(self, target: int) -> int:
         """The highest rung the climb may reach: after a failed drain, no higher than the alerts ask."""

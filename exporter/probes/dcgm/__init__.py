@@ -9,26 +9,16 @@ watches again after a pause, since a restarted nv-hostengine has forgotten them.
 
 from __future__ import annotations
 
-from exporter.probes.dcgm.diag import DIAG_RECHECK_AFTER_FAILURE_SECONDS, DcgmDiagProbe, parse_diag
-from exporter.probes.dcgm.health import HEALTH_CODES, HEALTH_FAILURE, DcgmHealthProbe, parse_health
-from exporter.probes.dcgm.scrape import (
-    FOREIGN_SAMPLES,
-    MAX_SCRAPE_BYTES,
-    DcgmExporterProbe,
-    accepted_hostnames,
-    parse_dcgm_exporter,
-)
+from exporter.probes.dcgm.diag import DcgmDiagProbe, parse_diag
+from exporter.probes.dcgm.health import DcgmHealthProbe, parse_health
+from exporter.probes.dcgm.scrape import FOREIGN_SAMPLES, MAX_SCRAPE_BYTES, DcgmExporterProbe, parse_dcgm_exporter
 
 __all__ = [
-    "DIAG_RECHECK_AFTER_FAILURE_SECONDS",
     "FOREIGN_SAMPLES",
-    "HEALTH_CODES",
-    "HEALTH_FAILURE",
     "MAX_SCRAPE_BYTES",
     "DcgmDiagProbe",
     "DcgmExporterProbe",
     "DcgmHealthProbe",
-    "accepted_hostnames",
     "parse_dcgm_exporter",
     "parse_diag",
     "parse_health",
