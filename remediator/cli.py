@@ -19,7 +19,7 @@ from remediator import __version__
 from remediator.clients.leader import breaker_trips_of, leader_identity
 from remediator.clock import Clock, utcnow
 from remediator.decide.event_reasons import EventReason
-from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, fmt_time, parse_time
+from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, parse_time
 from remediator.decide.plan import plan_from_json
 from remediator.intake.webhook import Batch, WebhookError, parse_webhook
 from remediator.policy import PolicyError, load_policy, parse_duration
@@ -202,7 +202,7 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
         alerts = {fp: a for fp, a in state.alerts.items() if fp not in stale}
         firing = any(a.status == "firing" and a.remediation != "none" for a in alerts.values())
         state = replace(state, alerts=alerts, quiet=False,
-                        healthy_since=None if firing else (state.healthy_since or fmt_time(now)))
+                        healthy_since=None if firing else (state.healthy_since or now))
     if args.dry_run:
         print(f"{args.node}: would release [dry run: nothing changed]")
         return 0

@@ -19,10 +19,11 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from remediator.decide.decision import NodePlan
-from remediator.decide.nodestate import AlertRecord, fmt_time, record_alerts
+from remediator.decide.nodestate import AlertRecord, record_alerts, time_text
 from remediator.decide.views import PodRef
 from remediator.decide.vocabulary import Deferral
 from remediator.policy import Policy
@@ -313,19 +314,20 @@ class Simulation:
         assert fault.alert is not None
         rule = self.pipe.alerts[fault.alert]
         fp = self._fingerprint(fault)
-        starts = fmt_time(to_datetime(self.now))
+        starts = to_datetime(self.now)
         node.fired[fp] = starts
         self._record(node, fp, self._alert(rule.name, rule.remediation, fault, starts))
         self.at(self.now + self.pipe.route(rule).repeat_interval_s, self._repeat, slot, generation, fp, starts, fault)
         self.request_pass(self.now, wake=True)
 
-    def _alert(self, name: str, remediation: str, fault: Fault, starts: str, resolved: bool = False) -> AlertRecord:
+    def _alert(self, name: str, remediation: str, fault: Fault, starts: datetime,
+               resolved: bool = False) -> AlertRecord:
         gpu = str(fault.gpu) if fault.cause.scope == "gpu" else None
-        now = fmt_time(to_datetime(self.now))
+        now = to_datetime(self.now)
         return AlertRecord(name=name, remediation=remediation, status="resolved" if resolved else "firing",
                            starts_at=starts, last_seen=now, ends_at=now if resolved else None, gpu=gpu)
 
-    def _repeat(self, slot: int, generation: int, fp: str, starts: str, fault: Fault) -> None:
+    def _repeat(self, slot: int, generation: int, fp: str, starts: datetime, fault: Fault) -> None:
         node = self.nodes[slot]
         if node.generation != generation or node.fired.get(fp) != starts:
             return
@@ -335,7 +337,7 @@ class Simulation:
         # serve would wake for this write too; a repeat moves only last_seen, which decides nothing before
         # episode.quiet_timeout, so the pass is left to the next thing that is due (it reads this last_seen)
 
-    def _resolve(self, slot: int, generation: int, fp: str, starts: str) -> None:
+    def _resolve(self, slot: int, generation: int, fp: str, starts: datetime) -> None:
         node = self.nodes[slot]
         if node.generation != generation or node.fired.get(fp) != starts:
             return
@@ -343,7 +345,7 @@ class Simulation:
         old = node.state.alerts.get(fp)
         if old is None:
             return
-        now = fmt_time(to_datetime(self.now))
+        now = to_datetime(self.now)
         record = AlertRecord(name=old.name, remediation=old.remediation, status="resolved", starts_at=starts,
                              last_seen=now, ends_at=now, gpu=old.gpu)
         self._record(node, fp, record)
@@ -447,7 +449,7 @@ class Simulation:
 
     def _rung_rng(self, node: SimNode, rung: str) -> random.Random:
         seed = node.fault.seed if node.fault is not None else node.slot
-        return random.Random(f"{seed}/{rung}/{node.state.episode}/{len(node.state.actions)}")
+        return random.Random(f"{seed}/{rung}/{time_text(node.state.episode)}/{len(node.state.actions)}")
 
     def _drain(self, node: SimNode) -> None:
         if node.workload is not None:

@@ -8,6 +8,7 @@ views handed to remediator.decide.ladder.decide are real NodeViews built from th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
 from remediator.decide.views import NodeView, PodRef
@@ -56,7 +57,7 @@ class SimNode:
     out_rung: int = -1
     out_scope: str = "node"
     left_schedulable: float | None = None  # when, in this outage, the node stopped taking work
-    fired: dict[str, str] = field(default_factory=dict)  # fingerprint -> startsAt of alerts Alertmanager has firing
+    fired: dict[str, datetime] = field(default_factory=dict)  # fingerprint -> startsAt of the alerts Alertmanager fires
 
     @property
     def name(self) -> str:

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from remediator_harness import T0
 
-from remediator.decide.nodestate import AlertRecord, NodeState, fmt_time, record_alerts
+from remediator.decide.nodestate import AlertRecord, NodeState, record_alerts
 from remediator.intake import alert_sync
 from remediator.intake.alert_sync import ActiveAlert, refresh_after, sync_batch
 from remediator.policy import Policy
@@ -19,8 +19,8 @@ POLICY = Policy()
 
 def record(name: str, status: str = "firing", seen_ago: timedelta = timedelta(0), remediation: str = "cordon",
            **kw: str) -> AlertRecord:
-    return AlertRecord(name=name, remediation=remediation, status=status, starts_at=fmt_time(T0 - timedelta(hours=1)),
-                       last_seen=fmt_time(T0 - seen_ago), **kw)
+    return AlertRecord(name=name, remediation=remediation, status=status, starts_at=T0 - timedelta(hours=1),
+                       last_seen=T0 - seen_ago, **kw)
 
 
 def listed(node: str, fp: str, rec: AlertRecord, suppressed: bool = False) -> ActiveAlert:
@@ -28,7 +28,7 @@ def listed(node: str, fp: str, rec: AlertRecord, suppressed: bool = False) -> Ac
 
 
 def state(**alerts: AlertRecord) -> NodeState:
-    return NodeState(alerts=dict(alerts), episode=fmt_time(T0 - timedelta(hours=1)))
+    return NodeState(alerts=dict(alerts), episode=T0 - timedelta(hours=1))
 
 
 def test_a_firing_alert_still_listed_is_rewritten_only_once_its_last_seen_is_old() -> None:
@@ -61,7 +61,7 @@ def test_a_resolution_inferred_from_an_old_list_never_overwrites_a_newer_firing_
     """The sync read the list at T0 and computed its resolution from the state it had; meanwhile a webhook
     recorded the alert firing again (last_seen after T0). The write merges onto the fresh state: the firing
     record wins."""
-    inferred = replace(record("A"), status="resolved", ends_at=fmt_time(T0), resolved_by="sync")
+    inferred = replace(record("A"), status="resolved", ends_at=T0, resolved_by="sync")
     fresh = state(a=record("A", seen_ago=-timedelta(seconds=1)))
     assert record_alerts(fresh, [("a", inferred)], T0 + timedelta(seconds=2)).alerts["a"].status == "firing"
     older = state(a=record("A", seen_ago=timedelta(seconds=1)))
@@ -71,7 +71,7 @@ def test_a_resolution_inferred_from_an_old_list_never_overwrites_a_newer_firing_
 def test_alertmanagers_own_resolution_is_never_reopened_by_the_same_alert_listed() -> None:
     """A resolution Alertmanager sent (webhook) beats a firing copy with the same start (out-of-order
     delivery); only a resolution the sync inferred is reopened by a listing."""
-    sent = replace(record("A", seen_ago=timedelta(minutes=5)), status="resolved", ends_at=fmt_time(T0))
+    sent = replace(record("A", seen_ago=timedelta(minutes=5)), status="resolved", ends_at=T0)
     inferred = replace(sent, resolved_by="sync")
     for resolution, recorded in ((sent, 0), (inferred, 1)):
         plan = sync_batch({"n1": state(a=resolution)}, [listed("n1", "a", resolution)], T0, T0, POLICY)

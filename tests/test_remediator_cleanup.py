@@ -44,7 +44,6 @@ from remediator.decide.nodestate import (
     TAINT_KEY,
     AlertRecord,
     NodeState,
-    fmt_time,
 )
 
 POLICY = """
@@ -340,8 +339,8 @@ def test_a_write_that_conflicts_is_computed_again_from_the_node_as_it_is_now(clu
 def _as_gpuhealth_cordoned_it(c: FakeCluster, node: str) -> None:
     """The Node as the remediator's cordon left it (decide/node_patches.py cordon_body), for the command's tests,
     which run with no remediator holding the Lease."""
-    state = NodeState(alerts={"fp-1": AlertRecord("GPUFault", "cordon", "firing", fmt_time(T0), fmt_time(T0))},
-                      episode=fmt_time(T0), rung="cordon", rung_status="done", cordoned=True)
+    state = NodeState(alerts={"fp-1": AlertRecord("GPUFault", "cordon", "firing", T0, T0)},
+                      episode=T0, rung="cordon", rung_status="done", cordoned=True)
     body = cordon_body(c.node(node), state)
     c.update_node(node, lambda n: n.update(merge_patch(n, body)))
 

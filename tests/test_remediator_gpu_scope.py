@@ -234,12 +234,14 @@ def test_a_gpu_scoped_reset_is_not_held_by_the_nodes_disruption_budget(cluster: 
 
 def test_a_gpu_scope_state_is_version_2_and_an_unknown_scope_fails_closed() -> None:
     import json
+    from datetime import UTC, datetime
 
     from remediator.decide.nodestate import NodeState
 
-    gpu = NodeState(episode="x", scope="gpu", devices=("gpu-1",))
+    episode = datetime(2026, 12, 2, 10, tzinfo=UTC)
+    gpu = NodeState(episode=episode, scope="gpu", devices=("gpu-1",))
     assert json.loads(gpu.to_json())["v"] == 2 and NodeState.from_json(gpu.to_json()) == gpu
-    assert json.loads(NodeState(episode="x").to_json())["v"] == 1  # what an older remediator reads
+    assert json.loads(NodeState(episode=episode).to_json())["v"] == 1  # what an older remediator reads
     with pytest.raises(ValueError, match="scope"):
         NodeState.from_json('{"v": 2, "scope": "rack"}')
 

@@ -453,15 +453,18 @@ def test_a_dry_run_keeps_what_it_would_have_written_and_reads_its_own_records_ba
 def test_a_dry_runs_records_are_guarded_by_their_own_resource_versions() -> None:
     """Two writers of one Node's record in a dry run (the intake's workers, the loop's sync) conflict as on the
     API server: the second, computed from the same read, gets a 409 and reads again."""
+    from datetime import UTC, datetime
+
     from kubernetes import client
 
     from remediator.clients.dry_run import DryRunKube
     from remediator.clients.errors import Conflict
     from remediator.decide.nodestate import NodeState
 
+    a, b = datetime(2026, 12, 2, 10, tzinfo=UTC), datetime(2026, 12, 2, 11, tzinfo=UTC)  # two episodes
     kube = DryRunKube(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
-    written = kube.write_state("gpu-1", NodeState(episode="a"), "41")  # the cluster's resourceVersion, as read
+    written = kube.write_state("gpu-1", NodeState(episode=a), "41")  # the cluster's resourceVersion, as read
     with pytest.raises(Conflict):
-        kube.write_state("gpu-1", NodeState(episode="b"), "41")  # computed from the same read: lost update refused
-    kube.write_state("gpu-1", NodeState(episode="b"), written["metadata"]["resourceVersion"])
-    assert kube.recorded_overlay()["gpu-1"].episode == "b"
+        kube.write_state("gpu-1", NodeState(episode=b), "41")  # computed from the same read: lost update refused
+    kube.write_state("gpu-1", NodeState(episode=b), written["metadata"]["resourceVersion"])
+    assert kube.recorded_overlay()["gpu-1"].episode == b

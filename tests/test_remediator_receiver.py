@@ -34,7 +34,7 @@ def test_real_capture_is_parsed_with_its_labels() -> None:
         "gpu-node-1", "63def2fa76d97716", "cordon", "0")
     resolved = parse_webhook((FIXTURES / "webhook_resolved_v4.json").read_bytes(), policy)
     assert resolved.alerts[0].record.status == "resolved"
-    assert resolved.alerts[0].record.ends_at == "2026-12-02T09:37:37.851Z"
+    assert resolved.alerts[0].record.ends_at == datetime(2026, 12, 2, 9, 37, 37, 851000, tzinfo=UTC)
 
 
 def test_real_capture_without_a_remediation_label_is_ignored_with_a_reason() -> None:

@@ -17,7 +17,6 @@ from remediator.decide.nodestate import (
     STATE_ANNOTATION,
     AlertRecord,
     NodeState,
-    fmt_time,
     record_alerts,
 )
 
@@ -26,7 +25,7 @@ NODE = "gpu-1"
 
 # --- the state's caps ---------------------------------------------------------------------------------------------
 def record(remediation: str = "cordon", status: str = "firing", minutes: int = 0, **kw: Any) -> AlertRecord:
-    start = fmt_time(T0 + timedelta(minutes=minutes))
+    start = T0 + timedelta(minutes=minutes)
     return AlertRecord(name=kw.pop("name", "GPUFault"), remediation=remediation, status=status, starts_at=start,
                        last_seen=start, **kw)
 
@@ -64,7 +63,7 @@ def test_a_forgotten_alert_recorded_again_changes_nothing() -> None:
 def test_an_over_full_state_written_before_the_cap_is_trimmed_on_its_next_recording() -> None:
     with FakeCluster() as c:
         old = NodeState(alerts={f"fp-{i}": record(minutes=i) for i in range(3 * MAX_ALERT_RECORDS)},
-                        episode=fmt_time(T0))
+                        episode=T0)
         c.add_node(NODE, annotations={STATE_ANNOTATION: old.to_json()})
         h = Harness(c)
         h.fire(NODE, "cordon", fingerprint="fp-new", starts=T0 + timedelta(hours=10))

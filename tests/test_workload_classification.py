@@ -16,7 +16,7 @@ import yaml
 from remediator_harness import T0, webhook
 
 from remediator.cli import main
-from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time
+from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
 from remediator.workloads.classify import APP, INFRA, REASONS, UNKNOWN, NodeSignal, Settings, classify, pod_gpus
 from remediator.workloads.evidence import signals_from_events, signals_from_node
 
@@ -266,7 +266,7 @@ def test_app_and_unknown_verdicts_are_final_only_after_the_look_ahead() -> None:
 
 def test_signals_come_from_the_nodes_state_annotation() -> None:
     record = AlertRecord(name="GPUXidFatal", remediation="reset_gpu", status="firing",
-                         starts_at=fmt_time(FAILED_AT - timedelta(minutes=2)), last_seen=fmt_time(FAILED_AT),
+                         starts_at=FAILED_AT - timedelta(minutes=2), last_seen=FAILED_AT,
                          gpu="0", component="gpu")
     node = {"metadata": {"name": NODE, "annotations": {STATE_ANNOTATION: NodeState(alerts={"fp": record}).to_json()}}}
     v = classify(failed_pod(), signals_from_node(node))

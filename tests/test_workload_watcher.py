@@ -24,7 +24,7 @@ from remediator_harness import T0, TOKEN, Harness
 from remediator.app import ServeConfig, create_app
 from remediator.clients.kube import Kube
 from remediator.clients.watch_cache import WatchCache
-from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time
+from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
 from remediator.metrics import Metrics
 from remediator.policy import Policy, parse_policy
 from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState
@@ -119,9 +119,9 @@ def end_pod(cluster: FakeCluster, name: str, phase: str = "Failed", exit_code: i
 
 def fire_on_node(cluster: FakeCluster, node: str, name: str, remediation: str, start: Any,
                  component: str = "gpu") -> None:
-    record = AlertRecord(name=name, remediation=remediation, status="firing", starts_at=fmt_time(start),
-                         last_seen=fmt_time(start), gpu="0", component=component)
-    state = NodeState(alerts={f"fp-{name}": record}, episode=fmt_time(start))
+    record = AlertRecord(name=name, remediation=remediation, status="firing", starts_at=start,
+                         last_seen=start, gpu="0", component=component)
+    state = NodeState(alerts={f"fp-{name}": record}, episode=start)
     cluster.update_node(node, lambda n: n["metadata"].setdefault("annotations", {}).update(
         {STATE_ANNOTATION: state.to_json()}))
 
@@ -472,7 +472,7 @@ def test_a_contained_memory_error_on_one_mig_instance_is_the_failure_of_the_pod_
         bus = f"0000{parent['attributes']['resource.kubernetes.io/pciBusID']['string']}".upper()
         start = T0 - timedelta(minutes=2)
         record = AlertRecord(name="GPUContainedMemoryError", remediation="none", status="firing",
-                             starts_at=fmt_time(start), last_seen=fmt_time(start), gpu=bus, component="memory",
+                             starts_at=start, last_seen=start, gpu=bus, component="memory",
                              mig_uuid=migs[1]["attributes"]["uuid"]["string"])
         state = NodeState(alerts={"fp-xid94": record})
         cluster.update_node("gpu-3", lambda n: n["metadata"].setdefault("annotations", {}).update(

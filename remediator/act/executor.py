@@ -33,7 +33,7 @@ from remediator.decide.node_patches import (
     with_do_not_disrupt,
     with_gpu_clients,
 )
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY, NodeState, fmt_time
+from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY, NodeState
 from remediator.decide.views import NodeView, evictable_pods
 from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, RungStatus, Scope, TaintEffect, Verdict
 from remediator.metrics import ActionResult, Metrics
@@ -287,7 +287,7 @@ class Executor:
     def _fail_rung(self, plan: NodePlan, node: dict[str, Any], now: datetime, not_started: str | None = None) -> None:
         """The step that started the plan's rung failed: the rung is failed, written on our own write's
         resourceVersion (the Node exactly as this plan left it). not_started: its Job never could (why)."""
-        failed = replace(plan.final_state, rung_status=RungStatus.FAILED, rung_done=fmt_time(now),
+        failed = replace(plan.final_state, rung_status=RungStatus.FAILED, rung_done=now,
                          not_started=not_started, pending=())  # nothing of a failed rung is done again
         self.guard.check()
         self.kube.write_state(plan.node, failed, node["metadata"].get("resourceVersion"))

@@ -21,7 +21,7 @@ from kubernetes import client
 from remediator.clients.errors import Conflict
 from remediator.clients.kube import Kube
 from remediator.decide.node_patches import state_body
-from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
+from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, time_text
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -84,7 +84,7 @@ class DryRunKube(Kube):
                 raise Conflict(409, f"dry run: node {name} was written since resourceVersion {resource_version}")
             version = (kept[1] if kept else 0) + 1
             self._overlay[name] = (state, version)
-        self._record("write_state", name, episode=state.episode, rung=state.rung)
+        self._record("write_state", name, episode=time_text(state.episode), rung=state.rung)
         return {"metadata": {"name": name, "resourceVersion": f"dry-run-{version}",
                              **state_body(state)["metadata"]}}
 

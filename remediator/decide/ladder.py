@@ -29,8 +29,8 @@ from remediator.decide.nodestate import (
     NodeState,
     elapsed,
     fmt_time,
-    parse_time,
     rung_index,
+    time_text,
 )
 from remediator.decide.progress import observe
 from remediator.decide.reset import operands_to_pause, reset_target, still_holding
@@ -56,9 +56,9 @@ from remediator.policy import Policy
 GPU_PODS_MAP_AGE = timedelta(minutes=2)
 
 
-def job_name(node: str, rung: str, episode: str | None) -> str:
+def job_name(node: str, rung: str, episode: datetime | None) -> str:
     short = {"reset_gpu": "reset", "reboot": "reboot"}.get(rung, rung)
-    digest = hashlib.sha1(f"{node}/{rung}/{episode}".encode()).hexdigest()[:8]
+    digest = hashlib.sha1(f"{node}/{rung}/{time_text(episode)}".encode()).hexdigest()[:8]
     return f"gpuhealth-{short}-{node}"[:53].rstrip("-.") + f"-{digest}"
 
 
@@ -91,8 +91,8 @@ class _Step:
 def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
            silences: SilenceCheck | None = None) -> list[NodePlan]:
     """Decisions for every node, oldest episode first, taking from the budget as actions start."""
-    def order(v: NodeView) -> tuple[int, str, str]:
-        return (0 if v.name in ledger.pools[v.pool].disrupted else 1, v.state.episode or fmt_time(now), v.name)
+    def order(v: NodeView) -> tuple[int, datetime, str]:
+        return (0 if v.name in ledger.pools[v.pool].disrupted else 1, v.state.episode or now, v.name)
 
     return [_Planner(v, policy, now, ledger, silences).run() for v in sorted(views, key=order)]
 
@@ -171,7 +171,7 @@ class _Planner:
             return self.out(Action.NONE, Verdict.SKIPPED, "cordoned by a person, not by gpuhealth: left alone")
         if v.taken_over and st.scope == Scope.NODE:
             if actionable and st.reset_phase is not None:  # the GPU's clients come back: the person has the node
-                self.state = replace(st, rung_status=RungStatus.FAILED, rung_done=fmt_time(now))
+                self.state = replace(st, rung_status=RungStatus.FAILED, rung_done=now)
                 self.note(Note(EventReason.GPU_RESET_SKIPPED, "gpuhealth's taint was removed while the reset was "
                                "under way: a person took over; the GPU's clients are restored", rung=Rung.RESET_GPU))
             if actionable:
@@ -242,8 +242,8 @@ class _Planner:
         if st.rung is None:
             return self.out(Action.NONE, Verdict.SKIPPED, f"monitoring fault, not this node's: {what}: no node action")
         return self.out(Action.NONE, Verdict.SKIPPED, f"monitoring fault, not this node's: {what}: the node stays at "
-                        f"{st.rung} (since {st.rung_started}), with no new rung, and returns to service once its "
-                        "alerts resolve")
+                        f"{st.rung} (since {time_text(st.rung_started)}), with no new rung, and returns to service "
+                        "once its alerts resolve")
 
     def _cancel_unstarted_reset(self, why: str) -> bool:
         """A reset whose Job has not begun (the GPU's clients still stopping, or its Job never made) ends as not
@@ -256,7 +256,7 @@ class _Planner:
             st.reset_phase == ResetPhase.RESETTING and v.job_status == "missing")
         if not (st.rung == Rung.RESET_GPU and st.rung_status == RungStatus.RUNNING and unstarted):
             return False
-        self.state = replace(st, rung=Rung.DRAIN, rung_status=RungStatus.DONE, rung_done=fmt_time(self.now), job=None,
+        self.state = replace(st, rung=Rung.DRAIN, rung_status=RungStatus.DONE, rung_done=self.now, job=None,
                              gpu=None)
         what = f"GPU {', '.join(st.devices)}" if st.scope == Scope.GPU else "the node"
         self.note(Note(EventReason.GPU_RESET_NOT_NEEDED, f"{why}: the reset is no longer needed and did not start "
@@ -461,7 +461,7 @@ class _Planner:
         if any(m is None for m in maps):
             return
         names = tuple(sorted({n for m in maps for n in (m or "").split()}))
-        earliest = min(parse_time(a.starts_at) for a in actionable.values())
+        earliest = min(a.starts_at for a in actionable.values())
         # year 1: a record stored before the webhook refused such a startsAt (no room to subtract): every GPU pod
         since = earliest - GPU_PODS_MAP_AGE if earliest.year > 1 else earliest
         self.plan.drain_only = only = GpuPods(names, since)
@@ -499,7 +499,7 @@ class _Planner:
             self.state = NodeState(actions=st.actions)
             return self.out(Action.NONE, Verdict.SKIPPED, "alerts resolved before any action")
         if st.healthy_since is None:
-            self.state = st = replace(st, healthy_since=fmt_time(now))
+            self.state = st = replace(st, healthy_since=now)
         if self._cancel_unstarted_reset("the alerts resolved while the GPU's clients were stopping"):
             return self.out(Action.UNCORDON, Verdict.DEFERRED, "reset cancelled before it started; healthy for 0s of "
                             f"{int(policy.return_to_service.healthy_delay.total_seconds())}s")
@@ -590,7 +590,7 @@ class _Planner:
                 continue
             if step.rung == Rung.RESET_GPU and gpu is None:
                 self.state = replace(st, rung=Rung.RESET_GPU, rung_status=RungStatus.FAILED,
-                                     rung_started=fmt_time(self.now), rung_done=fmt_time(self.now), timed_out=False)
+                                     rung_started=self.now, rung_done=self.now, timed_out=False)
                 self.note(Note(EventReason.GPU_RESET_SKIPPED,
                                "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset",
                                rung=Rung.RESET_GPU))
@@ -631,7 +631,7 @@ class _Planner:
         if rung == Rung.RESET_GPU and st.reset_phase == ResetPhase.STOPPING:
             left = still_holding(v, st, policy)
             self.out(Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
-                     f"(since {st.rung_started}); still holding it: {', '.join(left)}")
+                     f"(since {time_text(st.rung_started)}); still holding it: {', '.join(left)}")
             return _Flow.STOP
         if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
             just_stopped = self.plan.base_state.reset_phase == ResetPhase.STOPPING
@@ -641,7 +641,7 @@ class _Planner:
         if rung == Rung.REPLACE:
             return _Step(rung, "replace recorded but its hand-over not seen done (the remediator stopped in "
                                f"between): handing over again (replace.method {policy.replace.method})", resume=True)
-        self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {st.rung_started}")
+        self.out(Action(rung), Verdict.DEFERRED, f"{rung} under way since {time_text(st.rung_started)}")
         return _Flow.STOP
 
     def _after_failure(self, target: int, gpu: str | None, fps: list[str]) -> _Step | _Flow:
@@ -728,15 +728,15 @@ class _Planner:
         """The state that starts rung `nxt`, with what each rung needs written in the same step, and the
         decision's reason with what it will do."""
         policy, st, v, now = self.policy, self.state, self.v, self.now
-        started = st.with_action(now, rung=nxt, rung_status=RungStatus.RUNNING, rung_started=fmt_time(now),
+        started = st.with_action(now, rung=nxt, rung_status=RungStatus.RUNNING, rung_started=now,
                                  rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None,
                                  not_started=None)
         if nxt == Rung.CORDON:
-            started = replace(started, rung_status=RungStatus.DONE, rung_done=fmt_time(now),
+            started = replace(started, rung_status=RungStatus.DONE, rung_done=now,
                               cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))
         elif nxt == Rung.DRAIN and st.scope == Scope.GPU:  # kube-controller-manager evicts the GPU's pods
             if not v.evictable:
-                started = replace(started, rung_status=RungStatus.DONE, rung_done=fmt_time(now))
+                started = replace(started, rung_status=RungStatus.DONE, rung_done=now)
                 why += "; no pod holds the GPU"
             else:
                 why += f"; {len(v.pending_pods)} pod(s) hold the GPU"
@@ -745,7 +745,7 @@ class _Planner:
             started = replace(started, do_not_disrupt=st.do_not_disrupt or policy.drain.karpenter_do_not_disrupt)
             spared = self._spared(v.pending_pods)
             if not v.evictable:
-                started = replace(started, rung_status=RungStatus.DONE, rung_done=fmt_time(now))
+                started = replace(started, rung_status=RungStatus.DONE, rung_done=now)
                 why += "; nothing to evict"
             else:
                 why += f"; evicting {len(v.pending_pods) - len(spared)} pod(s)"
@@ -795,7 +795,7 @@ class _Planner:
             self.note(Note.timeout(Rung.DRAIN, f"drain passed its {timeout} timeout with {len(v.evictable)} pod(s) "
                                    f"left{kept}; policy drain.on_timeout={policy.drain.on_timeout}"))
         if timed_out and policy.drain.on_timeout == "escalate":
-            self.state = replace(st, rung_status=RungStatus.FAILED, rung_done=fmt_time(self.now), drain_failed=True)
+            self.state = replace(st, rung_status=RungStatus.FAILED, rung_done=self.now, drain_failed=True)
             return True
         if timed_out and policy.drain.on_timeout == "force":
             self._drain_more("", fps, force=True, why=f"drain passed its {timeout} timeout "

@@ -17,6 +17,7 @@ from remediator.decide.nodestate import (
     TAINT_KEY,
     NodeState,
     fmt_time,
+    time_text,
 )
 
 
@@ -39,7 +40,7 @@ def uncordon_body(node: dict[str, Any], before: NodeState, after: NodeState, now
     """Undo only what we did: our taint, and unschedulable only if we set it; keep a summary."""
     spec = node.get("spec") or {}
     taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
-    summary = {"episode": before.episode, "ended": fmt_time(now), "rung": before.rung,
+    summary = {"episode": time_text(before.episode), "ended": fmt_time(now), "rung": before.rung,
                "rung_status": before.rung_status,
                "alerts": sorted({a.name for a in before.alerts.values() if a.name})}
     body: dict[str, Any] = {

@@ -75,9 +75,14 @@ def fmt_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def elapsed(now: datetime, since: str | None) -> timedelta:
+def time_text(value: datetime | None) -> str | None:
+    """A time of the state as its annotation writes it (None stays None): for messages, audit lines and names."""
+    return fmt_time(value) if value is not None else None
+
+
+def elapsed(now: datetime, since: datetime | None) -> timedelta:
     """How long since a time the state holds (none: no time at all)."""
-    return now - parse_time(since) if since else timedelta(0)
+    return now - since if since else timedelta(0)
 
 
 def rung_index(rung: str | None) -> int:
@@ -92,9 +97,9 @@ class AlertRecord:
     name: str
     remediation: str
     status: str  # firing | resolved
-    starts_at: str
-    last_seen: str
-    ends_at: str | None = None
+    starts_at: datetime
+    last_seen: datetime
+    ends_at: datetime | None = None
     gpu: str | None = None
     severity: str = ""
     component: str = ""
@@ -115,27 +120,27 @@ class AlertRecord:
 
     def order_key(self) -> tuple[datetime, int]:
         """Newer wins: a later start (a re-fire), or the same start resolved by Alertmanager's word."""
-        return parse_time(self.starts_at), 1 if self.status == "resolved" and self.resolved_by is None else 0
+        return self.starts_at, 1 if self.status == "resolved" and self.resolved_by is None else 0
 
 
 @dataclass(frozen=True)
 class NodeState:
     alerts: dict[str, AlertRecord] = field(default_factory=dict)
-    episode: str | None = None  # when the current episode started
+    episode: datetime | None = None  # when the current episode started
     rung: Rung | None = None  # highest rung started in this episode
     rung_status: RungStatus | None = None
-    rung_started: str | None = None
-    rung_done: str | None = None
+    rung_started: datetime | None = None
+    rung_done: datetime | None = None
     cordoned: bool = False  # we set spec.unschedulable (so we may unset it)
     do_not_disrupt: bool = False  # we set karpenter.sh/do-not-disrupt (so we may remove it)
     gpu: str | None = None  # GPU the reset job targets
     job: str | None = None  # reset/reboot Job name
     boot_id: str | None = None  # bootID before the reboot
-    healthy_since: str | None = None
+    healthy_since: datetime | None = None
     quiet: bool = False  # the episode went quiet: escalation stopped
     timed_out: bool = False  # the running rung passed its timeout (reported once)
     drain_failed: bool = False  # a drain failed this episode: never climb above the alerts' own rung
-    actions: tuple[str, ...] = ()  # start times of actions in the last hour (rate cap)
+    actions: tuple[datetime, ...] = ()  # start times of actions in the last hour (rate cap)
     scope: Scope = Scope.NODE  # the episode quarantines one GPU (DRA device taints), the node stays in service
     devices: tuple[str, ...] = ()  # GPU scope: the DRA devices quarantined (the GPU and its MIG devices)
     node_floor: str | None = None  # a GPU step failed: the node ladder starts here, above it (e.g. reboot)
@@ -158,14 +163,14 @@ class NodeState:
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
         return {fp: a for fp, a in self.alerts.items()
-                if a.status == "firing" and now - parse_time(a.last_seen) < quiet_after}
+                if a.status == "firing" and now - a.last_seen < quiet_after}
 
     def stale(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
         return {fp: a for fp, a in self.alerts.items()
-                if a.status == "firing" and now - parse_time(a.last_seen) >= quiet_after}
+                if a.status == "firing" and now - a.last_seen >= quiet_after}
 
     def actions_since(self, since: datetime) -> int:
-        return sum(1 for t in self.actions if parse_time(t) >= since)
+        return sum(1 for t in self.actions if t >= since)
 
     @property
     def active(self) -> bool:
@@ -177,16 +182,18 @@ class NodeState:
         and when the rung started, so an answer to an earlier stop (of the same Job) is not taken for this one."""
         if self.reset_phase is None or not self.job:
             return None
-        return f"{self.job}.{hashlib.sha1(str(self.rung_started).encode()).hexdigest()[:6]}"
+        started = str(time_text(self.rung_started))  # as the annotation writes it
+        return f"{self.job}.{hashlib.sha1(started.encode()).hexdigest()[:6]}"
 
     # --- writing ---------------------------------------------------------------------------
     def with_action(self, now: datetime, **changes: Any) -> NodeState:
-        recent = tuple(t for t in self.actions if now - parse_time(t) < timedelta(hours=1))
-        return replace(self, actions=(*recent, fmt_time(now)), **changes)
+        recent = tuple(t for t in self.actions if now - t < timedelta(hours=1))
+        return replace(self, actions=(*recent, now), **changes)
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["actions"] = list(self.actions)
+        data = _json_times(asdict(self))
+        data["alerts"] = {fp: _json_times(a) for fp, a in data["alerts"].items()}
+        data["actions"] = [fmt_time(t) for t in self.actions]
         if not self.pending:  # the annotation as before where nothing is pending
             del data["pending"]
         if self.not_started:
@@ -219,14 +226,12 @@ class NodeState:
             raise ValueError("state annotation: alerts is not a mapping")
         alert_fields = set(AlertRecord.__dataclass_fields__)
         try:
-            alerts = {str(fp): AlertRecord(**{k: v for k, v in a.items() if k in alert_fields})
+            alerts = {str(fp): AlertRecord(**_read_times({k: v for k, v in a.items() if k in alert_fields},
+                                                         _ALERT_TIMES))
                       for fp, a in raw_alerts.items()}
-            for a in alerts.values():
-                a.order_key()
-                parse_time(a.last_seen)
             known = set(cls.__dataclass_fields__)
-            rest = {k: v for k, v in data.items() if k in known}
-            rest["actions"] = tuple(rest.get("actions") or ())
+            rest = _read_times({k: v for k, v in data.items() if k in known}, _STATE_TIMES)
+            rest["actions"] = tuple(parse_time(t) for t in rest.get("actions") or ())
             rest["devices"] = tuple(rest.get("devices") or ())
             rest["paused"] = tuple(rest.get("paused") or ())
             rest["monitoring_faults"] = tuple(rest.get("monitoring_faults") or ())
@@ -245,6 +250,25 @@ class NodeState:
             raise ValueError(f"state annotation is damaged: {exc}") from exc
 
 
+# The times the annotation holds, as RFC 3339 text there and datetime in memory (NodeState.to_json / from_json)
+_STATE_TIMES = ("episode", "rung_started", "rung_done", "healthy_since")
+_ALERT_TIMES = ("starts_at", "last_seen", "ends_at")
+
+
+def _json_times(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: fmt_time(v) if isinstance(v, datetime) else v for k, v in data.items()}
+
+
+def _read_times(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """`data` with its times read (a missing or null optional one stays as it is; a required one missing is the
+    dataclass's TypeError): what is not RFC 3339 text is a damaged state."""
+    for key in keys:
+        value = data.get(key)
+        if value is not None:
+            data[key] = parse_time(value)
+    return data
+
+
 def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: datetime) -> NodeState:
     """Merge alerts from a webhook into the state: idempotent, order-independent per alert.
 
@@ -253,10 +277,10 @@ def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: 
     """
     merged = dict(state.alerts)
     for fp, incoming in alerts:
-        seen = replace(incoming, last_seen=fmt_time(now))
+        seen = replace(incoming, last_seen=now)
         current = merged.get(fp)
         if (incoming.resolved_by == "sync" and current is not None and current.status == "firing"
-                and incoming.ends_at is not None and parse_time(current.last_seen) >= parse_time(incoming.ends_at)):
+                and incoming.ends_at is not None and current.last_seen >= incoming.ends_at):
             continue  # seen firing after Alertmanager's list was read: the list is older news
         if current is None or incoming.order_key() >= current.order_key():
             merged[fp] = seen
@@ -265,11 +289,11 @@ def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: 
     healthy_since = state.healthy_since
     quiet = state.quiet
     if firing_any:
-        episode = episode or fmt_time(now)
+        episode = episode or now
         healthy_since = None
         quiet = False
     elif episode is not None and healthy_since is None:
-        healthy_since = fmt_time(now)
+        healthy_since = now
     return bounded_alerts(replace(state, alerts=merged, episode=episode, healthy_since=healthy_since, quiet=quiet))
 
 
@@ -278,7 +302,7 @@ def _keep_rank(fingerprint: str, a: AlertRecord) -> tuple[bool, bool, int, datet
     forgotten alert recorded again is forgotten again: the state does not churn."""
     firing = a.status == "firing"
     acting = firing and a.remediation != "none"
-    return firing, acting, rung_index(a.remediation) if acting else -1, parse_time(a.starts_at), fingerprint
+    return firing, acting, rung_index(a.remediation) if acting else -1, a.starts_at, fingerprint
 
 
 def bounded_alerts(state: NodeState) -> NodeState:
@@ -291,7 +315,7 @@ def bounded_alerts(state: NodeState) -> NodeState:
     for fp, a in sorted(state.alerts.items(), key=lambda item: _keep_rank(*item), reverse=True):
         if len(kept) == MAX_ALERT_RECORDS:
             break
-        entry = len(_compact_json({fp: asdict(a)})) - 1  # "fp":{...} and a comma
+        entry = len(_compact_json({fp: _json_times(asdict(a))})) - 1  # "fp":{...} and a comma
         if size + entry <= MAX_STATE_BYTES:
             kept.add(fp)
             size += entry

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from remediator.decide.decision import NOT_STARTED
 from remediator.decide.event_reasons import EventReason, Note
-from remediator.decide.nodestate import NodeState, elapsed, fmt_time
+from remediator.decide.nodestate import NodeState, elapsed
 from remediator.decide.reset import still_holding
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import ResetPhase, Rung, RungStatus, Severity
@@ -22,8 +22,8 @@ def observe(view: NodeView, state: NodeState, now: datetime,
     timeout is the policy's drain.on_timeout, handled by the climb)."""
     if state.rung_status != RungStatus.RUNNING or state.rung is None:
         return state, []
-    done = replace(state, rung_status=RungStatus.DONE, rung_done=fmt_time(now))
-    failed = replace(state, rung_status=RungStatus.FAILED, rung_done=fmt_time(now))
+    done = replace(state, rung_status=RungStatus.DONE, rung_done=now)
+    failed = replace(state, rung_status=RungStatus.FAILED, rung_done=now)
     rung = state.rung
     if rung == Rung.DRAIN and view.pods_known and not view.evictable:
         return done, [Note(EventReason.DRAIN_FINISHED, "no evictable pods left on the node", rung=Rung.DRAIN)]

@@ -25,6 +25,7 @@ from remediator.decide.nodestate import (
     TAINT_KEY,
     NodeState,
     hold_of,
+    time_text,
 )
 from remediator.policy import OPERAND_LABEL_PREFIX, Policy
 
@@ -150,4 +151,4 @@ def _episode(state: NodeState) -> str:
         return ""
     firing = sorted({a.name for a in state.alerts.values() if a.status == "firing" and a.remediation != "none"})
     rung = f"{state.rung} {state.rung_status}" if state.rung else "no rung"
-    return f"episode since {state.episode}, {rung}, firing: {', '.join(firing) or 'none'}"
+    return f"episode since {time_text(state.episode)}, {rung}, firing: {', '.join(firing) or 'none'}"

@@ -27,18 +27,18 @@ def next_decision(states: Iterable[NodeState], policy: Policy, breaker_trips: di
         if st.rung and st.rung_status == RungStatus.RUNNING and st.rung_started:
             timeout = policy.rung(st.rung).timeout
             if timeout is not None:
-                when.append(parse_time(st.rung_started) + timeout)
+                when.append(st.rung_started + timeout)
         if st.rung and st.rung_status == RungStatus.DONE and st.rung_done:
             escalate = policy.rung(st.rung).escalate_after
             if escalate is not None:
-                when.append(parse_time(st.rung_done) + escalate)
+                when.append(st.rung_done + escalate)
         if st.active and st.healthy_since:
-            when.append(parse_time(st.healthy_since) + policy.return_to_service.healthy_delay)
+            when.append(st.healthy_since + policy.return_to_service.healthy_delay)
         for alert in st.alerts.values():
             if alert.status == "firing":
-                when.append(parse_time(alert.last_seen) + policy.episode.quiet_timeout)
+                when.append(alert.last_seen + policy.episode.quiet_timeout)
         if rate_capped:
-            when.extend(parse_time(t) + HOUR for t in st.actions)
+            when.extend(t + HOUR for t in st.actions)
     for tripped in breaker_trips.values():
         when.append(parse_time(tripped) + policy.breaker.cooldown)
     later = [w for w in when if w > after + timedelta(microseconds=1)]

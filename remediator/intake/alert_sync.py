@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
-from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time, parse_time
+from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
 from remediator.intake.webhook import Batch, NodeAlert, parse_listed
 from remediator.policy import Policy
 
@@ -176,16 +176,16 @@ def sync_batch(states: Mapping[str, NodeState], active: list[ActiveAlert], asked
                 plan.batch.alerts.append(NodeAlert(node, fp, a.record))
                 plan.recorded += 1
             elif (current.status == "firing" and current.remediation != "none" and plan.refreshed < MAX_REFRESHES
-                  and (state.quiet or now - parse_time(current.last_seen) >= stale_after)):
+                  and (state.quiet or now - current.last_seen >= stale_after)):
                 plan.batch.alerts.append(NodeAlert(node, fp, replace(a.record, starts_at=current.starts_at)))
                 plan.refreshed += 1
         if not resolve:
             continue
         for fp, current in state.alerts.items():
             if (current.status != "firing" or fp in listed or fp in unreadable
-                    or parse_time(current.last_seen) >= asked_at):
+                    or current.last_seen >= asked_at):
                 continue
-            ended = replace(current, status="resolved", ends_at=fmt_time(asked_at), resolved_by="sync")
+            ended = replace(current, status="resolved", ends_at=asked_at, resolved_by="sync")
             plan.batch.alerts.append(NodeAlert(node, fp, ended))
             plan.resolved += 1
     return plan

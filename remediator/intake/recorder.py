@@ -24,8 +24,8 @@ from remediator.decide.nodestate import (
     STATE_ANNOTATION,
     AlertRecord,
     NodeState,
-    parse_time,
     record_alerts,
+    time_text,
 )
 from remediator.intake.webhook import Batch
 from remediator.metrics import AlertIgnoredReason, ApiOperation, Metrics
@@ -97,7 +97,8 @@ class Recorder:
                 if not unchanged:
                     self.kube.write_state(node, new, current["metadata"].get("resourceVersion"))
                 self._report_forgotten(node, base, new, alerts)
-                audit("recorded", node=node, alerts=len(alerts), episode=new.episode, dry_run=self.kube.dry_run)
+                audit("recorded", node=node, alerts=len(alerts), episode=time_text(new.episode),
+                      dry_run=self.kube.dry_run)
                 self.kube.health.ok = True
                 return ("unchanged", "") if unchanged else None
             except NotFound:
@@ -147,6 +148,6 @@ def _seen_again(before: NodeState, after: NodeState) -> bool:
         old = before.alerts[fp]
         if replace(new, last_seen=old.last_seen) != old:
             return False
-        if parse_time(new.last_seen) - parse_time(old.last_seen) >= SEEN_AGAIN_WRITE_EVERY:
+        if new.last_seen - old.last_seen >= SEEN_AGAIN_WRITE_EVERY:
             return False
     return replace(after, alerts=before.alerts) == before

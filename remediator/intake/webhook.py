@@ -167,8 +167,7 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
     ends = alert.get("endsAt")
     try:
         started = parse_time(starts)
-        if isinstance(ends, str):
-            parse_time(ends)
+        ended = parse_time(ends) if isinstance(ends, str) else None
     except ValueError as exc:
         raise WrongShape(f"{where}: bad timestamp: {exc}") from exc
     if started.year < 1970:  # Go's zero time is an endsAt of an alert still firing, never a start
@@ -190,8 +189,8 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
         batch.ignored.append((fingerprint, f"unknown remediation {remediation!r}"))
         return
     record = AlertRecord(
-        name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=starts,
-        last_seen=starts, ends_at=ends if status == "resolved" and isinstance(ends, str) else None,
+        name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=started,
+        last_seen=started, ends_at=ended if status == "resolved" else None,
         gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
         component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
         gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)),

@@ -36,10 +36,10 @@ def _time(value: Any) -> datetime | None:
 
 
 def _from_record(node: str, r: AlertRecord) -> NodeSignal | None:
-    start = _time(r.starts_at)
-    if start is None:
+    if r.starts_at.year == 1:  # Go's zero time: no start known
         return None
-    end = _time(r.ends_at) if r.status == "resolved" else None
+    start = r.starts_at
+    end = r.ends_at if r.status == "resolved" and r.ends_at is not None and r.ends_at.year > 1 else None
     return NodeSignal("alert", r.name, node, start, end, r.remediation, r.component, r.gpu, r.mig_uuid)
 
 
