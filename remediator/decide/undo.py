@@ -27,6 +27,7 @@ from remediator.decide.nodestate import (
     hold_of,
     time_text,
 )
+from remediator.decide.vocabulary import Scope
 from remediator.policy import OPERAND_LABEL_PREFIX, Policy
 
 # The exporter's node conditions are all gpuhealth's by their type's prefix (exporter/condition_types.py).
@@ -52,44 +53,20 @@ def undo_node(node: dict[str, Any], policy: Policy, job_running: str | None = No
     """The patch that takes gpuhealth's marks off this Node's metadata and spec (conditions: `undo_conditions`).
     `job_running`: one of gpuhealth's node-action Jobs on this node still runs (its namespace/name)."""
     meta = node.get("metadata") or {}
-    spec = node.get("spec") or {}
     name = meta.get("name", "")
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
-    hold = hold_of(annotations)
     try:
         state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
     except ValueError as exc:
         return Undo(name, left=f"its {STATE_ANNOTATION} annotation cannot be read ({exc}): gpuhealth cannot tell "
                     "its own marks from a person's; remove them by hand")
-    if job_running:
-        return Undo(name, left=f"gpuhealth's job {job_running} still runs on it: left as it is, so that the reset or "
-                    "reboot is not disturbed; run cleanup again once the job has ended")
-    if hold is not None:
-        who = f" by {hold['by']}" if hold.get("by") else ""
-        return Undo(name, left=f"held{who} ({hold.get('reason', '')}): a person has it; release it "
-                    "(gpuhealth-remediator release) and run cleanup again, or remove gpuhealth's marks by hand")
-
-    body: dict[str, Any] = {}
+    left = _left_for_now(hold_of(annotations), job_running)
+    if left:
+        return Undo(name, left=left)
     changes: list[str] = []
     kept: list[str] = []
-    taints = spec.get("taints") or []
-    ours = [t for t in taints if t.get("key") == TAINT_KEY]
-    if ours:
-        rest = [t for t in taints if t.get("key") != TAINT_KEY]
-        body.setdefault("spec", {})["taints"] = rest or None
-        changes.append(f"removed taint {TAINT_KEY}")
-    kept += [f"taint {t.get('key')}" for t in taints if t.get("key") != TAINT_KEY]
-    taken_over = state.scope == "node" and state.active and state.rung is not None and not ours
-    if spec.get("unschedulable"):
-        if state.cordoned and not taken_over:
-            body.setdefault("spec", {})["unschedulable"] = None
-            changes.append("uncordoned (gpuhealth cordoned it)")
-        elif state.cordoned:
-            kept.append("the cordon (a person removed gpuhealth's taint: the node is theirs)")
-        else:
-            kept.append("the cordon (not gpuhealth's)")
-
+    body = _taint_and_cordon(node.get("spec") or {}, state, changes, kept)
     drop: dict[str, None] = {}
     if DO_NOT_DISRUPT_ANNOTATION in annotations:
         if state.do_not_disrupt:
@@ -109,6 +86,40 @@ def undo_node(node: dict[str, Any], policy: Policy, job_running: str | None = No
         body = {**body, "metadata": body_meta}
         changes += [f"removed {key}" for key in drop]
     return Undo(name, body=body, changes=tuple(changes), kept=tuple(kept), episode=_episode(state))
+
+
+def _left_for_now(hold: dict[str, Any] | None, job_running: str | None) -> str:
+    """Why cleanup leaves a node with a readable state as it is this time ("": it does not)."""
+    if job_running:
+        return (f"gpuhealth's job {job_running} still runs on it: left as it is, so that the reset or reboot is not "
+                "disturbed; run cleanup again once the job has ended")
+    if hold is not None:
+        who = f" by {hold['by']}" if hold.get("by") else ""
+        return (f"held{who} ({hold.get('reason', '')}): a person has it; release it (gpuhealth-remediator release) "
+                "and run cleanup again, or remove gpuhealth's marks by hand")
+    return ""
+
+
+def _taint_and_cordon(spec: dict[str, Any], state: NodeState, changes: list[str], kept: list[str]) -> dict[str, Any]:
+    """The spec part of the patch: gpuhealth's taint off, and its cordon unless a person took the node over."""
+    body: dict[str, Any] = {}
+    taints = spec.get("taints") or []
+    ours = [t for t in taints if t.get("key") == TAINT_KEY]
+    if ours:
+        rest = [t for t in taints if t.get("key") != TAINT_KEY]
+        body.setdefault("spec", {})["taints"] = rest or None
+        changes.append(f"removed taint {TAINT_KEY}")
+    kept += [f"taint {t.get('key')}" for t in taints if t.get("key") != TAINT_KEY]
+    taken_over = state.scope == Scope.NODE and state.active and state.rung is not None and not ours
+    if spec.get("unschedulable"):
+        if state.cordoned and not taken_over:
+            body.setdefault("spec", {})["unschedulable"] = None
+            changes.append("uncordoned (gpuhealth cordoned it)")
+        elif state.cordoned:
+            kept.append("the cordon (a person removed gpuhealth's taint: the node is theirs)")
+        else:
+            kept.append("the cordon (not gpuhealth's)")
+    return body
 
 
 def _restore_stray_pauses(body: dict[str, Any], labels: dict[str, str], state: NodeState, policy: Policy,
