@@ -468,3 +468,21 @@ def test_a_dry_runs_records_are_guarded_by_their_own_resource_versions() -> None
         kube.write_state("gpu-1", NodeState(episode=b), "41")  # computed from the same read: lost update refused
     kube.write_state("gpu-1", NodeState(episode=b), written["metadata"]["resourceVersion"])
     assert kube.recorded_overlay()["gpu-1"].episode == b
+
+
+def test_serve_waits_for_the_ladders_next_time_when_it_falls_before_the_interval(cluster: FakeCluster) -> None:
+    """`serve` passes every --interval, and sooner when the ladder's own timing (decide/wake.py) falls due first: a
+    cordon that escalates after 20 s is acted on then, not up to a whole interval later; never sooner than 1 s."""
+    from datetime import timedelta
+
+    h = Harness(cluster, "ladder: {cordon: {escalate_after: 20s}}")
+    loop = h.rem.loop
+    assert loop.wait_s(60) == 60  # nothing under way: the interval
+    h.fire("gpu-1", "drain")
+    h.step()
+    h.fire("gpu-3", "cordon")
+    h.step()
+    assert loop.wait_s(60) == 20  # gpu-3's escalation to drain is due in 20 s
+    assert loop.wait_s(5) == 5  # never longer than the interval
+    h.now += timedelta(seconds=19.5)
+    assert loop.wait_s(60) == 1  # due in half a second: at least a second between passes

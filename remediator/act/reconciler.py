@@ -32,7 +32,8 @@ from remediator.decide.job_start import MISSING, JobRecord
 from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.plan import evaluate
 from remediator.decide.views import DraFleet, NodeView, attach_dra, build_views, needs_dra
-from remediator.decide.vocabulary import Action
+from remediator.decide.vocabulary import Action, Deferral
+from remediator.decide.wake import next_decision
 from remediator.intake.alertmanager_sync import AlertmanagerSync
 from remediator.metrics import ApiOperation, Metrics
 from remediator.policy import Policy
@@ -40,6 +41,8 @@ from remediator.policy import Policy
 log = logging.getLogger("gpuhealth.remediator")
 
 SWEEP_AT_REST = timedelta(minutes=5)  # how often passes that need no DRA look for gpuhealth's leftover device taints
+# The shortest wait before a pass the ladder's own timing asks for (decide/wake.py): never longer than --interval
+MIN_WAIT_S = 1.0
 
 
 class Reconciler:
@@ -56,6 +59,7 @@ class Reconciler:
         self._swept_at: datetime | None = None  # the last sweep of gpuhealth's DeviceTaintRules while at rest
         self._needed_dra = True  # the pass before read DRA (needs_dra): the next one sweeps, at rest or not
         self._monitoring_faults: set[FaultKey] = set()  # reported (gauge, audit line) by the last pass
+        self.next_due: datetime | None = None  # when the last pass's decisions change by time alone (decide/wake.py)
 
     def run_once(self) -> list[NodePlan] | None:
         """Reconcile if leader (None when not). A dry run takes no part in the election: it only reads."""
@@ -91,8 +95,15 @@ class Reconciler:
             except Exception:  # a bug in a pass must not end the loop: logged, /readyz fails, the next pass runs
                 log.exception("reconcile pass failed")
                 self.kube.health.ok = False
-            self.wake.wait(interval)
+            self.wake.wait(self.wait_s(interval))
             self.wake.clear()
+
+    def wait_s(self, interval: float) -> float:
+        """Until the next pass: --interval, or less when a rung's timeout, an escalation, the healthy delay or the
+        like falls due before it (the ladder's own word for when, decide/wake.py), but at least MIN_WAIT_S."""
+        if self.next_due is None:
+            return interval
+        return min(interval, max(MIN_WAIT_S, (self.next_due - self.clock()).total_seconds()))
 
     def reconcile(self) -> list[NodePlan]:
         self.metrics.passes.inc()
@@ -139,6 +150,8 @@ class Reconciler:
         finally:
             self.guard.end()
         self.last_plans = plans
+        capped = any(d.deferral == Deferral.RATE_CAP for p in plans for d in p.decisions)
+        self.next_due = next_decision((p.final_state for p in plans), self.policy, trips, now, capped)
         return plans
 
     @contextmanager
