@@ -12,7 +12,7 @@ from datetime import datetime
 
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
 from remediator.decide.views import NodeView, PodRef
-from remediator.decide.vocabulary import RungStatus
+from remediator.decide.vocabulary import JobStatus, RungStatus
 from remediator.policy import Policy
 from simulator.failure_data import Cause
 
@@ -81,7 +81,8 @@ class SimNode:
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
-            job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None)
+            job_status=JobStatus(self.job_status) if self.job_status and st.job and st.rung_status == RungStatus.RUNNING
+            else None)
 
 
 @dataclass

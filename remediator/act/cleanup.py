@@ -38,6 +38,7 @@ from remediator.clock import Clock
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import fmt_time
 from remediator.decide.undo import Undo, undo_conditions, undo_node
+from remediator.decide.vocabulary import JobStatus
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -157,7 +158,7 @@ def _running_jobs(kube: Kube, policy: Policy) -> dict[str, str]:
     for job in jobs:
         meta = job.get("metadata") or {}
         node = (meta.get("labels") or {}).get(NODE_LABEL)
-        if node and job_status(job) == "running":
+        if node and job_status(job) == JobStatus.RUNNING:
             out[node] = f"{namespace}/{meta.get('name')}"
     return out
 

@@ -14,6 +14,7 @@ import yaml
 
 from remediator.clients.kube import Kube
 from remediator.decide.job_start import JobRecord, job_record
+from remediator.decide.vocabulary import JobStatus, Rung
 from remediator.policy import Policy
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -29,7 +30,7 @@ def render_job(rung: str, name: str, node: str, policy: Policy, gpu: str | None 
         deadline_seconds=int(timeout.total_seconds()) if timeout else 3600,
         runtime_class_name=policy.jobs.runtime_class_name, priority_class_name=policy.jobs.priority_class_name,
         image_pull_secrets=[{"name": n} for n in policy.jobs.image_pull_secrets], resources=policy.jobs.resources,
-        script=(TEMPLATES / "reset_gpu.sh").read_text() if rung == "reset_gpu" else "")
+        script=(TEMPLATES / "reset_gpu.sh").read_text() if rung == Rung.RESET_GPU else "")
     manifest: dict[str, Any] = yaml.safe_load(text)
     return manifest
 
@@ -38,7 +39,7 @@ JOB_SELECTOR = "app.kubernetes.io/name=gpuhealth-remediator"  # the label the te
 NODE_LABEL = "gpuhealth.io/node"  # the node a Job acts on, as the templates label it
 
 
-def job_statuses(kube: Kube, namespace: str) -> dict[str, str]:
+def job_statuses(kube: Kube, namespace: str) -> dict[str, JobStatus]:
     """Every gpuhealth Job in the namespace by name: succeeded | failed | running. One LIST per pass,
     not one GET per node at a Job rung; a Job not listed is missing (creating it again is idempotent)."""
     return {name: record.status for name, record in job_records(kube, namespace).items()}
@@ -50,12 +51,12 @@ def job_records(kube: Kube, namespace: str) -> dict[str, JobRecord]:
             for job in kube.list_jobs(namespace, JOB_SELECTOR)}
 
 
-def job_status(job: dict[str, Any]) -> str:
-    """succeeded | failed | running, from the Job's status as the Job controller keeps it."""
+def job_status(job: dict[str, Any]) -> JobStatus:
+    """Succeeded, failed or running, from the Job's status as the Job controller keeps it."""
     status = job.get("status") or {}
     conditions = status.get("conditions") or []
     if status.get("succeeded"):
-        return "succeeded"
+        return JobStatus.SUCCEEDED
     if status.get("failed") or any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions):
-        return "failed"
-    return "running"
+        return JobStatus.FAILED
+    return JobStatus.RUNNING

@@ -32,7 +32,7 @@ from remediator.decide.job_start import MISSING, JobRecord
 from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.plan import evaluate
 from remediator.decide.views import DraFleet, NodeView, attach_dra, build_views, needs_dra
-from remediator.decide.vocabulary import Action, Deferral
+from remediator.decide.vocabulary import Action, Deferral, JobStatus
 from remediator.decide.wake import next_decision
 from remediator.intake.alertmanager_sync import AlertmanagerSync
 from remediator.metrics import ApiOperation, Metrics
@@ -244,7 +244,7 @@ class Reconciler:
                     self.metrics.api_error(ApiOperation.LIST_JOBS)
                     listed, unknown = {}, True
             if unknown:
-                return JobRecord("running")  # neither done nor failed; look again next pass
+                return JobRecord(JobStatus.RUNNING)  # neither done nor failed; look again next pass
             return listed.get(name, MISSING)
 
         return status

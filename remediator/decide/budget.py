@@ -134,7 +134,7 @@ class Ledger:
                 return Held(Deferral.GPU_BUDGET, f"GPU quarantine budget of pool {view.pool} in use "
                                                  f"({len(usage.quarantined)}/{limit} GPUs)")
             return None
-        if action == "cordon" and view.name not in usage.cordoned:
+        if action == Action.CORDON and view.name not in usage.cordoned:
             limit = self.cordoned_limit(view.pool)
             if len(usage.cordoned) >= limit:
                 return Held(Deferral.CORDON_BUDGET,
@@ -158,7 +158,7 @@ class Ledger:
         self.actions_last_hour += 1
         if action == Action.QUARANTINE_GPU:
             usage.quarantined.add(view.name)
-        if action == "cordon":
+        if action == Action.CORDON:
             usage.cordoned.add(view.name)
         if action in DISRUPTIVE:
             usage.disrupted.add(view.name)

@@ -29,6 +29,7 @@ from remediator.decide.vocabulary import (
     JOB_RUNGS,
     NEEDS_DRAINED,
     Action,
+    JobStatus,
     ResetPhase,
     Rung,
     RungStatus,
@@ -121,7 +122,7 @@ class ClimbSteps(PlannerBase):
         if rung == Rung.REPLACE and not self._replace_pending():
             self.out(Action.REPLACE, Verdict.SKIPPED, "replacement under way")
             return _Flow.STOP
-        if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == "missing" and gpu and \
+        if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == JobStatus.MISSING and gpu and \
                 reset_target(v, policy, gpu) != st.gpu:  # no Job yet: it resets what the alerts name now
             self.state = st = replace(st, gpu=reset_target(v, policy, gpu))
         if rung == Rung.RESET_GPU and st.reset_phase == ResetPhase.STOPPING:
@@ -129,7 +130,7 @@ class ClimbSteps(PlannerBase):
             self.out(Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
                      f"(since {time_text(st.rung_started)}); still holding it: {', '.join(left)}")
             return _Flow.STOP
-        if v.job_status == "missing" and rung in JOB_RUNGS:  # intent recorded, Job never created
+        if v.job_status == JobStatus.MISSING and rung in JOB_RUNGS:  # intent recorded, Job never created
             just_stopped = self.plan.base_state.reset_phase == ResetPhase.STOPPING
             why = (f"the GPU's clients stopped: starting reset job {st.job}" if just_stopped
                    else f"{rung} recorded but its job {st.job} is missing: creating it")

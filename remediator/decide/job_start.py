@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.decide.nodestate import parse_time
+from remediator.decide.vocabulary import JobStatus
 
 # Waiting reasons of a container that only the Job's own settings cause (the kubelet's images and config errors):
 # jobs.image, jobs.image_pull_secrets, the pod's securityContext.
@@ -63,15 +64,15 @@ def start_fields(pod: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, A
 class JobRecord:
     """A node-action Job as listed: its outcome, when it was made, and whether it has made a pod at all."""
 
-    status: str  # succeeded | failed | running | missing
+    status: JobStatus
     created: datetime | None = None  # metadata.creationTimestamp
     made_pod: bool = True  # its status counts a pod (active, ready, succeeded, failed, terminating); False: none yet
 
 
-MISSING = JobRecord("missing")
+MISSING = JobRecord(JobStatus.MISSING)
 
 
-def job_record(job: dict[str, Any], status: str) -> JobRecord:
+def job_record(job: dict[str, Any], status: JobStatus) -> JobRecord:
     """The record of a listed Job whose outcome is `status` (remediator/act/node_jobs.py job_status)."""
     counts = job.get("status") or {}
     made = any(counts.get(k) for k in ("active", "ready", "succeeded", "failed", "terminating"))

@@ -26,7 +26,17 @@ from remediator.decide.nodestate import ALL_GPUS, AlertRecord, NodeState, elapse
 from remediator.decide.progress import observe
 from remediator.decide.scope import ScopeSteps
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import JOB_RUNGS, Action, ResetPhase, Rung, RungStatus, Scope, Severity, Verdict
+from remediator.decide.vocabulary import (
+    JOB_RUNGS,
+    Action,
+    JobStatus,
+    ResetPhase,
+    Rung,
+    RungStatus,
+    Scope,
+    Severity,
+    Verdict,
+)
 from remediator.policy import Policy
 
 
@@ -185,7 +195,7 @@ class _Planner(ScopeSteps, ClimbSteps):
         (_restore_gpu_clients). True when it did."""
         v, st = self.v, self.state
         unstarted = st.reset_phase == ResetPhase.STOPPING or (
-            st.reset_phase == ResetPhase.RESETTING and v.job_status == "missing")
+            st.reset_phase == ResetPhase.RESETTING and v.job_status == JobStatus.MISSING)
         if not (st.rung == Rung.RESET_GPU and st.rung_status == RungStatus.RUNNING and unstarted):
             return False
         self.state = replace(st, rung=Rung.DRAIN, rung_status=RungStatus.DONE, rung_done=self.now, job=None,

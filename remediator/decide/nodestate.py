@@ -201,7 +201,7 @@ class NodeState:
         elif self.reset_phase or self.paused or self.pause_value:
             version = 3
         else:
-            version = 2 if self.scope != "node" or self.devices else 1
+            version = 2 if self.scope != Scope.NODE or self.devices else 1
         return _compact_json({"v": version, **data})
 
     @classmethod

@@ -12,7 +12,7 @@ from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import NodeState, elapsed
 from remediator.decide.reset import still_holding
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import ResetPhase, Rung, RungStatus, Severity
+from remediator.decide.vocabulary import JobStatus, ResetPhase, Rung, RungStatus, Severity
 from remediator.policy import Policy
 
 
@@ -35,13 +35,13 @@ def observe(view: NodeView, state: NodeState, now: datetime,
     timeout = policy.rung(rung).timeout
     timed_out = rung != Rung.DRAIN and timeout is not None and elapsed(now, state.rung_started) >= timeout
     if rung == Rung.RESET_GPU and state.reset_phase != ResetPhase.STOPPING:
-        if view.job_status == "succeeded":
+        if view.job_status == JobStatus.SUCCEEDED:
             return done, [Note(EventReason.GPU_RESET_SUCCEEDED, f"reset job {state.job} succeeded",
                                    rung=Rung.RESET_GPU)]
         not_started = _not_started(view, state, now, policy, timed_out)
         if not_started is not None:
             return replace(failed, not_started=not_started[0]), [not_started[1]]
-        if view.job_status == "failed":
+        if view.job_status == JobStatus.FAILED:
             return failed, [Note(EventReason.GPU_RESET_FAILED, f"reset job {state.job} failed", Severity.WARNING,
                                      Rung.RESET_GPU)]
     # reboot: the Job's result is ignored (a reboot kills its pod); the boot id tells
@@ -68,11 +68,12 @@ def _not_started(view: NodeView, state: NodeState, now: datetime, policy: Policy
     jobs.ttl_seconds_after_finished): every create failed, which says nothing about the GPU either."""
     if state.rung is None:
         return None
-    if view.job_status == "missing" and timed_out:
+    if view.job_status == JobStatus.MISSING and timed_out:
         why = ("the Job was never created: the API server refused or did not answer each try until the rung's timeout "
                "(the node's earlier Events of this rung say why)")
     elif view.job_start is not None:
-        why = view.job_start.not_started(now, policy.jobs.start_timeout, timed_out or view.job_status == "failed")
+        failed = timed_out or view.job_status == JobStatus.FAILED
+        why = view.job_start.not_started(now, policy.jobs.start_timeout, failed)
     else:
         return None
     if not why:

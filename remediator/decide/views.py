@@ -25,7 +25,7 @@ from remediator.decide.nodestate import (
     hold_of,
     parse_time,
 )
-from remediator.decide.vocabulary import ResetPhase, RungStatus, Scope
+from remediator.decide.vocabulary import JobStatus, ResetPhase, RungStatus, Scope
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -108,7 +108,7 @@ class NodeView:
     resource_version: str | None
     evictable: list[PodRef] = field(default_factory=list)  # including pods already terminating
     pods_known: bool = True  # False in `plan` without --pods: nothing can be said about draining
-    job_status: str | None = None  # succeeded | failed | running | missing (None: not looked up)
+    job_status: JobStatus | None = None  # None: not looked up
     job_start: JobStart | None = None  # whether that Job's container started (None: not looked up, or no Job)
     damaged: str | None = None  # the state annotation could not be read (fail closed: hands off)
     devices: NodeDevices | None = None  # the node's GPUs as its DRA driver publishes them (None: no DRA)
@@ -263,7 +263,7 @@ def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
             if job_status is not None and view.state.job and view.state.rung_status == RungStatus.RUNNING:
                 record = job_status(view.state.job)
                 view.job_status = record.status
-                if record.status != "missing":
+                if record.status != JobStatus.MISSING:
                     view.job_start = job_start(record, pods, policy.jobs.namespace, view.state.job)
         views.append(view)
     if dra is not None:

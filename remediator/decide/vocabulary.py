@@ -61,6 +61,15 @@ class RungStatus(StrEnum):
     FAILED = "failed"  # failed or timed out
 
 
+class JobStatus(StrEnum):
+    """A node-action Job's outcome as listed (act/node_jobs.py job_status), or that there is none."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RUNNING = "running"  # neither done nor failed yet
+    MISSING = "missing"  # no such Job: its intent is recorded, the Job not (yet) made
+
+
 class ResetPhase(StrEnum):
     """The reset_gpu rung's two steps (docs/remediation.md, "The reset sequence")."""
 
