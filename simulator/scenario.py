@@ -256,17 +256,40 @@ def _parse(text: str, source: str) -> Scenario:
     if "days" not in top:
         raise r.fail("days", "required: how many days to simulate")
     kw["days"] = s.number("days", top["days"], 0, lo_open=True)
+    kw.update(_fleet(r, top.get("fleet")))
+    kw["causes"] = causes = _causes(s, top.get("causes"))
+    kw.update(_failures(s, causes, top.get("failures")))
+    kw.update(_detection(s, top.get("detection")))
+    rungs, extra = _rung_models(s, top.get("remediation"))
+    kw["rungs"] = rungs
+    if "manual_repair" in extra:
+        kw["manual_repair_s"] = extra["manual_repair"]
+    if "exclude_after" in extra:
+        kw["exclude_after_s"] = extra["exclude_after"]
+    kw.update(_jobs(s, top.get("jobs"), {p for p, _ in kw["pools"]}))
+    if "sample_interval" in top:
+        kw["sample_interval_s"] = s.seconds("sample_interval", top["sample_interval"])
+    name = r.string("name", top.get("name", Path(source).stem))
+    description = r.string("description", top["description"]) if "description" in top else ""
+    return Scenario(name=name, source=source, description=description, **kw)
 
-    fleet = r.section("fleet", {"pools", "gpus_per_node"}, top.get("fleet"))
+
+def _fleet(r: YamlReader, value: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    fleet = r.section("fleet", {"pools", "gpus_per_node"}, value)
     pools_raw = r.section("fleet.pools", set(fleet.get("pools") or {}), fleet.get("pools"))
     if not pools_raw:
         raise r.fail("fleet.pools", "required: a mapping of pool name to its node count")
     kw["pools"] = tuple((str(p), r.integer(f"fleet.pools.{p}", n, minimum=1)) for p, n in pools_raw.items())
     if "gpus_per_node" in fleet:
         kw["gpus_per_node"] = r.integer("fleet.gpus_per_node", fleet["gpus_per_node"], minimum=1)
+    return kw
 
-    kw["causes"] = causes = _causes(s, top.get("causes"))
-    failures = r.section("failures", {"rate", "mix", "lemon", "switches"}, top.get("failures"))
+
+def _failures(s: _Scenario, causes: dict[str, Any], value: Any) -> dict[str, Any]:
+    r = s.r
+    kw: dict[str, Any] = {}
+    failures = r.section("failures", {"rate", "mix", "lemon", "switches"}, value)
     rate = failures.get("rate", "llama3")
     if isinstance(rate, str):
         named = named_rate(rate)
@@ -276,18 +299,7 @@ def _parse(text: str, source: str) -> Scenario:
         kw["rate_per_1000_node_days"] = named
     else:
         kw["rate_per_1000_node_days"] = s.number("failures.rate", rate)
-    mix = failures.get("mix", "llama3")
-    if mix == "llama3":
-        weights: dict[str, float] = {k: float(v) for k, v in llama3_counts().items()}
-    else:
-        raw_mix = r.section("failures.mix", set(causes), mix)
-        weights = {c: s.number(f"failures.mix.{c}", w) for c, w in raw_mix.items()}
-    if sum(weights.values()) <= 0:
-        raise r.fail("failures.mix", "expected at least one cause with a weight above 0")
-    missing = [c for c in weights if c not in causes]
-    if missing:
-        raise r.fail("failures.mix", f"unknown cause(s) {', '.join(missing)} (add them under causes:)")
-    kw["mix"] = tuple(weights.items())
+    kw["mix"] = _mix(s, causes, failures.get("mix", "llama3"))
     lemon = r.section("failures.lemon", {"fraction", "multiplier"}, failures.get("lemon"))
     if lemon:
         mult = lemon.get("multiplier", [5, 10])
@@ -305,36 +317,46 @@ def _parse(text: str, source: str) -> Scenario:
             rate_per_1000_days=s.number("failures.switches.rate", sw.get("rate", 0.0)),
             repair_s=s.seconds("failures.switches.repair", sw["repair"]) if "repair" in sw else d.repair_s,
             alert=r.string("failures.switches.alert", sw.get("alert", d.alert)))
+    return kw
 
-    det = r.section("detection", {"evaluation_interval", "job_timeout", "delay"}, top.get("detection"))
+
+def _mix(s: _Scenario, causes: dict[str, Any], mix: Any) -> tuple[tuple[str, float], ...]:
+    r = s.r
+    if mix == "llama3":
+        weights: dict[str, float] = {k: float(v) for k, v in llama3_counts().items()}
+    else:
+        raw_mix = r.section("failures.mix", set(causes), mix)
+        weights = {c: s.number(f"failures.mix.{c}", w) for c, w in raw_mix.items()}
+    if sum(weights.values()) <= 0:
+        raise r.fail("failures.mix", "expected at least one cause with a weight above 0")
+    missing = [c for c in weights if c not in causes]
+    if missing:
+        raise r.fail("failures.mix", f"unknown cause(s) {', '.join(missing)} (add them under causes:)")
+    return tuple(weights.items())
+
+
+def _detection(s: _Scenario, value: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    det = s.r.section("detection", {"evaluation_interval", "job_timeout", "delay"}, value)
     if "evaluation_interval" in det:
         kw["evaluation_interval_s"] = s.seconds("detection.evaluation_interval", det["evaluation_interval"])
     if "job_timeout" in det:
         kw["job_timeout_s"] = s.seconds("detection.job_timeout", det["job_timeout"])
     if det.get("delay") is not None:
         kw["detection_delay_s"] = s.seconds("detection.delay", det["delay"])
+    return kw
 
-    rungs, extra = _rung_models(s, top.get("remediation"))
-    kw["rungs"] = rungs
-    if "manual_repair" in extra:
-        kw["manual_repair_s"] = extra["manual_repair"]
-    if "exclude_after" in extra:
-        kw["exclude_after_s"] = extra["exclude_after"]
 
-    jobs = r.section("jobs", {"training", "small"}, top.get("jobs"))
-    kw["training"] = _training(s, jobs.get("training"))
-    kw["small"] = _small(s, jobs.get("small"))
-    pools = {p for p, _ in kw["pools"]}
-    for i, t in enumerate(kw["training"]):
+def _jobs(s: _Scenario, value: Any, pools: set[str]) -> dict[str, Any]:
+    r = s.r
+    jobs = r.section("jobs", {"training", "small"}, value)
+    training, small = _training(s, jobs.get("training")), _small(s, jobs.get("small"))
+    for i, t in enumerate(training):
         if t.pool is not None and t.pool not in pools:
             raise r.fail(f"jobs.training[{i}].pool", f"no such pool (pools: {', '.join(sorted(pools))})")
-    if kw["small"] is not None and kw["small"].pool is not None and kw["small"].pool not in pools:
+    if small is not None and small.pool is not None and small.pool not in pools:
         raise r.fail("jobs.small.pool", f"no such pool (pools: {', '.join(sorted(pools))})")
-    if "sample_interval" in top:
-        kw["sample_interval_s"] = s.seconds("sample_interval", top["sample_interval"])
-    name = r.string("name", top.get("name", Path(source).stem))
-    description = r.string("description", top["description"]) if "description" in top else ""
-    return Scenario(name=name, source=source, description=description, **kw)
+    return {"training": training, "small": small}
 
 
 def check_alerts(scenario: Scenario, known: set[str], rules_source: str) -> None:
