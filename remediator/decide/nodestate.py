@@ -50,6 +50,9 @@ STATE_VERSION = 4
 # next webhook or sync, and is dropped again while the others outrank it.
 MAX_ALERT_RECORDS = 100
 MAX_STATE_BYTES = 64 * 1024
+# What a pass may add to a state a recording just filled (the rung, its times and Job, a GPU scope's devices, paused
+# operand labels, monitoring-fault fingerprints): the records leave this much of MAX_STATE_BYTES to it
+PASS_RESERVE_BYTES = 4 * 1024
 
 RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
@@ -306,9 +309,10 @@ def _keep_rank(fingerprint: str, a: AlertRecord) -> tuple[bool, bool, int, datet
 
 
 def bounded_alerts(state: NodeState) -> NodeState:
-    """`state` with at most MAX_ALERT_RECORDS alert records and its annotation at most MAX_STATE_BYTES long: the
-    records it keeps are those of highest _keep_rank that fit."""
-    if len(state.alerts) <= MAX_ALERT_RECORDS and len(state.to_json()) <= MAX_STATE_BYTES:
+    """`state` with at most MAX_ALERT_RECORDS alert records and its annotation at most MAX_STATE_BYTES less
+    PASS_RESERVE_BYTES long: the records it keeps are those of highest _keep_rank that fit."""
+    room = MAX_STATE_BYTES - PASS_RESERVE_BYTES
+    if len(state.alerts) <= MAX_ALERT_RECORDS and len(state.to_json()) <= room:
         return state
     size = len(replace(state, alerts={}).to_json())
     kept: set[str] = set()
@@ -316,7 +320,7 @@ def bounded_alerts(state: NodeState) -> NodeState:
         if len(kept) == MAX_ALERT_RECORDS:
             break
         entry = len(_compact_json({fp: _json_times(asdict(a))})) - 1  # "fp":{...} and a comma
-        if size + entry <= MAX_STATE_BYTES:
+        if size + entry <= room:
             kept.add(fp)
             size += entry
     return replace(state, alerts={fp: a for fp, a in state.alerts.items() if fp in kept})
