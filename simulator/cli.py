@@ -25,9 +25,9 @@ from simulator.detection import (
     Pipeline,
     load_pipeline,
 )
-from simulator.engine import RunResult, Simulation
+from simulator.engine import Simulation
 from simulator.overrides import Overrides, apply
-from simulator.results import HEADLINE, render_text, summarize
+from simulator.results import HEADLINE, RunResult, render_text, summarize
 from simulator.revisions import DEFAULT_POLICY_PATH, resolve
 from simulator.scenario import Scenario, ScenarioError, check_alerts, load_scenario, shipped_scenarios
 

@@ -74,6 +74,18 @@ class SimNode:
         """Counted available: schedulable, and not broken."""
         return self.schedulable and (self.fault is None or not self.fault.cause.node_fault)
 
+    def next_generation(self) -> None:
+        """The slot's node is swapped for a new one: a new name, nothing recorded, nothing running, no fault."""
+        self.generation += 1
+        self.state = EMPTY
+        self.unschedulable = self.our_taint = self.replacing = self.excluded_by_job = False
+        self.ready = True
+        self.pods = []
+        self.job_status = None
+        self.fault = None
+        self.fired = {}
+        self.version += 1
+
     def view(self, policy: Policy) -> NodeView:
         st = self.state
         return NodeView(
@@ -134,3 +146,43 @@ class Availability:
         self.out.discard(node.slot)
         node.out_since = None
         node.out_rung = -1
+
+
+class Fleet:
+    """The nodes by slot (a slot keeps its place when its node is replaced), their names and pools, which of them
+    carry something gpuhealth recorded (the nodes a pass reads), and their time out of service."""
+
+    def __init__(self, pools: tuple[tuple[str, int], ...], gpus_per_node: int) -> None:
+        self.nodes: list[SimNode] = []
+        self.pool_sizes: dict[str, int] = {}
+        for pool, count in pools:
+            for _ in range(count):
+                self.nodes.append(SimNode(slot=len(self.nodes), pool=pool))
+            self.pool_sizes[pool] = self.pool_sizes.get(pool, 0) + count
+        self.pool_of = [n.pool for n in self.nodes]
+        self.by_name = {n.name: n.slot for n in self.nodes}
+        self.avail = Availability(gpus_per_node)
+        self.tracked: set[int] = set()
+
+    def live(self, slot: int, generation: int) -> SimNode | None:
+        """The slot's node if it is still the one an event was scheduled for (not replaced since)."""
+        node = self.nodes[slot]
+        return node if node.generation == generation else None
+
+    def renew(self, node: SimNode) -> None:
+        """The node is replaced: the new one answers to its own name and carries nothing yet."""
+        self.by_name.pop(node.name, None)
+        node.next_generation()
+        self.by_name[node.name] = node.slot
+        self.tracked.discard(node.slot)
+
+    def tracked_nodes(self) -> list[SimNode]:
+        return [self.nodes[s] for s in sorted(self.tracked)]
+
+    def untrack_settled(self, hour_ago: datetime) -> None:
+        """Nodes with nothing under way, nothing recorded and no action in the last hour leave the passes."""
+        for slot in list(self.tracked):
+            n = self.nodes[slot]
+            st = n.state
+            if not (st.active or st.alerts or n.our_taint or n.unschedulable or st.actions_since(hour_ago)):
+                self.tracked.discard(slot)

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from remediator.policy import Policy
-from simulator.engine import RunResult
-from simulator.results import TARGETS, render_text
+from simulator.results import TARGETS, RunResult, render_text
 
 RUNG_ORDER = ("detecting", "cordon", "drain", "reset_gpu", "reboot", "replace")
 

@@ -31,7 +31,7 @@ def to_seconds(when: datetime) -> float:
     return (when - EPOCH).total_seconds()
 
 
-class Remediator:
+class SimLeader:
     """The leader's passes: the breaker's trips kept between passes as serve keeps them on its Lease."""
 
     def __init__(self, policy: Policy, pool_sizes: dict[str, int]) -> None:

@@ -1,19 +1,67 @@
-"""Figures over R seeded runs: means with 95% intervals (Student's t), as text or one JSON object."""
+"""A run's result (`RunResult`, with its `Sample`s over time when asked for), and the figures over R seeded runs:
+means with 95% intervals (Student's t), as text or one JSON object."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.engine import RunResult
+from simulator.workload import JobTally
 
 TARGETS = {"node_availability": 0.9995, "job_success_rate": 0.995, "platform_failure_rate": 0.005}
 HEADLINE = ("node_availability", "gpu_availability", "ettr", "job_success_rate", "platform_failure_rate")
 # two-sided 95% quantiles of Student's t, df 1..30
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+@dataclass
+class Sample:
+    t: float
+    out_by_rung: dict[str, int]
+    disrupted: dict[str, int]
+    disrupted_limit: dict[str, int]
+    breaker_open: dict[str, bool]
+    availability: float  # node availability so far
+    job_success: float | None  # small jobs so far
+
+
+@dataclass
+class RunResult:
+    seed: int
+    scenario: str
+    days: float
+    nodes: int
+    node_seconds: float
+    out_node_seconds: float
+    out_gpu_seconds: float
+    gpus_per_node: int
+    ettr: dict[str, float]
+    interruptions: dict[str, dict[str, int]]  # training job -> cause -> count
+    faults: dict[str, int]  # cause -> faults that hit a node in service
+    out_hours_by_cause: dict[str, float]
+    out_hours_by_rung: dict[str, float]
+    outages: int
+    mean_outage_h: float
+    jobs: JobTally
+    deferred: dict[str, int]  # kind -> deferrals (per node and pass)
+    breaker_trips: int
+    breaker_open_hours: dict[str, float]
+    max_disrupted: dict[str, int]
+    passes: int
+    decisions: dict[str, int]  # action/decision -> count
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def node_availability(self) -> float:
+        return 1.0 - self.out_node_seconds / self.node_seconds
+
+    @property
+    def gpu_availability(self) -> float:
+        return 1.0 - self.out_gpu_seconds / (self.node_seconds * self.gpus_per_node)
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:

@@ -38,6 +38,9 @@ class FreeNodes:
             self._items[i] = last
             self._index[last] = i
 
+    def count_in(self, allowed: set[str], pool_of: list[str]) -> int:
+        return sum(1 for s in self._items if pool_of[s] in allowed)
+
     def pick(self, rng: random.Random, k: int, allowed: set[str] | None, pool_of: list[str]) -> list[int] | None:
         """k distinct free slots (in the allowed pools), or None if there are not enough."""
         if allowed is None:

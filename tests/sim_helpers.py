@@ -7,7 +7,7 @@ from functools import cache
 from remediator.policy import Policy
 from simulator.cli import simulate
 from simulator.detection import Pipeline, load_pipeline
-from simulator.engine import RunResult
+from simulator.results import RunResult
 from simulator.scenario import Scenario, parse_scenario
 
 

@@ -1,0 +1,96 @@
+"""Alerts as Alertmanager delivers them: a fault's alert fires after its rule's delay, is sent again on its route's
+repeat interval while it fires, and resolves after the fault clears. Each delivery is recorded on the Node as
+serve's receiver records it (an AlertRecord in the state annotation); a firing or a resolved alert wakes a pass."""
+
+from __future__ import annotations
+
+import random
+
+from remediator.decide.nodestate import AlertRecord, fmt_time, record_alerts
+from simulator.detection import Pipeline
+from simulator.events import EventQueue
+from simulator.fleet import Fault, Fleet, SimNode
+from simulator.passes import PassSchedule
+from simulator.remediation import to_datetime
+
+
+def fingerprint(fault: Fault) -> str:
+    """One alert per rule and node, or per rule and GPU for a GPU-scoped cause."""
+    gpu = f"/{fault.gpu}" if fault.cause.scope == "gpu" else ""
+    return f"{fault.alert}{gpu}"
+
+
+class Alerting:
+    def __init__(self, queue: EventQueue, pipeline: Pipeline, fleet: Fleet, passes: PassSchedule) -> None:
+        self._queue = queue
+        self._pipe = pipeline
+        self._fleet = fleet
+        self._passes = passes
+
+    def fault_seen(self, node: SimNode, fault: Fault) -> None:
+        """The fault's alert fires after its rule's delay (shorter when the node's alert group is already open)."""
+        assert fault.alert is not None
+        rule = self._pipe.alerts[fault.alert]
+        delay = self._pipe.fire_delay(rule, random.Random(fault.seed), group_open=bool(node.fired))
+        self._queue.at(self._queue.now + delay, self._fire, node.slot, node.generation, fault)
+
+    def fault_cleared(self, node: SimNode, fault: Fault) -> None:
+        """The fault's alert, if it fired, resolves after its rule's delay."""
+        rule = self._pipe.alerts.get(fault.alert) if fault.alert else None
+        if rule is None:
+            return
+        fp = fingerprint(fault)
+        if fp in node.fired:
+            delay = self._pipe.resolve_delay(rule, random.Random(fault.seed + 1))
+            self._queue.at(self._queue.now + delay, self._resolve, node.slot, node.generation, fp, node.fired[fp])
+
+    def _record(self, node: SimNode, fp: str, record: AlertRecord) -> None:
+        node.state = record_alerts(node.state, [(fp, record)], to_datetime(self._queue.now))
+        node.version += 1
+        self._fleet.tracked.add(node.slot)
+
+    def _firing(self, fault: Fault, starts: str) -> AlertRecord:
+        rule = self._pipe.alerts[fault.alert or ""]
+        gpu = str(fault.gpu) if fault.cause.scope == "gpu" else None
+        now = fmt_time(to_datetime(self._queue.now))
+        return AlertRecord(name=rule.name, remediation=rule.remediation, status="firing", starts_at=starts,
+                           last_seen=now, ends_at=None, gpu=gpu)
+
+    def _send_again(self, node: SimNode, fp: str, starts: str, fault: Fault) -> None:
+        rule = self._pipe.alerts[fault.alert or ""]
+        when = self._queue.now + self._pipe.route(rule).repeat_interval_s
+        self._queue.at(when, self._repeat, node.slot, node.generation, fp, starts, fault)
+
+    def _fire(self, slot: int, generation: int, fault: Fault) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None or node.fault is not fault:
+            return
+        fp = fingerprint(fault)
+        starts = fmt_time(to_datetime(self._queue.now))
+        node.fired[fp] = starts
+        self._record(node, fp, self._firing(fault, starts))
+        self._send_again(node, fp, starts, fault)
+        self._passes.request(self._queue.now, wake=True)
+
+    def _repeat(self, slot: int, generation: int, fp: str, starts: str, fault: Fault) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None or node.fired.get(fp) != starts:
+            return
+        self._record(node, fp, self._firing(fault, starts))
+        self._send_again(node, fp, starts, fault)
+        # serve would wake for this write too; a repeat moves only last_seen, which decides nothing before
+        # episode.quiet_timeout, so the pass is left to the next thing that is due (it reads this last_seen)
+
+    def _resolve(self, slot: int, generation: int, fp: str, starts: str) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None or node.fired.get(fp) != starts:
+            return
+        del node.fired[fp]
+        old = node.state.alerts.get(fp)
+        if old is None:
+            return
+        now = fmt_time(to_datetime(self._queue.now))
+        record = AlertRecord(name=old.name, remediation=old.remediation, status="resolved", starts_at=starts,
+                             last_seen=now, ends_at=now, gpu=old.gpu)
+        self._record(node, fp, record)
+        self._passes.request(self._queue.now, wake=True)

@@ -1,0 +1,127 @@
+"""The cluster's side of a pass, as the executor does it on a real one: a NodePlan's state is written on the Node
+once, then each decision it executes has its effect (cordon, drain, the reset and reboot Jobs, replacement,
+uncordon). Each rung takes its time and succeeds with its scenario's odds, drawn from the fault's own stream so
+that every policy meets the same outcomes; when a rung ends, a pass is due."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from remediator.decide.decision import NodePlan
+from remediator.decide.views import PodRef
+from remediator.decide.vocabulary import Action, Rung
+from simulator.events import EventQueue
+from simulator.faults import FaultSource
+from simulator.fleet import Fleet, SimNode
+from simulator.jobs.scheduler import JobScheduler
+from simulator.passes import PassSchedule
+from simulator.scenario import Scenario
+
+
+class SimCluster:
+    def __init__(self, queue: EventQueue, scenario: Scenario, fleet: Fleet, faults: FaultSource, jobs: JobScheduler,
+                 passes: PassSchedule) -> None:
+        self._queue, self._sc, self._fleet = queue, scenario, fleet
+        self._faults, self._jobs, self._passes = faults, jobs, passes
+        self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
+            Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
+            Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon}
+
+    def apply(self, plan: NodePlan) -> None:
+        """The plan's state on its Node, then the effect of each decision it executes (the others have none here)."""
+        slot = self._fleet.by_name.get(plan.node)
+        if slot is None:
+            return
+        node = self._fleet.nodes[slot]
+        executes = plan.executes()
+        if not executes and not plan.changed:
+            return
+        node.state = plan.final_state
+        node.version += 1
+        for d in executes:
+            effect = self._effects.get(d.action)
+            if effect is not None:
+                effect(node, plan)
+        self._jobs.node_changed(node)
+
+    def _rung_rng(self, node: SimNode, rung: Rung) -> random.Random:
+        seed = node.fault.seed if node.fault is not None else node.slot
+        return random.Random(f"{seed}/{rung}/{node.state.episode}/{len(node.state.actions)}")
+
+    # --- the effects ------------------------------------------------------------------------
+    def _cordon(self, node: SimNode, plan: NodePlan) -> None:
+        node.our_taint = True
+        if plan.final_state.cordoned:
+            node.unschedulable = True
+        self._jobs.excluded(node)
+
+    def _uncordon(self, node: SimNode, plan: NodePlan) -> None:
+        node.our_taint = False
+        if plan.base_state.cordoned:
+            node.unschedulable = False
+
+    def _drain(self, node: SimNode, plan: NodePlan) -> None:
+        if node.workload is not None:
+            self._jobs.evicted(node)
+        node.pods = [PodRef(p.namespace, p.name, p.uses_gpu, terminating=True) for p in node.pods]
+        self._queue.at(self._queue.now + self._sc.rungs[Rung.DRAIN].duration_s, self._pods_gone, node.slot,
+                       node.generation)
+
+    def _reset_gpu(self, node: SimNode, plan: NodePlan) -> None:
+        model = self._sc.rungs[Rung.RESET_GPU]
+        ok = self._rung_rng(node, Rung.RESET_GPU).random() < model.success
+        node.job_status = "running"
+        self._queue.at(self._queue.now + model.duration_s, self._reset_done, node.slot, node.generation,
+                       plan.final_state.job, ok)
+
+    def _reboot(self, node: SimNode, plan: NodePlan) -> None:
+        model = self._sc.rungs[Rung.REBOOT]
+        ok = self._rung_rng(node, Rung.REBOOT).random() < model.success
+        node.job_status = "running"
+        node.ready = False
+        self._jobs.excluded(node)
+        self._queue.at(self._queue.now + model.duration_s, self._reboot_done, node.slot, node.generation, ok)
+
+    def _replace(self, node: SimNode, plan: NodePlan) -> None:
+        model = self._sc.rungs[Rung.REPLACE]
+        node.replacing = True
+        if self._rung_rng(node, Rung.REPLACE).random() < model.success:
+            self._queue.at(self._queue.now + model.duration_s, self._replaced, node.slot, node.generation)
+        else:  # times out in the ladder; a person swaps it later
+            self._queue.at(self._queue.now + self._sc.manual_repair_s, self._replaced, node.slot, node.generation)
+
+    # --- and their ends ---------------------------------------------------------------------
+    def _pods_gone(self, slot: int, generation: int) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None:
+            return
+        node.pods = [p for p in node.pods if not p.terminating]
+        self._passes.request(self._queue.now)
+
+    def _reset_done(self, slot: int, generation: int, job: str | None, ok: bool) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None or node.state.job != job:
+            return
+        node.job_status = "succeeded" if ok else "failed"
+        if ok and node.fault is not None and node.fault.fix == Rung.RESET_GPU:
+            self._faults.clear(node, node.fault)
+        self._passes.request(self._queue.now)
+
+    def _reboot_done(self, slot: int, generation: int, ok: bool) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None:
+            return
+        if ok:
+            node.boot += 1
+            node.ready = True
+            node.job_status = None
+            if node.fault is not None and node.fault.fix in (Rung.RESET_GPU, Rung.REBOOT):
+                self._faults.clear(node, node.fault)
+            self._jobs.node_changed(node)
+        self._passes.request(self._queue.now)
+
+    def _replaced(self, slot: int, generation: int) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is not None and node.replacing:
+            self._faults.replace_now(node)

@@ -1,0 +1,189 @@
+"""The fault trace, and the node generations it runs on.
+
+Every random draw that shapes the trace comes from a per-node stream seeded by (seed, slot, generation), drawn in
+the same order whatever the policy does, so two policies see the same trace (`gpuhealth-sim diff`). Faults that
+arrive while a node is out of service are dropped: by memorylessness, the faults a node meets in service stay a
+Poisson process of its rate, and availability is an alternating renewal process (1 / (1 + r_f MTTR) for a fixed
+repair time). A fault ends when a rung fixes it, when its external cause clears, or when a person repairs or
+replaces the node after `manual_repair`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+from remediator.decide.vocabulary import Rung
+from simulator.alerts import Alerting
+from simulator.detection import Pipeline
+from simulator.events import EventQueue
+from simulator.failure_data import Cause
+from simulator.fleet import Fault, Fleet, SimNode
+from simulator.jobs.scheduler import JobScheduler
+from simulator.passes import PassSchedule
+from simulator.scenario import Scenario
+
+SWITCH_CAUSE = "Network switch (correlated)"
+
+
+def choose(rng: random.Random, weights: tuple[tuple[str, float], ...]) -> str:
+    total = sum(w for _, w in weights)
+    x = rng.random() * total
+    for name, w in weights:
+        x -= w
+        if x < 0:
+            return name
+    return weights[-1][0] if weights else ""
+
+
+class FaultSource:
+    def __init__(self, queue: EventQueue, scenario: Scenario, pipeline: Pipeline, fleet: Fleet, alerts: Alerting,
+                 jobs: JobScheduler, passes: PassSchedule, seed: int) -> None:
+        self._queue, self._sc, self._pipe, self._fleet = queue, scenario, pipeline, fleet
+        self._alerts, self._jobs, self._passes, self._seed = alerts, jobs, passes, seed
+        self.counts: Counter[str] = Counter()  # cause -> faults that hit a node in service
+        self._streams: dict[tuple[int, int], random.Random] = {}
+        self._ids = 0
+        self._rate = scenario.rate_per_node_second
+        self._mix = tuple((c, w) for c, w in scenario.mix if w > 0)
+        self._switch_cause = Cause(SWITCH_CAUSE, scenario.switches.alert, "node", "hang", "external",
+                                   (("external", 1.0),), scenario.switches.repair_s)
+
+    def start(self) -> None:
+        for node in self._fleet.nodes:
+            self._draw_generation(node)
+        self._schedule_switches()
+
+    # --- node generations -------------------------------------------------------------------
+    def _stream(self, node: SimNode) -> random.Random:
+        key = (node.slot, node.generation)
+        rng = self._streams.get(key)
+        if rng is None:
+            rng = self._streams[key] = random.Random(f"{self._seed}/node/{node.slot}/{node.generation}")
+        return rng
+
+    def replace_now(self, node: SimNode) -> None:
+        """The node is swapped for a new one (its job's pod ends), which draws its own rate and faults."""
+        if node.workload is not None:
+            self._jobs.evicted(node)
+        self._streams.pop((node.slot, node.generation), None)
+        self._fleet.renew(node)
+        self._draw_generation(node)
+        self._passes.request(self._queue.now)
+
+    def _draw_generation(self, node: SimNode) -> None:
+        rng = self._stream(node)
+        lemon = self._sc.lemon
+        node.lemon = rng.random() < lemon.fraction
+        mult = rng.uniform(*lemon.multiplier) if node.lemon else 1.0
+        # lemons are drawn on top of the fleet's rate: the fleet's mean rate stays the scenario's
+        base = self._rate / (1.0 + lemon.fraction * (sum(lemon.multiplier) / 2 - 1.0))
+        node.rate = base * mult
+        self._next_fault(node)
+        self._jobs.node_changed(node)
+
+    def _next_fault(self, node: SimNode) -> None:
+        if node.rate <= 0 or not self._mix:
+            return
+        rng = self._stream(node)
+        gap = rng.expovariate(node.rate)
+        cause = self._sc.causes[choose(rng, self._mix)]
+        fix = choose(rng, cause.fixed_by) if cause.fixed_by else ""
+        gpu = rng.randrange(self._sc.gpus_per_node)
+        seed = rng.getrandbits(48)
+        self._ids += 1
+        now = self._queue.now
+        fault = Fault(self._ids, cause, now + gap, fix, gpu, seed, cause.alert)
+        self._queue.at(now + gap, self._arrives, node.slot, node.generation, fault)
+
+    # --- correlated switch failures ---------------------------------------------------------
+    def _schedule_switches(self) -> None:
+        sw = self._sc.switches
+        if sw.rate_per_1000_days <= 0:
+            return
+        count = math.ceil(len(self._fleet.nodes) / sw.nodes_per_switch)
+        rate = sw.rate_per_1000_days / 1000.0 / 86400.0
+        for i in range(count):
+            rng = random.Random(f"{self._seed}/switch/{i}")
+            t = rng.expovariate(rate)
+            while t < self._queue.end:
+                self._queue.at(t, self._switch_fails, i, rng.getrandbits(48))
+                t += sw.repair_s + rng.expovariate(rate)
+
+    def _switch_fails(self, switch: int, seed: int) -> None:
+        k = self._sc.switches.nodes_per_switch
+        nodes = self._fleet.nodes
+        for slot in range(switch * k, min(len(nodes), (switch + 1) * k)):
+            node = nodes[slot]
+            if not node.in_service:
+                continue
+            self._ids += 1
+            fault = Fault(self._ids, self._switch_cause, self._queue.now, "external", 0, seed + slot,
+                          self._switch_cause.alert, switch=switch)
+            self._strike(node, fault)
+
+    # --- a fault's life ---------------------------------------------------------------------
+    def _arrives(self, slot: int, generation: int, fault: Fault) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None:
+            return
+        self._next_fault(node)
+        if not node.in_service:
+            return  # a node out of service runs nothing: the fault does not happen (memoryless: same process)
+        self._strike(node, fault)
+
+    def _strike(self, node: SimNode, fault: Fault) -> None:
+        cause = fault.cause
+        self.counts[cause.name] += 1
+        if cause.node_fault:
+            node.fault = fault
+            self._jobs.node_changed(node)
+            self._schedule_ends(node, fault)
+        if node.workload is not None:
+            self._jobs.hit(node, fault)
+
+    def _schedule_ends(self, node: SimNode, fault: Fault) -> None:
+        """Its alert (or the jobs that fail on the node, when no rule sees it), its own end, a person's repair."""
+        now, at, cause = self._queue.now, self._queue.at, fault.cause
+        if fault.alert is not None:
+            self._alerts.fault_seen(node, fault)
+        else:
+            override = self._pipe.detection_delay_s
+            found = override if override is not None else self._sc.job_timeout_s
+            at(now + found, self._found_by_job, node.slot, node.generation, fault)
+        if cause.kind == "external" and cause.external_repair_s is not None:
+            at(now + cause.external_repair_s, self._clears, node.slot, node.generation, fault)
+        at(now + self._sc.manual_repair_s, self._manual, node.slot, node.generation, fault)
+
+    def _found_by_job(self, slot: int, generation: int, fault: Fault) -> None:
+        """No rule sees it: the node is found by the jobs that fail on it and kept out until a person repairs it."""
+        node = self._fleet.live(slot, generation)
+        if node is not None and node.fault is fault:
+            node.excluded_by_job = True
+            self._jobs.node_changed(node)
+
+    def _clears(self, slot: int, generation: int, fault: Fault) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is not None and node.fault is fault:
+            self.clear(node, fault)
+
+    def clear(self, node: SimNode, fault: Fault) -> None:
+        """The fault is gone (fixed by a rung, cleared on its own, repaired): its alert resolves."""
+        fault.cleared = self._queue.now
+        node.fault = None
+        node.excluded_by_job = False
+        self._alerts.fault_cleared(node, fault)
+        self._jobs.node_changed(node)
+
+    def _manual(self, slot: int, generation: int, fault: Fault) -> None:
+        """A person takes what gpuhealth could not fix by then: a node that does not come back (or whose
+        replacement stopped) is swapped for a new one; a fault still there is repaired in place (its alerts
+        resolve and the remediator returns the node)."""
+        node = self._fleet.live(slot, generation)
+        if node is None or node.replacing:
+            return
+        if not node.ready or node.state.rung == Rung.REPLACE:
+            self.replace_now(node)
+        elif node.fault is fault:
+            self.clear(node, fault)

@@ -1,0 +1,56 @@
+"""Where jobs may run: the free nodes (schedulable, holding no job), which job holds a node, and the random pick
+of nodes for a job. A node that comes free tells the scheduler, which places the jobs waiting for nodes."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from remediator.decide.views import PodRef
+from simulator.events import EventQueue
+from simulator.fleet import Fleet, SimNode
+from simulator.workload import FreeNodes
+
+
+def pools(pool: str | None) -> set[str] | None:
+    """The pools a job may use: its own, or any."""
+    return {pool} if pool else None
+
+
+class Placement:
+    def __init__(self, queue: EventQueue, fleet: Fleet, seed: int, on_freed: Callable[[], None]) -> None:
+        self._queue = queue
+        self._fleet = fleet
+        self._on_freed = on_freed
+        self.free = FreeNodes()
+        self._rng = random.Random(f"{seed}/placement")
+
+    def pick(self, need: int, allowed: set[str] | None) -> list[int] | None:
+        return self.free.pick(self._rng, need, allowed, self._fleet.pool_of)
+
+    def free_count(self, allowed: set[str] | None) -> int:
+        if allowed is None:
+            return len(self.free)
+        return self.free.count_in(allowed, self._fleet.pool_of)
+
+    def take(self, slots: list[int], owner: str) -> None:
+        for s in slots:
+            node = self._fleet.nodes[s]
+            node.workload = owner
+            node.pods = [PodRef("jobs", f"{owner}-{s}", True)]
+            self.free.discard(s)
+
+    def release(self, node: SimNode) -> None:
+        node.workload = None
+        node.pods = [p for p in node.pods if p.terminating]
+        self.node_changed(node)
+
+    def node_changed(self, node: SimNode) -> None:
+        """After any change to a node: its time out of service, and whether a job may now be placed on it."""
+        self._fleet.avail.update(node, self._queue.now)
+        if node.schedulable and node.workload is None:
+            if node.slot not in self.free:
+                self.free.add(node.slot)
+                self._on_freed()
+        else:
+            self.free.discard(node.slot)
