@@ -27,14 +27,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawObject
+
 log = logging.getLogger("gpuhealth.remediator")
 
-Obj = dict[str, Any]
-OnChange = Callable[[str, Obj, Obj | None], None]
+Obj = TypeVar("Obj", bound=RawObject)  # the kind of object a cache holds (RawNode, RawPod), as the API's JSON
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 
@@ -42,13 +44,12 @@ class Expired(Exception):
     """The resourceVersion we watch from is too old (410 Gone): list again."""
 
 
-def key_of(obj: Obj) -> Key:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
+def key_of(obj: RawObject) -> Key:
+    return api_objects.namespace(obj), api_objects.name(obj)
 
 
-def _rv(obj: Obj | None) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+def _rv(obj: RawObject | None) -> str:
+    return str((api_objects.resource_version(obj) if obj is not None else None) or "")
 
 
 def _older(candidate: str, current: str) -> bool:
@@ -59,9 +60,10 @@ def _older(candidate: str, current: str) -> bool:
         return False
 
 
-class WatchCache:
+class WatchCache(Generic[Obj]):
     def __init__(self, list_fn: Callable[..., Any], *, field_selector: str | None = None,
-                 label_selector: str | None = None, on_change: OnChange | None = None, name: str = "",
+                 label_selector: str | None = None, on_change: Callable[[str, Obj, Obj | None], None] | None = None,
+                 name: str = "",
                  timeout_seconds: int = 300, request_timeout: float = 10.0,
                  backoff: Sequence[float] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
                  index: Callable[[Obj], str | None] | None = None,
@@ -222,8 +224,9 @@ class WatchCache:
             response.release_conn()
         return rv
 
-    def _event(self, event: Obj, rv: str) -> str:
-        etype, obj = event.get("type"), event.get("object") or {}
+    def _event(self, event: dict[str, Any], rv: str) -> str:
+        etype = event.get("type")
+        obj: Any = event.get("object") or {}  # the object, or an ERROR's Status
         if etype == "ERROR":
             if obj.get("code") == 410:
                 raise Expired(obj.get("message") or "expired")

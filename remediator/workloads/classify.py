@@ -30,6 +30,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuhealth_contract.pci import short_bus_id
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawCondition, RawPod, RawPodStatus
 from remediator.decide.nodestate import parse_time
 from remediator.decide.views import asks_for
 
@@ -130,12 +132,12 @@ class PodFacts:
     started: datetime | None
     failed_at: datetime | None
     terminations: list[_Termination] = field(default_factory=list)
-    disruption: dict[str, Any] | None = None
+    disruption: RawCondition | None = None
     status_reason: str = ""
     status_message: str = ""
 
 
-def _time(value: Any) -> datetime | None:
+def _time(value: str | None) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -144,34 +146,39 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
-def pod_facts(pod: dict[str, Any]) -> PodFacts:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+def _terminations(status: RawPodStatus) -> list[_Termination]:
+    """Each container's current termination, or its last one when it has none now (init containers first)."""
     terms: list[_Termination] = []
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(key) or []:
-            for state_key in ("state", "lastState"):
-                t = ((cs.get(state_key) or {}).get("terminated")) or None
-                if t is None:
-                    continue
-                terms.append(_Termination(
-                    container=str(cs.get("name", "")), exit_code=int(t.get("exitCode") or 0),
-                    reason=str(t.get("reason") or ""), message=str(t.get("message") or ""),
-                    finished=_time(t.get("finishedAt")), started=_time(t.get("startedAt"))))
-                break  # the current termination; lastState only when the container has none now
-    disruption = next((c for c in status.get("conditions") or []
-                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        for state in (cs.get("state"), cs.get("lastState")):
+            t = (state or {}).get("terminated") or None
+            if t is None:
+                continue
+            terms.append(_Termination(
+                container=str(cs.get("name", "")), exit_code=int(t.get("exitCode") or 0),
+                reason=str(t.get("reason") or ""), message=str(t.get("message") or ""),
+                finished=_time(t.get("finishedAt")), started=_time(t.get("startedAt"))))
+            break
+    return terms
+
+
+def pod_facts(pod: RawPod) -> PodFacts:
+    status = api_objects.pod_status(pod)
+    terms = _terminations(status)
+    conditions = status.get("conditions") or []
+    disruption = next((c for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"),
+                      None)
     finishes = [t.finished for t in terms if t.finished is not None]
     failed_at = max(finishes) if finishes else None
     if failed_at is None:
-        for c in status.get("conditions") or []:
+        for c in conditions:
             if c.get("type") in ("Ready", "DisruptionTarget") and c.get("status") in ("False", "True"):
                 at = _time(c.get("lastTransitionTime"))
                 if at is not None and (failed_at is None or at > failed_at):
                     failed_at = at
     starts = [t.started for t in terms if t.started is not None]
     started = _time(status.get("startTime")) or (min(starts) if starts else None)
-    return PodFacts(node=str(spec.get("nodeName") or ""), started=started, failed_at=failed_at,
+    return PodFacts(node=api_objects.node_name(pod), started=started, failed_at=failed_at,
                     terminations=terms, disruption=disruption, status_reason=str(status.get("reason") or ""),
                     status_message=str(status.get("message") or ""))
 
@@ -200,7 +207,7 @@ def _gpu_matches(sig: NodeSignal, pod_gpus: frozenset[str] | None) -> bool:
     return sig.gpu is not None and _gpu_key(sig.gpu) in names
 
 
-def classify(pod: dict[str, Any], signals: list[NodeSignal], settings: Settings | None = None,
+def classify(pod: RawPod, signals: list[NodeSignal], settings: Settings | None = None,
              now: datetime | None = None, pod_gpus: frozenset[str] | None = None) -> Verdict:
     """The verdict on one Failed pod. `signals` may hold any node's: only the pod's node counts.
     `now` None: the look-ahead is taken as passed (the CLI asks after the fact). `pod_gpus`: the GPUs the
@@ -301,14 +308,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 _GPU_WORKLOAD_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu|mig-)")
 
 
-def asks_for_gpu(pod: dict[str, Any]) -> bool:
+def asks_for_gpu(pod: RawPod) -> bool:
     """Any container asks a GPU device plugin for something (a whole GPU, a MIG device, a share of one)."""
     return asks_for(pod, _GPU_WORKLOAD_RESOURCE)
 
 
-def requested_gpus(pod: dict[str, Any]) -> int:
+def requested_gpus(pod: RawPod) -> int:
     total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    for c in api_objects.containers(pod):
         res = c.get("resources") or {}
         value = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE) or 0
         try:
@@ -318,12 +325,12 @@ def requested_gpus(pod: dict[str, Any]) -> int:
     return total
 
 
-def pod_gpus(pod: dict[str, Any], node_gpus: int | None) -> frozenset[str] | None:
+def pod_gpus(pod: RawPod, node_gpus: int | None) -> frozenset[str] | None:
     """The GPUs the pod had, as alerts name them; None: all of its node's. The `gpuhealth.io/gpus` annotation
     (indices or PCI bus ids, comma-separated, e.g. written by the job from NVIDIA_VISIBLE_DEVICES) says so
     exactly. Without it a pod that requested as many GPUs as the node has (or a node of unknown size) had them
     all; one that requested fewer had some of them, which ones is unknown: an empty set (no Xid is its)."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPUS_ANNOTATION)
+    value = api_objects.annotations(pod).get(GPUS_ANNOTATION)
     if isinstance(value, str) and value.strip():
         if value.strip().lower() == "all":
             return None
