@@ -261,6 +261,11 @@ def taints(node: RawNode) -> list[RawTaint]:
     return (node.get("spec") or {}).get("taints") or []
 
 
+def unschedulable(node: RawNode) -> bool:
+    """Cordoned."""
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
 def node_conditions(node: RawNode) -> list[RawCondition]:
     return (node.get("status") or {}).get("conditions") or []
 

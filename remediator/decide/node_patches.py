@@ -4,6 +4,7 @@ Karpenter's do-not-disrupt annotation. Pure functions of a Node as read and the 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -67,9 +68,7 @@ def with_do_not_disrupt(body: NodePatch, before: NodeState, after: NodeState) ->
         return body, ""
     value, note = ("true", f"set {DO_NOT_DISRUPT_ANNOTATION}") if after.do_not_disrupt else \
         (None, f"removed {DO_NOT_DISRUPT_ANNOTATION} (set by gpuhealth)")
-    meta = body.get("metadata") or {}
-    annotations = {**(meta.get("annotations") or {}), DO_NOT_DISRUPT_ANNOTATION: value}
-    return {**body, "metadata": {**meta, "annotations": annotations}}, note
+    return with_meta(body, annotations={DO_NOT_DISRUPT_ANNOTATION: value}), note
 
 
 def with_gpu_clients(body: NodePatch, node: RawNode, before: NodeState, after: NodeState) -> tuple[NodePatch, str]:
@@ -88,11 +87,17 @@ def with_gpu_clients(body: NodePatch, node: RawNode, before: NodeState, after: N
         annotations[RESET_REQUEST_ANNOTATION] = None
     if not labels and not annotations:
         return body, ""
+    changes = [f"{k}={v}" for k, v in sorted(labels.items())]
+    changes += [f"{'set' if v else 'removed'} {k}" for k, v in annotations.items()]
+    return with_meta(body, labels=labels, annotations=annotations), "; ".join(changes)
+
+
+def with_meta(body: NodePatch, *, labels: Mapping[str, str | None] | None = None,
+              annotations: Mapping[str, str | None] | None = None) -> NodePatch:
+    """`body` with these labels and annotations added to its metadata (None removes one), as a new patch."""
     meta: PatchMeta = {**(body.get("metadata") or {})}
     if labels:
         meta["labels"] = {**(meta.get("labels") or {}), **labels}
     if annotations:
         meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
-    changes = [f"{k}={v}" for k, v in sorted(labels.items())]
-    changes += [f"{'set' if v else 'removed'} {k}" for k, v in annotations.items()]
-    return {**body, "metadata": meta}, "; ".join(changes)
+    return {**body, "metadata": meta}

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from remediator.decide import api_objects
-from remediator.decide.api_objects import NodePatch, PatchMeta, RawCondition, RawNode
-from remediator.decide.node_patches import with_gpu_clients
+from remediator.decide.api_objects import NodePatch, RawCondition, RawNode
+from remediator.decide.node_patches import with_gpu_clients, with_meta
 from remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
     LAST_EPISODE_ANNOTATION,
@@ -79,7 +79,7 @@ def undo_node(node: RawNode, policy: Policy, job_running: str | None = None) -> 
         changes.append(f"removed taint {TAINT_KEY}")
     kept += [f"taint {t.get('key')}" for t in taints if t.get("key") != TAINT_KEY]
     taken_over = state.scope == "node" and state.active and state.rung is not None and not ours
-    if (node.get("spec") or {}).get("unschedulable"):
+    if api_objects.unschedulable(node):
         if state.cordoned and not taken_over:
             body.setdefault("spec", {})["unschedulable"] = None
             changes.append("uncordoned (gpuhealth cordoned it)")
@@ -102,9 +102,7 @@ def undo_node(node: RawNode, policy: Policy, job_running: str | None = None) -> 
     kept += [f"{key}={labels[key]} (changed by a person since gpuhealth paused it)" for key in state.paused
              if key in labels and labels[key] != state.pause_value]
     if drop:
-        body_meta: PatchMeta = {**(body.get("metadata") or {})}
-        body_meta["annotations"] = {**(body_meta.get("annotations") or {}), **drop}
-        body = {**body, "metadata": body_meta}
+        body = with_meta(body, annotations=drop)
         changes += [f"removed {key}" for key in drop]
     return Undo(name, body=body, changes=tuple(changes), kept=tuple(kept), episode=_episode(state))
 
@@ -119,10 +117,8 @@ def _restore_stray_pauses(body: NodePatch, labels: dict[str, str], state: NodeSt
              if key.startswith(OPERAND_LABEL_PREFIX) and value in values and key not in already}
     if not stray:
         return body
-    meta: PatchMeta = {**(body.get("metadata") or {})}
-    meta["labels"] = {**already, **stray}
     changes += [f"{key}=true (it held gpuhealth's pause value)" for key in sorted(stray)]
-    return {**body, "metadata": meta}
+    return with_meta(body, labels=stray)
 
 
 def undo_conditions(node: RawNode, policy: Policy) -> tuple[list[RawCondition] | None, tuple[str, ...]]:

@@ -172,7 +172,7 @@ def node_view(node: RawNode, policy: Policy, state: NodeState | None = None) -> 
                    and c.get("status") == "False" and c.get("reason") != REPLACE_CONDITION_REASON)
     return NodeView(
         name=name, pool=labels.get(policy.pools.label, policy.pools.default), labels=labels,
-        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        unschedulable=api_objects.unschedulable(node),
         our_taint=any(t.get("key") == TAINT_KEY for t in api_objects.taints(node)),
         state=state, hold=hold_of(annotations), excluded=any(_matches(labels, s) for s in policy.exclude),
         ready=ready, boot_id=((node.get("status") or {}).get("nodeInfo") or {}).get("bootID"),
