@@ -3,8 +3,8 @@
 As client-go's reflector does: list, then watch from the list's resourceVersion (with bookmarks and a
 server-side timeout, after which it watches again from where it stopped); an expired resourceVersion
 (410 Gone, as an HTTP status or as an ERROR event in the stream) means list again; other errors back off
-and retry. Objects are plain dicts (the API's JSON, as `_preload_content=False` gives it) and are shared,
-never copied: callers must not change them.
+and retry. Objects are plain dicts (the API's JSON, as `_preload_content=False` gives it; typed by the kind a
+cache holds: WatchCache[RawNode], decide/api_objects.py) and are shared, never copied: callers must not change them.
 
 `on_change(event_type, obj, old_obj)` runs on the cache's thread after the store changed: ADDED (old_obj
 None), MODIFIED, DELETED (obj is the last state seen). A list (the first, or after an expiry) reports
@@ -37,6 +37,7 @@ from remediator.decide.api_objects import RawObject
 log = logging.getLogger("gpuhealth.remediator")
 
 Obj = TypeVar("Obj", bound=RawObject)  # the kind of object a cache holds (RawNode, RawPod), as the API's JSON
+OnChange = Callable[[str, Obj, Obj | None], None]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 
@@ -49,7 +50,7 @@ def key_of(obj: RawObject) -> Key:
 
 
 def _rv(obj: RawObject | None) -> str:
-    return str((api_objects.resource_version(obj) if obj is not None else None) or "")
+    return str(api_objects.resource_version(obj) or "") if obj is not None else ""
 
 
 def _older(candidate: str, current: str) -> bool:
@@ -62,8 +63,7 @@ def _older(candidate: str, current: str) -> bool:
 
 class WatchCache(Generic[Obj]):
     def __init__(self, list_fn: Callable[..., Any], *, field_selector: str | None = None,
-                 label_selector: str | None = None, on_change: Callable[[str, Obj, Obj | None], None] | None = None,
-                 name: str = "",
+                 label_selector: str | None = None, on_change: OnChange[Obj] | None = None, name: str = "",
                  timeout_seconds: int = 300, request_timeout: float = 10.0,
                  backoff: Sequence[float] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
                  index: Callable[[Obj], str | None] | None = None,
