@@ -18,6 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from remediator import __version__
 from remediator.clients.leader import breaker_trips_of, leader_identity
 from remediator.clock import Clock, utcnow
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawNode, RawPod
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, parse_time
 from remediator.decide.plan import plan_from_json
@@ -34,10 +36,11 @@ def _load_json(path: str) -> Any:
         raise ValueError(f"{path}: not JSON: {exc}") from exc
 
 
-def _items(path: str) -> list[dict[str, Any]]:
+def _items(path: str) -> list[Any]:
+    """The objects of a `kubectl get ... -o json` file, as JSON: the caller names their kind."""
     data = _load_json(path)
     if isinstance(data, dict) and isinstance(data.get("items"), list):
-        items: list[dict[str, Any]] = data["items"]
+        items: list[Any] = data["items"]
     elif isinstance(data, dict) and data.get("kind") in ("Node", "Pod"):
         items = [data]
     elif isinstance(data, list):
@@ -56,7 +59,7 @@ def _alertmanager_client(url: str, policy: Any) -> Any:
                               policy.alertmanager.ca_file, policy.alertmanager.max_answer_bytes)
 
 
-def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, now: datetime) -> Batch:
+def _batch_from_alertmanager(am: Any, nodes: list[RawNode], policy: Any, now: datetime) -> Batch:
     """What serve's sync with Alertmanager would record and resolve on these Nodes now (alert_sync.py)."""
     from remediator.clients.alertmanager import AlertmanagerUnavailable
     from remediator.intake.alert_sync import read_alertmanager, recorded_states, sync_batch
@@ -80,7 +83,7 @@ def _batch_from_alertmanager(am: Any, nodes: list[dict[str, Any]], policy: Any, 
 def cmd_plan(args: argparse.Namespace, clock: Clock) -> int:
     policy = load_policy(args.policy)
     now = parse_time(args.now) if args.now else clock()
-    nodes = _items(args.nodes)
+    nodes: list[RawNode] = _items(args.nodes)
     batches = []
     source = _alertmanager_client(args.from_alertmanager, policy) if args.from_alertmanager else None
     if source is not None:
@@ -119,12 +122,12 @@ class InputError(ValueError):
     """Bad input to `classify`: the message names the file and why."""
 
 
-def _classify_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+def _classify_inputs(args: argparse.Namespace) -> tuple[RawPod, list[Any]]:
     from remediator.workloads.evidence import signals_from_events, signals_from_webhook
 
     policy = load_policy(args.policy)
     try:
-        pod = _load_json(args.pod)
+        pod: RawPod = _load_json(args.pod)  # as JSON: what it holds is checked below
     except ValueError as exc:
         raise InputError(str(exc)) from exc
     if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod" or not isinstance(pod.get("metadata"), dict):
@@ -194,7 +197,7 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
     kube, policy = _kube(args)
     now = clock()
     node = kube.get_node(args.node)
-    raw = (node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION)
+    raw = api_objects.annotations(node).get(STATE_ANNOTATION)
     state = NodeState.from_json(raw)
     # alerts that went quiet (never resolved) are dropped: releasing says "the person is done"
     stale = state.stale(now, policy.episode.quiet_timeout)
@@ -206,7 +209,7 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
     if args.dry_run:
         print(f"{args.node}: would release [dry run: nothing changed]")
         return 0
-    kube.clear_hold(args.node, state if raw else None, node["metadata"].get("resourceVersion"))
+    kube.clear_hold(args.node, state if raw else None, api_objects.resource_version(node))
     kube.event(args.node, EventReason.HOLD_RELEASED, f"released by {args.by}; gpuhealth resumes", now)
     print(f"{args.node}: released")
     return 0

@@ -5,8 +5,9 @@ serve's receiver records it (an AlertRecord in the state annotation); a firing o
 from __future__ import annotations
 
 import random
+from datetime import datetime
 
-from remediator.decide.nodestate import AlertRecord, fmt_time, record_alerts
+from remediator.decide.nodestate import AlertRecord, record_alerts
 from simulator.detection import Pipeline
 from simulator.events import EventQueue
 from simulator.fleet import Fault, Fleet, SimNode
@@ -49,14 +50,14 @@ class Alerting:
         node.version += 1
         self._fleet.tracked.add(node.slot)
 
-    def _firing(self, fault: Fault, starts: str) -> AlertRecord:
+    def _firing(self, fault: Fault, starts: datetime) -> AlertRecord:
         rule = self._pipe.alerts[fault.alert or ""]
         gpu = str(fault.gpu) if fault.cause.scope == "gpu" else None
-        now = fmt_time(to_datetime(self._queue.now))
+        now = to_datetime(self._queue.now)
         return AlertRecord(name=rule.name, remediation=rule.remediation, status="firing", starts_at=starts,
                            last_seen=now, ends_at=None, gpu=gpu)
 
-    def _send_again(self, node: SimNode, fp: str, starts: str, fault: Fault) -> None:
+    def _send_again(self, node: SimNode, fp: str, starts: datetime, fault: Fault) -> None:
         rule = self._pipe.alerts[fault.alert or ""]
         when = self._queue.now + self._pipe.route(rule).repeat_interval_s
         self._queue.at(when, self._repeat, node.slot, node.generation, fp, starts, fault)
@@ -66,13 +67,13 @@ class Alerting:
         if node is None or node.fault is not fault:
             return
         fp = fingerprint(fault)
-        starts = fmt_time(to_datetime(self._queue.now))
+        starts = to_datetime(self._queue.now)
         node.fired[fp] = starts
         self._record(node, fp, self._firing(fault, starts))
         self._send_again(node, fp, starts, fault)
         self._passes.request(self._queue.now, wake=True)
 
-    def _repeat(self, slot: int, generation: int, fp: str, starts: str, fault: Fault) -> None:
+    def _repeat(self, slot: int, generation: int, fp: str, starts: datetime, fault: Fault) -> None:
         node = self._fleet.live(slot, generation)
         if node is None or node.fired.get(fp) != starts:
             return
@@ -81,7 +82,7 @@ class Alerting:
         # serve would wake for this write too; a repeat moves only last_seen, which decides nothing before
         # episode.quiet_timeout, so the pass is left to the next thing that is due (it reads this last_seen)
 
-    def _resolve(self, slot: int, generation: int, fp: str, starts: str) -> None:
+    def _resolve(self, slot: int, generation: int, fp: str, starts: datetime) -> None:
         node = self._fleet.live(slot, generation)
         if node is None or node.fired.get(fp) != starts:
             return
@@ -89,7 +90,7 @@ class Alerting:
         old = node.state.alerts.get(fp)
         if old is None:
             return
-        now = fmt_time(to_datetime(self._queue.now))
+        now = to_datetime(self._queue.now)
         record = AlertRecord(name=old.name, remediation=old.remediation, status="resolved", starts_at=starts,
                              last_seen=now, ends_at=now, gpu=old.gpu)
         self._record(node, fp, record)

@@ -9,8 +9,9 @@ import random
 from collections.abc import Callable
 
 from remediator.decide.decision import NodePlan
+from remediator.decide.nodestate import time_text
 from remediator.decide.views import PodRef
-from remediator.decide.vocabulary import Action, Rung
+from remediator.decide.vocabulary import Action, JobStatus, Rung
 from simulator.events import EventQueue
 from simulator.faults import FaultSource
 from simulator.fleet import Fleet, SimNode
@@ -47,7 +48,7 @@ class SimCluster:
 
     def _rung_rng(self, node: SimNode, rung: Rung) -> random.Random:
         seed = node.fault.seed if node.fault is not None else node.slot
-        return random.Random(f"{seed}/{rung}/{node.state.episode}/{len(node.state.actions)}")
+        return random.Random(f"{seed}/{rung}/{time_text(node.state.episode)}/{len(node.state.actions)}")
 
     # --- the effects ------------------------------------------------------------------------
     def _cordon(self, node: SimNode, plan: NodePlan) -> None:
@@ -71,14 +72,14 @@ class SimCluster:
     def _reset_gpu(self, node: SimNode, plan: NodePlan) -> None:
         model = self._sc.rungs[Rung.RESET_GPU]
         ok = self._rung_rng(node, Rung.RESET_GPU).random() < model.success
-        node.job_status = "running"
+        node.job_status = JobStatus.RUNNING
         self._queue.at(self._queue.now + model.duration_s, self._reset_done, node.slot, node.generation,
                        plan.final_state.job, ok)
 
     def _reboot(self, node: SimNode, plan: NodePlan) -> None:
         model = self._sc.rungs[Rung.REBOOT]
         ok = self._rung_rng(node, Rung.REBOOT).random() < model.success
-        node.job_status = "running"
+        node.job_status = JobStatus.RUNNING
         node.ready = False
         self._jobs.excluded(node)
         self._queue.at(self._queue.now + model.duration_s, self._reboot_done, node.slot, node.generation, ok)
@@ -103,7 +104,7 @@ class SimCluster:
         node = self._fleet.live(slot, generation)
         if node is None or node.state.job != job:
             return
-        node.job_status = "succeeded" if ok else "failed"
+        node.job_status = JobStatus.SUCCEEDED if ok else JobStatus.FAILED
         if ok and node.fault is not None and node.fault.fix == Rung.RESET_GPU:
             self._faults.clear(node, node.fault)
         self._passes.request(self._queue.now)

@@ -46,7 +46,7 @@ class SimNode:
     boot: int = 0
     version: int = 1
     pods: list[PodRef] = field(default_factory=list)
-    job_status: str | None = None  # the reset/reboot Job: running | succeeded | failed
+    job_status: JobStatus | None = None  # the reset/reboot Job, while it runs and once it has ended
     fault: Fault | None = None
     replacing: bool = False
     excluded_by_job: bool = False  # a job found it broken (no rule saw it): not scheduled on until repaired
@@ -93,8 +93,7 @@ class SimNode:
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
-            job_status=JobStatus(self.job_status) if self.job_status and st.job and st.rung_status == RungStatus.RUNNING
-            else None)
+            job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None)
 
 
 @dataclass

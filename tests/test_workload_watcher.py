@@ -27,8 +27,9 @@ from remediator.clients.watch_cache import WatchCache
 from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
 from remediator.metrics import Metrics
 from remediator.policy import Policy, parse_policy
+from remediator.workloads.ended_pods import ENDED_ANNOTATION, ENDED_SELECTOR, FAILURE_ANNOTATION, Sources
 from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState
-from remediator.workloads.watcher import ENDED_ANNOTATION, ENDED_SELECTOR, FAILURE_ANNOTATION, Sources, WorkloadWatcher
+from remediator.workloads.watcher import WorkloadWatcher
 
 NS = "ml"
 POLICY = "workloads:\n  enabled: true\n  namespaces: [ml]\n"
@@ -229,10 +230,10 @@ def test_a_deleted_pod_not_counted_within_the_hour_is_forgotten_not_kept_forever
     env.cluster.update_pod(NS, "train-0", lambda p: p["metadata"].update(deletionTimestamp=_stamp(T0)))
     env.controller.delete_namespaced_pod("train-0", NS, grace_period_seconds=0)
     env.step()
-    assert list(env.watcher.gone)  # kept, as last seen, for the leader to count
+    assert list(env.watcher.ended.gone)  # kept, as last seen, for the leader to count
     env.now += timedelta(hours=2)
     env.leader = True
-    assert env.step() == [] and env.watcher.gone == {}
+    assert env.step() == [] and env.watcher.ended.gone == {}
 
 
 def test_a_pod_its_controller_deleted_is_not_a_failure_of_its_own(env: Env) -> None:

@@ -26,7 +26,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from remediator.act.node_jobs import JOB_SELECTOR, NODE_LABEL, job_status
 from remediator.audit import audit
@@ -35,6 +34,8 @@ from remediator.clients.errors import Conflict, KubeError, NotFound
 from remediator.clients.kube import Kube
 from remediator.clients.leader import LeaderElector
 from remediator.clock import Clock
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawNode
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import fmt_time
 from remediator.decide.undo import Undo, undo_conditions, undo_node
@@ -156,10 +157,9 @@ def _running_jobs(kube: Kube, policy: Policy) -> dict[str, str]:
                            "was undone") from exc
     out = {}
     for job in jobs:
-        meta = job.get("metadata") or {}
-        node = (meta.get("labels") or {}).get(NODE_LABEL)
+        node = api_objects.labels(job).get(NODE_LABEL)
         if node and job_status(job) == JobStatus.RUNNING:
-            out[node] = f"{namespace}/{meta.get('name')}"
+            out[node] = f"{namespace}/{api_objects.meta(job).get('name')}"
     return out
 
 
@@ -187,8 +187,8 @@ def _undo_all(kube: Kube, policy: Policy, running: dict[str, str], options: Clea
               out: Callable[[str], None], report: CleanupReport) -> None:
     taints = DeviceTaints(kube)
     version, rules = _our_rules(taints, policy, report)
-    for node in sorted(kube.list_nodes(), key=lambda n: str(n["metadata"].get("name"))):
-        name = node["metadata"]["name"]
+    for node in sorted(kube.list_nodes(), key=api_objects.name):
+        name = api_objects.name(node)
         try:
             changes, undo = _undo_one(kube, policy, node, running.get(name))
         except KubeError as exc:
@@ -212,9 +212,9 @@ def _undo_all(kube: Kube, policy: Policy, running: dict[str, str], options: Clea
             out(f"{gone or '(no node named)'} (no such node): {'; '.join(deleted)}")
 
 
-def _undo_one(kube: Kube, policy: Policy, node: dict[str, Any], job: str | None) -> tuple[list[str], Undo]:
+def _undo_one(kube: Kube, policy: Policy, node: RawNode, job: str | None) -> tuple[list[str], Undo]:
     """Undo on one Node (a 409 reads it again and computes again); what was undone, and the last computation."""
-    name = node["metadata"]["name"]
+    name = api_objects.name(node)
     done: list[str] = []
     for _ in range(ATTEMPTS):
         undo = undo_node(node, policy, job)
@@ -222,14 +222,14 @@ def _undo_one(kube: Kube, policy: Policy, node: dict[str, Any], job: str | None)
             return done, undo
         try:
             if undo.body:
-                written = kube.patch_node(name, undo.body, node["metadata"].get("resourceVersion"))
+                written = kube.patch_node(name, undo.body, api_objects.resource_version(node))
                 done += undo.changes
                 if not kube.dry_run:
                     node = written  # the Node as it is now, for the conditions' write
             conditions, removed = undo_conditions(node, policy)
             if conditions is not None:
                 kube.patch_node_status(name, {"status": {"conditions": conditions}},
-                                       str(node["metadata"].get("resourceVersion")))
+                                       str(api_objects.resource_version(node)))
                 done.append(f"removed condition {', '.join(removed)}")
             return done, undo
         except NotFound:  # the Node went away meanwhile: nothing of it is left

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from remediator.clients.errors import NotFound, Rejected
 from remediator.clients.kube import Kube
+from remediator.decide import api_objects
 from remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION, hold_of
 from remediator.decide.views import PodRef
 
@@ -89,7 +90,7 @@ def held_now(kube: Kube, node: str) -> str:
     takes to deliver (unbounded under load), and a hold set a moment ago is exactly what this is for; one GET per round
     is cheap beside an eviction. A Node that cannot be read stops the pass too (the next pass decides again)."""
     try:
-        annotations = kube.get_node(node)["metadata"].get("annotations") or {}
+        annotations = api_objects.annotations(kube.get_node(node))
     except Exception as exc:
         return f"the node could not be read to check for a hold ({exc})"
     hold = hold_of(annotations)

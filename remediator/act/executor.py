@@ -23,6 +23,8 @@ from remediator.audit import audit
 from remediator.clients.device_taints import DeviceTaints
 from remediator.clients.errors import Conflict, Forbidden, KubeError, Rejected
 from remediator.clients.kube import Kube
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawNode
 from remediator.decide.decision import NOT_STARTED, Decision, NodePlan
 from remediator.decide.event_reasons import EventReason, action_failed_reason, action_reason
 from remediator.decide.node_patches import (
@@ -79,7 +81,7 @@ class Executor:
         self.taints = DeviceTaints(kube)
         metrics.init_karpenter_repair(policy.karpenter_repair.conditions, policy.karpenter_repair.mode)
 
-    def execute(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime) -> None:
+    def execute(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime) -> None:
         """Re-check before anything disruptive, write the plan's state once (the intent), report its notes, then
         run the side effects; a step that fails stops the plan there (its rung's timeout decides)."""
         executes = plan.executes()
@@ -117,7 +119,7 @@ class Executor:
             return None
         self.guard.check()
         fresh = self.kube.get_node(plan.node)
-        if fresh["metadata"].get("resourceVersion") != plan.resource_version:
+        if api_objects.resource_version(fresh) != plan.resource_version:
             return ("the node changed since this pass read it (a hold, a person, another replica): re-deciding "
                     "next pass")
         if any(d.action in NEEDS_DRAINED for d in executes):
@@ -132,8 +134,8 @@ class Executor:
                         "again next pass")
         return None
 
-    def _write_intent(self, plan: NodePlan, node: dict[str, Any], now: datetime,
-                      executes: list[Decision]) -> tuple[dict[str, Any], str] | None:
+    def _write_intent(self, plan: NodePlan, node: RawNode, now: datetime,
+                      executes: list[Decision]) -> tuple[RawNode, str] | None:
         """The final state, written once, with the resourceVersion the plan was computed from: the Node as written
         and the do-not-disrupt note for the step's Event; None on a conflict (someone wrote the Node meanwhile)."""
         plan.final_state = claim_do_not_disrupt(node, plan.base_state, plan.final_state)
@@ -175,7 +177,7 @@ class Executor:
                 self.metrics.action(Action.RESET_GPU, ActionResult.NOT_NEEDED)
             self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
-    def _side_effects(self, plan: NodePlan, view: NodeView, node: dict[str, Any], now: datetime,
+    def _side_effects(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime,
                       executes: list[Decision], karpenter_note: str) -> bool:
         """Each step's act, now that the intent is on the Node; False when one failed (the rest wait)."""
         for d in executes:
@@ -203,7 +205,7 @@ class Executor:
                 self._event(d.node, action_reason(d.action), f"{d.reason}{': ' + message if message else ''}", now)
         return True
 
-    def _clear_pending(self, plan: NodePlan, node: dict[str, Any], done: set[Action]) -> None:
+    def _clear_pending(self, plan: NodePlan, node: RawNode, done: set[Action]) -> None:
         """The acts the state's write promised are done: said in a write of their own. A crash before it, or a
         second conflict, leaves them pending: the next pass does them again (idempotently) and clears them then."""
         if not done & set(plan.final_state.pending):
@@ -212,7 +214,7 @@ class Executor:
             if attempt:  # the Node changed since our write (a status write of the act, an alert recorded): read it
                 node = self.kube.get_node(plan.node)
                 try:
-                    state = NodeState.from_json((node["metadata"].get("annotations") or {}).get(STATE_ANNOTATION))
+                    state = NodeState.from_json(api_objects.annotations(node).get(STATE_ANNOTATION))
                 except ValueError:
                     return
             else:
@@ -222,13 +224,13 @@ class Executor:
                 return
             self.guard.check()
             try:
-                self.kube.write_state(plan.node, replace(state, pending=left), node["metadata"].get("resourceVersion"))
+                self.kube.write_state(plan.node, replace(state, pending=left), api_objects.resource_version(node))
                 return
             except Conflict:
                 continue
         log.info("node %s: %s left pending after a conflict: done again next pass", plan.node, ", ".join(done))
 
-    def _perform(self, d: Decision, view: NodeView, node: dict[str, Any], plan: NodePlan, now: datetime) -> str:
+    def _perform(self, d: Decision, view: NodeView, node: RawNode, plan: NodePlan, now: datetime) -> str:
         kube, policy = self.kube, self.policy
         if d.action in (Action.CORDON, Action.UNCORDON, Action.RELEASE_GPU):  # the state write did the rest
             released = self._release(view, plan) if d.action != Action.CORDON else []
@@ -257,7 +259,7 @@ class Executor:
                 raise RuntimeError(f"drain pass failed: {result.summary()}")
             return result.summary() if (result.evicted or result.errors or result.stopped or d.new) else ""
         at_gpu_scope = plan.final_state.scope == Scope.GPU and d.action == Action.RESET_GPU
-        tainted = any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
+        tainted = any(t.get("key") == TAINT_KEY for t in api_objects.taints(node))
         if not at_gpu_scope and not tainted:
             raise RuntimeError("gpuhealth's taint is not on the node: a person took over; not starting")
         if at_gpu_scope and view.taint_api is not None and not self.taints.ours(view.taint_api, d.node):
@@ -284,13 +286,13 @@ class Executor:
                 raise
         raise ValueError(f"unknown action {d.action}")
 
-    def _fail_rung(self, plan: NodePlan, node: dict[str, Any], now: datetime, not_started: str | None = None) -> None:
+    def _fail_rung(self, plan: NodePlan, node: RawNode, now: datetime, not_started: str | None = None) -> None:
         """The step that started the plan's rung failed: the rung is failed, written on our own write's
         resourceVersion (the Node exactly as this plan left it). not_started: its Job never could (why)."""
         failed = replace(plan.final_state, rung_status=RungStatus.FAILED, rung_done=now,
                          not_started=not_started, pending=())  # nothing of a failed rung is done again
         self.guard.check()
-        self.kube.write_state(plan.node, failed, node["metadata"].get("resourceVersion"))
+        self.kube.write_state(plan.node, failed, api_objects.resource_version(node))
 
     def _quarantine(self, d: Decision, view: NodeView) -> str:
         """One DeviceTaintRule per device, in the version the cluster serves (the ladder chose GPU scope only

@@ -13,6 +13,8 @@ import jinja2
 import yaml
 
 from remediator.clients.kube import Kube
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawJob
 from remediator.decide.job_start import JobRecord, job_record
 from remediator.decide.vocabulary import JobStatus, Rung
 from remediator.policy import Policy
@@ -47,11 +49,11 @@ def job_statuses(kube: Kube, namespace: str) -> dict[str, JobStatus]:
 
 def job_records(kube: Kube, namespace: str) -> dict[str, JobRecord]:
     """As job_statuses, with when each Job was made and whether it has made a pod (decide/job_start.py)."""
-    return {(job.get("metadata") or {}).get("name", ""): job_record(job, job_status(job))
+    return {api_objects.name(job): job_record(job, job_status(job))
             for job in kube.list_jobs(namespace, JOB_SELECTOR)}
 
 
-def job_status(job: dict[str, Any]) -> JobStatus:
+def job_status(job: RawJob) -> JobStatus:
     """Succeeded, failed or running, from the Job's status as the Job controller keeps it."""
     status = job.get("status") or {}
     conditions = status.get("conditions") or []

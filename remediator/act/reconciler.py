@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
 
 from remediator.act.executor import Executor
 from remediator.act.node_jobs import job_records
@@ -24,6 +23,8 @@ from remediator.clients.errors import Forbidden, KubeError, NotFound
 from remediator.clients.kube import Kube
 from remediator.clients.leader import Elector
 from remediator.clock import Clock
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawNode
 from remediator.decide.budget import Ledger
 from remediator.decide.decision import NodePlan, SilenceCheck
 from remediator.decide.devices import claim_index, devices_by_node
@@ -121,7 +122,7 @@ class Reconciler:
         self.kube.health.ok = True
         now = self.clock()
         self.guard.begin(now)
-        by_name = {n["metadata"]["name"]: n for n in nodes}
+        by_name = {api_objects.name(n): n for n in nodes}
         cache = self.kube.cache
         pods_on = cache.pods_on if cache is not None else self.kube.pods_on
         views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay())
@@ -217,7 +218,7 @@ class Reconciler:
             self.metrics.api_error(ApiOperation.LIST_DRA)
             log.warning("sweeping gpuhealth's device taints: %s", exc)
 
-    def _nodes(self) -> list[dict[str, Any]]:
+    def _nodes(self) -> list[RawNode]:
         """The fleet as the watch cache has it (a list of every Node when there is no cache)."""
         cache = self.kube.cache
         if cache is None:

@@ -20,7 +20,8 @@ from kubernetes import client
 
 from remediator.clients.errors import Conflict
 from remediator.clients.kube import Kube
-from remediator.decide.node_patches import state_body
+from remediator.decide import api_objects
+from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawNode
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, time_text
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -55,8 +56,8 @@ class DryRunKube(Kube):
         self.would.append(WouldDo(what, target, detail))
         log.debug("dry run: would %s %s", what, target)
 
-    def _overlaid(self, node: dict[str, Any] | None) -> dict[str, Any] | None:
-        name = ((node or {}).get("metadata") or {}).get("name")
+    def _overlaid(self, node: RawNode | None) -> RawNode | None:
+        name = api_objects.name(node) if node is not None else None
         with self._lock:
             kept = self._overlay.get(name) if name else None
         if node is None or kept is None:
@@ -68,16 +69,16 @@ class DryRunKube(Kube):
         return node
 
     # --- reads: the cluster, with the states a dry run recorded -------------------------------
-    def get_node(self, name: str) -> dict[str, Any]:
+    def get_node(self, name: str) -> RawNode:
         node = self._overlaid(super().get_node(name))
         assert node is not None
         return node
 
-    def cached_node(self, name: str) -> dict[str, Any] | None:
+    def cached_node(self, name: str) -> RawNode | None:
         return self._overlaid(super().cached_node(name))
 
     # --- writes: kept, not made -------------------------------------------------------------
-    def write_state(self, name: str, state: NodeState, resource_version: str | None) -> dict[str, Any]:
+    def write_state(self, name: str, state: NodeState, resource_version: str | None) -> RawNode:
         with self._lock:
             kept = self._overlay.get(name)
             if kept is not None and resource_version is not None and resource_version != f"dry-run-{kept[1]}":
@@ -86,14 +87,14 @@ class DryRunKube(Kube):
             self._overlay[name] = (state, version)
         self._record("write_state", name, episode=time_text(state.episode), rung=state.rung)
         return {"metadata": {"name": name, "resourceVersion": f"dry-run-{version}",
-                             **state_body(state)["metadata"]}}
+                             "annotations": {STATE_ANNOTATION: state.to_json()}}}
 
-    def patch_node(self, name: str, body: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
+    def patch_node(self, name: str, body: NodePatch, resource_version: str | None) -> RawNode:
         self._record("patch_node", name, body=body, resource_version=resource_version)
         node = self.cached_node(name) or {"metadata": {"name": name}}
         return node
 
-    def patch_node_status(self, name: str, body: dict[str, Any], resource_version: str) -> dict[str, Any]:
+    def patch_node_status(self, name: str, body: NodeStatusPatch, resource_version: str) -> RawNode:
         self._record("patch_node_status", name, body=body, resource_version=resource_version)
         return self.cached_node(name) or {"metadata": {"name": name}}
 

@@ -13,7 +13,9 @@ import threading
 
 from kubernetes import client
 
-from remediator.clients.watch_cache import Obj, WatchCache
+from remediator.clients.watch_cache import WatchCache
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawContainer, RawMeta, RawNode, RawPod, RawPodSpec, RawPodStatus, RawResources
 from remediator.decide.do_not_disrupt import POD_ANNOTATION
 from remediator.decide.job_start import is_node_action_pod, start_fields
 from remediator.decide.views import GPU_RESOURCES
@@ -22,47 +24,57 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 KEPT_ANNOTATIONS = (MIRROR_ANNOTATION, POD_ANNOTATION)  # a mirror pod is not drained; a do-not-disrupt one waits
 
 
-def slim_pod(pod: Obj) -> Obj:
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    annotations = meta.get("annotations") or {}
-    slim_meta: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                      "resourceVersion": meta.get("resourceVersion"),
-                      "creationTimestamp": meta.get("creationTimestamp"),
-                      "ownerReferences": [{"kind": o.get("kind")} for o in meta.get("ownerReferences") or []]}
-    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-        slim_meta["labels"] = dict(meta.get("labels") or {})  # the GPU Operator's operands: a reset waits for them
+def slim_pod(pod: RawPod) -> RawPod:
+    meta, status, owners = api_objects.meta(pod), api_objects.pod_status(pod), api_objects.owners(pod)
+    annotations = api_objects.annotations(pod)
+    slim_meta: RawMeta = {"name": api_objects.name(pod), "namespace": api_objects.namespace(pod),
+                          "resourceVersion": api_objects.resource_version(pod) or "",
+                          "creationTimestamp": meta.get("creationTimestamp") or "",
+                          "ownerReferences": [{"kind": o.get("kind") or ""} for o in owners]}
+    if any(o.get("kind") == "DaemonSet" for o in owners):
+        slim_meta["labels"] = dict(api_objects.labels(pod))  # the GPU Operator's operands: a reset waits for them
     kept_annotations = {k: annotations[k] for k in KEPT_ANNOTATIONS if k in annotations}
     if kept_annotations:
         slim_meta["annotations"] = kept_annotations
     if meta.get("deletionTimestamp"):
         slim_meta["deletionTimestamp"] = meta["deletionTimestamp"]
-    containers = []
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        kept = {s: {k: v for k, v in (res.get(s) or {}).items() if GPU_RESOURCES.match(k)}
-                for s in ("limits", "requests") if any(GPU_RESOURCES.match(k) for k in res.get(s) or {})}
-        containers.append({"resources": kept})
-    status = {"phase": (pod.get("status") or {}).get("phase"), "startTime": (pod.get("status") or {}).get("startTime")}
+    slim_status: RawPodStatus = {"phase": status.get("phase") or ""}
+    if status.get("startTime"):
+        slim_status["startTime"] = status["startTime"]
     if is_node_action_pod(pod):  # gpuhealth's own reset and reboot pods: whether they started (decide/job_start.py)
-        slim_meta["labels"] = dict(meta.get("labels") or {})
+        slim_meta["labels"] = dict(api_objects.labels(pod))
         slim_meta["ownerReferences"], started = start_fields(pod)
-        status.update(started)
-    return {"metadata": slim_meta, "spec": {"nodeName": spec.get("nodeName"), "containers": containers},
-            "status": status}
+        slim_status.update(started)
+    spec: RawPodSpec = {"containers": [_gpu_requests(c) for c in api_objects.containers(pod)]}
+    if api_objects.node_name(pod):
+        spec["nodeName"] = api_objects.node_name(pod)
+    return {"metadata": slim_meta, "spec": spec, "status": slim_status}
 
 
-def _node_of(pod: Obj) -> str | None:
-    node: str | None = (pod.get("spec") or {}).get("nodeName")
-    return node
+def _gpu_requests(container: RawContainer) -> RawContainer:
+    """The container's limits and requests of GPU resources only (a section with none is left out)."""
+    res = container.get("resources") or {}
+    kept: RawResources = {}
+    limits = {k: v for k, v in (res.get("limits") or {}).items() if GPU_RESOURCES.match(k)}
+    requests = {k: v for k, v in (res.get("requests") or {}).items() if GPU_RESOURCES.match(k)}
+    if limits:
+        kept["limits"] = limits
+    if requests:
+        kept["requests"] = requests
+    return {"resources": kept}
+
+
+def _node_of(pod: RawPod) -> str | None:
+    return api_objects.node_name(pod) or None
 
 
 class FleetCache:
     def __init__(self, core: client.CoreV1Api, request_timeout: float = 10.0, watch_timeout: int = 300) -> None:
-        self.nodes = WatchCache(core.list_node, name="nodes", request_timeout=request_timeout,
-                                timeout_seconds=watch_timeout)
-        self.pods = WatchCache(core.list_pod_for_all_namespaces, name="pods", index=_node_of, transform=slim_pod,
-                               request_timeout=request_timeout, timeout_seconds=watch_timeout)
+        self.nodes: WatchCache[RawNode] = WatchCache(core.list_node, name="nodes", request_timeout=request_timeout,
+                                                     timeout_seconds=watch_timeout)
+        self.pods: WatchCache[RawPod] = WatchCache(core.list_pod_for_all_namespaces, name="pods", index=_node_of,
+                                                   transform=slim_pod, request_timeout=request_timeout,
+                                                   timeout_seconds=watch_timeout)
 
     def start(self, stop: threading.Event) -> None:
         self.nodes.start(stop)
@@ -83,5 +95,5 @@ class FleetCache:
         """Both caches have seen `resource_version` (tests: after changing the cluster, before a pass)."""
         return self.nodes.wait_for(resource_version, timeout) and self.pods.wait_for(resource_version, timeout)
 
-    def pods_on(self, node: str) -> list[Obj]:
+    def pods_on(self, node: str) -> list[RawPod]:
         return self.pods.indexed(node)

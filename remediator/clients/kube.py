@@ -36,6 +36,7 @@ from remediator.clients.dra_api import GROUP as DRA_GROUP
 from remediator.clients.errors import Conflict, NotFound, api_call
 from remediator.clients.fleet_cache import FleetCache
 from remediator.clients.pager import PAGE_SIZE, list_pages
+from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawJob, RawNode, RawPod
 from remediator.decide.node_patches import state_body
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
 
@@ -104,21 +105,21 @@ class Kube:
     def _json(response: Any) -> Any:
         return json.loads(response.data)
 
-    def list_nodes(self) -> list[dict[str, Any]]:
+    def list_nodes(self) -> list[RawNode]:
         with api_call():
-            items: list[dict[str, Any]] = self._json(
+            items: list[RawNode] = self._json(
                 self.core.list_node(_preload_content=False, _request_timeout=self.timeout))["items"]
         return items
 
-    def get_node(self, name: str) -> dict[str, Any]:
+    def get_node(self, name: str) -> RawNode:
         with api_call():
-            node: dict[str, Any] = self._json(self.core.read_node(name, _preload_content=False,
+            node: RawNode = self._json(self.core.read_node(name, _preload_content=False,
                                                                   _request_timeout=self.timeout))
         return node
 
-    def pods_on(self, node: str) -> list[dict[str, Any]]:
+    def pods_on(self, node: str) -> list[RawPod]:
         with api_call():
-            items: list[dict[str, Any]] = self._json(self.core.list_pod_for_all_namespaces(
+            items: list[RawPod] = self._json(self.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}", _preload_content=False,
                 _request_timeout=self.timeout))["items"]
         return items
@@ -169,7 +170,7 @@ class Kube:
         except NotFound:
             pass
 
-    def cached_node(self, name: str) -> dict[str, Any] | None:
+    def cached_node(self, name: str) -> RawNode | None:
         """The watch cache's copy of the Node (None: no cache, or not in it): cheap, maybe stale (a write with
         its resourceVersion then conflicts, and the writer reads it again)."""
         return self.cache.nodes.get(name) if self.cache is not None else None
@@ -207,47 +208,58 @@ class Kube:
             return False
         return True
 
-    def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+    def get_job(self, namespace: str, name: str) -> RawJob | None:
+        """None when there is no such Job."""
+        try:
+            job: RawJob = self._json(self.batch.read_namespaced_job(name, namespace, _preload_content=False,
+                                                                    _request_timeout=self.timeout))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return job
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[RawJob]:
         with api_call():
             response: Any = self.batch.list_namespaced_job(namespace, label_selector=label_selector,
                                                            _preload_content=False, _request_timeout=self.timeout)
-        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        items: list[RawJob] = json.loads(response.data).get("items") or []
         return items
 
     # --- node writes -----------------------------------------------------------------------
-    def patch_node(self, name: str, body: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
+    def patch_node(self, name: str, body: NodePatch, resource_version: str | None) -> RawNode:
         if resource_version is not None:
             body = {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
         with api_call():
-            node: dict[str, Any] = self._json(self.core.patch_node(
-                name, body, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
+            node: RawNode = self._json(self.core.patch_node(
+                name, {**body}, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
         if self.cache is not None:  # read our own writes before the watch brings them
             self.cache.nodes.apply(node)
         return node
 
-    def patch_node_status(self, name: str, body: dict[str, Any], resource_version: str) -> dict[str, Any]:
+    def patch_node_status(self, name: str, body: NodeStatusPatch, resource_version: str) -> RawNode:
         """A merge patch of the Node's status subresource (a list in it, such as the conditions, is replaced whole),
         guarded by the resourceVersion it was computed from."""
         body = {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
         with api_call():
-            node: dict[str, Any] = self._json(self.core.patch_node_status(
-                name, body, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
+            node: RawNode = self._json(self.core.patch_node_status(
+                name, {**body}, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
         if self.cache is not None:
             self.cache.nodes.apply(node)
         return node
 
-    def write_state(self, name: str, state: NodeState, resource_version: str | None) -> dict[str, Any]:
+    def write_state(self, name: str, state: NodeState, resource_version: str | None) -> RawNode:
         """The state annotation alone, guarded by the resourceVersion it was computed from (Conflict if the
         Node changed since)."""
         return self.patch_node(name, state_body(state), resource_version)
 
-    def set_hold(self, name: str, reason: str, by: str, now: datetime) -> dict[str, Any]:
+    def set_hold(self, name: str, reason: str, by: str, now: datetime) -> RawNode:
         """Unconditional (no resourceVersion): a person's word wins over whatever a pass is doing."""
         value = json.dumps({"reason": reason, "by": by, "at": fmt_time(now)}, sort_keys=True)
         return self.patch_node(name, {"metadata": {"annotations": {HOLD_ANNOTATION: value}}}, None)
 
-    def clear_hold(self, name: str, state: NodeState | None, resource_version: str | None) -> dict[str, Any]:
-        annotations: dict[str, Any] = {HOLD_ANNOTATION: None}
+    def clear_hold(self, name: str, state: NodeState | None, resource_version: str | None) -> RawNode:
+        annotations: dict[str, str | None] = {HOLD_ANNOTATION: None}
         if state is not None:
             annotations[STATE_ANNOTATION] = state.to_json()
         return self.patch_node(name, {"metadata": {"annotations": annotations}}, resource_version)

@@ -3,8 +3,8 @@
 As client-go's reflector does: list, then watch from the list's resourceVersion (with bookmarks and a
 server-side timeout, after which it watches again from where it stopped); an expired resourceVersion
 (410 Gone, as an HTTP status or as an ERROR event in the stream) means list again; other errors back off
-and retry. Objects are plain dicts (the API's JSON, as `_preload_content=False` gives it) and are shared,
-never copied: callers must not change them.
+and retry. Objects are plain dicts (the API's JSON, as `_preload_content=False` gives it; typed by the kind a
+cache holds: WatchCache[RawNode], decide/api_objects.py) and are shared, never copied: callers must not change them.
 
 `on_change(event_type, obj, old_obj)` runs on the cache's thread after the store changed: ADDED (old_obj
 None), MODIFIED, DELETED (obj is the last state seen). A list (the first, or after an expiry) reports
@@ -27,13 +27,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawObject
+
 log = logging.getLogger("gpuhealth.remediator")
 
-Obj = dict[str, Any]
+Obj = TypeVar("Obj", bound=RawObject)  # the kind of object a cache holds (RawNode, RawPod), as the API's JSON
 OnChange = Callable[[str, Obj, Obj | None], None]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
@@ -42,13 +45,12 @@ class Expired(Exception):
     """The resourceVersion we watch from is too old (410 Gone): list again."""
 
 
-def key_of(obj: Obj) -> Key:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
+def key_of(obj: RawObject) -> Key:
+    return api_objects.namespace(obj), api_objects.name(obj)
 
 
-def _rv(obj: Obj | None) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+def _rv(obj: RawObject | None) -> str:
+    return str(api_objects.resource_version(obj) or "") if obj is not None else ""
 
 
 def _older(candidate: str, current: str) -> bool:
@@ -59,9 +61,9 @@ def _older(candidate: str, current: str) -> bool:
         return False
 
 
-class WatchCache:
+class WatchCache(Generic[Obj]):
     def __init__(self, list_fn: Callable[..., Any], *, field_selector: str | None = None,
-                 label_selector: str | None = None, on_change: OnChange | None = None, name: str = "",
+                 label_selector: str | None = None, on_change: OnChange[Obj] | None = None, name: str = "",
                  timeout_seconds: int = 300, request_timeout: float = 10.0,
                  backoff: Sequence[float] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
                  index: Callable[[Obj], str | None] | None = None,
@@ -222,8 +224,9 @@ class WatchCache:
             response.release_conn()
         return rv
 
-    def _event(self, event: Obj, rv: str) -> str:
-        etype, obj = event.get("type"), event.get("object") or {}
+    def _event(self, event: dict[str, Any], rv: str) -> str:
+        etype = event.get("type")
+        obj: Any = event.get("object") or {}  # the object, or an ERROR's Status
         if etype == "ERROR":
             if obj.get("code") == 410:
                 raise Expired(obj.get("message") or "expired")

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawContainerState, RawJob, RawOwnerReference, RawPod, RawPodStatus, RawWaiting
 from remediator.decide.nodestate import parse_time
 from remediator.decide.vocabulary import JobStatus
 
@@ -35,29 +36,47 @@ POD_NAME_LABEL = ("app.kubernetes.io/name", "gpuhealth-remediator")
 POD_COMPONENTS = ("reset-gpu", "reboot")  # app.kubernetes.io/component
 
 
-def is_node_action_pod(pod: dict[str, Any]) -> bool:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+def is_node_action_pod(pod: RawPod) -> bool:
+    labels = api_objects.labels(pod)
     return labels.get(POD_NAME_LABEL[0]) == POD_NAME_LABEL[1] and labels.get("app.kubernetes.io/component") in \
         POD_COMPONENTS
 
 
-def start_fields(pod: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def start_fields(pod: RawPod) -> tuple[list[RawOwnerReference], RawPodStatus]:
     """What job_start reads of a pod: its owners (kind, name) and its status (phase, reason, message, each
     container's state as a waiting reason and message or the name of the state), for a cache that keeps little."""
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    owners = [{"kind": o.get("kind"), "name": o.get("name")} for o in meta.get("ownerReferences") or []]
-
-    def state(value: dict[str, Any] | None) -> dict[str, Any]:
-        value = value or {}
-        waiting = value.get("waiting")
-        if waiting is not None:
-            return {"waiting": {k: waiting[k] for k in ("reason", "message") if k in waiting}}
-        return {k: {} for k in ("running", "terminated") if k in value}
-
-    kept = {k: status[k] for k in ("phase", "reason", "message") if k in status}
-    kept["containerStatuses"] = [{"state": state(c.get("state")), "lastState": state(c.get("lastState"))}
+    status = api_objects.pod_status(pod)
+    owners: list[RawOwnerReference] = [{"kind": o.get("kind") or "", "name": o.get("name") or ""}
+                                       for o in api_objects.owners(pod)]
+    kept: RawPodStatus = {}
+    if "phase" in status:
+        kept["phase"] = status["phase"]
+    if "reason" in status:
+        kept["reason"] = status["reason"]
+    if "message" in status:
+        kept["message"] = status["message"]
+    kept["containerStatuses"] = [{"state": _kept_state(c.get("state")), "lastState": _kept_state(c.get("lastState"))}
                                  for c in status.get("containerStatuses") or []]
     return owners, kept
+
+
+def _kept_state(value: RawContainerState | None) -> RawContainerState:
+    """A container state as job_start reads it: a waiting reason and message, or which state it is in."""
+    value = value or {}
+    waiting = value.get("waiting")
+    if waiting is not None:
+        kept: RawWaiting = {}
+        if "reason" in waiting:
+            kept["reason"] = waiting["reason"]
+        if "message" in waiting:
+            kept["message"] = waiting["message"]
+        return {"waiting": kept}
+    state: RawContainerState = {}
+    if "running" in value:
+        state["running"] = {}
+    if "terminated" in value:
+        state["terminated"] = {}
+    return state
 
 
 @dataclass(frozen=True)
@@ -72,11 +91,11 @@ class JobRecord:
 MISSING = JobRecord(JobStatus.MISSING)
 
 
-def job_record(job: dict[str, Any], status: JobStatus) -> JobRecord:
+def job_record(job: RawJob, status: JobStatus) -> JobRecord:
     """The record of a listed Job whose outcome is `status` (remediator/act/node_jobs.py job_status)."""
     counts = job.get("status") or {}
     made = any(counts.get(k) for k in ("active", "ready", "succeeded", "failed", "terminating"))
-    created = (job.get("metadata") or {}).get("creationTimestamp")
+    created = api_objects.meta(job).get("creationTimestamp")
     try:
         when = parse_time(str(created)) if created else None
     except ValueError:
@@ -105,23 +124,22 @@ class JobStart:
         return ""
 
 
-def _owned_by(pod: dict[str, Any], job: str) -> bool:
-    return any(o.get("kind") == "Job" and o.get("name") == job
-               for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
+def _owned_by(pod: RawPod, job: str) -> bool:
+    return any(o.get("kind") == "Job" and o.get("name") == job for o in api_objects.owners(pod))
 
 
-def _ran(pod: dict[str, Any]) -> bool:
+def _ran(pod: RawPod) -> bool:
     """A container of the pod has run (running now, or ended: not a start that failed)."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in api_objects.pod_status(pod).get("containerStatuses") or []:
         state, last = status.get("state") or {}, status.get("lastState") or {}
         if "running" in state or "terminated" in state or "terminated" in last:
             return True
     return False
 
 
-def job_start(record: JobRecord, pods: list[dict[str, Any]], namespace: str, job: str) -> JobStart:
+def job_start(record: JobRecord, pods: list[RawPod], namespace: str, job: str) -> JobStart:
     """The start evidence of Job `job` (in `namespace`) from the pods on its node."""
-    mine = [p for p in pods if (p.get("metadata") or {}).get("namespace") == namespace and _owned_by(p, job)]
+    mine = [p for p in pods if api_objects.meta(p).get("namespace") == namespace and _owned_by(p, job)]
     if not mine:
         if record.made_pod:
             return JobStart(created=record.created)
@@ -131,15 +149,15 @@ def job_start(record: JobRecord, pods: list[dict[str, Any]], namespace: str, job
     if any(_ran(p) for p in mine):
         return JobStart(created=record.created)
     for pod in mine:
-        status = pod.get("status") or {}
+        status = api_objects.pod_status(pod)
         reason = str(status.get("reason") or "")
         if status.get("phase") == "Failed" and KUBELET_REFUSED.match(reason):
             message = str(status.get("message") or "").strip()
             return JobStart(refused=f"the kubelet refused its pod ({reason}{': ' + message if message else ''}; "
                             "jobs.resources, jobs.priority_class_name)", created=record.created)
     for pod in mine:
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            waiting = (status.get("state") or {}).get("waiting") or {}
+        for container in api_objects.pod_status(pod).get("containerStatuses") or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
             reason = str(waiting.get("reason") or "")
             if reason in CONFIG_WAITING_REASONS:
                 message = str(waiting.get("message") or "").strip()

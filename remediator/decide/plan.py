@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawNode, RawPod
 from remediator.decide.budget import Ledger
 from remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from remediator.decide.ladder import decide
@@ -31,13 +33,13 @@ def evaluate(views: list[NodeView], policy: Policy, now: datetime, breaker_trips
     return ledger, decide(views, policy, now, ledger, silences)
 
 
-def plan_from_json(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | None, batches: Iterable[AlertsByNode],
+def plan_from_json(nodes: list[RawNode], pods: list[RawPod] | None, batches: Iterable[AlertsByNode],
                    policy: Policy, now: datetime, silences: SilenceCheck | None = None,
                    breaker_trips: dict[str, str] | None = None, dra: DraFleet | None = None) -> list[Decision]:
     """What serve would decide now, from `kubectl get nodes/pods -o json`, the Lease's breaker state and
     webhook bodies; no cluster. pods None: unknown (drains and Jobs are deferred, not assumed empty). dra: the
     ResourceSlices and ResourceClaims (GPU scope), None for none."""
-    by_name = {(n.get("metadata") or {}).get("name", ""): n for n in nodes}
+    by_name = {api_objects.name(n): n for n in nodes}
     states: dict[str, NodeState] = {}
     missing: list[str] = []
     damaged: set[str] = set()
@@ -49,7 +51,7 @@ def plan_from_json(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | Non
             if node in damaged:
                 continue
             if node not in states:
-                raw = ((by_name[node].get("metadata") or {}).get("annotations") or {}).get(STATE_ANNOTATION)
+                raw = api_objects.annotations(by_name[node]).get(STATE_ANNOTATION)
                 try:
                     states[node] = NodeState.from_json(raw)
                 except ValueError:
@@ -61,8 +63,8 @@ def plan_from_json(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] | Non
     if pods is not None:
         known = pods
 
-        def pods_on(name: str) -> list[dict[str, Any]]:
-            return [p for p in known if (p.get("spec") or {}).get("nodeName") == name]
+        def pods_on(name: str) -> list[RawPod]:
+            return [p for p in known if api_objects.node_name(p) == name]
 
     views = build_views(nodes, policy, pods_on, None, states, dra)
     _, plans = evaluate(views, policy, now, breaker_trips, silences)

@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediator.decide.node_patches import with_gpu_clients
+from remediator.decide import api_objects
+from remediator.decide.api_objects import NodePatch, RawCondition, RawNode
+from remediator.decide.node_patches import with_gpu_clients, with_meta
 from remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
     LAST_EPISODE_ANNOTATION,
@@ -43,19 +45,18 @@ class Undo:
 
     node: str
     left: str | None = None  # why nothing is undone on this node; None: `body` undoes what is gpuhealth's
-    body: dict[str, Any] = field(default_factory=dict)  # {} when nothing in metadata or spec is gpuhealth's
+    body: NodePatch = field(default_factory=lambda: NodePatch())  # {}: nothing in metadata or spec is gpuhealth's
     changes: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()  # a person's marks, seen and left in place
     episode: str = ""  # the open episode this cleanup ends ("" for none): its alerts and rung, for the report
 
 
-def undo_node(node: dict[str, Any], policy: Policy, job_running: str | None = None) -> Undo:
+def undo_node(node: RawNode, policy: Policy, job_running: str | None = None) -> Undo:
     """The patch that takes gpuhealth's marks off this Node's metadata and spec (conditions: `undo_conditions`).
     `job_running`: one of gpuhealth's node-action Jobs on this node still runs (its namespace/name)."""
-    meta = node.get("metadata") or {}
-    name = meta.get("name", "")
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
+    name = api_objects.name(node)
+    annotations = api_objects.annotations(node)
+    labels = api_objects.labels(node)
     try:
         state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
     except ValueError as exc:
@@ -66,7 +67,7 @@ def undo_node(node: dict[str, Any], policy: Policy, job_running: str | None = No
         return Undo(name, left=left)
     changes: list[str] = []
     kept: list[str] = []
-    body = _taint_and_cordon(node.get("spec") or {}, state, changes, kept)
+    body = _taint_and_cordon(node, state, changes, kept)
     drop: dict[str, None] = {}
     if DO_NOT_DISRUPT_ANNOTATION in annotations:
         if state.do_not_disrupt:
@@ -81,9 +82,7 @@ def undo_node(node: dict[str, Any], policy: Policy, job_running: str | None = No
     kept += [f"{key}={labels[key]} (changed by a person since gpuhealth paused it)" for key in state.paused
              if key in labels and labels[key] != state.pause_value]
     if drop:
-        body_meta = dict(body.get("metadata") or {})
-        body_meta["annotations"] = {**(body_meta.get("annotations") or {}), **drop}
-        body = {**body, "metadata": body_meta}
+        body = with_meta(body, annotations=drop)
         changes += [f"removed {key}" for key in drop]
     return Undo(name, body=body, changes=tuple(changes), kept=tuple(kept), episode=_episode(state))
 
@@ -100,10 +99,10 @@ def _left_for_now(hold: dict[str, Any] | None, job_running: str | None) -> str:
     return ""
 
 
-def _taint_and_cordon(spec: dict[str, Any], state: NodeState, changes: list[str], kept: list[str]) -> dict[str, Any]:
+def _taint_and_cordon(node: RawNode, state: NodeState, changes: list[str], kept: list[str]) -> NodePatch:
     """The spec part of the patch: gpuhealth's taint off, and its cordon unless a person took the node over."""
-    body: dict[str, Any] = {}
-    taints = spec.get("taints") or []
+    body: NodePatch = {}
+    taints = api_objects.taints(node)
     ours = [t for t in taints if t.get("key") == TAINT_KEY]
     if ours:
         rest = [t for t in taints if t.get("key") != TAINT_KEY]
@@ -111,7 +110,7 @@ def _taint_and_cordon(spec: dict[str, Any], state: NodeState, changes: list[str]
         changes.append(f"removed taint {TAINT_KEY}")
     kept += [f"taint {t.get('key')}" for t in taints if t.get("key") != TAINT_KEY]
     taken_over = state.scope == Scope.NODE and state.active and state.rung is not None and not ours
-    if spec.get("unschedulable"):
+    if api_objects.unschedulable(node):
         if state.cordoned and not taken_over:
             body.setdefault("spec", {})["unschedulable"] = None
             changes.append("uncordoned (gpuhealth cordoned it)")
@@ -122,8 +121,8 @@ def _taint_and_cordon(spec: dict[str, Any], state: NodeState, changes: list[str]
     return body
 
 
-def _restore_stray_pauses(body: dict[str, Any], labels: dict[str, str], state: NodeState, policy: Policy,
-                          changes: list[str]) -> dict[str, Any]:
+def _restore_stray_pauses(body: NodePatch, labels: dict[str, str], state: NodeState, policy: Policy,
+                          changes: list[str]) -> NodePatch:
     """Operand labels holding gpuhealth's pause value that the state does not list (a state removed by hand
     mid-reset): the value is gpuhealth's alone, so they go back to "true" too."""
     values = {policy.reset.pause_value, *([state.pause_value] if state.pause_value else [])}
@@ -132,19 +131,17 @@ def _restore_stray_pauses(body: dict[str, Any], labels: dict[str, str], state: N
              if key.startswith(OPERAND_LABEL_PREFIX) and value in values and key not in already}
     if not stray:
         return body
-    meta = dict(body.get("metadata") or {})
-    meta["labels"] = {**already, **stray}
     changes += [f"{key}=true (it held gpuhealth's pause value)" for key in sorted(stray)]
-    return {**body, "metadata": meta}
+    return with_meta(body, labels=stray)
 
 
-def undo_conditions(node: dict[str, Any], policy: Policy) -> tuple[list[dict[str, Any]] | None, tuple[str, ...]]:
+def undo_conditions(node: RawNode, policy: Policy) -> tuple[list[RawCondition] | None, tuple[str, ...]]:
     """The Node's conditions without gpuhealth's (the exporter's Gpuhealth* types; the replace condition where
     gpuhealth set it, by its reason), and the types removed; (None, ()) when there is none of gpuhealth's. A merge
     patch replaces the list whole, so it is written with the resourceVersion it was read at."""
-    conditions = (node.get("status") or {}).get("conditions") or []
+    conditions = api_objects.node_conditions(node)
 
-    def ours(c: dict[str, Any]) -> bool:
+    def ours(c: RawCondition) -> bool:
         ctype = str(c.get("type") or "")
         if ctype.startswith(EXPORTER_CONDITION_PREFIX):
             return True

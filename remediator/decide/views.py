@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from gpuhealth_contract.names import EXPORTER_CONDITION
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawCondition, RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
 from remediator.decide.job_start import JobRecord, JobStart, job_start
@@ -114,7 +116,7 @@ class NodeView:
     devices: NodeDevices | None = None  # the node's GPUs as its DRA driver publishes them (None: no DRA)
     claims: ClaimIndex | None = None  # which pods hold which device (ResourceClaims)
     taint_api: str | None = None  # the resource.k8s.io version serving DeviceTaintRule (None: none does)
-    exporter_condition: dict[str, Any] | None = None  # gpuhealth's exporter's condition (None: no exporter runs)
+    exporter_condition: RawCondition | None = None  # gpuhealth's exporter's condition (None: no exporter runs)
     gpu_clients: tuple[str, ...] = ()  # a reset stopping the GPU's clients: their pods still on the node
     # Karpenter-watched conditions False on the node, set by someone other than gpuhealth's replace step
     repair_conditions: tuple[RepairCondition, ...] = ()
@@ -149,13 +151,11 @@ def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = None) -> NodeView:
-    meta = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    name = meta.get("name", "")
+def node_view(node: RawNode, policy: Policy, state: NodeState | None = None) -> NodeView:
+    """The one reader of a Node as the API sends it: after this, the decision reads the view."""
+    labels = api_objects.labels(node)
+    annotations = api_objects.annotations(node)
+    name = api_objects.name(node)
     damaged = None
     if state is None:
         try:
@@ -164,7 +164,7 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
             log.error("node %s: unreadable %s annotation (%s): counted as disrupted, left alone",
                       name, STATE_ANNOTATION, exc)
             state, damaged = NodeState(), str(exc)
-    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    conditions = [c for c in api_objects.node_conditions(node) if isinstance(c, dict)]
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     repair = tuple(RepairCondition(str(c["type"]), str(c.get("reason") or ""), str(c.get("message") or ""),
                                    str(c.get("lastTransitionTime") or ""))
@@ -172,78 +172,76 @@ def node_view(node: dict[str, Any], policy: Policy, state: NodeState | None = No
                    and c.get("status") == "False" and c.get("reason") != REPLACE_CONDITION_REASON)
     return NodeView(
         name=name, pool=labels.get(policy.pools.label, policy.pools.default), labels=labels,
-        unschedulable=bool(spec.get("unschedulable")),
-        our_taint=any(t.get("key") == TAINT_KEY for t in spec.get("taints") or []),
+        unschedulable=api_objects.unschedulable(node),
+        our_taint=any(t.get("key") == TAINT_KEY for t in api_objects.taints(node)),
         state=state, hold=hold_of(annotations), excluded=any(_matches(labels, s) for s in policy.exclude),
-        ready=ready, boot_id=(status.get("nodeInfo") or {}).get("bootID"),
-        resource_version=meta.get("resourceVersion"), damaged=damaged,
+        ready=ready, boot_id=((node.get("status") or {}).get("nodeInfo") or {}).get("bootID"),
+        resource_version=api_objects.resource_version(node), damaged=damaged,
         exporter_condition=next((c for c in conditions if c.get("type") == EXPORTER_CONDITION), None),
         repair_conditions=repair)
 
 
-def gpu_clients(pods: Iterable[dict[str, Any]], state: NodeState, policy: Policy) -> tuple[str, ...]:
+def gpu_clients(pods: Iterable[RawPod], state: NodeState, policy: Policy) -> tuple[str, ...]:
     """namespace/name of the pods of the operands this reset paused that are still on the node (running or
     terminating: a terminating pod may still hold the GPU)."""
     selectors = [dict(op.pods) for op in policy.reset.operands if op.label in state.paused and op.pods]
     out = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if api_objects.phase(pod) in ("Succeeded", "Failed"):
             continue
-        if any(_matches(meta.get("labels") or {}, s) for s in selectors):
-            out.append(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
+        if any(_matches(api_objects.labels(pod), s) for s in selectors):
+            out.append(f"{api_objects.namespace(pod) or 'default'}/{api_objects.name(pod)}")
     return tuple(sorted(out))
 
 
-def is_evictable(pod: dict[str, Any]) -> bool:
+def is_evictable(pod: RawPod) -> bool:
     """What a drain must move: not DaemonSet pods, not mirror (static) pods, not finished pods."""
-    meta = pod.get("metadata") or {}
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if api_objects.phase(pod) in ("Succeeded", "Failed"):
         return False
-    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+    if "kubernetes.io/config.mirror" in api_objects.annotations(pod):
         return False
-    return not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+    return not any(o.get("kind") == "DaemonSet" for o in api_objects.owners(pod))
 
 
-def asks_for(pod: dict[str, Any], resources: re.Pattern[str]) -> bool:
+def asks_for(pod: RawPod, resources: re.Pattern[str]) -> bool:
     """Any container's limits or requests ask for a non-zero amount of a resource whose name `resources` matches."""
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    for c in api_objects.containers(pod):
         res = c.get("resources") or {}
-        for section in ("limits", "requests"):
+        for section in (res.get("limits"), res.get("requests")):
             if any(resources.match(name) and str(value) not in ("0", "")
-                   for name, value in (res.get(section) or {}).items()):
+                   for name, value in (section or {}).items()):
                 return True
     return False
 
 
-def pod_ref(pod: dict[str, Any]) -> PodRef:
-    meta = pod.get("metadata") or {}
+def pod_ref(pod: RawPod) -> PodRef:
     uses_gpu = asks_for(pod, GPU_RESOURCES)
-    created = _time(meta, "creationTimestamp", meta)
-    started = _time(pod.get("status") or {}, "startTime", meta)
-    do_not_disrupt = (meta.get("annotations") or {}).get(POD_ANNOTATION)
-    return PodRef(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uses_gpu=uses_gpu,
-                  terminating=bool(meta.get("deletionTimestamp")), created=created,
+    created = _time(pod, "creationTimestamp", api_objects.meta(pod).get("creationTimestamp"))
+    started = _time(pod, "startTime", api_objects.pod_status(pod).get("startTime"))
+    do_not_disrupt = api_objects.annotations(pod).get(POD_ANNOTATION)
+    return PodRef(namespace=api_objects.namespace(pod) or "default", name=api_objects.name(pod), uses_gpu=uses_gpu,
+                  terminating=api_objects.terminating(pod), created=created,
                   do_not_disrupt=None if do_not_disrupt is None else str(do_not_disrupt), started=started)
 
 
-def _time(fields: dict[str, Any], key: str, meta: dict[str, Any]) -> datetime | None:
+def _time(pod: RawPod, key: str, value: str | None) -> datetime | None:
     """A pod's timestamp, or None where it is missing or unreadable (said in the log)."""
-    if not fields.get(key):
+    if not value:
         return None
     try:
-        return parse_time(str(fields[key]))
+        return parse_time(str(value))
     except ValueError:
-        log.warning("pod %s/%s: unreadable %s %r", meta.get("namespace"), meta.get("name"), key, fields[key])
+        meta = api_objects.meta(pod)
+        log.warning("pod %s/%s: unreadable %s %r", meta.get("namespace"), meta.get("name"), key, value)
         return None
 
 
-def evictable_pods(pods: Iterable[dict[str, Any]]) -> list[PodRef]:
+def evictable_pods(pods: Iterable[RawPod]) -> list[PodRef]:
     return [pod_ref(p) for p in pods if is_evictable(p)]
 
 
-def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
-                pods_on: Callable[[str], list[dict[str, Any]]] | None,
+def build_views(nodes: Iterable[RawNode], policy: Policy,
+                pods_on: Callable[[str], list[RawPod]] | None,
                 job_status: Callable[[str], JobRecord] | None = None,
                 states: dict[str, NodeState] | None = None, dra: DraFleet | None = None) -> list[NodeView]:
     """Views of all nodes; pods and Job status are looked up only for nodes in an episode.
@@ -251,8 +249,7 @@ def build_views(nodes: Iterable[dict[str, Any]], policy: Policy,
     job_status: a node-action Job by name (JobRecord; job_start.MISSING when there is none)."""
     views = []
     for node in nodes:
-        name = (node.get("metadata") or {}).get("name", "")
-        view = node_view(node, policy, (states or {}).get(name))
+        view = node_view(node, policy, (states or {}).get(api_objects.name(node)))
         if pods_on is None:
             view.pods_known = False
         elif view.state.active or view.our_taint:

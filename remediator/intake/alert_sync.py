@@ -25,6 +25,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawNode
 from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
 from remediator.intake.webhook import Batch, NodeAlert, parse_listed
 from remediator.policy import Policy
@@ -128,19 +130,18 @@ def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:
     return reading
 
 
-def recorded_states(nodes: list[dict[str, Any]],
+def recorded_states(nodes: list[RawNode],
                     overlay: Mapping[str, NodeState] | None = None) -> dict[str, NodeState]:
     """Each Node's recorded state, by name (`overlay`: a dry run's own records win). A Node whose state
     annotation cannot be read is left out: the sync leaves it alone, as webhooks do."""
     states: dict[str, NodeState] = {}
     for node in nodes:
-        meta = node.get("metadata") or {}
-        name = meta.get("name", "")
+        name = api_objects.name(node)
         if overlay and name in overlay:
             states[name] = overlay[name]
             continue
         try:
-            states[name] = NodeState.from_json((meta.get("annotations") or {}).get(STATE_ANNOTATION))
+            states[name] = NodeState.from_json(api_objects.annotations(node).get(STATE_ANNOTATION))
         except ValueError:
             continue
     return states

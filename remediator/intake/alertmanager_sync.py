@@ -7,11 +7,11 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
-from typing import Any
 
 from remediator.audit import audit
 from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
 from remediator.clock import Clock
+from remediator.decide.api_objects import RawNode
 from remediator.intake.alert_sync import SyncPlan, read_alertmanager, recorded_states, sync_batch
 from remediator.intake.recorder import Recorder
 from remediator.metrics import AlertIgnoredReason, Metrics
@@ -49,7 +49,7 @@ class AlertmanagerSync:
         """A new leader agrees with Alertmanager before its first action."""
         self._synced = None
 
-    def sync(self, nodes: list[dict[str, Any]],
+    def sync(self, nodes: list[RawNode],
              reading_bound: Callable[[], AbstractContextManager[None]] = nullcontext) -> SyncPlan | None:
         """None when Alertmanager could not be read: then nothing is resolved (missing data is never a
         resolution) and the webhooks and episode.quiet_timeout carry on alone. `reading_bound`: the scope the

@@ -7,11 +7,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from remediator.audit import audit
 from remediator.clients.kube import Kube
 from remediator.clock import Clock
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawNode
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
 from remediator.intake.queue import Intake, Outcome
 from remediator.intake.recorder import Recorder
@@ -74,16 +75,15 @@ class Receiver:
             return Accepted(ignored=out.ignored, refused="too many webhooks waiting to be recorded")
         return out
 
-    def _unusable(self, node: dict[str, Any] | None, alerts: int) -> str | None:
+    def _unusable(self, node: RawNode | None, alerts: int) -> str | None:
         """Why alerts for this cached node cannot be recorded ({}: not known to the cache: the workers ask)."""
         if node is None:
             self.metrics.alert_ignored(AlertIgnoredReason.UNKNOWN_NODE, alerts)
             return "node not found"
-        meta = node.get("metadata") or {}
-        raw = (meta.get("annotations") or {}).get(STATE_ANNOTATION)
+        raw = api_objects.annotations(node).get(STATE_ANNOTATION)
         if raw is None:
             return None
-        key = (meta.get("name", ""), meta.get("resourceVersion", ""))
+        key = (api_objects.name(node), api_objects.resource_version(node) or "")
         memo = self._readable  # shared by the request threads: one lookup, and a local result
         if key in memo:  # parsed once per version of the Node, not once per post
             error = memo.get(key)

@@ -18,6 +18,7 @@ from remediator.audit import audit
 from remediator.clients.errors import Conflict, KubeError, NotFound
 from remediator.clients.kube import Kube
 from remediator.clock import Clock
+from remediator.decide import api_objects
 from remediator.decide.nodestate import (
     MAX_ALERT_RECORDS,
     MAX_STATE_BYTES,
@@ -91,11 +92,11 @@ class Recorder:
             try:
                 # the watch cache's copy first (a stale one costs a 409 and a fresh read), else the API
                 current = (self.kube.cached_node(node) if attempt == 0 else None) or self.kube.get_node(node)
-                base = NodeState.from_json((current["metadata"].get("annotations") or {}).get(STATE_ANNOTATION))
+                base = NodeState.from_json(api_objects.annotations(current).get(STATE_ANNOTATION))
                 new = record_alerts(base, alerts, now)
                 unchanged = _seen_again(base, new)
                 if not unchanged:
-                    self.kube.write_state(node, new, current["metadata"].get("resourceVersion"))
+                    self.kube.write_state(node, new, api_objects.resource_version(current))
                 self._report_forgotten(node, base, new, alerts)
                 audit("recorded", node=node, alerts=len(alerts), episode=time_text(new.episode),
                       dry_run=self.kube.dry_run)

@@ -30,6 +30,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuhealth_contract.pci import short_bus_id
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawCondition, RawPod, RawPodStatus
 from remediator.decide.nodestate import parse_time
 from remediator.decide.views import asks_for
 
@@ -130,12 +132,12 @@ class PodFacts:
     started: datetime | None
     failed_at: datetime | None
     terminations: list[_Termination] = field(default_factory=list)
-    disruption: dict[str, Any] | None = None
+    disruption: RawCondition | None = None
     status_reason: str = ""
     status_message: str = ""
 
 
-def _time(value: Any) -> datetime | None:
+def _time(value: str | None) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -144,34 +146,39 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
-def pod_facts(pod: dict[str, Any]) -> PodFacts:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+def _terminations(status: RawPodStatus) -> list[_Termination]:
+    """Each container's current termination, or its last one when it has none now (init containers first)."""
     terms: list[_Termination] = []
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(key) or []:
-            for state_key in ("state", "lastState"):
-                t = ((cs.get(state_key) or {}).get("terminated")) or None
-                if t is None:
-                    continue
-                terms.append(_Termination(
-                    container=str(cs.get("name", "")), exit_code=int(t.get("exitCode") or 0),
-                    reason=str(t.get("reason") or ""), message=str(t.get("message") or ""),
-                    finished=_time(t.get("finishedAt")), started=_time(t.get("startedAt"))))
-                break  # the current termination; lastState only when the container has none now
-    disruption = next((c for c in status.get("conditions") or []
-                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        for state in (cs.get("state"), cs.get("lastState")):
+            t = (state or {}).get("terminated") or None
+            if t is None:
+                continue
+            terms.append(_Termination(
+                container=str(cs.get("name", "")), exit_code=int(t.get("exitCode") or 0),
+                reason=str(t.get("reason") or ""), message=str(t.get("message") or ""),
+                finished=_time(t.get("finishedAt")), started=_time(t.get("startedAt"))))
+            break
+    return terms
+
+
+def pod_facts(pod: RawPod) -> PodFacts:
+    status = api_objects.pod_status(pod)
+    terms = _terminations(status)
+    conditions = status.get("conditions") or []
+    disruption = next((c for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"),
+                      None)
     finishes = [t.finished for t in terms if t.finished is not None]
     failed_at = max(finishes) if finishes else None
     if failed_at is None:
-        for c in status.get("conditions") or []:
+        for c in conditions:
             if c.get("type") in ("Ready", "DisruptionTarget") and c.get("status") in ("False", "True"):
                 at = _time(c.get("lastTransitionTime"))
                 if at is not None and (failed_at is None or at > failed_at):
                     failed_at = at
     starts = [t.started for t in terms if t.started is not None]
     started = _time(status.get("startTime")) or (min(starts) if starts else None)
-    return PodFacts(node=str(spec.get("nodeName") or ""), started=started, failed_at=failed_at,
+    return PodFacts(node=api_objects.node_name(pod), started=started, failed_at=failed_at,
                     terminations=terms, disruption=disruption, status_reason=str(status.get("reason") or ""),
                     status_message=str(status.get("message") or ""))
 
@@ -200,7 +207,26 @@ def _gpu_matches(sig: NodeSignal, pod_gpus: frozenset[str] | None) -> bool:
     return sig.gpu is not None and _gpu_key(sig.gpu) in names
 
 
-def classify(pod: dict[str, Any], signals: list[NodeSignal], settings: Settings | None = None,
+@dataclass(frozen=True)
+class _Finding:
+    """What decided the verdict (its class and reason), before the evidence and the look-ahead are added."""
+
+    cls: str
+    reason: str
+    cause: str = ""  # "" for the reason itself
+    exit_code: int | None = None
+
+
+@dataclass
+class _AroundTheFailure:
+    """The node signals on the pod's node around its failure that count, by what they say."""
+
+    hardware: list[NodeSignal] = field(default_factory=list)
+    contained: list[NodeSignal] = field(default_factory=list)  # contained memory errors on the pod's GPU
+    app_xids: list[NodeSignal] = field(default_factory=list)  # application Xids on the pod's GPU
+
+
+def classify(pod: RawPod, signals: list[NodeSignal], settings: Settings | None = None,
              now: datetime | None = None, pod_gpus: frozenset[str] | None = None) -> Verdict:
     """The verdict on one Failed pod. `signals` may hold any node's: only the pod's node counts.
     `now` None: the look-ahead is taken as passed (the CLI asks after the fact). `pod_gpus`: the GPUs the
@@ -208,90 +234,108 @@ def classify(pod: dict[str, Any], signals: list[NodeSignal], settings: Settings 
     when it had all of its node's."""
     s = settings or Settings()
     f = pod_facts(pod)
-    evidence: list[str] = []
-    failed_at = f.failed_at
-    if failed_at is None:
-        evidence.append("no container termination time on the pod: failure time unknown, node signals not used")
+    evidence = _what_is_known(f)
+    finding = _taken_away(f, evidence)
+    if finding is None:
+        around = _signals_around(f, signals, s, pod_gpus, evidence)
+        finding = _node_fault(around) or _pod_story(f, s, around, evidence)
+    final = now is None or f.failed_at is None or now >= f.failed_at + s.look_ahead
+    return Verdict(finding.cls, finding.reason, tuple(evidence), f.failed_at, final=finding.cls == INFRA or final,
+                   cause=finding.cause or finding.reason, exit_code=finding.exit_code)
+
+
+def _what_is_known(f: PodFacts) -> list[str]:
+    """The evidence every verdict starts with: when the pod failed, and how each container ended."""
+    if f.failed_at is None:
+        evidence = ["no container termination time on the pod: failure time unknown, node signals not used"]
     else:
-        evidence.append(f"failed at {failed_at.strftime('%Y-%m-%dT%H:%M:%SZ')} on node {f.node or '?'}")
-    final = now is None or failed_at is None or now >= failed_at + s.look_ahead
+        evidence = [f"failed at {f.failed_at.strftime('%Y-%m-%dT%H:%M:%SZ')} on node {f.node or '?'}"]
     for t in f.terminations:
         if t.exit_code != 0 or t.reason not in ("", "Completed"):
             evidence.append(f"container {t.container}: exit code {t.exit_code}"
                             + (f", reason {t.reason}" if t.reason else ""))
+    return evidence
 
-    def verdict(cls: str, reason: str, cause: str = "", exit_code: int | None = None) -> Verdict:
-        return Verdict(cls, reason, tuple(evidence), failed_at, final=cls == INFRA or final,
-                       cause=cause or reason, exit_code=exit_code)
 
-    # 1. the platform took the pod away
+def _taken_away(f: PodFacts, evidence: list[str]) -> _Finding | None:
+    """1. The platform took the pod away (a DisruptionTarget condition, or an older kubelet's status reason)."""
     if f.disruption is not None:
         why = str(f.disruption.get("reason") or "")
         evidence.append(f"condition DisruptionTarget=True ({why or 'no reason'}): "
                         f"{f.disruption.get('message') or 'no message'}")
-        return verdict(INFRA, DISRUPTION_REASONS.get(why, "disruption"))
+        return _Finding(INFRA, DISRUPTION_REASONS.get(why, "disruption"))
     if f.status_reason in STATUS_REASONS:
         evidence.append(f"pod status reason {f.status_reason}: {f.status_message or 'no message'}")
-        return verdict(INFRA, STATUS_REASONS[f.status_reason])
+        return _Finding(INFRA, STATUS_REASONS[f.status_reason])
+    return None
 
-    # 2. node signals around the failure
-    hardware: list[NodeSignal] = []
-    contained: list[NodeSignal] = []
-    app_xids: list[NodeSignal] = []
-    if failed_at is not None and f.node:
-        lo, hi = failed_at - s.look_behind, failed_at + s.look_ahead
-        for sig in sorted(signals, key=lambda x: x.start):
-            end = sig.end or (failed_at if sig.kind == "alert" else sig.start)  # an alert without an end still fires
-            if sig.node != f.node or sig.start > hi or end < lo:
-                continue
-            when = _ago(failed_at - sig.start)
-            if sig.kind == "alert" and sig.name in CONTAINED_MEMORY_ALERTS and _gpu_matches(sig, pod_gpus):
-                contained.append(sig)
-                evidence.append(f"{sig.describe()} started {when}: a contained memory error ends the process")
-            elif sig.kind == "alert" and sig.name in APP_XID_ALERTS:
-                if _gpu_matches(sig, pod_gpus):
-                    app_xids.append(sig)
-                    evidence.append(f"{sig.describe()} started {when}: an application Xid on the pod's GPU")
-                else:
-                    evidence.append(f"{sig.describe()} started {when}: not on the pod's GPU(s), not used")
-            elif sig.remediation != "none" and sig.component not in NOT_HARDWARE_COMPONENTS:
-                hardware.append(sig)
-                evidence.append(f"{sig.describe()} {'started' if sig.kind == 'alert' else 'at'} {when}")
-    if hardware:
-        first = hardware[0]
-        return verdict(INFRA, "node_fault" if first.kind == "alert" else "node_remediation")
-    if contained:
-        return verdict(INFRA, "gpu_memory_error")
 
-    # 3-7. the pod's own story
+def _signals_around(f: PodFacts, signals: list[NodeSignal], s: Settings, pod_gpus: frozenset[str] | None,
+                    evidence: list[str]) -> _AroundTheFailure:
+    """2. The gpuhealth signals on the pod's node from `look_behind` before to `look_ahead` after the failure."""
+    around = _AroundTheFailure()
+    if f.failed_at is None or not f.node:
+        return around
+    failed_at = f.failed_at
+    lo, hi = failed_at - s.look_behind, failed_at + s.look_ahead
+    for sig in sorted(signals, key=lambda x: x.start):
+        end = sig.end or (failed_at if sig.kind == "alert" else sig.start)  # an alert without an end still fires
+        if sig.node != f.node or sig.start > hi or end < lo:
+            continue
+        when = _ago(failed_at - sig.start)
+        if sig.kind == "alert" and sig.name in CONTAINED_MEMORY_ALERTS and _gpu_matches(sig, pod_gpus):
+            around.contained.append(sig)
+            evidence.append(f"{sig.describe()} started {when}: a contained memory error ends the process")
+        elif sig.kind == "alert" and sig.name in APP_XID_ALERTS:
+            if _gpu_matches(sig, pod_gpus):
+                around.app_xids.append(sig)
+                evidence.append(f"{sig.describe()} started {when}: an application Xid on the pod's GPU")
+            else:
+                evidence.append(f"{sig.describe()} started {when}: not on the pod's GPU(s), not used")
+        elif sig.remediation != "none" and sig.component not in NOT_HARDWARE_COMPONENTS:
+            around.hardware.append(sig)
+            evidence.append(f"{sig.describe()} {'started' if sig.kind == 'alert' else 'at'} {when}")
+    return around
+
+
+def _node_fault(around: _AroundTheFailure) -> _Finding | None:
+    """2. A hardware signal, or a contained memory error on the pod's GPU: the node's fault."""
+    if around.hardware:
+        return _Finding(INFRA, "node_fault" if around.hardware[0].kind == "alert" else "node_remediation")
+    if around.contained:
+        return _Finding(INFRA, "gpu_memory_error")
+    return None
+
+
+def _pod_story(f: PodFacts, s: Settings, around: _AroundTheFailure, evidence: list[str]) -> _Finding:
+    """3-7. The pod's own story: OOM, its deadline, an NCCL timeout, its exit code, an application Xid."""
     failing = sorted((t for t in f.terminations if t.exit_code != 0 or t.reason == "OOMKilled"),
                      key=lambda t: (t.finished is None, t.finished.timestamp() if t.finished else 0.0))
-    oom = [t for t in failing if t.reason == "OOMKilled"]
-    if oom:
-        return verdict(APP, "oom_killed")
+    if any(t.reason == "OOMKilled" for t in failing):
+        return _Finding(APP, "oom_killed")
     if f.status_reason == "DeadlineExceeded":
         evidence.append(f"pod status reason DeadlineExceeded: {f.status_message or 'activeDeadlineSeconds passed'}")
-        return verdict(APP, "deadline_exceeded")
+        return _Finding(APP, "deadline_exceeded")
     nccl = [t for t in f.terminations if NCCL_TIMEOUT.search(t.message) or NCCL_TIMEOUT.search(t.reason)]
     if nccl:
         match = NCCL_TIMEOUT.search(nccl[0].message) or NCCL_TIMEOUT.search(nccl[0].reason)
         evidence.append(f"container {nccl[0].container}: termination message mentions an NCCL timeout "
                         f"({match.group(0) if match else 'NCCL timeout'!r}): a hang in the job, the network or a "
                         "peer's GPU")
-        return verdict(UNKNOWN, "nccl_timeout")
+        return _Finding(UNKNOWN, "nccl_timeout")
     first_code = failing[0].exit_code if failing else None
     if first_code is not None and first_code in s.app_exit_codes:
         evidence.append(f"exit code {first_code} is one of the configured application exit codes "
                         f"{list(s.app_exit_codes)}")
-        return verdict(APP, "app_exit_code", f"app_exit_code:{first_code}", first_code)
-    if app_xids:
-        return verdict(APP, "app_xid", "app_xid", first_code)
+        return _Finding(APP, "app_exit_code", f"app_exit_code:{first_code}", first_code)
+    if around.app_xids:
+        return _Finding(APP, "app_xid", "app_xid", first_code)
     if first_code is not None:
         evidence.append(f"exit code {first_code} is not a configured application exit code "
                         f"{list(s.app_exit_codes)} and nothing on the node explains it")
     else:
         evidence.append("no failed container and no node signal explains the failure")
-    return verdict(UNKNOWN, "unexplained", exit_code=first_code)
+    return _Finding(UNKNOWN, "unexplained", exit_code=first_code)
 
 
 GPUS_ANNOTATION = "gpuhealth.io/gpus"
@@ -301,14 +345,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 _GPU_WORKLOAD_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu|mig-)")
 
 
-def asks_for_gpu(pod: dict[str, Any]) -> bool:
+def asks_for_gpu(pod: RawPod) -> bool:
     """Any container asks a GPU device plugin for something (a whole GPU, a MIG device, a share of one)."""
     return asks_for(pod, _GPU_WORKLOAD_RESOURCE)
 
 
-def requested_gpus(pod: dict[str, Any]) -> int:
+def requested_gpus(pod: RawPod) -> int:
     total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    for c in api_objects.containers(pod):
         res = c.get("resources") or {}
         value = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE) or 0
         try:
@@ -318,12 +362,12 @@ def requested_gpus(pod: dict[str, Any]) -> int:
     return total
 
 
-def pod_gpus(pod: dict[str, Any], node_gpus: int | None) -> frozenset[str] | None:
+def pod_gpus(pod: RawPod, node_gpus: int | None) -> frozenset[str] | None:
     """The GPUs the pod had, as alerts name them; None: all of its node's. The `gpuhealth.io/gpus` annotation
     (indices or PCI bus ids, comma-separated, e.g. written by the job from NVIDIA_VISIBLE_DEVICES) says so
     exactly. Without it a pod that requested as many GPUs as the node has (or a node of unknown size) had them
     all; one that requested fewer had some of them, which ones is unknown: an empty set (no Xid is its)."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPUS_ANNOTATION)
+    value = api_objects.annotations(pod).get(GPUS_ANNOTATION)
     if isinstance(value, str) and value.strip():
         if value.strip().lower() == "all":
             return None

@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from remediator.clients.kube import COMPONENT
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawEvent, RawNode
 from remediator.decide.event_reasons import rung_of_reason
 from remediator.decide.nodestate import (
     LAST_EPISODE_ANNOTATION,
@@ -50,12 +52,11 @@ def signals_from_webhook(raw: bytes | str, policy: Policy) -> list[NodeSignal]:
     return [s for s in out if s is not None]
 
 
-def signals_from_node(node: dict[str, Any]) -> list[NodeSignal]:
+def signals_from_node(node: RawNode) -> list[NodeSignal]:
     """The alerts of the Node's current episode, and its last finished episode if it went past cordon.
     A damaged state annotation gives none (the ladder reports it)."""
-    meta = node.get("metadata") or {}
-    name = str(meta.get("name") or "")
-    annotations = meta.get("annotations") or {}
+    name = api_objects.name(node)
+    annotations = api_objects.annotations(node)
     out: list[NodeSignal] = []
     try:
         state = NodeState.from_json(annotations.get(STATE_ANNOTATION))
@@ -78,7 +79,7 @@ def signals_from_node(node: dict[str, Any]) -> list[NodeSignal]:
     return out
 
 
-def signals_from_events(events: list[dict[str, Any]]) -> list[NodeSignal]:
+def signals_from_events(events: list[RawEvent]) -> list[NodeSignal]:
     """gpuhealth's Events on Nodes that record a drain, reset, reboot or replacement."""
     out = []
     for e in events:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from typing import Any
 
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawPod
 from remediator.decide.nodestate import fmt_time, parse_time
 
 LOOP_ANNOTATION = "gpuhealth.io/restart-loop"
@@ -81,9 +82,9 @@ def in_loop(state: LoopState, threshold: int) -> bool:
     return state.count >= threshold
 
 
-def job_of(pod: dict[str, Any]) -> str | None:
+def job_of(pod: RawPod) -> str | None:
     """The name of the pod's owning batch/v1 Job, if any."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in api_objects.owners(pod):
         if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
             return str(ref.get("name"))
     return None
