@@ -63,7 +63,7 @@ rules-test: deps
 # Rewrite the exporter's golden /metrics (tests/fixtures/golden/once_fixture_node.prom) after an intended change
 # to a family, a parser or a fixture; `git diff` it before committing.
 golden-metrics: deps
-	GPUHEALTH_UPDATE_GOLDEN=1 $(BIN)/pytest -q -p no:xdist tests/test_exporter_golden_metrics.py
+	GPUHEALTH_UPDATE_GOLDEN=1 $(BIN)/pytest -q -p no:xdist tests/exporter/test_exporter_golden_metrics.py
 
 # Regenerate dashboards/json/ from dashboards/generate.py (tests/test_dashboards.py fails while the
 # committed JSON is stale). The Helm chart reads the JSON through helm/gpuhealth/files/dashboards.

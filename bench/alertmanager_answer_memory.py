@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from real_alertmanager import RealAlertmanager, stamp  # noqa: E402
+from tests.support.real_alertmanager import RealAlertmanager, stamp  # noqa: E402
 
 READ = """
 import json, resource, sys, tracemalloc

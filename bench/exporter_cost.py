@@ -48,9 +48,9 @@ from processes import free_port, stop_group
 from synthetic_log import append_at_rate
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from sysfs_tree import build_efa_sysfs  # noqa: E402
+from tests.support.sysfs_tree import build_efa_sysfs  # noqa: E402
 
 PYTHON = sys.executable
 NODE_EXPORTER = "prometheus-node-exporter"

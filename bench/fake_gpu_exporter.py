@@ -13,11 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from fake_nvml import FakeGpu, FakeNvml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exporter import cli
+from tests.fakes.nvml import FakeGpu, FakeNvml
 
 
 class _Discard(list[tuple[int, str]]):

@@ -44,12 +44,12 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from fake_cluster import FakeCluster  # noqa: E402
-from fake_dra import _recorded_gpu_slice  # noqa: E402
 from processes import free_port, stop_group, wait_until, write_kubeconfig  # noqa: E402
+
+from tests.fakes.apiserver import FakeCluster  # noqa: E402
+from tests.fakes.apiserver.dra import _recorded_gpu_slice  # noqa: E402
 
 TOKEN = "api-rate-token"
 DRIVER = "gpu.nvidia.com"

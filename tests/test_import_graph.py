@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from import_graph import circles, graph
+
+from tests.support.import_graph import circles, graph
 
 PACKAGES = ("gpuhealth_contract", "exporter", "remediator", "simulator", "training/gpuhealth_training")
 

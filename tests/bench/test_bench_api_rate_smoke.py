@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import paths
+
+ROOT = paths.REPO
 
 
 def test_api_rate_bench_runs_and_reads_dra_only_while_a_gpu_is_quarantined() -> None:

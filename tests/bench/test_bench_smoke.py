@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.support import paths
+
+BENCH = paths.REPO / "bench"
 
 
 def run_bench(script: str) -> dict[str, str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import paths
+
+ROOT = paths.REPO
 
 
 def test_storm_bench_runs_tiny_and_reports_no_budget_violation() -> None:

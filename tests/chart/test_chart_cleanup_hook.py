@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_render import CHART, granted, render
 
 from remediator import cli as remediator_cli
 from remediator.policy import parse_duration
+from tests.support.chart_render import CHART, granted, render
 
 NAME = "gpuhealth-cleanup"
 HOOK = "pre-delete"

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chart_render import render
+
+from tests.support.chart_render import render
 
 Obj = dict[str, Any]
 

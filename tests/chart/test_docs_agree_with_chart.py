@@ -53,9 +53,11 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
-from chart_render import granted, render_fresh
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import paths
+from tests.support.chart_render import granted, render_fresh
+
+ROOT = paths.REPO
 CHART = ROOT / "helm" / "gpuhealth"
 RELEASE, NAMESPACE = "gpuhealth", "gpuhealth"
 INSTALL_MD = ROOT / "docs" / "install.md"

@@ -27,14 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import chart_rbac
 import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from chart_render import granted, render_fresh, rules_by_role
-from fake_cluster import FakeCluster
 from kubernetes import client
 
 from exporter import cli as exporter_cli
@@ -45,8 +42,11 @@ from exporter.node_watch import NodeWatch
 from remediator import cli as remediator_cli
 from remediator.clients.kube import Kube
 from remediator.policy import load_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac, paths
+from tests.support.chart_render import granted, render_fresh, rules_by_role
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 CHART = ROOT / "helm" / "gpuhealth"
 RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])
 DASHBOARDS = sorted((ROOT / "dashboards" / "json").glob("*.json"))
@@ -761,8 +761,8 @@ def _remediator_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
 def test_rendered_tokens_are_taken_in_turn_without_a_restart(tmp_path: Path) -> None:
     """Render twice (a GitOps sync each), mount each token as the kubelet does, post with each: the same
     receiver takes the second within a second and refuses the first after it."""
-    from remediator_harness import Harness
-    from test_remediator_token import KubeletSecretDir, app_with_token_file, status, wait_for
+    from tests.remediator.http.test_remediator_token import KubeletSecretDir, app_with_token_file, status, wait_for
+    from tests.support.remediator_harness import Harness
 
     first, second = _token(render(None)), _token(render(None))
     assert first != second

@@ -27,14 +27,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import kube_prometheus_stack as kps
 import pytest
 import yaml
-from chart_render import render
-from operator_alertmanager import Secrets, TranslationError, generate
-from real_alertmanager import RealAlertmanager, stamp
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import kube_prometheus_stack as kps
+from tests.support import paths
+from tests.support.chart_render import render
+from tests.support.operator_alertmanager import Secrets, TranslationError, generate
+from tests.support.real_alertmanager import RealAlertmanager, stamp
+
+ROOT = paths.REPO
 RELEASE, NAMESPACE = "gpuhealth", "gpuhealth"
 INSTALL_MD = ROOT / "docs" / "install.md"
 RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])

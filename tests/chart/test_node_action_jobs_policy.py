@@ -10,15 +10,15 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import chart_rbac
 import pytest
-from chart_render import render
-from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from remediator.act.node_jobs import render_job
 from remediator.policy import Policy
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.chart_render import render
 
 NS = "gpuhealth"
 POLICY_NAME = "gpuhealth-remediator-node-action-jobs"

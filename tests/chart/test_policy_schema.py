@@ -17,11 +17,12 @@ import helm_python as helm
 import jsonschema
 import pytest
 import yaml
-from chart_render import render_fresh
 
 from remediator.policy import PolicyError, parse_policy
+from tests.support import paths
+from tests.support.chart_render import render_fresh
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 VALUES_SCHEMA = ROOT / "helm" / "gpuhealth" / "values.schema.json"
 EXAMPLE = ROOT / "remediator" / "policy.example.yaml"
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)

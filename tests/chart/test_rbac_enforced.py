@@ -10,16 +10,16 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from remediator_harness import Harness
 
 from remediator.act.node_jobs import job_statuses, render_job
 from remediator.clients.errors import Forbidden, KubeError, Unauthorized
 from remediator.clients.kube import Kube
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.remediator_harness import Harness
 
 SA = "system:serviceaccount:gpuhealth:gpuhealth-remediator"
 

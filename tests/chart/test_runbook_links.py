@@ -4,13 +4,14 @@ on-call to pages it can open."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
-from chart_render import render
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import paths
+from tests.support.chart_render import render
+
+ROOT = paths.REPO
 RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])
 UPSTREAM = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks"  # what rules/ writes
 

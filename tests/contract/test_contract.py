@@ -4,13 +4,13 @@ no other module, and the one PCI reader gives each program the form it compares 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
 from gpuhealth_contract import names, pci
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 SHARED = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
 
 

@@ -6,7 +6,6 @@ follow each class's rule."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,9 @@ from exporter.conditions import _is_node_fault
 from exporter.samples import KernelFault
 from gpuhealth_contract import xids as xid_classes
 from gpuhealth_contract.xids import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 SELECTOR = re.compile(r'\bxid\s*(=~|!~|=)\s*"([^"]*)"')
 
 

@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 import yaml
 from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
-from promql_names import metric_names
 
 from dashboards import generate
 from exporter.catalog import FAMILIES
 from remediator.metrics import Metrics
+from tests.support import paths
+from tests.support.promql_names import metric_names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 JSON_DIR = ROOT / "dashboards" / "json"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from exporter.catalog import FAMILIES
 from exporter.kernel.patterns import load_patterns
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO
 ROW = re.compile(r"^\| `(?P<name>[a-z_]+)` \| (?P<type>gauge|counter) \| (?P<labels>[^|]*) \|")
 
 

@@ -6,11 +6,11 @@ discovery looks for, remediator/clients/dra_api.py)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from exporter.cli import INSTANCE_TYPE_LABEL
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 INSTALL = ROOT / "docs" / "install.md"
 REMEDIATION = ROOT / "docs" / "remediation.md"
 VALUES = ROOT / "helm" / "gpuhealth" / "values.yaml"

@@ -7,16 +7,16 @@ import re
 import shlex
 from pathlib import Path
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
 from kubernetes import client
-from remediator_harness import Harness
 
 from remediator.audit import audit
 from remediator.decide.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, STATE_ANNOTATION
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac, paths
+from tests.support.remediator_harness import Harness
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 REMEDIATION = ROOT / "docs" / "remediation.md"
 RUNBOOK = ROOT / "docs" / "runbooks" / "GPUXidFatal.md"  # any node alert's page: the block is the same in all
 ANNOTATE = re.compile(r"^\s*(kubectl annotate node \S+ \S+.*)$", re.M)

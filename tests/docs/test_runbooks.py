@@ -16,13 +16,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
 
 from remediator.decide.nodestate import RUNGS, rung_index
 from remediator.policy import Policy, parse_duration, parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.support import paths
+from tests.support.remediator_harness import Harness
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 RUNBOOKS = ROOT / "docs" / "runbooks"
 
 

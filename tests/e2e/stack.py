@@ -41,19 +41,17 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize
+from tests.e2e.operator_prometheus import pod_monitor, rule_groups, service_monitor
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.apiserver.dra import recorded_mig_layout
+from tests.support import chart_rbac
+from tests.support import kube_prometheus_stack as kps
+from tests.support.chart_render import render_fresh as render
+from tests.support.operator_alertmanager import generate
+from tests.support.sysfs_tree import build_efa_sysfs
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-
-import chart_rbac  # noqa: E402
-import kube_prometheus_stack as kps  # noqa: E402
-from chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize  # noqa: E402
-from chart_render import render_fresh as render  # noqa: E402
-from fake_cluster import FakeCluster  # noqa: E402
-from fake_dra import recorded_mig_layout  # noqa: E402
-from operator_alertmanager import generate  # noqa: E402
-from operator_prometheus import pod_monitor, rule_groups, service_monitor  # noqa: E402
-from sysfs_tree import build_efa_sysfs  # noqa: E402
-
 BIN = Path(sys.executable).parent
 FIXTURES = ROOT / "tests" / "fixtures"
 HEALTHY_DCGM_EXPORTER = FIXTURES / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"

@@ -1,18 +1,18 @@
 """The fake API server as the tests that run the exporter's API clients over HTTP start from (`api`): its Node
 (NODE, and another), the chart's RBAC enforced, and its pod's ServiceAccount token (TOKEN, bound to NODE), which
-`sa_dir` holds as a pod has it mounted. Fixtures for every test (tests/conftest.py); a module may define its own."""
+`sa_dir` holds as a pod has it mounted (tests/exporter/node_identity.py). Fixtures for every test under
+tests/exporter/; a module may define its own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
 
-NODE = "gpu-node-1"
-TOKEN = "exporter-token"
+from tests.exporter.node_identity import NODE, TOKEN
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
 
 
 @pytest.fixture

@@ -7,9 +7,11 @@ import subprocess
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from recorded_node import EXPORTER, fixture_node_args, run_exporter
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.exporter.recorded_node import EXPORTER, fixture_node_args, run_exporter
+from tests.support import paths
+
+ROOT = paths.REPO
 run = run_exporter
 
 
@@ -236,7 +238,8 @@ def _serve_and_scrape(*args: str) -> tuple[dict[str, dict[tuple[tuple[str, str],
 def _chart_config(tmp_path: Path, extra: str = "") -> Path:
     """The exporter's settings file as the chart renders it by default (tests/chart_render.py), plus `extra`."""
     import yaml
-    from chart_render import render
+
+    from tests.support.chart_render import render
 
     config = next(d for d in render() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpuhealth-exporter")
     settings = yaml.safe_load(config["data"]["exporter.yaml"])

@@ -16,13 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
-from polling import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from sysfs_tree import build_efa_sysfs
 
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
@@ -32,6 +28,10 @@ from exporter.node_watch import NodeWatch
 from exporter.probes.efa import EfaProbe
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.polling import wait_for
+from tests.support.sysfs_tree import build_efa_sysfs
 
 NODE = "p5-node-1"
 TOKEN = "exporter-token"

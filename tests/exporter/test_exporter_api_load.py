@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from exporter_fixtures import NODE
-from fake_cluster import FakeCluster
-from polling import wait_for
 
 from exporter.gpu_reset import ANNOTATION, RELEASED_REASON
+from tests.exporter.node_identity import NODE
+from tests.fakes.apiserver import FakeCluster
+from tests.support.polling import wait_for
 
 
 def _free_port() -> int:

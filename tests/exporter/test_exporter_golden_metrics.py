@@ -15,9 +15,10 @@ import os
 import re
 from pathlib import Path
 
-from recorded_node import fixture_node_args, run_exporter
+from tests.exporter.recorded_node import fixture_node_args, run_exporter
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "once_fixture_node.prom"
 VARIES = re.compile(r"^(gpuhealth_\w+_(duration|timestamp)_seconds|gpuhealth_node_boot_time_seconds)({| )")
 MASK = "<varies>"

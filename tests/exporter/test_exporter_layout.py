@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "exporter"
+from tests.support import paths
+
+ROOT = paths.REPO / "exporter"
 LOW = ("exporter.samples", "exporter.catalog", "exporter.condition_types", "exporter.clock_events",
        "exporter.instance_types")
 PROBE_MODULES = ("exporter.kernel.probe", "exporter.probes.nvml", "exporter.probes.dcgm", "exporter.probes.efa")

@@ -19,10 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_render import NAMESPACE, render
-from fake_cluster import FakeCluster
-from fake_nvml import P5_BUS_IDS, FakeGpu, FakeNvml, uuid_of
-from polling import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,8 +34,13 @@ from exporter.probes.nvml import NvmlProbe
 from exporter.probes.registry import BY_NAME
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.nvml import P5_BUS_IDS, FakeGpu, FakeNvml, uuid_of
+from tests.support import paths
+from tests.support.chart_render import NAMESPACE, render
+from tests.support.polling import wait_for
 
-FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
+FIXTURES = paths.FIXTURES / "dcgm"
 NODE, OTHER = "gpu-a", "gpu-b"
 EXPORTER_SA = "gpuhealth-exporter"
 REQUEST = "gpuhealth-reset-gpu-a-7f3c"  # the reset Job's name, as the remediator sets it

@@ -17,16 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import chart_rbac
 import pytest
-from chart_render import NAMESPACE, render
-from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from exporter.conditions import Condition
 from exporter.node_status import NodeConditionWriter
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.chart_render import NAMESPACE, render
 
 EXPORTER = chart_rbac.EXPORTER_SA
 POLICY = "gpuhealth-exporter-own-node"

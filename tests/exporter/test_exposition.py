@@ -6,11 +6,9 @@ import gzip
 import socket
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 import pytest
-from fake_nvml import FakeNvml, p5_fleet
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -25,8 +23,10 @@ from exporter.probes.efa import EfaProbe
 from exporter.probes.nvml import NvmlProbe
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
+from tests.fakes.nvml import FakeNvml, p5_fleet
+from tests.support import paths
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = paths.FIXTURES
 # What Prometheus 2.42 sends: OpenMetrics first, the text format as a fallback.
 PROMETHEUS = {"Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
                         "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_render import render
-from fake_admission import AdmissionPolicies, Attributes, Identity, service_account
-from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from exporter.conditions import Condition
 from exporter.node_status import KubeError, NodeConditionWriter
 from exporter.node_watch import NodeWatch
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.apiserver.admission import AdmissionPolicies, Attributes, Identity, service_account
+from tests.support.chart_render import render
 
 NAMESPACE = "gpuhealth"
 EXPORTER, REMEDIATOR = "gpuhealth-exporter", "gpuhealth-remediator"

@@ -7,10 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
-from fake_probe import FakeProbe
 
 from exporter.collector import Expectations
 from exporter.conditions import evaluate
@@ -20,6 +17,9 @@ from exporter.node_status import KubeError, NodeConditionWriter
 from exporter.runner import ProbeRunner
 from exporter.samples import GpuIdentity, ProbeResult, Sample
 from exporter.snapshot import Snapshot
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.probe import FakeProbe
+from tests.support import chart_rbac
 
 TYPES = ["GpuhealthGPUHealthy", "GpuhealthNVLinkHealthy", "GpuhealthEFAHealthy", "GpuhealthKernelHealthy",
          "GpuhealthProbesHealthy"]

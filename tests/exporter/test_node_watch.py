@@ -10,13 +10,12 @@ import threading
 import time
 from pathlib import Path
 
-from exporter_fixtures import NODE
-from fake_cluster import FakeCluster
-from polling import wait_for
-
 from exporter.gpu_reset import ANNOTATION
 from exporter.kube_http import KubeError
 from exporter.node_watch import NodeWatch
+from tests.exporter.node_identity import NODE
+from tests.fakes.apiserver import FakeCluster
+from tests.support.polling import wait_for
 
 
 def test_an_api_server_restart_resumes_the_watch_where_it_stopped(api: FakeCluster, sa_dir: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 
-from fake_probe import FakeProbe
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -14,6 +13,7 @@ from exporter.probes.base import ProbeError
 from exporter.runner import ProbeRunner
 from exporter.samples import ProbeResult, Sample
 from exporter.snapshot import Snapshot
+from tests.fakes.probe import FakeProbe
 
 Scrape = dict[str, dict[tuple[tuple[str, str], ...], float]]
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fake_cluster import FakeCluster, Obj
-
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
+from tests.fakes.apiserver import FakeCluster, Obj
 
 OPERATOR_NS = "gpu-operator"
 # The operands as the GPU Operator labels a GPU node (nvidia.com/gpu.deploy.<operand>) and the app label of each

@@ -16,9 +16,9 @@ from types import TracebackType
 from typing import Any
 
 import grpc
-from fake_nvml import uuid_of
 
 from exporter.kubelet import api_pb2, api_pb2_grpc
+from tests.fakes.nvml import uuid_of
 
 # The MIG device (1g.10gb) the device plugin's mixed strategy hands out on GPU 7 of device_plugin_node().
 MIG_UUID = "MIG-4b8e2c1d-9f3a-5e7b-a1c2-d3e4f5a6b7c8"

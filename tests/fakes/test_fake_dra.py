@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.fakes.apiserver import FakeCluster
 
 DRIVER = "gpu.nvidia.com"
 

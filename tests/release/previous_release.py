@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import paths
+
+ROOT = paths.REPO
 CHANGELOG = ROOT / "CHANGELOG.md"
 RELEASE = NAMESPACE = "gpuhealth"
 _HEADING = re.compile(r"^## \[(?P<version>\d+\.\d+\.\d+)\]", re.M)

@@ -20,7 +20,9 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import paths
+
+ROOT = paths.REPO
 DOCKERFILE = ROOT / "Dockerfile"
 LOCK = ROOT / "requirements" / "image.txt"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -17,12 +17,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import previous_release
 import pytest
 import yaml
-from chart_render import render_fresh
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.release import previous_release
+from tests.support import paths
+from tests.support.chart_render import render_fresh
+
+ROOT = paths.REPO
 Obj = dict[str, Any]
 WORKLOADS = ("DaemonSet", "Deployment")
 # Values both charts take (the previous release's schema refuses keys it does not know): the defaults, and every

@@ -9,13 +9,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-import previous_release
 import pytest
 import yaml
-from fake_cluster import FakeCluster
-from remediator_harness import Harness  # a module-level name: make clock-shift runs these tests a year each way
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fakes.apiserver import FakeCluster
+from tests.release import previous_release
+from tests.support import paths
+from tests.support.remediator_harness import (
+    Harness,  # a module-level name: make clock-shift runs these tests a year each way
+)
+
+ROOT = paths.REPO
 Obj = dict[str, Any]
 
 

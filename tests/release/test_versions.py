@@ -11,13 +11,14 @@ import sys
 import tomllib
 from pathlib import Path
 
-import previous_release
 import yaml
 
 import exporter
 import remediator
+from tests.release import previous_release
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?$")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fake_cluster import FakeCluster
+from tests.fakes.apiserver import FakeCluster
 
 DRIVER = "gpu.nvidia.com"
 

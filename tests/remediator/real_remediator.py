@@ -13,12 +13,12 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-import chart_rbac
 import yaml
-from fake_cluster import FakeCluster
-from real_alertmanager import free_port
 
 from remediator.policy import parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.real_alertmanager import free_port
 
 BIN = Path(sys.executable).parent
 

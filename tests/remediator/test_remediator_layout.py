@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "remediator"
+from tests.support import paths
+
+ROOT = paths.REPO / "remediator"
 ALLOWED_FOR_DECIDE = ("remediator.decide", "remediator.policy", "remediator.clock")
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from remediator.policy import Policy, PolicyError, Quota, load_policy, parse_policy
+from tests.support import paths
 
-EXAMPLE = Path(__file__).parent.parent / "remediator" / "policy.example.yaml"
+EXAMPLE = paths.REPO / "remediator" / "policy.example.yaml"
 
 
 def test_example_policy_is_valid_and_states_every_default() -> None:

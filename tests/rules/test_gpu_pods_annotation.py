@@ -11,14 +11,14 @@ The contract for the remediator: gpu_pods is "unknown" (act on the whole node), 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from exporter.catalog import FAMILIES
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 RULE_FILES = sorted([*(ROOT / "rules").glob("alerts/*.yaml"), *(ROOT / "rules").glob("recording/*.yaml")])
 ACTIONS = {"cordon", "drain", "reset_gpu"}
 

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import yaml
 from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
-from promql_names import metric_names
 
 from exporter.catalog import FAMILIES
 from exporter.probes.registry import filled_by
+from tests.support import paths
+from tests.support.promql_names import metric_names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 RULES = ROOT / "rules"
 RULE_FILES = sorted([*RULES.glob("alerts/*.yaml"), *RULES.glob("recording/*.yaml")])
 TEST_FILES = sorted(RULES.glob("tests/*.yaml"))

@@ -11,7 +11,7 @@ import pytest
 from remediator.policy import Policy
 from simulator.results import ettr_closed_form, ettr_renewal, poisson_interval
 from simulator.scenario import load_scenario, parse_scenario
-from tests.sim_helpers import model_job, pipeline, run
+from tests.simulator.sim_helpers import model_job, pipeline, run
 
 DAY = 86400.0
 

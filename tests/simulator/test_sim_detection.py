@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 from simulator.detection import load_pipeline, load_rules, serve_default_interval
+from tests.support import paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.REPO
 
 
 def test_timings_are_read_from_the_shipped_files() -> None:

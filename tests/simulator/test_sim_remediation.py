@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from remediator.policy import BudgetSettings, Policy, Quota, ReturnToServiceSettings, parse_policy
 from simulator.scenario import parse_scenario
-from tests.sim_helpers import run
+from tests.simulator.sim_helpers import run
 
 
 def _fleet(extra: str, nodes: int = 40, days: int = 30, rate: float = 60.0, mix: str = "{Faulty GPU: 1}") -> str:

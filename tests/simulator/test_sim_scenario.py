@@ -8,8 +8,9 @@ import pytest
 
 from simulator.detection import load_rules
 from simulator.scenario import ScenarioError, check_alerts, load_scenario, parse_scenario, shipped_scenarios
+from tests.support import paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = paths.REPO
 
 
 def test_every_shipped_scenario_loads_and_names_only_real_alerts() -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from chart_render import NAMESPACE, render
-from fake_admission import Identity
-from fake_cluster import FakeCluster
 from kubernetes import client
 
 from remediator.policy import Policy, parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.apiserver.admission import Identity
+from tests.support.chart_render import NAMESPACE, render
 
 REMEDIATOR_SA, EXPORTER_SA = "gpuhealth-remediator", "gpuhealth-exporter"
 CLEANUP_SA = "gpuhealth-cleanup"  # the pre-delete hook's (templates/cleanup-hook.yaml)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-CHART = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth"
+from tests.support import paths
+
+CHART = paths.REPO / "helm" / "gpuhealth"
 RELEASE = NAMESPACE = "gpuhealth"
 
 

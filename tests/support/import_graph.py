@@ -8,7 +8,9 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import paths
+
+ROOT = paths.REPO
 
 
 def _module_of(path: Path, top: Path) -> str:

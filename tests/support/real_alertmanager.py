@@ -18,7 +18,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import paths
+
+ROOT = paths.REPO
 
 
 def free_port() -> int:

@@ -11,11 +11,8 @@ import os
 import threading
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-import chart_rbac
-from fake_cluster import FakeCluster
 from kubernetes import client
 
 from remediator.app import ServeConfig, create_app
@@ -24,8 +21,10 @@ from remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
 from remediator.policy import Policy, parse_policy
 from remediator.service import Remediator
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac, paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "alertmanager"
+FIXTURES = paths.FIXTURES / "alertmanager"
 TOKEN = "s3cret-token"
 
 

@@ -15,10 +15,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests.support import paths
+
 AMAZON = "0x1d0f"
 MELLANOX = "0x15b3"
 
-COUNTER_NAMES = Path(__file__).parent / "fixtures" / "efa" / "efa_hw_counters.txt"
+COUNTER_NAMES = paths.FIXTURES / "efa" / "efa_hw_counters.txt"
 
 
 def _driver_counters() -> tuple[tuple[str, ...], tuple[str, ...]]:

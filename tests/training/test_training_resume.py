@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 from gpuhealth_training import MANIFEST, checkpoint_dir, find_latest_healthy
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import paths
+
+ROOT = paths.REPO
 SCRIPT = ROOT / "examples" / "training" / "train_elastic.py"
 STEPS, EVERY = 40, 5
 KILL_AFTER = 15  # kill once this checkpoint is committed

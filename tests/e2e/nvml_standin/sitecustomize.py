@@ -13,9 +13,10 @@ from pathlib import Path
 
 _SPEC = os.environ.get("GPUHEALTH_E2E_NVML")
 if _SPEC:
-    sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/, for fake_nvml (after everything else)
+    sys.path.append(str(Path(__file__).resolve().parents[3]))  # the repository: tests.fakes.nvml, after everything
     import pynvml
-    from fake_nvml import FakeGpu, FakeMig, FakeNvml
+
+    from tests.fakes.nvml import FakeGpu, FakeMig, FakeNvml
 
     _gpus = []
     for _g in json.loads(Path(_SPEC).read_text()):

@@ -7,8 +7,6 @@ import json
 import time
 from pathlib import Path
 
-from kmsg_file_harness import file_probe
-
 from exporter.collector import Expectations
 from exporter.conditions import evaluate
 from exporter.kernel.events import EventGrouper
@@ -20,6 +18,7 @@ from exporter.kernel.state import Saved, StateFile
 from exporter.runner import ProbeRunner
 from exporter.samples import KernelFault, RecoveryAction
 from exporter.snapshot import Snapshot
+from tests.exporter.kernel.kmsg_file_harness import file_probe
 
 GPU, NVLINK, KERNEL = "GpuhealthGPUHealthy", "GpuhealthNVLinkHealthy", "GpuhealthKernelHealthy"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-from kmsg_file_harness import file_probe, settle, total, xids
+from tests.exporter.kernel.kmsg_file_harness import file_probe, settle, total, xids
 
 MiB = 1 << 20
 

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kmsg_file_harness import event_totals, file_probe, settled_copy, total, xids
 
 from exporter.samples import ProbeResult
 from gpuhealth_contract.pci import normalize_bus_id
+from tests.exporter.kernel.kmsg_file_harness import event_totals, file_probe, settled_copy, total, xids
+from tests.support import paths
 
-PEERS = Path(__file__).parent / "fixtures" / "kmsg" / "peers"
+PEERS = paths.FIXTURES / "kmsg" / "peers"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((PEERS / "expected.json").read_text())
 
 

@@ -14,9 +14,10 @@ from exporter.kernel.patterns import KernelEventMatcher
 from exporter.kernel.probe import KmsgProbe
 from exporter.kernel.records import iter_text_records, parse_kmsg_record
 from exporter.probes.base import BAD_OUTPUT, ProbeError
+from tests.support import paths
 
 MATCHER = KernelEventMatcher()
-REAL_LINES = [line for line in (Path(__file__).parent / "fixtures" / "kmsg" / "samples.txt").read_text().splitlines()
+REAL_LINES = [line for line in (paths.FIXTURES / "kmsg" / "samples.txt").read_text().splitlines()
               if line.strip() and not line.startswith("#")]
 FAULT_TEXTS = [
     "NVRM: Xid (PCI:0000:05:00): 79, GPU has fallen off the bus.",

@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kmsg_file_harness import event_totals, events, file_probe, settle, settled_copy, xids
 
-REPORTS = Path(__file__).parent / "fixtures" / "kmsg" / "reports"
+from tests.exporter.kernel.kmsg_file_harness import event_totals, events, file_probe, settle, settled_copy, xids
+from tests.support import paths
+
+REPORTS = paths.FIXTURES / "kmsg" / "reports"
 
 EXPECTED: dict[str, dict[tuple[str, str], float]] = {
     # the header alone is the corrected error; the Non-Fatal header and its detail are one error

@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kmsg_file_harness import file_probe, settle, settled_copy, total, xids
-from test_kernel_log_task_names import TASK_NAME_LINES
 
 from exporter.samples import ProbeResult
+from tests.exporter.kernel.kmsg_file_harness import file_probe, settle, settled_copy, total, xids
+from tests.exporter.kernel.test_kernel_log_task_names import TASK_NAME_LINES
+from tests.support import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "kmsg"
+FIXTURES = paths.FIXTURES / "kmsg"
 LOCALIZED_PREFIXES = ["déc. 04 02:40:00 gpu-node-7 kernel: ", "dic 04 02:40:00 gpu-node-7 kernel: ",
                       "дек 04 02:40:00 gpu-node-7 kernel: ", " 1月 04 19:00:00 gpu-node-7 kernel: "]
 

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kmsg_file_harness import file_probe, settle, total, xids
+
+from tests.exporter.kernel.kmsg_file_harness import file_probe, settle, total, xids
 
 NAME = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1"
 COMM = NAME[:15]  # what the kernel keeps of it: "NVRM: Xid (PCI:"

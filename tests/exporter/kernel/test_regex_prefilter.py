@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
 from exporter.kernel.prefilter import gate, required_literals
 from exporter.kernel.records import iter_text_records
+from tests.support import paths
 
 PATTERNS = load_patterns()
 MATCHER = KernelEventMatcher(PATTERNS)
-FIXTURES = Path(__file__).parent / "fixtures" / "kmsg"
+FIXTURES = paths.FIXTURES / "kmsg"
 FAULT_TEXTS = [r.text for name in ("samples.txt", "constructed.txt")
                for r in iter_text_records((FIXTURES / name).read_text().splitlines())]
 LITERALS = sorted({s for p in PATTERNS for s in required_literals(p.regex) or ()})

@@ -15,16 +15,6 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from fake_kubelet_podresources import (
-    MIG_UUID,
-    FakeKubelet,
-    _container,
-    _devices,
-    device_plugin_allocatable,
-    device_plugin_node,
-    dra_node,
-)
-from fake_nvml import P5_BUS_IDS, FakeMig, FakeNvml, p5_fleet, uuid_of
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -45,6 +35,16 @@ from exporter.probes.nvml import NvmlProbe
 from exporter.runner import ProbeRunner
 from exporter.samples import GpuIdentity
 from exporter.snapshot import Snapshot
+from tests.fakes.kubelet_podresources import (
+    MIG_UUID,
+    FakeKubelet,
+    _container,
+    _devices,
+    device_plugin_allocatable,
+    device_plugin_node,
+    dra_node,
+)
+from tests.fakes.nvml import P5_BUS_IDS, FakeMig, FakeNvml, p5_fleet, uuid_of
 
 EXPORTER = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent)) or "gpuhealth-exporter"
 Series = dict[str, dict[tuple[tuple[str, str], ...], float]]

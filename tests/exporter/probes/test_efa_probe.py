@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sysfs_tree import (
+
+from exporter.catalog import FAMILIES
+from exporter.probes import efa
+from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
+from exporter.probes.efa import DEFAULT_COUNTERS, EfaProbe, counter_selection
+from exporter.probes.registry import BY_NAME
+from exporter.samples import ProbeResult, Sample
+from tests.support import paths
+from tests.support.sysfs_tree import (
     DEVICE_COUNTERS,
     MELLANOX,
     P4D_EFA,
@@ -20,17 +28,10 @@ from sysfs_tree import (
     build_p4d,
 )
 
-from exporter.catalog import FAMILIES
-from exporter.probes import efa
-from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
-from exporter.probes.efa import DEFAULT_COUNTERS, EfaProbe, counter_selection
-from exporter.probes.registry import BY_NAME
-from exporter.samples import ProbeResult, Sample
-
-P4D_TREE = Path(__file__).parent / "fixtures" / "sysfs" / "p4d"
+P4D_TREE = paths.FIXTURES / "sysfs" / "p4d"
 # The efa driver's counter names (copied from ../shared/fixtures/efa/, with its source lines).
-SHARED_COUNTERS = Path(__file__).parent / "fixtures" / "efa" / "efa_hw_counters.txt"
-ROOT = Path(__file__).resolve().parents[1]
+SHARED_COUNTERS = paths.FIXTURES / "efa" / "efa_hw_counters.txt"
+ROOT = paths.REPO
 # The health signals exported by default: what rules, dashboards and on-call read.
 HEALTH_PORT_COUNTERS = {"rx_drops", "rdma_read_wr_err", "rdma_write_wr_err", "retrans_bytes", "retrans_pkts",
                         "retrans_timeout_events", "unresponsive_remote_events", "impaired_remote_conn_events"}
@@ -281,7 +282,7 @@ def test_unreadable_counter_is_permission_denied(tmp_path: Path) -> None:
     try:
         base.chmod(0o755)
         build_efa_sysfs(base, [("rdmap0s31", "0xefa1", {})])
-        code = Path(__file__).resolve().parents[1]
+        code = paths.REPO
         shutil.copytree(code / "exporter", base / "code" / "exporter")
         path = counter_file(base, "rdmap0s31", "retrans_bytes")
         path.chmod(0)

@@ -8,13 +8,13 @@ import threading
 
 import pynvml
 import pytest
-from fake_nvml import P5_BUS_IDS, FakeGpu, FakeMig, FakeNvml, p5_fleet, uuid_of
 
 from exporter.catalog import FAMILIES
 from exporter.probes.base import ERROR, MISSING_TOOL, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
 from exporter.probes.nvml import NvmlProbe
 from exporter.probes.registry import BY_NAME
 from exporter.samples import GpuIdentity, ProbeResult, Sample
+from tests.fakes.nvml import P5_BUS_IDS, FakeGpu, FakeMig, FakeNvml, p5_fleet, uuid_of
 
 
 def gpu_labels(index: int) -> dict[str, str]:

@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from live_processes import with_argv_word
-from polling import wait_for
-from real_alertmanager import free_port
+
+from tests.exporter.probes.live_processes import with_argv_word
+from tests.support.polling import wait_for
+from tests.support.real_alertmanager import free_port
 
 HEALTHY = '{"body": {"Overall Health": {"value": "Healthy"}}}'
 SLEEP = shutil.which("sleep") or "/bin/sleep"

@@ -18,19 +18,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from live_processes import with_argv_word as with_marker
-from polling import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from real_alertmanager import free_port
 
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.probes.base import OUTPUT_TOO_LARGE, REASONS, TIMEOUT, ProbeError, run_command
 from exporter.probes.dcgm import DcgmDiagProbe, DcgmHealthProbe
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
+from tests.exporter.probes.live_processes import with_argv_word as with_marker
+from tests.support import paths
+from tests.support.polling import wait_for
+from tests.support.real_alertmanager import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO
 HEALTHY = '{"body": {"Overall Health": {"value": "Healthy"}}}'
 
 

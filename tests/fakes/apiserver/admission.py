@@ -31,7 +31,8 @@ import celpy
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
-from fake_quantity import FUNCTIONS as QUANTITY_FUNCTIONS
+
+from tests.fakes.apiserver.quantity import FUNCTIONS as QUANTITY_FUNCTIONS
 
 Obj = dict[str, Any]
 

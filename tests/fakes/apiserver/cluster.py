@@ -77,12 +77,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fake_admission import ANONYMOUS, AdmissionPolicies, Attributes, Identity, attributes, service_account
-from fake_defaults import default_job
-from fake_dra import FakeDra
-from fake_rbac import Authorizer, watching
-from fake_rbac import request as rbac_request
-from fake_validation import invalid_annotations
+from tests.fakes.apiserver.admission import (
+    ANONYMOUS,
+    AdmissionPolicies,
+    Attributes,
+    Identity,
+    attributes,
+    service_account,
+)
+from tests.fakes.apiserver.defaults import default_job
+from tests.fakes.apiserver.dra import FakeDra
+from tests.fakes.apiserver.rbac import Authorizer, watching
+from tests.fakes.apiserver.rbac import request as rbac_request
+from tests.fakes.apiserver.validation import invalid_annotations
 
 Obj = dict[str, Any]
 

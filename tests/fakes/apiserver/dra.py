@@ -21,18 +21,19 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tests.support import paths
+
 if TYPE_CHECKING:
-    from fake_cluster import FakeCluster
+    from tests.fakes.apiserver import FakeCluster
 
 Obj = dict[str, Any]
-RECORDED_SLICES = Path(__file__).parent / "fixtures" / "dra" / "resourceslices_eks_2x8_h100_v1.yaml"
+RECORDED_SLICES = paths.FIXTURES / "dra" / "resourceslices_eks_2x8_h100_v1.yaml"
 RECORDED_MIG_SLICE = RECORDED_SLICES.parent / "resourceslice_kind_a100_80gb_mig_v1alpha3_excerpt.yaml"
-MIG_FIXTURES = Path(__file__).parent / "fixtures" / "mig"
+MIG_FIXTURES = paths.FIXTURES / "mig"
 GROUP = "resource.k8s.io"
 EFFECTS = ("NoSchedule", "NoExecute", "None")
 _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -190,7 +191,7 @@ class FakeDra:
                               for n in names]}
 
     def _list(self, kind: str, items: Any, version: str = "v1") -> Obj:
-        from fake_cluster import _selected
+        from tests.fakes.apiserver.cluster import _selected
 
         return {"apiVersion": f"{GROUP}/{version}", "kind": kind,
                 "metadata": {"resourceVersion": str(self.cluster.rv)},

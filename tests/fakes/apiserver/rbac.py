@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fake_admission import Identity
+from tests.fakes.apiserver.admission import Identity
 
 Obj = dict[str, Any]
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}

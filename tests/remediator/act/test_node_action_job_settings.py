@@ -8,10 +8,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from chart_render import render
 
 from remediator.act.node_jobs import render_job
 from remediator.policy import PolicyError, load_policy, parse_policy
+from tests.support.chart_render import render
 
 JOBS = """
 jobs:

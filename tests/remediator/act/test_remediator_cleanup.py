@@ -11,24 +11,9 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import chart_rbac
 import pytest
 import yaml
-from chart_render import render
-from dra_gpus import DRIVER, alert_gpu, dra_node
-from fake_cluster import FakeCluster, merge_patch
-from gpu_operator import (
-    OPERAND_PODS,
-    PAUSED,
-    deploy_labels,
-    exporter_says,
-    label,
-    operator_node,
-    release_for_reset,
-    start_operand_pods,
-)
 from kubernetes import client
-from remediator_harness import T0, Harness
 
 from remediator import cli
 from remediator.act.cleanup import CleanupOptions, CleanupReport, run_cleanup
@@ -46,6 +31,21 @@ from remediator.decide.nodestate import (
     NodeState,
     fmt_time,
 )
+from tests.fakes.apiserver import FakeCluster, merge_patch
+from tests.fakes.gpu_operator import (
+    OPERAND_PODS,
+    PAUSED,
+    deploy_labels,
+    exporter_says,
+    label,
+    operator_node,
+    release_for_reset,
+    start_operand_pods,
+)
+from tests.remediator.dra_gpus import DRIVER, alert_gpu, dra_node
+from tests.support import chart_rbac
+from tests.support.chart_render import render
+from tests.support.remediator_harness import T0, Harness
 
 POLICY = """
 alertmanager: {url: none}

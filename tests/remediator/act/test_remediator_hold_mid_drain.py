@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import chart_rbac
 import pytest
 import yaml
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
 
 from remediator.cli import main
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 alertmanager: {url: none}

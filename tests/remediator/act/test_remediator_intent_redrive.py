@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 import yaml
-from dra_gpus import alert_gpu, dra_node
-from fake_cluster import FakeCluster
-from polling import wait_for
-from real_remediator import ServeProcess
-from remediator_harness import webhook
 
 from remediator.decide.nodestate import STATE_ANNOTATION
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.dra_gpus import alert_gpu, dra_node
+from tests.remediator.real_remediator import ServeProcess
+from tests.support.polling import wait_for
+from tests.support.remediator_harness import webhook
 
 TOKEN = "intent-redrive-token"
 LEASE_SECONDS = 3

@@ -3,8 +3,8 @@ and the same decisions."""
 
 from __future__ import annotations
 
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness
 
 
 def test_passes_read_the_fleet_from_the_cache_and_a_new_leader_lists_once(cluster: FakeCluster) -> None:

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dra_gpus import DRIVER, alert_gpu, dra_node
-from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from remediator_harness import Harness
 
 from remediator.clients.kube import Kube
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.dra_gpus import DRIVER, alert_gpu, dra_node
+from tests.support.remediator_harness import Harness
 
 POLICY = "alertmanager: {url: none}\n"
 

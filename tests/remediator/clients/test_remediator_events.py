@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness
 
 POLICY = "budget: {max_disrupted: 2, max_cordoned: 6}\nreturn_to_service: {healthy_delay: 10m}\n"
 EVENTS = "/api/v1/namespaces/default/events$"

@@ -6,13 +6,13 @@ import threading
 from datetime import timedelta
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import T0, Harness
 
 from remediator.app import config_from_env
 from remediator.clients.leader import leader_identity
 from remediator.decide.nodestate import HOLD_ANNOTATION
 from remediator.decide.vocabulary import DISRUPTIVE
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import T0, Harness
 
 POLICY = "budget: {max_disrupted: 2, max_cordoned: 10}\nbreaker: {min_nodes: 100}"
 
@@ -115,7 +115,7 @@ def test_two_leaders_never_exceed_the_budget_when_a_hold_is_released_mid_pass(cl
 
 def test_renewal_runs_in_the_background_every_third_of_the_lease(cluster: FakeCluster) -> None:
     h = Harness(cluster, "leader: {lease_duration: 3s}")
-    from remediator_harness import utc_now_clock
+    from tests.support.remediator_harness import utc_now_clock
 
     h.rem.elector.clock = utc_now_clock
     stop = threading.Event()

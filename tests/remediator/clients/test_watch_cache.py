@@ -8,12 +8,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
 from kubernetes import client
 
 from remediator.clients.watch_cache import WatchCache
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
 
 Obj = dict[str, Any]
 

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from fake_cluster import FakeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from remediator_harness import T0, Harness, webhook
+
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import T0, Harness, webhook
 
 LIMIT = 262144
 NODE = "gpu-1"

@@ -9,12 +9,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from remediator_harness import T0, webhook
 
 from remediator.decide.plan import plan_from_json
 from remediator.decide.vocabulary import Deferral, Verdict
 from remediator.intake.webhook import parse_webhook
 from remediator.policy import parse_policy
+from tests.support.remediator_harness import T0, webhook
 
 NOW = T0 + timedelta(seconds=30)
 

@@ -8,8 +8,6 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from remediator_harness import T0, webhook
-
 from remediator.decide.decision import NodePlan
 from remediator.decide.nodestate import TAINT_EFFECT, TAINT_KEY, NodeState, record_alerts
 from remediator.decide.plan import evaluate
@@ -17,6 +15,7 @@ from remediator.decide.views import node_view
 from remediator.decide.wake import next_decision
 from remediator.intake.webhook import parse_webhook
 from remediator.policy import parse_policy
+from tests.support.remediator_harness import T0, webhook
 
 POLICY = parse_policy("""
 alertmanager: {url: none}

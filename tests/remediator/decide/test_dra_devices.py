@@ -4,15 +4,15 @@ sources in its SOURCES.md), and the pods that hold each from real ResourceClaims
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpuhealth_contract.pci import short_bus_id
 from remediator.decide.devices import claim_index, devices_by_node
+from tests.support import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "dra"
+FIXTURES = paths.FIXTURES / "dra"
 
 
 def _items(name: str) -> list[dict[str, Any]]:

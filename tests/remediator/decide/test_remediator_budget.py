@@ -6,13 +6,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from fake_cluster import FakeCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from remediator_harness import Harness
 
 from remediator.decide.nodestate import TAINT_KEY
 from remediator.decide.vocabulary import DISRUPTIVE
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness
 
 
 @pytest.fixture

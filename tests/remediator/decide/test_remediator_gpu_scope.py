@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dra_gpus import DRIVER, alert_gpu, dra_node
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
 
 from remediator.decide.nodestate import TAINT_KEY
 from remediator.decide.vocabulary import Deferral
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.dra_gpus import DRIVER, alert_gpu, dra_node
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 alertmanager: {url: none}
@@ -454,11 +454,10 @@ def test_an_alert_records_its_mig_device_and_a_state_from_before_mig_still_reads
     import dataclasses
     import json
 
-    from remediator_harness import webhook
-
     from remediator.decide.nodestate import NodeState
     from remediator.intake.webhook import parse_webhook
     from remediator.policy import Policy
+    from tests.support.remediator_harness import webhook
 
     uuid = "MIG-8aa1fc52-9818-58ec-bc64-8f0cae121bb4"
     batch = parse_webhook(json.dumps(webhook("gpu-1", "drain", gpu="00000000:64:00.0", labels={"mig_uuid": uuid})),

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import logging
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
+
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.remediator_harness import Harness
 
 NS = "gpuhealth"
 NOT_STARTED = "NodeActionJobNotStarted"  # the Event's reason, as kubectl shows it

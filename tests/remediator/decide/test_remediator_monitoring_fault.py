@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_cluster import FakeCluster
-from gpu_operator import PAUSED, deploy_labels, operator_node
-from remediator_harness import T0, Harness, webhook
 
 from remediator.cli import main
 from remediator.decide.nodestate import TAINT_KEY
 from remediator.policy import PolicyError, parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.gpu_operator import PAUSED, deploy_labels, operator_node
+from tests.support.remediator_harness import T0, Harness, webhook
 
 FAILING = "GpuhealthProbeFailing"
 NVML_MISSING = {"component": "probe", "probe": "nvml", "reason": "missing_tool"}

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import FIXTURES, T0, Harness, webhook
 
 from remediator.cli import main
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import FIXTURES, T0, Harness, webhook
 
 
 def _write(tmp_path: Path, name: str, data: object) -> str:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from fake_cluster import FakeCluster, Obj
-from remediator_harness import Harness
 
 from remediator.decide.do_not_disrupt import go_duration, protects
+from tests.fakes.apiserver import FakeCluster, Obj
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}

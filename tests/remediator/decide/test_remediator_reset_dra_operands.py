@@ -7,8 +7,8 @@ The GPU Operator's DaemonSet controller is played at the API boundary (tests/gpu
 
 from __future__ import annotations
 
-from fake_cluster import FakeCluster
-from gpu_operator import (
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.gpu_operator import (
     DEPLOY_LABEL_PREFIX,
     OPERATOR_NS,
     PAUSED,
@@ -17,7 +17,7 @@ from gpu_operator import (
     label,
     start_operand_pods,
 )
-from remediator_harness import Harness
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 alertmanager: {url: none}

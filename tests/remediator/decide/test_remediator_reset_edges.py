@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fake_cluster import FakeCluster
-from gpu_operator import (
+
+from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
+from remediator.policy import PolicyError, parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.gpu_operator import (
     OPERAND_PODS,
     OPERATOR_NS,
     daemonset_controller,
@@ -17,11 +20,8 @@ from gpu_operator import (
     operator_node,
     release_for_reset,
 )
-from remediator_harness import Harness, webhook
-from test_remediator_reset_sequence import GPU, POLICY, _finish, _to_stopping
-
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
-from remediator.policy import PolicyError, parse_policy
+from tests.remediator.decide.test_remediator_reset_sequence import GPU, POLICY, _finish, _to_stopping
+from tests.support.remediator_harness import Harness, webhook
 
 
 def _labels(c: FakeCluster) -> dict[str, str]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from dra_gpus import alert_gpu, dra_node
-from fake_cluster import FakeCluster
-from gpu_operator import OPERAND_PODS, PAUSED, deploy_labels, label, operator_node, start_operand_pods
-from remediator_harness import Harness
 
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, TAINT_KEY
 from remediator.decide.vocabulary import Scope
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.gpu_operator import OPERAND_PODS, PAUSED, deploy_labels, label, operator_node, start_operand_pods
+from tests.remediator.dra_gpus import alert_gpu, dra_node
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 alertmanager: {url: none}

@@ -10,8 +10,11 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from fake_cluster import FakeCluster
-from gpu_operator import (
+
+from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, NodeState
+from remediator.policy import PolicyError, parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.gpu_operator import (
     OPERAND_PODS,
     OPERATOR_NS,
     PAUSED,
@@ -22,10 +25,7 @@ from gpu_operator import (
     operator_node,
     release_for_reset,
 )
-from remediator_harness import Harness
-
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, NodeState
-from remediator.policy import PolicyError, parse_policy
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 alertmanager: {url: none}

@@ -8,9 +8,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from fake_cluster import FakeCluster
-from remediator_harness import T0, Harness
-
 from remediator.decide.nodestate import (
     MAX_ALERT_RECORDS,
     MAX_STATE_BYTES,
@@ -20,6 +17,8 @@ from remediator.decide.nodestate import (
     fmt_time,
     record_alerts,
 )
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import T0, Harness
 
 NODE = "gpu-1"
 

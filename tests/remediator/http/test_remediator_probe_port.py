@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_render import render
-from fake_cluster import FakeCluster
-from polling import wait_for
-from real_alertmanager import free_port
-from real_remediator import ServeProcess
-from remediator_harness import webhook
-from socket_reads import until_closed
+
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.http.socket_reads import until_closed
+from tests.remediator.real_remediator import ServeProcess
+from tests.support.chart_render import render
+from tests.support.polling import wait_for
+from tests.support.real_alertmanager import free_port
+from tests.support.remediator_harness import webhook
 
 TOKEN = "probe-port-token"
 SET_BY_THE_TEST = ("--policy", "--token-file", "--listen")  # ServeProcess's own: a temp file, a free port

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fake_cluster import FakeCluster
-from real_remediator import ServeProcess
-from remediator_harness import webhook
-from socket_reads import until_closed
+
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.http.socket_reads import until_closed
+from tests.remediator.real_remediator import ServeProcess
+from tests.support.remediator_harness import webhook
 
 TOKEN = "slow-clients-token"
 TIMEOUTS = 2.0  # the test server's header, body and idle timeouts (production: 10 s, 30 s, 10 s)

@@ -18,12 +18,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from fake_cluster import FakeCluster
 from flask import Flask
-from real_remediator import ServeProcess
-from remediator_harness import Harness, webhook
 
 from remediator.app import ServeConfig, TokenFile, create_app, read_token
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.real_remediator import ServeProcess
+from tests.support.remediator_harness import Harness, webhook
 
 
 class KubeletSecretDir:

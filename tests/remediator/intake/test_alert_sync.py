@@ -7,12 +7,12 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from remediator_harness import T0
 
 from remediator.decide.nodestate import AlertRecord, NodeState, fmt_time, record_alerts
 from remediator.intake import alert_sync
 from remediator.intake.alert_sync import ActiveAlert, refresh_after, sync_batch
 from remediator.policy import Policy
+from tests.support.remediator_harness import T0
 
 POLICY = Policy()
 

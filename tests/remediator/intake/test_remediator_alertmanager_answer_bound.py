@@ -16,13 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from fake_cluster import FakeCluster
-from real_alertmanager import RealAlertmanager, stamp
-from remediator_harness import Harness
 
 from remediator.clients.alertmanager import client_from
 from remediator.intake.alert_sync import Reading, read_alertmanager
 from remediator.policy import Policy, parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.support.real_alertmanager import RealAlertmanager, stamp
+from tests.support.remediator_harness import Harness
 
 
 def not_for_gpuhealth(count: int, start: int = 0) -> list[dict[str, object]]:

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
-from dripping_server import DrippingServer
-from fake_cluster import FakeCluster
-from polling import wait_for
-from remediator_harness import Harness
 
 from remediator.decide.decision import NodePlan
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.dripping_server import DrippingServer
+from tests.support.polling import wait_for
+from tests.support.remediator_harness import Harness
 
 
 @pytest.fixture

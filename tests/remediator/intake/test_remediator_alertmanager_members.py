@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_render import render_fresh
-from fake_cluster import FakeCluster
-from real_alertmanager import RealAlertmanager
-from remediator_harness import Harness
+
+from tests.fakes.apiserver import FakeCluster
+from tests.support.chart_render import render_fresh
+from tests.support.real_alertmanager import RealAlertmanager
+from tests.support.remediator_harness import Harness
 
 HEADLESS = "alertmanager-operated.monitoring.svc"  # a cluster's DNS name: resolved here by a stand-in resolver
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
-from fake_cluster import FakeCluster
-from real_alertmanager import RealAlertmanager, free_port, webhook_of
-from remediator_harness import Harness
 
 from remediator.cli import main
 from remediator.decide.nodestate import STATE_ANNOTATION
+from tests.fakes.apiserver import FakeCluster
+from tests.support.real_alertmanager import RealAlertmanager, free_port, webhook_of
+from tests.support.remediator_harness import Harness
 
 
 def policy(url: str | list[str], **alertmanager: Any) -> str:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_cluster import FakeCluster
-from real_alertmanager import RealAlertmanager, webhook_of
-from real_remediator import ServeProcess
 
 from remediator.decide.nodestate import STATE_ANNOTATION
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.real_remediator import ServeProcess
+from tests.support.real_alertmanager import RealAlertmanager, webhook_of
 
 TOKEN = "crash-test-token"
 NODES = 40

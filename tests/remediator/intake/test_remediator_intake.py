@@ -8,10 +8,10 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import Harness, webhook
 
 from remediator.intake.queue import Intake
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness, webhook
 
 A, B = "gpu-a", "gpu-b"
 assert zlib.crc32(A.encode()) % 2 == zlib.crc32(B.encode()) % 2, "the test needs two nodes on one worker"

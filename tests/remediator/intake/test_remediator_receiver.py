@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import FIXTURES, TOKEN, Harness, firing_fixture, webhook
 
 from remediator.intake.queue import Intake, Outcome
 from remediator.intake.webhook import Batch, parse_webhook
 from remediator.policy import parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import FIXTURES, TOKEN, Harness, firing_fixture, webhook
 
 
 @pytest.fixture

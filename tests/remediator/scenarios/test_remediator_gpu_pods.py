@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import Harness, webhook
+
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness, webhook
 
 POLICY = """
 alertmanager: {url: none}

@@ -4,10 +4,10 @@ drain, removed on return to service and before replacement, and only when gpuhea
 from __future__ import annotations
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
 
 from remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION, TAINT_KEY
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_cluster import FakeCluster, Obj
-from remediator_harness import Harness, webhook
 
 from remediator.cli import main
 from remediator.policy import PolicyError, parse_policy
+from tests.fakes.apiserver import FakeCluster, Obj
+from tests.support.remediator_harness import Harness, webhook
 
 POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from fake_cluster import FakeCluster
-from remediator_harness import Harness
 
 from remediator.decide.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, TAINT_KEY
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness
 
 POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import chart_rbac
 import pytest
 import yaml
-from fake_cluster import FakeCluster
-from remediator_harness import FakeAlertmanager, Harness
 
 from remediator.cli import main
 from remediator.clients.silences import SilenceChecker
 from remediator.decide.nodestate import HOLD_ANNOTATION
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.remediator_harness import FakeAlertmanager, Harness
 
 
 def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluster: FakeCluster) -> None:

@@ -3,15 +3,16 @@ remediator as it is: the named node is cordoned, the job's pod keeps running, an
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from fake_cluster import FakeCluster
-from remediator_harness import Harness, webhook
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fakes.apiserver import FakeCluster
+from tests.support import paths
+from tests.support.remediator_harness import Harness, webhook
+
+ROOT = paths.REPO
 
 
 def _expected_alert_labels() -> dict[str, str]:

@@ -11,12 +11,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from test_workload_classification import FIXTURES, failed_pod
 
 from remediator.policy import Policy
 from remediator.workloads.classify import APP, INFRA, classify
+from tests.remediator.workloads.test_workload_classification import FIXTURES, failed_pod
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.REPO
 EXAMPLES = sorted((ROOT / "examples" / "jobs").glob("*.yaml"))
 KUBE_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0"]
 
@@ -103,7 +104,7 @@ def test_a_gpu_fault_that_ends_the_process_at_once_counts_it_is_not_visible_to_t
     infra (a fatal Xid alert), the Job controller counts it."""
     from datetime import timedelta
 
-    from test_workload_classification import FAILED_AT, alert
+    from tests.remediator.workloads.test_workload_classification import FAILED_AT, alert
 
     job = _job(ROOT / "examples" / "jobs" / "training-job.yaml")
     pod = _as_trainer(failed_pod(exit_code=1))

@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 import yaml
-from remediator_harness import T0, webhook
 
 from remediator.cli import main
 from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, fmt_time
 from remediator.workloads.classify import APP, INFRA, REASONS, UNKNOWN, NodeSignal, Settings, classify, pod_gpus
 from remediator.workloads.evidence import signals_from_events, signals_from_node
+from tests.support import paths
+from tests.support.remediator_harness import T0, webhook
 
-FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
-ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = paths.FIXTURES / "workloads"
+ROOT = paths.REPO
 FAILED_AT = T0
 NODE = "gpu-node-7"
 

@@ -14,12 +14,9 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-import chart_rbac
 import pytest
-from fake_cluster import FakeCluster
 from kubernetes import client
 from prometheus_client import generate_latest
-from remediator_harness import T0, TOKEN, Harness
 
 from remediator.app import ServeConfig, create_app
 from remediator.clients.kube import Kube
@@ -29,6 +26,9 @@ from remediator.metrics import Metrics
 from remediator.policy import Policy, parse_policy
 from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState
 from remediator.workloads.watcher import ENDED_ANNOTATION, ENDED_SELECTOR, FAILURE_ANNOTATION, Sources, WorkloadWatcher
+from tests.fakes.apiserver import FakeCluster
+from tests.support import chart_rbac
+from tests.support.remediator_harness import T0, TOKEN, Harness
 
 NS = "ml"
 POLICY = "workloads:\n  enabled: true\n  namespaces: [ml]\n"

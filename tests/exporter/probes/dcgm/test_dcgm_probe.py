@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from local_http import serving
 
 from exporter.catalog import FAMILIES
 from exporter.clock_events import CLOCK_EVENT_BITS, clock_event_samples
@@ -38,8 +37,10 @@ from exporter.probes.dcgm import (
 )
 from exporter.probes.registry import BY_NAME
 from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
+from tests.exporter.probes.dcgm.local_http import serving
+from tests.support import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
+FIXTURES = paths.FIXTURES / "dcgm"
 L4_SCRAPE = FIXTURES / "metrics_kops_aws_L4_580.105.08.prom"
 FAULTS_SCRAPE = FIXTURES / "metrics_constructed_2gpu_faults.prom"
 L4_GPU = {"gpu": "0", "uuid": "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c", "pci_bus_id": "00000000:31:00.0",

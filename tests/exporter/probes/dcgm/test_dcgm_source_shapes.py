@@ -18,8 +18,9 @@ import pytest
 
 from exporter.probes.dcgm import DcgmDiagProbe, parse_dcgm_exporter, parse_diag
 from exporter.samples import ProbeResult
+from tests.support import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
+FIXTURES = paths.FIXTURES / "dcgm"
 XID_COUNT_SCRAPE = FIXTURES / "metrics_xid_count_dcgm_exporter_source.prom"
 GPU1 = {"gpu": "1", "uuid": "GPU-11111111-2222-3333-4444-555555555551", "pci_bus_id": "00000000:10:1D.0",
         "source": "dcgm"}
