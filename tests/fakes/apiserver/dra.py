@@ -6,7 +6,8 @@
   empty tuple: a cluster without the gate); `core` says which serve ResourceSlice and ResourceClaim (v1 from 1.34;
   v1beta2 and v1beta1 in 1.33, where v1beta1's devices wrap their fields in `basic`). Discovery
   (`/apis/resource.k8s.io`, `/apis/resource.k8s.io/<v>`) lists exactly those, and a request to a version that does
-  not serve the resource is a 404, as on the API server. Lists take `limit` and `continue` (tests/fake_cluster.py).
+  not serve the resource is a 404, as on the API server. Lists take `limit` and `continue`
+  (tests/fakes/apiserver/paging.py).
 - Validation: a DeviceTaintRule needs a name, a device selector naming a driver, and a taint whose key is a
   qualified name and whose effect is NoSchedule, NoExecute or None; anything else is 422 Invalid. Names are
   unique (409 AlreadyExists).
@@ -25,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tests.fakes.apiserver.selectors import selected
 from tests.support import paths
 
 if TYPE_CHECKING:
-    from tests.fakes.apiserver import FakeCluster
+    from tests.fakes.apiserver.state import ClusterState
 
 Obj = dict[str, Any]
 RECORDED_SLICES = paths.FIXTURES / "dra" / "resourceslices_eks_2x8_h100_v1.yaml"
@@ -77,7 +79,7 @@ def _status(code: int, reason: str, message: str = "") -> Obj:
 
 
 class FakeDra:
-    def __init__(self, cluster: FakeCluster) -> None:
+    def __init__(self, cluster: ClusterState) -> None:
         self.cluster = cluster
         self.served: tuple[str, ...] = ("v1",)  # the versions serving DeviceTaintRule
         self.core: tuple[str, ...] = ("v1",)  # the versions serving ResourceSlice and ResourceClaim
@@ -191,11 +193,9 @@ class FakeDra:
                               for n in names]}
 
     def _list(self, kind: str, items: Any, version: str = "v1") -> Obj:
-        from tests.fakes.apiserver.cluster import _selected
-
         return {"apiVersion": f"{GROUP}/{version}", "kind": kind,
                 "metadata": {"resourceVersion": str(self.cluster.rv)},
-                "items": [copy.deepcopy(o) for o in items if _selected(o, None, self._selector)]}
+                "items": [copy.deepcopy(o) for o in items if selected(o, None, self._selector)]}
 
     def _rules(self, method: str, version: str, rest: list[str], body: Any) -> tuple[int, Obj]:
         if method == "GET" and not rest:
