@@ -1,6 +1,6 @@
 """API requests at 2,000 nodes: what the node agents ask of the API server to follow their own Nodes.
 
-Runs the exporter's real Node-reading code for --nodes nodes against the fake API server (tests/fake_cluster.py,
+Runs the exporter's real Node-reading code for --nodes nodes against the fake API server (tests/fakes/apiserver/,
 the chart's RBAC enforced for each node's exporter token, as the e2e does), counts the requests the server receives
 by verb over a measured period, and extrapolates to 2,000 nodes. Two ways, one after the other:
 

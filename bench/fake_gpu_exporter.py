@@ -1,6 +1,6 @@
 """`gpuhealth-exporter` on a node with N healthy H100s that exist only in NVML's Python bindings.
 
-The GPUs are faked where the tests fake them (tests/fake_nvml.py: pynvml's own constants, error
+The GPUs are faked where the tests fake them (tests/fakes/nvml.py: pynvml's own constants, error
 classes and ctypes structures, only the hardware answers are made up); everything else is the real
 exporter process. What it cannot show is the NVIDIA driver's own time inside each NVML call.
 

@@ -1,6 +1,6 @@
 """The remediator under an alert storm, at fleet scale.
 
-A fake Kubernetes API server (tests/fake_cluster.py, in this process) holds N nodes in 20 pools,
+A fake Kubernetes API server (tests/fakes/apiserver/, in this process) holds N nodes in 20 pools,
 each node with a GPU training pod (one PodDisruptionBudget per pool), a DaemonSet pod and a
 ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (waitress,
 one process, four threads) in its own process, with the shipped example policy

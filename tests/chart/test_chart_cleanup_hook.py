@@ -1,7 +1,7 @@
 """The chart's pre-delete hook (helm/gpuhealth/templates/cleanup-hook.yaml): `helm uninstall` runs
 `gpuhealth-remediator cleanup` with the remediator's image and policy, as a ServiceAccount of its own that holds
 exactly what the cleanup calls, made before the Job and removed with it; a bounded Job. That the cleanup works
-under these grants: tests/test_remediator_cleanup.py (the fake API server enforces them)."""
+under these grants: tests/remediator/act/test_remediator_cleanup.py (the fake API server enforces them)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The chart's remediator ports (tests/chart_render.py renders it): the kubelet's probes and Prometheus's scrape go
-to the port `serve --metrics-listen` listens on, Alertmanager's webhook to the one `--listen` does, and the
+"""The chart's remediator ports (tests/support/chart_render.py renders it): the kubelet's probes and Prometheus's
+scrape go to the port `serve --metrics-listen` listens on, Alertmanager's webhook to the one `--listen` does, and the
 NetworkPolicy (on by default) admits each only its own client. The real program on these flags:
-tests/test_remediator_probe_port.py."""
+tests/remediator/http/test_remediator_probe_port.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 credentials_file path and dashboard that README.md, docs/ and examples/ name is checked against what
 helm/gpuhealth renders.
 
-Renders (once per module, through the same helm-python-sdk call as tests/test_helm.py, without
+Renders (once per module, through the same helm-python-sdk call as tests/chart/test_helm.py, without
 importing it: that module renders four value sets and imports the kubernetes client at import time):
 
 - DEFAULT: the chart's own values, as `helm install gpuhealth ./helm/gpuhealth -n gpuhealth` would.

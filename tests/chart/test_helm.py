@@ -860,7 +860,7 @@ def test_alertmanagerconfig_routes_node_alerts_grouped_by_node() -> None:
     route = one(RENDERED["custom"], "AlertmanagerConfig")["spec"]["route"]
     assert route["groupBy"] == ["node"]
     # every alert that names a node and a remediation (routing under kube-prometheus-stack's defaults:
-    # tests/test_kube_prometheus_stack.py)
+    # tests/chart/test_kube_prometheus_stack.py)
     assert {m["name"]: (m["matchType"], m["value"]) for m in route["matchers"]} == {
         "remediation": ("=~", ".+"), "node": ("=~", ".+")}
     # Actionable and informational alerts in routes, so groups, of their own: a fatal fault must not wait behind

@@ -1,7 +1,7 @@
 """The chart under a default kube-prometheus-stack (issue 12, routing and selection): what its Prometheus,
 Alertmanager and Grafana do with the monitoring objects the chart renders, with kube-prometheus-stack's own
-defaults (tests/kube_prometheus_stack.py) and the Prometheus Operator's translation of the AlertmanagerConfig
-(tests/operator_alertmanager.py).
+defaults (tests/support/kube_prometheus_stack.py) and the Prometheus Operator's translation of the AlertmanagerConfig
+(tests/support/operator_alertmanager.py).
 
 - Routing: every alert of rules/, with the labels Prometheus gives it from the rendered PrometheusRule (the
   label sets rules/tests expect of each rule, plus what the chart adds: promtool checks that part on the rendered
@@ -12,7 +12,7 @@ defaults (tests/kube_prometheus_stack.py) and the Prometheus Operator's translat
 - Selection: with the chart's defaults, every monitoring object that is turned on is selected.
 - Grafana: the dashboards are loaded; their folder takes the two sidecar settings docs/install.md names.
 
-The chart is rendered through tests/chart_render.py, as every test that reads the rendering.
+The chart is rendered through tests/support/chart_render.py, as every test that reads the rendering.
 """
 
 from __future__ import annotations

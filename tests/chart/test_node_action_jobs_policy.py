@@ -1,7 +1,7 @@
 """The remediator's ServiceAccount may create Jobs in a privileged namespace: the chart's ValidatingAdmissionPolicy
 admits from it only Jobs of the two templates' shape. The fake API server enforces the rendered policy with its own
-CEL (tests/fake_admission.py), against Jobs rendered by the real remediator/act/node_jobs.py and sent by the official
-client with the remediator's token."""
+CEL (tests/fakes/apiserver/admission.py), against Jobs rendered by the real remediator/act/node_jobs.py and sent by
+the official client with the remediator's token."""
 
 from __future__ import annotations
 
@@ -176,7 +176,8 @@ def test_requests_within_the_cap_written_another_way_are_admitted(cluster: FakeC
 
 
 def test_the_job_as_the_api_server_defaults_it_is_what_the_policy_admits(cluster: FakeCluster) -> None:
-    """Admission sees the defaulted Job (tests/fake_defaults.py); the policy admits those defaults at their values."""
+    """Admission sees the defaulted Job (tests/fakes/apiserver/defaults.py); the policy admits those defaults at their
+    values."""
     job = _reset()
     _batch(cluster).create_namespaced_job(NS, job)
     stored = cluster.jobs[(NS, job["metadata"]["name"])]

@@ -1,4 +1,4 @@
-"""The fake API server enforces the chart's RBAC as a real one does (tests/fake_rbac.py), so a call the chart
+"""The fake API server enforces the chart's RBAC as a real one does (tests/fakes/apiserver/rbac.py), so a call the chart
 does not grant fails a test with 403 instead of passing unnoticed."""
 
 from __future__ import annotations

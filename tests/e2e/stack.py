@@ -1,6 +1,6 @@
 """The whole gpuhealth pipeline on 127.0.0.1, with real parts where they can exist here.
 
-- a fake Kubernetes API server (tests/fake_cluster.py, real HTTP) holding a small GPU fleet;
+- a fake Kubernetes API server (tests/fakes/apiserver/, real HTTP) holding a small GPU fleet;
 - one real `gpuhealth-exporter` process per simulated node, fed by inputs the tests can break:
   a kernel log it follows, an EFA sysfs tree, a `dcgmi` stand-in that can answer, fail or hang, and
   a saved dcgm-exporter scrape (a healthy L4 by default; NodeOptions picks another per node);
@@ -185,9 +185,9 @@ class NodeOptions:
     enable: tuple[str, ...] = ()  # probes to turn on beyond the rendered config's (e.g. diag, nvml)
     dra: bool = False  # its 8 GPUs published by NVIDIA's DRA driver (as on a real EKS H100 node), an inference
     # pod on each (namespace serve, its ResourceClaim allocated that GPU)
-    # with dra: MIG on gpu-1 (the recorded H100 layout, fake_dra.recorded_mig_layout), an inference pod on each of its
-    # MIG devices instead of the GPU, and the NVML probe on, answered by an NVML stand-in with the same GPUs and MIG
-    # devices (tests/e2e/nvml_standin)
+    # with dra: MIG on gpu-1 (the recorded H100 layout, tests/fakes/apiserver/dra.py's recorded_mig_layout), an
+    # inference pod on each of its MIG devices instead of the GPU, and the NVML probe on, answered by an NVML stand-in
+    # with the same GPUs and MIG devices (tests/e2e/nvml_standin)
     mig: bool = False
     gpu_operator: bool = False  # the NVIDIA GPU Operator's operands run there (nvidia.com/gpu.deploy.* "true", their
     # DaemonSet pods in gpu-operator), and hold the GPUs open as they do: a reset fails while any of them runs

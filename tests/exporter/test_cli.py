@@ -236,7 +236,7 @@ def _serve_and_scrape(*args: str) -> tuple[dict[str, dict[tuple[tuple[str, str],
 
 
 def _chart_config(tmp_path: Path, extra: str = "") -> Path:
-    """The exporter's settings file as the chart renders it by default (tests/chart_render.py), plus `extra`."""
+    """The exporter's settings file as the chart renders it by default (tests/support/chart_render.py), plus `extra`."""
     import yaml
 
     from tests.support.chart_render import render

@@ -2,8 +2,8 @@
 (exporter/efa_expected.py): Karpenter attaches EFA interfaces only when a pod asks for vpc.amazonaws.com/efa or the
 EC2NodeClass sets networkInterfaces, so a p5.48xlarge may have 0 of its 32 and be healthy.
 
-The efa probe reads sysfs trees laid out as the efa driver lays them out (tests/sysfs_tree.py); the Node, with its
-labels and the EFA device plugin's capacity, is served by the fake API server under the chart's RBAC and read by
+The efa probe reads sysfs trees laid out as the efa driver lays them out (tests/support/sysfs_tree.py); the Node, with
+its labels and the EFA device plugin's capacity, is served by the fake API server under the chart's RBAC and read by
 the exporter's own watch (exporter/node_watch.py). The conditions and the metrics are the exporter's.
 """
 

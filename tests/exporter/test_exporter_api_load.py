@@ -3,7 +3,7 @@ Node (exporter/node_watch.py) instead of reading it every reset_marker_interval 
 200 requests a second at 2,000 nodes; bench/api_requests.py measures both).
 
 `gpuhealth-exporter` runs as a process against the fake API server, under the chart's RBAC for its ServiceAccount
-(the fixtures `api` and `sa_dir`: tests/exporter_fixtures.py).
+(the fixtures `api` and `sa_dir`: tests/exporter/conftest.py).
 """
 
 from __future__ import annotations

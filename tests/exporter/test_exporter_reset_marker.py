@@ -1,7 +1,7 @@
 """The exporter lets go of the GPUs while its Node carries gpuhealth's GPU reset marker, and says so on the Node
 (exporter/gpu_reset.py; the remediator's side is remediator/decide/reset.py).
 
-The node agent runs in-process with its real parts: the nvml probe over tests/fake_nvml.py (the GPUs are the only
+The node agent runs in-process with its real parts: the nvml probe over tests/fakes/nvml.py (the GPUs are the only
 stand-in), the dcgm and diag probes running a stand-in `dcgmi` script that prints recorded real outputs, the kmsg
 probe following a kernel-log file, the runners, the snapshot, the conditions, the collector, the watch of its Node
 (exporter/node_watch.py) and the NodeConditionWriter over HTTP against the fake API server, which enforces the

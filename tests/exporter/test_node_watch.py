@@ -1,7 +1,7 @@
 """The watch of the exporter's own Node (exporter/node_watch.py) over HTTP against the fake API server, under the
-chart's RBAC (the fixtures `api` and `sa_dir`: tests/exporter_fixtures.py): it resumes where it stopped, lists again
+chart's RBAC (the fixtures `api` and `sa_dir`: tests/exporter/conftest.py): it resumes where it stopped, lists again
 only when it must, and backs off without giving up. What it means for the GPU reset marker (nothing changes while it
-is broken): tests/test_exporter_reset_marker.py.
+is broken): tests/exporter/test_exporter_reset_marker.py.
 """
 
 from __future__ import annotations

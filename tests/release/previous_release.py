@@ -1,6 +1,6 @@
 """The previous release, from this clone's git history: which it is (CHANGELOG.md: the release below this one, and
-the commit its link names), its tree extracted once, its chart rendered as tests/chart_render.py renders this one,
-and Python run under its code (a subprocess: its packages are not importable beside this checkout's)."""
+the commit its link names), its tree extracted once, its chart rendered as tests/support/chart_render.py renders this
+one, and Python run under its code (a subprocess: its packages are not importable beside this checkout's)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def tree(commit: str) -> Path:
 
 
 def render(root: Path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """`helm template gpuhealth <root>/helm/gpuhealth -n gpuhealth`, as tests/chart_render.py renders this tree's."""
+    """`helm template gpuhealth <root>/helm/gpuhealth -n gpuhealth`, as tests/support/chart_render.py renders this
+    tree's."""
     import helm_python as helm
 
     helm.disable_logging()

@@ -1,6 +1,6 @@
-"""`helm upgrade` from the previous release (CHANGELOG.md names it and its commit; tests/previous_release.py extracts
-it from git): its chart and this one rendered with the same values, and the remediator of this release carrying on
-the episodes the previous one left on the Nodes.
+"""`helm upgrade` from the previous release (CHANGELOG.md names it and its commit; tests/release/previous_release.py
+extracts it from git): its chart and this one rendered with the same values, and the remediator of this release
+carrying on the episodes the previous one left on the Nodes.
 
 - Immutable fields stay: the DaemonSet's and the Deployment's selectors (a change makes `helm upgrade` fail).
 - The pods roll: their templates change (the image follows the chart's appVersion, the config checksums), so no node
@@ -8,7 +8,7 @@ the episodes the previous one left on the Nodes.
 - Nothing the previous release rendered disappears unless this release's upgrade notes name it.
 - The flags the new chart passes the exporter are ones the previous exporter knows.
 - This remediator reads every state annotation the previous one wrote and finishes its episodes
-  (tests/test_upgrade_episodes.py).
+  (tests/release/test_upgrade_episodes.py).
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ def test_a_changed_setting_rolls_the_pods_that_read_it_and_only_those() -> None:
 
 
 def test_a_new_webhook_token_rolls_nothing() -> None:
-    """The remediator re-reads its mounted token (tests/test_helm.py, test_rendered_tokens_are_taken_in_turn...): a
-    checksum of the Secret would only roll it at every render without a cluster, where the chart makes a new token
+    """The remediator re-reads its mounted token (tests/chart/test_helm.py, test_rendered_tokens_are_taken_in_turn...):
+    a checksum of the Secret would only roll it at every render without a cluster, where the chart makes a new token
     each time (Argo CD, Flux), i.e. at every sync."""
     first, second = render_fresh({}), render_fresh({})
     assert next(d for d in first if d["kind"] == "Secret") != next(d for d in second if d["kind"] == "Secret")

@@ -1,5 +1,5 @@
 """`helm upgrade` from the previous release, for the remediator: it reads every state annotation the previous one
-wrote (made by the previous release's own code, run from its commit: tests/previous_release.py), finishes the
+wrote (made by the previous release's own code, run from its commit: tests/release/previous_release.py), finishes the
 episodes it left on the Nodes, and a new state format is named in the upgrade notes (a rollback fails closed on it).
 """
 

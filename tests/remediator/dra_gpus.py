@@ -1,5 +1,5 @@
-"""A GPU node whose GPUs NVIDIA's DRA driver publishes (tests/fake_dra.py, publish_gpus), each held by a training
-pod's ResourceClaim; and a published GPU's bus id as gpuhealth's alerts name it."""
+"""A GPU node whose GPUs NVIDIA's DRA driver publishes (tests/fakes/apiserver/dra.py, publish_gpus), each held by a
+training pod's ResourceClaim; and a published GPU's bus id as gpuhealth's alerts name it."""
 
 from __future__ import annotations
 

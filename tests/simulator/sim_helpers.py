@@ -1,4 +1,4 @@
-"""Shared by the tests/test_sim_*.py files: small scenarios written inline, the repo's pipeline."""
+"""Shared by the tests/simulator/test_sim_*.py files: small scenarios written inline, the repo's pipeline."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Grafana chart's dashboard sidecar (grafana/helm-charts charts/grafana values.yam
 sets it.
 
 - ALERTMANAGER_CONFIG: `alertmanager.config`, verbatim: the base configuration the operator adds every selected
-  AlertmanagerConfig to (tests/operator_alertmanager.py).
+  AlertmanagerConfig to (tests/support/operator_alertmanager.py).
 - selects(): which Prometheus Operator objects its Prometheus and Alertmanager pick up. With the
   `*SelectorNilUsesHelmValues: true` defaults, Prometheus selects PrometheusRules, ServiceMonitors and PodMonitors
   labelled `release: <its release name>` in every namespace (`*NamespaceSelector: {}`); its Alertmanager's

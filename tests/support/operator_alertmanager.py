@@ -31,7 +31,7 @@ Not translated (a field outside these fails, never passes silently): inhibitRule
 intervals, every receiver type but webhooks, urlSecret, timeout, payload, the deprecated `regex` matcher and
 `match`/`match_re`, httpConfig other than authorization (basicAuth, oauth2, tlsConfig, proxy, bearerTokenSecret),
 the alertmanagerConfiguration (a global AlertmanagerConfig instead of the base configuration), Alertmanagers
-older than 0.22, and which AlertmanagerConfigs an Alertmanager selects (tests/kube_prometheus_stack.py).
+older than 0.22, and which AlertmanagerConfigs an Alertmanager selects (tests/support/kube_prometheus_stack.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Layout from ../shared/fixtures/efa/efa_sysfs_layout.txt, counter names from efa_
 (amzn-drivers efa_verbs.c). As in real sysfs, /sys/class/infiniband/<dev> is a symlink into
 /sys/devices/<pci path>/infiniband/<dev>, whose `device` is a symlink up to the PCI function.
 
-Run `python tests/sysfs_tree.py tests/fixtures/sysfs/p4d` to regenerate the committed p4d example.
+Run `python -m tests.support.sysfs_tree tests/fixtures/sysfs/p4d` to regenerate the committed p4d example.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   and `NVRM: Xid (0000:03:00): 14, ...`. Both are read, so the Xid is counted for the GPU the map line names.
 - journalctl prints the month in the user's locale (`déc.`, `dic`, `дек`, ` 1月`): the month is not read at
   all, and a line whose month starts with a space is a record of its own, not a continuation.
-A task's name echoed in such a line is still not an Xid (tests/test_kernel_log_task_names.py).
+A task's name echoed in such a line is still not an Xid (tests/exporter/kernel/test_kernel_log_task_names.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Which pod holds which GPU: the exporter reads the kubelet's pod-resources API (a real gRPC server on a Unix
-socket, tests/fake_kubelet_podresources.py) and serves gpuhealth_gpu_pod_info with the GPU labels NVML knows.
+socket, tests/fakes/kubelet_podresources.py) and serves gpuhealth_gpu_pod_info with the GPU labels NVML knows.
 A socket that is missing or hangs is no fault of the node: the mapping is unknown, nothing else changes."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and behaves like the API server where the remediator depends on it:
 - nodes: list (label/field selectors), get, merge and strategic-merge PATCH with a resourceVersion
   precondition (409 Conflict on a stale one), PATCH nodes/status (conditions merged by type; as the API server's
   status strategy, spec is reset and metadata changes, labels and annotations, are kept); a Node or Pod write whose
-  annotations total over 256 KiB is 422 Invalid, as apimachinery validates (tests/fake_validation.py);
+  annotations total over 256 KiB is 422 Invalid, as apimachinery validates (tests/fakes/apiserver/validation.py);
 - pods: list with field selectors (=, ==, !=), delete, and the Eviction subresource, which answers
   429 TooManyRequests when a PodDisruptionBudget allows no more disruptions. As on a real cluster an
   evicted or deleted pod is not gone at once: it gets a deletionTimestamp (Terminating) and
@@ -16,8 +16,8 @@ and behaves like the API server where the remediator depends on it:
 - events (create, list by involvedObject.name; 422 when the Event's namespace is not the involved
   object's, or "default" for cluster-scoped objects, as the API server validates);
 - coordination.k8s.io/v1 Leases (create, get, replace with a resourceVersion precondition);
-  batch/v1 Jobs (create, defaulted as the API server does before admission: tests/fake_defaults.py; get, list by
-  label; 409 AlreadyExists; merge PATCH); a created Job counts one active pod, and
+  batch/v1 Jobs (create, defaulted as the API server does before admission: tests/fakes/apiserver/defaults.py; get,
+  list by label; 409 AlreadyExists; merge PATCH); a created Job counts one active pod, and
   the pod itself exists (with the kubelet's status: an image pull backing off, a refusal) only when a test plays the
   Job controller and the kubelet (`job_pod`, `job_makes_no_pod`); karpenter.sh/v1 NodeClaims (list, delete);
 - pods: merge PATCH (annotations) with a resourceVersion precondition, seen by watches;
@@ -44,15 +44,15 @@ and behaves like the API server where the remediator depends on it:
   request without a known one gets 401 Unauthorized; a cluster that knows no token checks none (every
   request is anonymous), as the remediator tests expect;
 - authorization: `load_rbac` takes rendered manifests and from then on authorizes every request against their
-  Roles, ClusterRoles and bindings with the API server's RBAC semantics (tests/fake_rbac.py): 403 Forbidden in
-  the API server's Status shape, every denial kept in `forbidden`; tests/chart_rbac.py loads the chart's (the
+  Roles, ClusterRoles and bindings with the API server's RBAC semantics (tests/fakes/apiserver/rbac.py): 403 Forbidden
+  in the API server's Status shape, every denial kept in `forbidden`; tests/support/chart_rbac.py loads the chart's (the
   remediator harness, ServeProcess and the e2e do so by default) with a token per ServiceAccount and a
   system:masters one for what a test does as a person;
 - admission: `load_admission` takes rendered manifests and enforces their ValidatingAdmissionPolicies and
-  Bindings on every write, with the policies' own CEL (tests/fake_admission.py); a node PATCH is admitted
+  Bindings on every write, with the policies' own CEL (tests/fakes/apiserver/admission.py); a node PATCH is admitted
   with the patched Node as `object` and the stored one as `oldObject`, as on the API server. A denial is
   the API server's Status (its reason and code, its "... denied request: ..." message).
-- Dynamic Resource Allocation (`dra`, tests/fake_dra.py): ResourceSlices, ResourceClaims and DeviceTaintRules
+- Dynamic Resource Allocation (`dra`, tests/fakes/apiserver/dra.py): ResourceSlices, ResourceClaims and DeviceTaintRules
   in resource.k8s.io, discovery of the versions served, and NoExecute device taints evicting the pods whose
   claims use the device, as kube-controller-manager does.
 The kubernetes client sends POST bodies without Content-Type; as the API server does, we read JSON.

@@ -28,7 +28,8 @@ class Access(ClusterState):
 
     def load_rbac(self, manifests: list[Obj]) -> None:
         """Authorize every request from now on against the Roles, ClusterRoles and bindings among these manifests
-        (tests/fake_rbac.py): 403 Forbidden for what they do not grant, and every request must authenticate."""
+        (tests/fakes/apiserver/rbac.py): 403 Forbidden for what they do not grant, and every request must
+        authenticate."""
         authorizer = Authorizer(manifests)
         with self.lock:
             self.rbac = authorizer

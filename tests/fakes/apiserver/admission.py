@@ -1,4 +1,4 @@
-"""Authentication and ValidatingAdmissionPolicy for the fake API server (tests/fake_cluster.py).
+"""Authentication and ValidatingAdmissionPolicy for the fake API server (tests/fakes/apiserver/).
 
 - Identities: a bearer token maps to a user (username, uid, groups, extra), as the API server's
   authenticators produce them. `service_account` builds the identity a pod-bound service-account
@@ -12,7 +12,7 @@
   resources with subresources and wildcards, resourceNames, scope), matchConditions, variables,
   validations (message, messageExpression, reason), failurePolicy, and the binding's
   validationActions (Deny denies; Warn and Audit never do), and Kubernetes' quantity library
-  (tests/fake_quantity.py). Anything the fake cannot evaluate
+  (tests/fakes/apiserver/quantity.py). Anything the fake cannot evaluate
   (paramKind, label selectors, audit annotations) is refused when the policy is loaded, so it is never
   silently ignored.
 - A denial has the shape of the API server's: a Status with the validation's reason (Invalid when

@@ -1,4 +1,4 @@
-"""The API server's defaulting of a batch/v1 Job, for the fake API server (tests/fake_cluster.py).
+"""The API server's defaulting of a batch/v1 Job, for the fake API server (tests/fakes/apiserver/).
 
 A real API server defaults an object before admission sees it (pkg/apis/batch/v1/defaults.go SetDefaults_Job,
 pkg/apis/core/v1/defaults.go SetDefaults_PodSpec, SetDefaults_Container, SetDefaults_HostPathVolumeSource; the

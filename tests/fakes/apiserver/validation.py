@@ -1,4 +1,4 @@
-"""The API server's validation of an object's metadata that the fake API server (tests/fake_cluster.py) applies on
+"""The API server's validation of an object's metadata that the fake API server (tests/fakes/apiserver/) applies on
 every write: the total size of the annotations.
 
 As apimachinery's ValidateAnnotations (pkg/api/validation/objectmeta.go): the keys and values of all annotations

@@ -1,8 +1,8 @@
 """`gpuhealth-remediator cleanup` (docs/install.md, "Uninstalling"): on a cluster the real remediator left mid-reset,
 mid-drain and mid-quarantine, it stops the remediators, waits for gpuhealth's Jobs, and takes off exactly what
 gpuhealth did, never what a person did. It runs as the chart's cleanup hook ServiceAccount, under the chart's
-RBAC (tests/chart_rbac.py); the GPU Operator's DaemonSets and gpuhealth's exporter are played at the API boundary
-(tests/gpu_operator.py)."""
+RBAC (tests/support/chart_rbac.py); the GPU Operator's DaemonSets and gpuhealth's exporter are played at the API
+boundary (tests/fakes/gpu_operator.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Every step the remediator writes on the Node before it acts is done, once, after a crash between the two: the real
 `gpuhealth-remediator serve` (a process of its own, the chart's RBAC, against the fake API server) is SIGKILLed
-exactly as it sends the step's request (fake_cluster's `crash_on`: the request is never performed), restarted, and
-the next leader's pass does the step from what the Node says (docs/remediation.md, "Where the state lives").
+exactly as it sends the step's request (the fake API server's `crash_on`: the request is never performed),
+restarted, and the next leader's pass does the step from what the Node says (docs/remediation.md, "Where the state
+lives").
 
 Fixed by this: the hand-over of a replacement (the NodeClaim's deletion) and a GPU's quarantine (its
 DeviceTaintRules), which used to be lost. Guards (they held before): the reboot Job, a node drain's evictions, and

@@ -2,9 +2,9 @@
 
 The API server validates every write's metadata (apimachinery ValidateAnnotations): annotations whose keys and values
 total over TotalAnnotationSizeLimitB (262144 bytes) are refused 422 Invalid, `metadata.annotations: Too long: must
-have at most 262144 bytes`; the fake API server does the same (tests/fake_validation.py). A state annotation that only
-grew would end every write to its Node: docs/remediation.md documents its caps, 100 alert records in 64 KiB, which
-the remediator is held to here over HTTP.
+have at most 262144 bytes`; the fake API server does the same (tests/fakes/apiserver/validation.py). A state
+annotation that only grew would end every write to its Node: docs/remediation.md documents its caps, 100 alert
+records in 64 KiB, which the remediator is held to here over HTTP.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ instead of the device plugin). Its DCGM and dcgm-exporter run under deploy label
 (nvidia.com/gpu.deploy.dcgm-dra, .dcgm-exporter-dra; NVIDIA/gpu-operator controllers/state_manager.go) and hold the GPU
 as the device-plugin mode's do: the reset pauses them and restores them. The DRA kubelet plugin (dra-driver) and the DRA
 validator stay: the plugin must outlive the pods whose claims it unprepares. Labels "false" or absent are left alone.
-The GPU Operator's DaemonSet controller is played at the API boundary (tests/gpu_operator.py)."""
+The GPU Operator's DaemonSet controller is played at the API boundary (tests/fakes/gpu_operator.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 its resolution ends the reset rung as no longer needed (what it paused restored, the ladder back at the drain it had
 reached), never as a failure that climbs; a re-fire starts the reset afresh under the usual rules. Played with the real
 remediator against the fake API server, the GPU Operator's DaemonSet controller and gpuhealth's exporter at the API
-boundary (tests/gpu_operator.py), at node scope and at GPU scope (tests/dra_gpus.py)."""
+boundary (tests/fakes/gpu_operator.py), at node scope and at GPU scope (tests/remediator/dra_gpus.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The reset sequence (docs/remediation.md, "The reset sequence"): before the reset Job, the GPU's clients stop (the
 GPU Operator's operands through their nvidia.com/gpu.deploy.* labels, gpuhealth's exporter through the reset-request
 annotation); whatever ends the rung restores exactly what it paused. The GPU Operator's DaemonSet controller and the
-exporter are played at the API boundary (tests/gpu_operator.py): the operand pods go when their label is not "true",
-and the exporter's answer is the condition it writes."""
+exporter are played at the API boundary (tests/fakes/gpu_operator.py): the operand pods go when their label is not
+"true", and the exporter's answer is the condition it writes."""
 
 from __future__ import annotations
 

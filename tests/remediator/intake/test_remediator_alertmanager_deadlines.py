@@ -1,4 +1,4 @@
-"""An Alertmanager member that answers one byte at a time (tests/dripping_server.py) must not stall remediation:
+"""An Alertmanager member that answers one byte at a time (tests/fakes/dripping_server.py) must not stall remediation:
 every call to it has a total deadline (alertmanager.timeout), the pass's deadline bounds it too, and a leader whose
 pass does not end by its deadline lets the Lease go, so that a standby (a second remediator on the same fake API
 server) takes over. Deadlines are scaled down through the policy: a 0.5 s timeout, a 3 s Lease."""

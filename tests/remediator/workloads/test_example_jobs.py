@@ -1,5 +1,5 @@
 """examples/jobs: the example training Job validates against Kubernetes' schemas (kubernetes-validate, strict,
-as tests/test_helm.py does for the chart), and its podFailurePolicy agrees with the remediator's classifier:
+as tests/chart/test_helm.py does for the chart), and its podFailurePolicy agrees with the remediator's classifier:
 what the platform took away is not counted, the configured app exit codes fail the Job, the rest counts."""
 
 from __future__ import annotations
