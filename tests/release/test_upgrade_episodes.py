@@ -15,9 +15,7 @@ import yaml
 from tests.fakes.apiserver import FakeCluster
 from tests.release import previous_release
 from tests.support import paths
-from tests.support.remediator_harness import (
-    Harness,  # a module-level name: make clock-shift runs these tests a year each way
-)
+from tests.support.remediator_harness import Harness  # module-level: make clock-shift runs these a year each way
 
 ROOT = paths.REPO
 Obj = dict[str, Any]
