@@ -14,7 +14,7 @@
 # multi-arch index of python:3.11-slim (Python 3.11.16, Debian 13 trixie) as Docker Hub served the tag on
 # 2026-09-13. To take a newer one (Debian and Python security fixes): `docker buildx imagetools inspect
 # python:3.11-slim`, and its "Digest:" replaces the one in both FROM lines (the tag is kept for the reader:
-# with a digest, Docker ignores it). tests/test_image.py checks both pins, and that the package built from
+# with a digest, Docker ignores it). tests/release/test_image.py checks both pins, and that the package built from
 # exactly what the build stage copies runs every console script.
 FROM python:3.11-slim@sha256:9534e5a8e315485d4061ed659af0fd78a284c015f9b73661b41d6bab25604534 AS build
 WORKDIR /src

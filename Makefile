@@ -63,21 +63,21 @@ rules-test: deps
 # Rewrite the exporter's golden /metrics (tests/fixtures/golden/once_fixture_node.prom) after an intended change
 # to a family, a parser or a fixture; `git diff` it before committing.
 golden-metrics: deps
-	GPUHEALTH_UPDATE_GOLDEN=1 $(BIN)/pytest -q -p no:xdist tests/test_exporter_golden_metrics.py
+	GPUHEALTH_UPDATE_GOLDEN=1 $(BIN)/pytest -q -p no:xdist tests/exporter/test_exporter_golden_metrics.py
 
-# Regenerate dashboards/json/ from dashboards/generate.py (tests/test_dashboards.py fails while the
+# Regenerate dashboards/json/ from dashboards/generate.py (tests/dashboards/test_dashboards.py fails while the
 # committed JSON is stale). The Helm chart reads the JSON through helm/gpuhealth/files/dashboards.
 dashboards: deps
 	$(BIN)/python -m dashboards.generate
 
 # Regenerate the shared blocks of every runbook (docs/runbooks/<Alert>.md: what gpuhealth does for the alert, holds,
-# the lasting record) from rules/ and the remediator's policy defaults (tests/test_runbooks.py fails while one is
+# the lasting record) from rules/ and the remediator's policy defaults (tests/docs/test_runbooks.py fails while one is
 # stale). Run it after adding an alert or changing a policy default.
 runbooks: deps
 	$(BIN)/python docs/runbooks/generate.py
 
 # Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from remediator/policy.py's parsers
-# (tests/test_policy_schema.py fails while it is stale), so `helm template` (Argo CD's diff) refuses a policy the
+# (tests/chart/test_policy_schema.py fails while it is stale), so `helm template` (Argo CD's diff) refuses a policy the
 # remediator would refuse at start. Run it after adding or changing a policy key.
 schema: deps
 	$(BIN)/python helm/policy_schema.py
@@ -104,7 +104,7 @@ chart: deps
 # gpuhealth[nvml] and the build backend ([build-system] requires) resolved afresh in a clean venv of the image's
 # Python (3.11), from PyPI alone (PIP_CONFIG_FILE=/dev/null: no local index or constraints of this machine), as
 # `pip freeze` lists them. Re-run to take new releases (and after changing pyproject.toml's dependencies); review
-# the diff. tests/test_image.py checks that it pins every runtime dependency.
+# the diff. tests/release/test_image.py checks that it pins every runtime dependency.
 IMAGE_LOCK := requirements/image.txt
 image-lock:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "make image-lock: needs Python 3.11, the image'"'"'s (PYTHON=python3.11)")'

@@ -7,7 +7,7 @@ RSS (ru_maxrss after less before: 0 when the read fit in what importing the reme
   KubeNodeNotReady, which names a node but asks for no remediation) and 10 gpuhealth alerts, read with the
   policy's receiver unset (any receiver): only the label matchers keep the others out;
 - gpuhealth: a server answering --alerts gpuhealth alerts (a fleet-wide storm), shaped as Alertmanager 0.25's
-  GET /api/v2/alerts writes them (tests/real_alertmanager.py's capture of the shape, with the chart's labels).
+  GET /api/v2/alerts writes them (tests/support/real_alertmanager.py's capture of the shape, with the chart's labels).
 
 --remediator-root reads with another checkout's remediator, e.g. the code before the byte cap and the filter:
 
@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from real_alertmanager import RealAlertmanager, stamp  # noqa: E402
+from tests.support.real_alertmanager import RealAlertmanager, stamp  # noqa: E402
 
 READ = """
 import json, resource, sys, tracemalloc

@@ -1,6 +1,6 @@
 """API requests at 2,000 nodes: what the node agents ask of the API server to follow their own Nodes.
 
-Runs the exporter's real Node-reading code for --nodes nodes against the fake API server (tests/fake_cluster.py,
+Runs the exporter's real Node-reading code for --nodes nodes against the fake API server (tests/fakes/apiserver/,
 the chart's RBAC enforced for each node's exporter token, as the e2e does), counts the requests the server receives
 by verb over a measured period, and extrapolates to 2,000 nodes. Two ways, one after the other:
 
@@ -47,11 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
-
-import chart_rbac  # noqa: E402
-from fake_cluster import FakeCluster  # noqa: E402
 
 from exporter import node_status  # noqa: E402
 from exporter.cli import _node_loop  # noqa: E402
@@ -61,6 +57,8 @@ from exporter.gpu_reset import ANNOTATION, GpuResetRelease  # noqa: E402
 from exporter.node_status import NodeConditionWriter  # noqa: E402
 from exporter.node_watch import WATCH_SECONDS, NodeWatch  # noqa: E402
 from exporter.snapshot import Snapshot  # noqa: E402
+from tests.fakes.apiserver import FakeCluster  # noqa: E402
+from tests.support import chart_rbac  # noqa: E402
 
 FLEET = 2_000
 TARGET_PER_SECOND = 10.0  # for FLEET nodes

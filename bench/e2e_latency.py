@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stack import Stack, wait_for
+from tests.e2e.stack import Stack, wait_for
 
 POLICY = """
 budget: {max_disrupted: "100%", max_cordoned: "100%", max_actions_per_hour: 1000}

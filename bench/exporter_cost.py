@@ -2,7 +2,7 @@
 
 Each synthetic node is a real `gpuhealth-exporter` process (bench/fake_gpu_exporter.py: N H100s
 faked inside NVML's Python bindings, as the tests fake them), an EFA sysfs tree of M devices built
-by tests/sysfs_tree.py (of which the exporter serves its default EFA counters, 17 a device), and a
+by tests/support/sysfs_tree.py (of which the exporter serves its default EFA counters, 17 a device), and a
 kernel log it follows (--kmsg-file). Probes run at the shipped default intervals (kmsg 1 s, nvml
 15 s, efa 15 s); dcgm and diag are off (no DCGM here, and a stand-in script would measure /bin/sh,
 not dcgmi); no node conditions (no API server).
@@ -48,9 +48,9 @@ from processes import free_port, stop_group
 from synthetic_log import append_at_rate
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from sysfs_tree import build_efa_sysfs  # noqa: E402
+from tests.support.sysfs_tree import build_efa_sysfs  # noqa: E402
 
 PYTHON = sys.executable
 NODE_EXPORTER = "prometheus-node-exporter"

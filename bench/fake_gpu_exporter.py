@@ -1,6 +1,6 @@
 """`gpuhealth-exporter` on a node with N healthy H100s that exist only in NVML's Python bindings.
 
-The GPUs are faked where the tests fake them (tests/fake_nvml.py: pynvml's own constants, error
+The GPUs are faked where the tests fake them (tests/fakes/nvml.py: pynvml's own constants, error
 classes and ctypes structures, only the hardware answers are made up); everything else is the real
 exporter process. What it cannot show is the NVIDIA driver's own time inside each NVML call.
 
@@ -13,11 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from fake_nvml import FakeGpu, FakeNvml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exporter import cli
+from tests.fakes.nvml import FakeGpu, FakeNvml
 
 
 class _Discard(list[tuple[int, str]]):

@@ -21,10 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from fake_cluster import FakeCluster  # noqa: E402
-from remediator_harness import Harness, webhook  # noqa: E402
+from tests.fakes.apiserver import FakeCluster  # noqa: E402
+from tests.support.remediator_harness import Harness, webhook  # noqa: E402
 
 POLICY = "alertmanager: {url: none}\n"
 GPUS = 8

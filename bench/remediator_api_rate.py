@@ -1,7 +1,7 @@
 """API requests at 2,000 nodes: what the remediator asks of the API server when nothing is wrong, and while one GPU
 is quarantined.
 
-A fake Kubernetes API server (tests/fake_cluster.py, in this process) holds --nodes GPU nodes in 20 pools, each with
+A fake Kubernetes API server (tests/fakes/apiserver/, in this process) holds --nodes GPU nodes in 20 pools, each with
 its 8 GPUs published by NVIDIA's DRA driver (the slice recorded on a real EKS H100 node), and on each GPU a pod
 whose ResourceClaim holds it: 2,000 ResourceSlices and 16,000 ResourceClaims and pods at 2,000 nodes, a DRA fleet
 (on a device-plugin fleet there are no DRA objects to read). The real remediator runs as the chart runs it:
@@ -44,12 +44,12 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from fake_cluster import FakeCluster  # noqa: E402
-from fake_dra import _recorded_gpu_slice  # noqa: E402
 from processes import free_port, stop_group, wait_until, write_kubeconfig  # noqa: E402
+
+from tests.fakes.apiserver import FakeCluster  # noqa: E402
+from tests.fakes.apiserver.dra import _recorded_gpu_slice  # noqa: E402
 
 TOKEN = "api-rate-token"
 DRIVER = "gpu.nvidia.com"

@@ -1,6 +1,6 @@
 """The remediator under an alert storm, at fleet scale.
 
-A fake Kubernetes API server (tests/fake_cluster.py, in this process) holds N nodes in 20 pools,
+A fake Kubernetes API server (tests/fakes/apiserver/, in this process) holds N nodes in 20 pools,
 each node with a GPU training pod (one PodDisruptionBudget per pool), a DaemonSet pod and a
 ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (waitress,
 one process, four threads) in its own process, with the shipped example policy
@@ -51,15 +51,14 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from fake_cluster import FakeCluster  # noqa: E402
 from processes import free_port, stop_group, wait_until, write_kubeconfig  # noqa: E402
 
 from remediator.decide.nodestate import STATE_ANNOTATION, TAINT_KEY  # noqa: E402
 from remediator.decide.vocabulary import DISRUPTIVE  # noqa: E402
 from remediator.policy import parse_policy  # noqa: E402
+from tests.fakes.apiserver import FakeCluster  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TOKEN = "storm-token"

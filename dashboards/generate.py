@@ -7,7 +7,7 @@ Built with grafana-foundation-sdk (pinned to the Grafana 11.6 schema). Every que
 exporter's families (exporter/catalog.py, docs/metrics.md), the recording rules in rules/recording/,
 the remediator's own metrics (remediator/metrics.py), Prometheus' `up`/`ALERTS`/`ALERTS_FOR_STATE`,
 and the exporter's `process_*` metrics, nothing from outside the project (no kube-state-metrics);
-tests/test_dashboards.py checks that and parses every query with promtool.
+tests/dashboards/test_dashboards.py checks that and parses every query with promtool.
 
 Conventions: stable uids (`gpuhealth-*`, never change them: links and bookmarks use them), a
 `datasource` variable on every dashboard, `$__rate_interval` in every rate()/increase() over a

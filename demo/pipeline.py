@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stack import TIME_SCALE, Stack, http_get, wait_for
+from tests.e2e.stack import TIME_SCALE, Stack, http_get, wait_for
 
 POLICY = """
 return_to_service: {healthy_delay: 10s}

@@ -1,6 +1,6 @@
 """The metrics table of docs/metrics.md: each family of the catalog with the probes that fill it.
 
-`python -m exporter.metrics_table` prints it; tests/test_docs.py fails when the page and the catalog disagree.
+`python -m exporter.metrics_table` prints it; tests/docs/test_docs.py fails when the page and the catalog disagree.
 It lives apart from the catalog because "filled by" is the probe registry's knowledge, and the registry reads
 the catalog: the catalog itself imports nothing of the exporter.
 """

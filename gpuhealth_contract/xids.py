@@ -4,7 +4,7 @@ dashboards and the simulator agree on.
 Each class says what NVIDIA's Xid catalog makes of its Xids (../shared/DESIGN.md, "Signal facts"; NVIDIA's
 Xid catalog, ../shared/fixtures/xid), whether a kernel-log match of one sets the GpuhealthGPUHealthy
 condition False (exporter/conditions.py), and which alerts of rules/alerts/gpu.yaml select it.
-tests/test_xid_classes.py holds the rules' `xid` selectors to this table: an Xid added here and not there, or
+tests/contract/test_xid_classes.py holds the rules' `xid` selectors to this table: an Xid added here and not there, or
 there and not here, fails it. The dashboards (dashboards/generate.py) show one panel per class, in this order.
 """
 

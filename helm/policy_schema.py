@@ -15,7 +15,7 @@ Nothing here restates the policy: the parsers are run (remediator.policy.read_po
 - every key is also given plain values (null, true, false, numbers, strings, lists, mappings; the strings include
   every string policy.py compares with, such as `off`): those the parser takes and the schema so far refuses are
   added. A list is probed again per item.
-The schema must never be stricter than the parser (tests/test_policy_schema.py checks the policy example and the
+The schema must never be stricter than the parser (tests/chart/test_policy_schema.py checks the policy example and the
 policy snippets of the docs): a key that no probe satisfies is left unconstrained, with its name still checked.
 """
 

@@ -1,23 +1,33 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["remediator_fixtures", "exporter_fixtures"]
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.fakes.apiserver import FakeCluster
+from tests.support import paths
 
 
 @pytest.fixture
 def fixtures() -> Path:
-    return FIXTURES
+    return paths.FIXTURES
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    """The fake cluster most remediator tests (and the docs' checks against the ladder) start from: ten GPU nodes in
+    one pool. A module may define its own."""
+    with FakeCluster() as c:
+        for i in range(10):
+            c.add_node(f"gpu-{i}")
+        yield c
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `fixed_clock` every test whose module takes its start time from the harness (T0, Harness, webhook
     bodies): `make clock-shift` runs those again with T0 a year back and a year ahead."""
-    import remediator_harness as harness
+    from tests.support import remediator_harness as harness
 
     clocked = (harness.T0, harness.Harness, harness.webhook)
     for item in items:

@@ -1,13 +1,14 @@
 """No import circle anywhere in gpuhealth's programs: a module's dependencies can be read from it downwards,
 and each can be understood (and tested) without the ones that use it. Lazy imports inside functions and
-`if TYPE_CHECKING:` imports count (tests/import_graph.py)."""
+`if TYPE_CHECKING:` imports count (tests/support/import_graph.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from import_graph import circles, graph
+
+from tests.support.import_graph import circles, graph
 
 PACKAGES = ("gpuhealth_contract", "exporter", "remediator", "simulator", "training/gpuhealth_training")
 

@@ -6,9 +6,9 @@
 What gpuhealth does for an alert, and how a person takes a node over, follow from two things only: the alert's
 labels in rules/ (`remediation`, `component`, `node="*"` for a fleet alert, a summary that names `$labels.gpu` for
 an alert about one GPU, an expression that another alert holds back) and the remediator's policy defaults, read
-with remediator.policy's own loader from remediator/policy.example.yaml (tests/test_remediator_policy.py checks
-that file against the built-in defaults). No number is written here by hand: every timeout, delay and budget comes
-from the policy, every annotation and taint name from the remediator's code.
+with remediator.policy's own loader from remediator/policy.example.yaml (tests/remediator/test_remediator_policy.py
+checks that file against the built-in defaults). No number is written here by hand: every timeout, delay and budget
+comes from the policy, every annotation and taint name from the remediator's code.
 
 A runbook keeps its own text (what the alert means, what on-call does, anything particular to the alert) outside
 two marked blocks, which this script owns:
@@ -23,7 +23,7 @@ two marked blocks, which this script owns:
 A runbook without the blocks gets them: the first after its `## What gpuhealth does` heading (the heading is added
 before `## What on-call does` when missing), the second in place of a `## Take over, or keep gpuhealth quiet`
 section, or at the end. An alert without a runbook page is an error: the page's own text is a person's to write.
-tests/test_runbooks.py fails while any block is stale, and checks the blocks against what the ladder does.
+tests/docs/test_runbooks.py fails while any block is stale, and checks the blocks against what the ladder does.
 """
 
 from __future__ import annotations

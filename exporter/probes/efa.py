@@ -42,7 +42,7 @@ KNOWN_COUNTERS = frozenset(PORT_COUNTERS + DEVICE_COUNTERS)
 # What the health rules (rules/alerts/network.yaml), the node dashboard and on-call read: failed RDMA
 # work requests, receive drops, retransmits and their timeouts, unresponsive and impaired remotes,
 # failed and never-completed admin commands, and every device-level *_err. 17 of the 34 a device has
-# (19 of 36 in kernel-verbs builds); tests/test_efa_probe.py checks that everything rules/ and
+# (19 of 36 in kernel-verbs builds); tests/exporter/probes/test_efa_probe.py checks that everything rules/ and
 # dashboards/ select is here.
 DEFAULT_COUNTERS = frozenset({
     "rx_drops", "rdma_read_wr_err", "rdma_write_wr_err", "retrans_bytes", "retrans_pkts", "retrans_timeout_events",

@@ -18,7 +18,7 @@ class ProbeSettings:
     deadline: float = 10.0
 
 
-# Every probe of the registry, in its order (tests/test_probe_registry.py holds them to it).
+# Every probe of the registry, in its order (tests/exporter/probes/test_probe_registry.py holds them to it).
 DEFAULTS: dict[str, ProbeSettings] = {
     "kmsg": ProbeSettings(interval=1.0, deadline=5.0),
     "nvml": ProbeSettings(interval=15.0, deadline=10.0),

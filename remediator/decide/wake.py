@@ -5,8 +5,8 @@ breaker's cool-down, and, when the rate cap held something back, the oldest acti
 It lives beside the ladder so that a new timed transition in decide/ is added here in the same change. The fleet
 simulator (simulator/remediation.py), which jumps from event to event, sleeps until it instead of keeping timing
 rules of its own; `serve` passes every --interval, on each webhook's write, and at this time when it falls sooner
-(act/reconciler.py `wait_s`).
-tests/test_decide_wake.py checks that the ladder's decision changes at the time given and not before."""
+(act/reconciler.py `wait_s`). tests/remediator/decide/test_decide_wake.py checks that the ladder's decision changes
+at the time given and not before."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The whole gpuhealth pipeline on 127.0.0.1, with real parts where they can exist here.
 
-- a fake Kubernetes API server (tests/fake_cluster.py, real HTTP) holding a small GPU fleet;
+- a fake Kubernetes API server (tests/fakes/apiserver/, real HTTP) holding a small GPU fleet;
 - one real `gpuhealth-exporter` process per simulated node, fed by inputs the tests can break:
   a kernel log it follows, an EFA sysfs tree, a `dcgmi` stand-in that can answer, fail or hang, and
   a saved dcgm-exporter scrape (a healthy L4 by default; NodeOptions picks another per node);
@@ -41,19 +41,17 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize
+from tests.e2e.operator_prometheus import pod_monitor, rule_groups, service_monitor
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.apiserver.dra import recorded_mig_layout
+from tests.support import chart_rbac
+from tests.support import kube_prometheus_stack as kps
+from tests.support.chart_render import render_fresh as render
+from tests.support.operator_alertmanager import generate
+from tests.support.sysfs_tree import build_efa_sysfs
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-
-import chart_rbac  # noqa: E402
-import kube_prometheus_stack as kps  # noqa: E402
-from chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize  # noqa: E402
-from chart_render import render_fresh as render  # noqa: E402
-from fake_cluster import FakeCluster  # noqa: E402
-from fake_dra import recorded_mig_layout  # noqa: E402
-from operator_alertmanager import generate  # noqa: E402
-from operator_prometheus import pod_monitor, rule_groups, service_monitor  # noqa: E402
-from sysfs_tree import build_efa_sysfs  # noqa: E402
-
 BIN = Path(sys.executable).parent
 FIXTURES = ROOT / "tests" / "fixtures"
 HEALTHY_DCGM_EXPORTER = FIXTURES / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"
@@ -187,9 +185,9 @@ class NodeOptions:
     enable: tuple[str, ...] = ()  # probes to turn on beyond the rendered config's (e.g. diag, nvml)
     dra: bool = False  # its 8 GPUs published by NVIDIA's DRA driver (as on a real EKS H100 node), an inference
     # pod on each (namespace serve, its ResourceClaim allocated that GPU)
-    # with dra: MIG on gpu-1 (the recorded H100 layout, fake_dra.recorded_mig_layout), an inference pod on each of its
-    # MIG devices instead of the GPU, and the NVML probe on, answered by an NVML stand-in with the same GPUs and MIG
-    # devices (tests/e2e/nvml_standin)
+    # with dra: MIG on gpu-1 (the recorded H100 layout, tests/fakes/apiserver/dra.py's recorded_mig_layout), an
+    # inference pod on each of its MIG devices instead of the GPU, and the NVML probe on, answered by an NVML stand-in
+    # with the same GPUs and MIG devices (tests/e2e/nvml_standin)
     mig: bool = False
     gpu_operator: bool = False  # the NVIDIA GPU Operator's operands run there (nvidia.com/gpu.deploy.* "true", their
     # DaemonSet pods in gpu-operator), and hold the GPUs open as they do: a reset fails while any of them runs

@@ -14,8 +14,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from stack import NAMESPACE, Stack, http_get, log_tail, wait_for
-from test_pipeline import POLICY
+
+from tests.e2e.stack import NAMESPACE, Stack, http_get, log_tail, wait_for
+from tests.e2e.test_pipeline import POLICY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 POOL = {"pool-a": 2}

@@ -16,7 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stack import FIXTURES, GPU_OPERATOR_OPERANDS, ROOT, NodeOptions, Stack, http_get, http_json, log_tail, wait_for
+
+from tests.e2e.stack import (
+    FIXTURES,
+    GPU_OPERATOR_OPERANDS,
+    ROOT,
+    NodeOptions,
+    Stack,
+    http_get,
+    http_json,
+    log_tail,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
 
@@ -146,9 +157,8 @@ def test_an_xid_94_on_one_mig_instance_names_that_instance_and_leaves_every_pod_
     (mig_uuid), Alertmanager's route, the chart's remediator. Xid 94 asks for no action (remediation none in the
     shipped rules): the alert names the instance, the remediator records it, and no pod on any instance or GPU is
     touched, nothing is quarantined and the node is not cordoned."""
-    from fake_dra import recorded_mig_layout
-
     from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
+    from tests.fakes.apiserver.dra import recorded_mig_layout
 
     stack = mig_stack
     node = stack.nodes["pool-a-gpu-0"]

@@ -1,7 +1,7 @@
 """The e2e's NVML stand-in for one simulated node's exporter (tests/e2e/stack.py, NodeOptions.mig): this directory
 is on that process's PYTHONPATH only, and with GPUHEALTH_E2E_NVML naming a JSON list of GPUs (uuid, bus_id, and the
 MIG devices: slot, gpu_instance, compute_instance, profile, uuid), `import pynvml` in that process answers with
-tests/fake_nvml.py's FakeNvml over them: pynvml's own constants and exception classes, only the hardware faked.
+tests/fakes/nvml.py's FakeNvml over them: pynvml's own constants and exception classes, only the hardware faked.
 The exporter's NVML probe runs unchanged. Without the variable nothing happens."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 
 _SPEC = os.environ.get("GPUHEALTH_E2E_NVML")
 if _SPEC:
-    sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/, for fake_nvml (after everything else)
+    sys.path.append(str(Path(__file__).resolve().parents[3]))  # the repository: tests.fakes.nvml, after everything
     import pynvml
-    from fake_nvml import FakeGpu, FakeMig, FakeNvml
+
+    from tests.fakes.nvml import FakeGpu, FakeMig, FakeNvml
 
     _gpus = []
     for _g in json.loads(Path(_SPEC).read_text()):

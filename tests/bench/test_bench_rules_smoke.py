@@ -1,0 +1,53 @@
+"""bench/rules_scale.py end to end at a tiny size: synthetic fleet, real promtool backfill, Debian's Prometheus with
+every rule file of rules/. No timing is asserted (figures live in docs/benchmarks.md); this only keeps the bench
+runnable and checks that the rules evaluate without errors over the series it synthesises."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.support import paths
+
+ROOT = paths.REPO
+RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])
+
+
+def _pairs(stdout: str) -> dict[str, float]:
+    pairs = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith("rules_"):
+            pairs[parts[0]] = float(parts[1])
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def bench_output() -> str:
+    if not (shutil.which("promtool") and shutil.which("prometheus")):
+        pytest.fail("promtool and prometheus are needed: apt-get install prometheus (make test does)")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "rules_scale.py"), "--sizes", "4", "--evaluations", "2", "--lead", "2",
+         "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def test_bench_times_every_rule_group_of_the_project(bench_output: str) -> None:
+    pairs = _pairs(bench_output)
+    groups = {g["name"] for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]}
+    timed = {name[len("rules_4_"):-len("_max_seconds")] for name in pairs
+             if name.startswith("rules_4_") and name.endswith("_max_seconds")}
+    assert timed == groups
+
+
+def test_rules_evaluate_without_failures_over_the_synthetic_fleet(bench_output: str) -> None:
+    pairs = _pairs(bench_output)
+    assert pairs["rules_4_evaluation_failures"] == 0
+    assert pairs["rules_4_series"] > 4 * 300  # every family the rules read, 8 GPUs and 32 EFA devices per node
+    assert pairs["rules_4_samples"] > pairs["rules_4_series"]

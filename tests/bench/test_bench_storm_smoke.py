@@ -1,0 +1,22 @@
+"""bench/remediator_storm.py runs end to end in a tiny mode: the real remediator (waitress) against the fake
+API server, and it prints its figures beside their targets. No timing is asserted here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support import paths
+
+ROOT = paths.REPO
+
+
+def test_storm_bench_runs_tiny_and_reports_no_budget_violation() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "remediator_storm.py"), "--sizes", "40",
+                             "--pools", "4"], capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    for figure in ("webhook firing median / p99 (ms)", "every decision made", "budget violations",
+                   "Kubernetes API calls until decided", "patch nodes"):
+        assert figure in out
+    assert "VIOLATION" not in out

@@ -1,0 +1,78 @@
+"""The Xid classes (gpuhealth_contract/xids.py) are the one table behind the alert rules, the exporter's GPU
+condition and the dashboards: every `xid` selector of rules/alerts/gpu.yaml must be exactly the union of the
+classes that name its alert, the unknown-Xid alert must exclude exactly the known Xids, and the condition must
+follow each class's rule."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from exporter.conditions import _is_node_fault
+from exporter.samples import KernelFault
+from gpuhealth_contract import xids as xid_classes
+from gpuhealth_contract.xids import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
+from tests.support import paths
+
+ROOT = paths.REPO
+SELECTOR = re.compile(r'\bxid\s*(=~|!~|=)\s*"([^"]*)"')
+
+
+def _alert_selectors() -> dict[str, list[tuple[str, frozenset[int]]]]:
+    """Each alert of gpu.yaml that selects on `xid`: its (operator, Xids) pairs."""
+    found: dict[str, list[tuple[str, frozenset[int]]]] = {}
+    for group in yaml.safe_load((ROOT / "rules" / "alerts" / "gpu.yaml").read_text())["groups"]:
+        for rule in group["rules"]:
+            if "alert" in rule and (pairs := SELECTOR.findall(rule["expr"])):
+                found[rule["alert"]] = [(op, frozenset(int(x) for x in value.split("|"))) for op, value in pairs]
+    return found
+
+
+def test_every_alert_that_selects_xids_selects_exactly_the_classes_that_name_it() -> None:
+    selectors = _alert_selectors()
+    named = {alert for c in CLASSES for alert in c.alerts}
+    assert set(selectors) == named | {UNKNOWN_ALERT}, "an alert selects Xids that no class names, or the reverse"
+    for alert in sorted(named):
+        expected = frozenset(x for c in CLASSES if alert in c.alerts for x in c.xids)
+        assert selectors[alert] == [("=~" if len(expected) > 1 else "=", expected)], alert
+
+
+def test_the_unknown_xid_alert_leaves_out_exactly_the_known_xids() -> None:
+    assert _alert_selectors()[UNKNOWN_ALERT] == [("!~", KNOWN)]
+
+
+def test_no_xid_is_in_two_classes() -> None:
+    every = [x for c in CLASSES for x in c.xids]
+    assert len(every) == len(set(every))
+
+
+def test_the_nvlink5_alert_fires_only_for_what_its_class_counts_as_a_fault() -> None:
+    # WHEN_FATAL: the condition needs Fatal, and the alert leaves out the lines the driver printed as non-fatal.
+    rules = yaml.safe_load((ROOT / "rules" / "alerts" / "gpu.yaml").read_text())["groups"]
+    exprs = {r["alert"]: r["expr"] for g in rules for r in g["rules"] if "alert" in r}
+    for c in CLASSES:
+        for alert in c.alerts:
+            assert ('fatal!="false"' in exprs[alert]) == (c.condition is SetsCondition.WHEN_FATAL), alert
+
+
+@pytest.mark.parametrize("xid_class", CLASSES, ids=lambda c: c.name)
+def test_a_kernel_log_xid_sets_the_gpu_condition_as_its_class_says(xid_class: xid_classes.XidClass) -> None:
+    for xid in xid_class.xids:
+        for fatal in (True, False, None):
+            fault = KernelFault(time=0.0, kind="xid", condition="GpuhealthGPUHealthy", xid=str(xid), fatal=fatal)
+            expected = xid_class.condition is SetsCondition.ALWAYS or (
+                xid_class.condition is SetsCondition.WHEN_FATAL and fatal is True)
+            assert _is_node_fault(fault) is expected is sets_gpu_condition(xid, fatal), (xid, fatal)
+
+
+def test_an_xid_in_no_class_sets_no_condition() -> None:
+    assert 1 not in KNOWN and not sets_gpu_condition(1, True)
+
+
+def test_the_dashboards_panels_are_the_classes_in_order() -> None:
+    from dashboards import generate
+
+    assert list(generate.XID_CLASSES) == [c.name for c in CLASSES]
+    assert set(generate.KNOWN_XIDS.split("|")) == {str(x) for x in KNOWN}

@@ -1,0 +1,84 @@
+"""The exporter's rooms (exporter/kernel, exporter/probes, the shared modules; docs/architecture.md) and the
+imports between them: the kernel-log pipeline and the probes use only the low shared modules, and the probes
+are built in one place, the registry."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.support import paths
+
+ROOT = paths.REPO / "exporter"
+LOW = ("exporter.samples", "exporter.catalog", "exporter.condition_types", "exporter.clock_events",
+       "exporter.instance_types")
+PROBE_MODULES = ("exporter.kernel.probe", "exporter.probes.nvml", "exporter.probes.dcgm", "exporter.probes.efa")
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("exporter"):
+            found |= {node.module} if node.module != "exporter" else {f"exporter.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("exporter")}
+    return found
+
+
+def _modules() -> dict[str, set[str]]:
+    return {_module(p): _imports(p) for p in ROOT.rglob("*.py")}
+
+
+def test_every_module_lives_in_a_room_or_is_one_of_the_shared() -> None:
+    top = {p.stem for p in ROOT.glob("*.py")}
+    assert top == {"__init__", "__main__", "catalog", "cli", "clock_events", "collector", "condition_types",
+                   "conditions", "config", "efa_expected", "exposition", "gpu_reset", "instance_types", "kube_http",
+                   "metrics_table", "node_status", "node_watch", "runner", "samples", "snapshot"}, sorted(top)
+    rooms = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == {"kernel", "kubelet", "probes"}, sorted(rooms)
+
+
+def _wrong(prefix: str, allowed: tuple[str, ...], exceptions: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
+    return sorted(f"{module}: {imported}" for module, imports in _modules().items() if module.startswith(prefix)
+                  for imported in imports
+                  if not imported.startswith(allowed) and (module, imported) not in exceptions)
+
+
+def test_the_low_shared_modules_import_only_each_other() -> None:
+    assert [w for low in LOW for w in _wrong(low, LOW) if w.startswith(f"{low}:")] == []
+
+
+def test_the_kernel_log_pipeline_uses_only_the_probe_contract_and_the_low_shared_modules() -> None:
+    assert _wrong("exporter.kernel", ("exporter.kernel", "exporter.probes.base", *LOW)) == []
+
+
+def test_a_probe_uses_only_the_probe_contract_and_the_low_shared_modules() -> None:
+    probes = ["exporter.probes.base", *(m for m in PROBE_MODULES if m.startswith("exporter.probes."))]
+    # a probe of its own package (exporter/probes/dcgm/) may also use its own modules
+    assert [w for p in probes for w in _wrong(p, ("exporter.probes.base", p, *LOW))] == []
+
+
+def test_the_kubelet_reader_uses_only_its_room_and_the_low_shared_modules() -> None:
+    # Its room: the pod-resources client, the GPU allocations, the reader (and the generated stubs).
+    assert _wrong("exporter.kubelet", ("exporter.kubelet", *LOW)) == []
+
+
+def test_probes_are_built_only_by_the_registry() -> None:
+    # config.py and cli.py parse the EFA counter words (efa_counters, --efa-counters), which efa.py defines.
+    counter_words = {"exporter.config", "exporter.cli"}
+    wrong = sorted(f"{module}: {imported}" for module, imports in _modules().items()
+                   for imported in imports & set(PROBE_MODULES)
+                   if module != "exporter.probes.registry" and not module.startswith("exporter.kernel")
+                   and not (imported == "exporter.probes.efa" and module in counter_words))
+    assert wrong == []
+
+
+def test_outside_its_room_the_kernel_log_is_reached_through_the_registry_and_the_pattern_check() -> None:
+    outside = {module for module, imports in _modules().items() if not module.startswith("exporter.kernel")
+               and any(i.startswith("exporter.kernel") for i in imports)}
+    assert outside == {"exporter.probes.registry", "exporter.cli"}
+    assert {i for i in _modules()["exporter.cli"] if i.startswith("exporter.kernel")} == {"exporter.kernel.patterns"}

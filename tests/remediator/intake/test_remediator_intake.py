@@ -1,0 +1,108 @@
+"""The intake's retries: a node's own rejection is final, an API failure is retried, and neither makes another
+node's posts wait. Real parts: the official client against the fake API server, the receiver's Flask app."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterator
+
+import pytest
+
+from remediator.intake.queue import Intake
+from tests.fakes.apiserver import FakeCluster
+from tests.support.remediator_harness import Harness, webhook
+
+A, B = "gpu-a", "gpu-b"
+assert zlib.crc32(A.encode()) % 2 == zlib.crc32(B.encode()) % 2, "the test needs two nodes on one worker"
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster() as c:
+        c.add_node(A)
+        c.add_node(B)
+        yield c
+
+
+def slow_retries(h: Harness, retry: tuple[float, ...], hold_off: float = 0.5) -> Intake:
+    """The harness's intake with retries as long as production's (it retries after 10 and 20 ms)."""
+    h.intake.stop()
+    h.intake = h.rem.start_intake(retry=retry, hold_off=hold_off)
+    h.cluster.on_close.append(h.intake.stop)
+    return h.intake
+
+
+def patches(cluster: FakeCluster, node: str) -> int:
+    return cluster.requests.count(("PATCH", f"/api/v1/nodes/{node}"))
+
+
+def post(h: Harness, node: str, status: str = "firing") -> None:
+    response = h.http.post("/alerts", json=webhook(node, "reboot", status=status),
+                           headers={"Authorization": "Bearer s3cret-token"})
+    assert response.status_code == 202, response.get_json()
+
+
+def wait_until(check: object, timeout: float) -> float:
+    started = time.monotonic()
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() - started < timeout, "timed out"
+        time.sleep(0.005)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("status", [403, 422])
+def test_a_nodes_permanent_rejection_is_not_retried_and_does_not_delay_the_next_node(cluster: FakeCluster,
+                                                                                      status: int) -> None:
+    h = Harness(cluster)
+    intake = slow_retries(h, (2.0, 2.0, 2.0))
+    cluster.fail("PATCH", f"/api/v1/nodes/{A}$", status, times=100)  # an admission webhook refuses this node
+    started = time.monotonic()
+    post(h, A)
+    post(h, B)
+    assert intake.join(1.5) and time.monotonic() - started < 1.0  # no 2 s retry was waited for
+    assert h.state(B).active and not h.state(A).alerts
+    assert patches(cluster, A) == 1  # tried once: retrying a 4xx cannot help
+    assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1  # counted, logged
+    assert h.post(webhook(B, "reboot")).status_code == 202  # one node's rejection refuses no other webhook
+
+
+def test_a_retried_node_waits_alone_while_the_next_node_is_recorded_at_once(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    intake = slow_retries(h, (1.5, 1.5), hold_off=0.0)  # no hold-off: B's post is taken while A's failure is fresh
+    cluster.fail("PATCH", f"/api/v1/nodes/{A}$", 500, times=1)  # the API fails A's write once
+    started = time.monotonic()
+    post(h, A)
+    wait_until(lambda: patches(cluster, A) == 1, 2)
+    post(h, B)  # queued on the same worker, behind A's retry
+    assert wait_until(lambda: h.state(B).active, 1.0) < 0.5  # not behind A's 1.5 s
+    assert not h.state(A).alerts  # A is still waiting for its retry
+    assert intake.join(5)
+    assert h.state(A).active and 1.4 < time.monotonic() - started < 4  # recorded by its retry
+    assert patches(cluster, A) == 2
+    assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 0
+
+
+def test_a_nodes_later_post_waits_behind_its_retry_and_they_are_recorded_in_order(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    intake = slow_retries(h, (0.5, 0.5), hold_off=0.0)
+    cluster.fail("PATCH", f"/api/v1/nodes/{A}$", 503, times=1)
+    post(h, A)  # firing: fails once, waits for its retry
+    wait_until(lambda: patches(cluster, A) == 1, 2)
+    post(h, A, status="resolved")  # must not overtake the firing post
+    time.sleep(0.1)
+    assert not h.state(A).alerts and intake.pending() == 2  # both wait for A's retry, in order
+    assert intake.join(5)
+    assert h.state(A).alerts["fp-gpu-a-GPUFault"].status == "resolved"
+
+
+def test_an_api_failure_that_outlasts_the_retries_is_dropped_counted_and_the_queue_empties(
+        cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    intake = slow_retries(h, (0.1, 0.1), hold_off=0.0)
+    cluster.fail("PATCH", f"/api/v1/nodes/{A}$", 500, times=3)  # the first try and both retries
+    post(h, A)
+    post(h, B)
+    assert intake.join(3) and intake.pending() == 0
+    assert patches(cluster, A) == 3 and not h.state(A).alerts and h.state(B).active
+    assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1

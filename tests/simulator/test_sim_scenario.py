@@ -1,0 +1,70 @@
+"""Scenario files: shipped ones load, bad ones are refused with file:line and why (as the policy is)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.detection import load_rules
+from simulator.scenario import ScenarioError, check_alerts, load_scenario, parse_scenario, shipped_scenarios
+from tests.support import paths
+
+REPO = paths.REPO
+
+
+def test_every_shipped_scenario_loads_and_names_only_real_alerts() -> None:
+    names = shipped_scenarios()
+    assert {"llama3", "rsc1", "rsc2", "mixed-1000"} <= set(names)
+    alerts = set(load_rules(REPO / "rules"))
+    for name in names:
+        sc = load_scenario(name)
+        check_alerts(sc, alerts, "rules/")
+        assert sc.training, name  # every shipped scenario reports an ETTR
+        assert sc.small is not None, name  # ... and a job success rate
+
+
+def test_llama3_scenario_is_the_papers_run() -> None:
+    sc = load_scenario("llama3")
+    assert sc.days == 54
+    assert sc.training[0].nodes * sc.gpus_per_node == 16384
+    assert sc.rate_per_1000_node_days == pytest.approx(419 / (2048 * 54) * 1000)
+
+
+@pytest.mark.parametrize(("text", "line", "fragment"), [
+    ("days: 10\nfleet:\n  pools: {a: many}\n", 3, "fleet.pools.a: expected an integer >= 1"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\nfailures:\n  rate: often\n", 5, "failures.rate: expected failures per 1,000"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\nfailures:\n  ratee: 3\n", 5, "failures.ratee: unknown key"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ndays: 20\n", 4, "days: set twice, on lines 1 and 4"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\nremediation:\n  reboot: {duration: soon}\n", 5,
+     "remediation.reboot.duration: expected a duration"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\nremediation:\n  reboot: {success: 1.5}\n", 5,
+     "remediation.reboot.success: expected a number >= 0 and <= 1"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ncauses:\n  X: {kind: hardware, fixed_by: {reboot: 0.5}}\n", 5,
+     "causes.X.fixed_by: probabilities must add up to 1"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\njobs:\n  training:\n    - {nodes: 2, checkpoint_interval: 5m, pool: b}\n",
+     6, "jobs.training[0].pool: no such pool"),
+    ("fleet:\n  pools: {a: 4}\n", None, "days: required"),
+])
+def test_bad_scenarios_name_file_line_and_why(text: str, line: int | None, fragment: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(text, "bad.yaml")
+    message = str(err.value)
+    assert message.startswith(f"bad.yaml:{line}: " if line else "bad.yaml: "), message
+    assert fragment in message, message
+
+
+def test_a_cause_naming_an_alert_the_rules_lack_is_refused(tmp_path: Path) -> None:
+    sc = parse_scenario("days: 1\nfleet: {pools: {a: 2}}\ncauses:\n  Faulty GPU: {alert: NoSuchAlert, kind: hardware,"
+                        " fixed_by: {reboot: 1}}\n", "s.yaml")
+    with pytest.raises(ScenarioError, match=r"causes\.Faulty GPU\.alert: no alert 'NoSuchAlert'"):
+        check_alerts(sc, set(load_rules(REPO / "rules")), "rules/")
+
+
+def test_a_missing_or_non_utf8_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "nope.yaml")
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"days: 1\n# caf\xe9\n")
+    with pytest.raises(ScenarioError, match=r"latin1.yaml:2: <file>: not UTF-8"):
+        load_scenario(bad)
