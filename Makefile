@@ -76,7 +76,7 @@ dashboards: deps
 runbooks: deps
 	$(BIN)/python docs/runbooks/generate.py
 
-# Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from remediator/policy.py's parsers
+# Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from the policy reader (remediator/policy/)
 # (tests/chart/test_policy_schema.py fails while it is stale), so `helm template` (Argo CD's diff) refuses a policy the
 # remediator would refuse at start. Run it after adding or changing a policy key.
 schema: deps

@@ -1,4 +1,4 @@
-"""Write the `remediator.policy` part of the chart's values.schema.json from remediator/policy.py's parsers.
+"""Write the `remediator.policy` part of the chart's values.schema.json from the remediator's policy reader.
 
     python helm/policy_schema.py           # rewrite that part of helm/gpuhealth/values.schema.json (`make schema`)
     python helm/policy_schema.py --check   # exit 1 when the committed part is stale
@@ -6,15 +6,15 @@
 `helm template` (so Argo CD's diff, `helm lint`, `helm install`) validates the values against values.schema.json,
 so a typo in `remediator.policy` fails the render, naming the key, instead of crash-looping the remediator.
 
-Nothing here restates the policy: the parsers are run (remediator.policy.read_policy) with a recording reader
+Nothing here restates the policy: the reader is run (remediator.policy.read_policy) with a recording reader
 (a YamlReader over data) on documents that each set one key:
-- a key is a section when its parser reads it with `r.section`: an object with exactly the keys it allows
+- a key is a section when it is read with `r.section`: an object with exactly the keys it allows
   (additionalProperties false) and, as required, the keys whose absence fails the parse;
 - a key read with a typed read (`r.duration`, `r.quota`, `r.integer`, `r.string`, `r.percent`) gets that read's
   schema (KINDS), given an opaque probe value: its options (choices, minimum) come with the call;
 - every key is also given plain values (null, true, false, numbers, strings, lists, mappings; the strings include
-  every string policy.py compares with, such as `off`): those the parser takes and the schema so far refuses are
-  added. A list is probed again per item.
+  every string the policy package compares with, such as `off`): those the parser takes and the schema so far
+  refuses are added. A list is probed again per item.
 The schema must never be stricter than the parser (tests/chart/test_policy_schema.py checks the policy example and the
 policy snippets of the docs): a key that no probe satisfies is left unconstrained, with its name still checked.
 """
@@ -155,16 +155,23 @@ def key_of(path: Path_) -> str:
 
 
 def _compared_strings() -> list[str]:
-    """Every string policy.py compares a value with (`in (None, "off")`, `== "none"`): the special values of
-    keys read by hand."""
+    """Every string the policy package compares a value with (`in (None, "off")`, `== "none"`): the special values
+    some keys take."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(Path(policy.__file__).read_text())):
+    for module in sorted(Path(policy.__file__).parent.glob("*.py")):
+        found |= _compared_in(module)
+    return sorted(found)
+
+
+def _compared_in(module: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text())):
         if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
                 for const in ast.walk(side):
                     if isinstance(const, ast.Constant) and isinstance(const.value, str):
                         found.add(const.value)
-    return sorted(found)
+    return found
 
 
 class Prober:

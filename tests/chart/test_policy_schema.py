@@ -1,5 +1,5 @@
 """The chart refuses at render time a `remediator.policy` the remediator would refuse at start (values.schema.json,
-whose remediator.policy part helm/policy_schema.py derives from remediator/policy.py's parsers): `helm template`,
+whose remediator.policy part helm/policy_schema.py derives from the policy reader, remediator/policy/): `helm template`,
 so Argo CD's diff, names the key, instead of a pod that crash-loops after the sync."""
 
 from __future__ import annotations

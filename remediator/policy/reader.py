@@ -1,0 +1,118 @@
+"""A YAML file read with each key's line, and the typed reads every policy key goes through: errors are
+PolicyError(file, key, line, reason). The fleet simulator reads its scenario files with it too
+(simulator/scenario.py), and helm/policy_schema.py records its typed reads to write the chart's schema."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from gpuhealth_contract import yaml_source
+from gpuhealth_contract.yaml_source import YamlSourceError
+from remediator.policy.quota import Quota
+
+
+class PolicyError(ValueError):
+    def __init__(self, source: str, key: str, line: int | None, reason: str) -> None:
+        where = f"{source}: {key}" + (f" (line {line})" if line else "")
+        super().__init__(f"{where}: {reason}")
+        self.source, self.key, self.line, self.reason = source, key, line, reason
+
+
+# What parse_duration reads (after stripping whitespace); helm/policy_schema.py gives it to the chart's schema.
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration as the policy (and Prometheus' `for`, `keep_firing_for`, intervals) write it: 30s, 10m, 1.5h.
+    ValueError if it is not one."""
+    match = DURATION.match(str(text).strip())
+    if not match:
+        raise ValueError(f"expected a duration like 30s, 10m, 1h, got {text!r}")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+class YamlReader:
+    """A YAML document with each key's line (`ladder.reboot.timeout` -> 3); each typed read takes a key's dotted
+    path and its value, and answers the value or raises the PolicyError that names the key and its line."""
+
+    def __init__(self, source: str, text: str) -> None:
+        self.source = source
+        try:
+            read = yaml_source.parse(text)
+        except YamlSourceError as exc:
+            raise PolicyError(source, exc.key, exc.line, exc.reason) from exc
+        self.data: Any = read.data
+        self.lines: dict[str, int] = read.lines
+
+    def fail(self, key: str, reason: str) -> PolicyError:
+        return PolicyError(self.source, key, self.lines.get(key), reason)
+
+    def section(self, key: str, allowed: set[str], value: Any = None) -> dict[str, Any]:
+        data = self.data if not key else value
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise self.fail(key or "<file>", "expected a mapping")
+        for k in data:
+            if k not in allowed:
+                full = f"{key}.{k}" if key else str(k)
+                raise self.fail(full, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        return data
+
+    def duration(self, key: str, value: Any, optional: bool = False) -> timedelta | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool):
+            raise self.fail(key, "expected a duration like 30s, 10m, 1h")
+        if isinstance(value, int | float) and value >= 0:
+            return timedelta(seconds=value)
+        try:
+            return parse_duration(str(value))
+        except ValueError:
+            null = " or null" if optional else ""
+            raise self.fail(key, f"expected a duration like 30s, 10m, 1h{null}, got {value!r}") from None
+
+    def quota(self, key: str, value: Any) -> Quota:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return Quota(count=value)
+        text = str(value).strip()
+        if text.endswith("%"):
+            try:
+                pct = float(text[:-1])
+            except ValueError:
+                pct = -1
+            if 0 < pct <= 100:
+                return Quota(percent=pct)
+        raise self.fail(key, f"expected a node count (0 or more) or a percentage like \"10%\", got {value!r}")
+
+    def integer(self, key: str, value: Any, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def boolean(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {value!r}")
+        return value
+
+    def string(self, key: str, value: Any, choices: tuple[str, ...] = (), optional: bool = False) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        if choices and value not in choices:
+            raise self.fail(key, f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def percent(self, key: str, value: Any) -> float:
+        text = str(value).strip()
+        try:
+            pct = float(text[:-1]) if text.endswith("%") else -1.0
+        except ValueError:
+            pct = -1.0
+        if not 0 < pct <= 100:
+            raise self.fail(key, f"expected a percentage like \"30%\", got {value!r}")
+        return pct
