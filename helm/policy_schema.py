@@ -357,7 +357,7 @@ def policy_schema() -> Schema:
     """The schema of the chart's remediator.policy: the policy file's, from the parsers."""
     schema = Prober().schema(())
     return {"description": "overrides of the policy file (remediator/policy.example.yaml); generated from "
-                           "remediator/policy.py by `make schema`", **schema}
+                           "remediator/policy/ by `make schema`", **schema}
 
 
 # --- the file ---
