@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --once: also print the node conditions the agent would write, on stderr")
     p.add_argument("--listen", metavar="[ADDR]:PORT", help="where to serve /metrics (default :9842)")
     p.add_argument("--node", metavar="NAME", help="this node's name, for node conditions (default $NODE_NAME)")
+    _add_probe_flags(p)
+    _add_agent_flags(p)
+    return p
+
+
+def _add_probe_flags(p: argparse.ArgumentParser) -> None:
+    """What the probes read: the kernel log, dcgmi, dcgm-exporter, sysfs, and what the node should have."""
     p.add_argument("--kmsg-file", metavar="PATH",
                    help="follow a kernel-log file instead of /dev/kmsg (dmesg, dmesg -T, ISO, syslog, raw kmsg)")
     p.add_argument("--kmsg-device", metavar="PATH", help="kernel log device (default /dev/kmsg)")
@@ -159,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--efa-counters", type=_efa_counters, metavar="default|all|NAME[,NAME]",
                    help="EFA hw_counters to export: default (the health signals: errors, drops, retransmits, "
                         "timeouts, unresponsive/impaired remotes), all, or names, e.g. default,tx_bytes")
+
+
+def _add_agent_flags(p: argparse.ArgumentParser) -> None:
+    """Which probes run, and the agent's own work: conditions, the pod-resources map, the reset marker, the API."""
     p.add_argument("--disable", type=_probe_list, action="append", default=[], metavar="PROBE[,PROBE]",
                    help="turn probes off")
     p.add_argument("--enable", type=_probe_list, action="append", default=[], metavar="PROBE[,PROBE]",
@@ -181,7 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory with the service-account token and ca.crt for the API server "
                         "(default /var/run/secrets/kubernetes.io/serviceaccount, the kubelet's mount)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    return p
 
 
 def _readable(flag: str, path: str) -> None:
@@ -361,15 +371,7 @@ def serve(s: Settings) -> None:
             log.warning("cannot read node %s (%s): will retry", s.node, exc)
         if not s.instance_type:
             s = _with_instance_type_from_node(s, watch.node())
-    runners = [ProbeRunner(probe, snapshot, interval, deadline) for probe, interval, deadline in build_probes(s, False)]
-    release = GpuResetRelease(runners, snapshot, watch.annotations) if watch is not None else None
-    if release is not None:
-        try:
-            release.poll()  # a marker already there is obeyed before any probe runs
-        except Exception:  # a failed read is handled inside (the probes run); anything else must not stop start-up
-            log.exception("GPU reset marker not read at start-up (will retry)")
-    for runner in runners:
-        runner.start(stop)
+    release = _start_probes(s, snapshot, watch, stop)
     reader = pod_resources_reader(s)
     if reader is not None:
         reader.start(stop)
@@ -400,6 +402,22 @@ def serve(s: Settings) -> None:
     signal.signal(signal.SIGTERM, shut_down)
     with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
+
+
+def _start_probes(s: Settings, snapshot: Snapshot, watch: NodeWatch | None,
+                  stop: threading.Event) -> GpuResetRelease | None:
+    """Every probe's runner, started once a GPU reset marker already on the Node is obeyed; the reset release that
+    pauses them (None without the Node's watch)."""
+    runners = [ProbeRunner(probe, snapshot, interval, deadline) for probe, interval, deadline in build_probes(s, False)]
+    release = GpuResetRelease(runners, snapshot, watch.annotations) if watch is not None else None
+    if release is not None:
+        try:
+            release.poll()  # a marker already there is obeyed before any probe runs
+        except Exception:  # a failed read is handled inside (the probes run); anything else must not stop start-up
+            log.exception("GPU reset marker not read at start-up (will retry)")
+    for runner in runners:
+        runner.start(stop)
+    return release
 
 
 def _listen_error(listen: str) -> str | None:

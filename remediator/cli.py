@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from kubernetes.client.exceptions import ApiException
 
@@ -265,12 +265,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuhealth-remediator", description=__doc__)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    who = os.environ.get("USER") or getpass.getuser()
+    _add_serve(sub)
+    _add_plan(sub)
+    _add_classify(sub)
+    _add_hold_and_release(sub, who)
+    _add_cleanup(sub, who)
+    return p
 
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--policy", help="policy YAML (default: built-in defaults)")
 
+# what add_subparsers returns: the subcommands are added to it (subscripted only for the type checker)
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _policy_arg(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--policy", help="policy YAML (default: built-in defaults)")
+
+
+def _add_serve(sub: _Commands) -> None:
     s = sub.add_parser("serve", help="run the webhook receiver and the remediation loop (one process, waitress)")
-    common(s)
+    _policy_arg(s)
     s.add_argument("--listen", default="0.0.0.0:9095")
     s.add_argument("--metrics-listen", metavar="HOST:PORT",
                    help="serve /healthz, /readyz and /metrics here, on 2 threads and 32 connections of their own, and "
@@ -298,8 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kubeconfig")
     s.set_defaults(func=cmd_serve)
 
+
+def _add_plan(sub: _Commands) -> None:
     pl = sub.add_parser("plan", help="print the decisions serve would make now, as JSON lines (no cluster)")
-    common(pl)
+    _policy_arg(pl)
     pl.add_argument("--nodes", required=True, help="kubectl get nodes -o json")
     pl.add_argument("--pods", help="kubectl get pods -A -o json (without it, drains and Jobs are deferred: "
                     "pods unknown)")
@@ -326,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "or the --from-alertmanager URL)")
     pl.set_defaults(func=cmd_plan)
 
+
+def _add_classify(sub: _Commands) -> None:
     c = sub.add_parser(
         "classify", help="why did a workload pod fail: infra, app or unknown, with the evidence (no cluster)",
         description="Classify one Failed pod as infra (the platform: preemption, eviction, a node fault around the "
@@ -334,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         'one JSON object: {"class": ..., "reason": ..., "evidence": [...]}. Node alerts count from '
         "workloads.look_behind before to workloads.look_ahead after the failure (policy; 10m and 5m by default). "
         "Bad input: exit 2 and one line naming the file and why. docs/jobs.md explains the evidence.")
-    common(c)
+    _policy_arg(c)
     c.add_argument("--pod", required=True, metavar="POD.json", help="kubectl get pod NAME -n NS -o json")
     c.add_argument("--node-alerts", nargs="+", action="extend", metavar="PAYLOAD.json",
                    help="Alertmanager v4 webhook bodies with the node's alerts (as the remediator receives them)")
@@ -342,9 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kubectl get events -A -o json: gpuhealth's drain/reset/reboot/replace Events on the node")
     c.set_defaults(func=cmd_classify)
 
-    who = os.environ.get("USER") or getpass.getuser()
+
+def _add_hold_and_release(sub: _Commands, who: str) -> None:
     h = sub.add_parser("hold", help="stop gpuhealth acting on a node (a person takes over)")
-    common(h)
+    _policy_arg(h)
     h.add_argument("node")
     h.add_argument("--reason", required=True)
     h.add_argument("--by", default=who)
@@ -353,13 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_hold)
 
     r = sub.add_parser("release", help="hand a held (or quiet) node back to gpuhealth")
-    common(r)
+    _policy_arg(r)
     r.add_argument("node")
     r.add_argument("--by", default=who)
     r.add_argument("--kubeconfig")
     r.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
     r.set_defaults(func=cmd_release)
 
+
+def _add_cleanup(sub: _Commands, who: str) -> None:
     cl = sub.add_parser(
         "cleanup", help="take gpuhealth's marks off every Node (what `helm uninstall`'s pre-delete hook runs)",
         description="Stop the remediators (take their Lease), wait for gpuhealth's reset and reboot Jobs still "
@@ -368,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
         "its DeviceTaintRules and the node conditions gpuhealth wrote. A held node, a node whose state cannot be "
         "read and a node whose Job still runs are left as they are. Exit 1 when anything is left or could not be "
         "undone, with a summary; run it again (it is idempotent). docs/install.md, \"Uninstalling\".")
-    common(cl)
+    _policy_arg(cl)
     cl.add_argument("--wait", type=_duration, default=timedelta(minutes=5), metavar="DURATION",
                     help="at most this long for gpuhealth's Jobs still running (default 5m); a Job is never stopped")
     cl.add_argument("--hold", type=_duration, default=timedelta(minutes=2), metavar="DURATION",
@@ -378,7 +399,6 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--kubeconfig")
     cl.add_argument("--dry-run", action="store_true", help="say what would be undone; change nothing")
     cl.set_defaults(func=cmd_cleanup)
-    return p
 
 
 def _api_message(exc: ApiException) -> str:

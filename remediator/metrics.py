@@ -70,6 +70,15 @@ HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_t
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._ladder_and_webhooks()
+        self._loop()
+        self._events_and_http()
+        self._alertmanager()
+        self._workloads()
+        self._zero_label_values()
+
+    def _ladder_and_webhooks(self) -> None:
+        """The ladder's decisions and the webhook's requests."""
         r = self.registry
         self.actions = Counter("gpuhealth_remediator_actions", "Ladder decisions, by action and result "
                                "(executed, failed, deferred, skipped, dry_run; not_started: a reset or reboot Job "
@@ -84,6 +93,10 @@ class Metrics:
                                       "Rejected webhook requests by reason", ["reason"], registry=r)
         self.alerts_ignored = Counter("gpuhealth_remediator_alerts_ignored",
                                       "Alerts in valid webhooks that could not be acted on", ["reason"], registry=r)
+
+    def _loop(self) -> None:
+        """The leader's loop: budgets, the breaker, monitoring faults, the Lease, API errors, passes."""
+        r = self.registry
         self.budget_in_use = Gauge("gpuhealth_remediator_budget_in_use", "Nodes counted against a budget",
                                    ["pool", "budget"], registry=r)
         self.budget_limit = Gauge("gpuhealth_remediator_budget_limit", "Budget limits", ["pool", "budget"], registry=r)
@@ -101,6 +114,10 @@ class Metrics:
         self.rung_timeouts = Counter("gpuhealth_remediator_rung_timeouts", "Rungs that passed their timeout",
                                      ["rung"], registry=r)
         self.passes = Counter("gpuhealth_remediator_reconcile_passes", "Reconcile passes run as leader", registry=r)
+
+    def _events_and_http(self) -> None:
+        """The audit trail's Events, and the requests the HTTP server answered itself."""
+        r = self.registry
         # The audit trail (actions.EventOutbox): Events the API could not take yet, sent late, or lost.
         self.events_pending = Gauge("gpuhealth_remediator_events_pending", "Kubernetes Events kept to send again "
                                     "after the API failed to take them", registry=r)
@@ -112,6 +129,10 @@ class Metrics:
                                      "unanswered)", ["reason"], registry=r)
         self.events_dropped = Counter("gpuhealth_remediator_events_dropped", "Events never sent: refused by the API "
                                       "(a 4xx) or pushed out of a full outbox", ["reason"], registry=r)
+
+    def _alertmanager(self) -> None:
+        """The sync with Alertmanager, and the Lease let go."""
+        r = self.registry
         # Level-triggered reconciliation against Alertmanager's active alerts (remediator/intake/alert_sync.py).
         self.am_syncs = Counter("gpuhealth_remediator_alertmanager_syncs", "Reads of Alertmanager's active alerts "
                                 "to reconcile the Nodes' records, by result (ok, error)", ["result"], registry=r)
@@ -131,6 +152,10 @@ class Metrics:
         self.lease_releases = Counter("gpuhealth_remediator_lease_releases", "Times this replica let the Lease go "
                                       "because its pass did not end by its deadline (a standby takes over)",
                                       registry=r)
+
+    def _workloads(self) -> None:
+        """Workload failures, and Karpenter's node repair watching a node gpuhealth works on."""
+        r = self.registry
         # Workload failures (remediator/workloads/watcher.py; names fixed: the job-reliability dashboard reads them).
         self.workload_failures = Counter("gpuhealth_workload_failures", "Failed workload pods by class "
                                          "(infra, app, unknown) and reason", ["class", "reason", "namespace"],
@@ -150,6 +175,9 @@ class Metrics:
         self.workload_node_suspect = Gauge("gpuhealth_workload_node_suspect_workloads", "Workloads whose pods failed "
                                            "on the node, with the node as a suspect (a node fault, unknown), in "
                                            "workloads.node_suspect_window", ["node", "pool"], registry=r)
+
+    def _zero_label_values(self) -> None:
+        """Every known label value at 0 from the start: increase() sees the first one."""
         for counter, values in ((self.webhook_errors, WEBHOOK_ERROR_REASONS),
                                 (self.alerts_ignored, ALERT_IGNORED_REASONS),
                                 (self.api_errors, API_OPERATIONS),

@@ -248,16 +248,7 @@ class Executor:
                 self._fail_rung(plan, node, now)  # not quarantined: the next pass hands it to the node ladder
                 raise
         if d.action == Action.DRAIN:
-            pods = evictable_pods(kube.pods_on(d.node))  # as they are now, not as listed
-            if plan.drain_only is not None:
-                pods = [p for p in pods if plan.drain_only.includes(p)]
-            # as Karpenter's drain: a pod with an active karpenter.sh/do-not-disrupt stays (unless forced at timeout)
-            spare = (lambda p: p.protected(now)) if policy.drain.honor_pod_do_not_disrupt and not d.force else None
-            result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
-                                guard=self.guard.check, spare=spare, stop=lambda: held_now(kube, d.node))
-            if result.errors and not result.evicted and not result.blocked:
-                raise RuntimeError(f"drain pass failed: {result.summary()}")
-            return result.summary() if (result.evicted or result.errors or result.stopped or d.new) else ""
+            return self._drain(d, plan, now)
         at_gpu_scope = plan.final_state.scope == Scope.GPU and d.action == Action.RESET_GPU
         tainted = any(t.get("key") == TAINT_KEY for t in api_objects.taints(node))
         if not at_gpu_scope and not tainted:
@@ -265,19 +256,7 @@ class Executor:
         if at_gpu_scope and view.taint_api is not None and not self.taints.ours(view.taint_api, d.node):
             raise RuntimeError("gpuhealth's device taints are gone from the GPU: a person took over; not starting")
         if d.action in (Action.RESET_GPU, Action.REBOOT):
-            assert d.job is not None
-            try:
-                created = kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
-            except (Forbidden, Rejected) as exc:
-                if isinstance(exc, Rejected) and exc.throttled:
-                    raise
-                why = f"the API server refused the Job ({exc}: {_status_message(exc)})"
-                self._fail_rung(plan, node, now, not_started=why)
-                raise JobRefused(f"{NOT_STARTED}: job {policy.jobs.namespace}/{d.job}: {why}. It touched no GPU: "
-                                 "gpuhealth's own breakage (its RBAC, its Jobs' admission policy, a chart and an "
-                                 "image of different releases), not the node's; the ladder does not climb for "
-                                 "it") from exc
-            return f"job {policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
+            return self._start_job(d, plan, node, now)
         if d.action == Action.REPLACE:
             try:
                 return replace_node(kube, d.node, policy, now, d.reason)
@@ -285,6 +264,37 @@ class Executor:
                 self._fail_rung(plan, node, now)
                 raise
         raise ValueError(f"unknown action {d.action}")
+
+    def _drain(self, d: Decision, plan: NodePlan, now: datetime) -> str:
+        """One drain pass over the pods on the node now (not as listed), within the plan's GPU pods if it has them."""
+        kube, policy = self.kube, self.policy
+        pods = evictable_pods(kube.pods_on(d.node))
+        if plan.drain_only is not None:
+            pods = [p for p in pods if plan.drain_only.includes(p)]
+        # as Karpenter's drain: a pod with an active karpenter.sh/do-not-disrupt stays (unless forced at timeout)
+        spare = (lambda p: p.protected(now)) if policy.drain.honor_pod_do_not_disrupt and not d.force else None
+        result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
+                            guard=self.guard.check, spare=spare, stop=lambda: held_now(kube, d.node))
+        if result.errors and not result.evicted and not result.blocked:
+            raise RuntimeError(f"drain pass failed: {result.summary()}")
+        return result.summary() if (result.evicted or result.errors or result.stopped or d.new) else ""
+
+    def _start_job(self, d: Decision, plan: NodePlan, node: RawNode, now: datetime) -> str:
+        """The reset or reboot Job; one the API server refuses fails the rung as not started (gpuhealth's own)."""
+        policy = self.policy
+        assert d.job is not None
+        try:
+            created = self.kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
+        except (Forbidden, Rejected) as exc:
+            if isinstance(exc, Rejected) and exc.throttled:
+                raise
+            why = f"the API server refused the Job ({exc}: {_status_message(exc)})"
+            self._fail_rung(plan, node, now, not_started=why)
+            raise JobRefused(f"{NOT_STARTED}: job {policy.jobs.namespace}/{d.job}: {why}. It touched no GPU: "
+                             "gpuhealth's own breakage (its RBAC, its Jobs' admission policy, a chart and an "
+                             "image of different releases), not the node's; the ladder does not climb for "
+                             "it") from exc
+        return f"job {policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
 
     def _fail_rung(self, plan: NodePlan, node: RawNode, now: datetime, not_started: str | None = None) -> None:
         """The step that started the plan's rung failed: the rung is failed, written on our own write's
