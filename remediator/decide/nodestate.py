@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -75,7 +75,11 @@ def parse_time(value: str) -> datetime:
 
 
 def fmt_time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 in UTC with microseconds (`2026-12-02T09:37:37.851000Z`). isoformat, not strftime: its %Y writes a
+    year before 1000 without its zeros (`1-01-01...`, Go's zero time), which no RFC 3339 reader takes back."""
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -194,8 +198,8 @@ class NodeState:
         return replace(self, actions=(*recent, now), **changes)
 
     def to_json(self) -> str:
-        data = _json_times(asdict(self))
-        data["alerts"] = {fp: _json_times(a) for fp, a in data["alerts"].items()}
+        data = _fields_json(self, _STATE_FIELDS)
+        data["alerts"] = {fp: _fields_json(a, _ALERT_FIELDS) for fp, a in self.alerts.items()}
         data["actions"] = [fmt_time(t) for t in self.actions]
         if not self.pending:  # the annotation as before where nothing is pending
             del data["pending"]
@@ -255,11 +259,15 @@ class NodeState:
 
 # The times the annotation holds, as RFC 3339 text there and datetime in memory (NodeState.to_json / from_json)
 _STATE_TIMES = ("episode", "rung_started", "rung_done", "healthy_since")
+_STATE_FIELDS = tuple(f.name for f in fields(NodeState) if f.name != "alerts")
+_ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
 _ALERT_TIMES = ("starts_at", "last_seen", "ends_at")
 
 
-def _json_times(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: fmt_time(v) if isinstance(v, datetime) else v for k, v in data.items()}
+def _fields_json(record: NodeState | AlertRecord, names: tuple[str, ...]) -> dict[str, Any]:
+    """A record's fields as its JSON holds them: times as RFC 3339 (the words are str, the tuples lists as they are).
+    Not dataclasses.asdict: its deep copy of every value cost a recording more than all the rest of it."""
+    return {name: fmt_time(v) if isinstance(v := getattr(record, name), datetime) else v for name in names}
 
 
 def _read_times(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -319,7 +327,7 @@ def bounded_alerts(state: NodeState) -> NodeState:
     for fp, a in sorted(state.alerts.items(), key=lambda item: _keep_rank(*item), reverse=True):
         if len(kept) == MAX_ALERT_RECORDS:
             break
-        entry = len(_compact_json({fp: _json_times(asdict(a))})) - 1  # "fp":{...} and a comma
+        entry = len(_compact_json({fp: _fields_json(a, _ALERT_FIELDS)})) - 1  # "fp":{...} and a comma
         if size + entry <= room:
             kept.add(fp)
             size += entry

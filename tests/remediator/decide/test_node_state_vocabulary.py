@@ -37,3 +37,19 @@ def test_a_state_without_the_optional_words_reads_as_before() -> None:
 def test_an_unknown_word_is_a_damaged_state_not_a_guess(key: str, word: str | None) -> None:
     with pytest.raises(ValueError, match=f"state annotation: {key} {word!r} is unknown"):
         NodeState.from_json(json.dumps({**WRITTEN, key: word}))
+
+
+def test_times_are_datetimes_in_memory_and_rfc3339_on_the_node_even_go_s_zero_time() -> None:
+    """A record kept from before the webhook refused a zero startsAt (Go's 0001-01-01) is written back in a form
+    every RFC 3339 reader takes, and reads back as the same instant: the state is never damaged by its own write."""
+    from datetime import UTC, datetime
+
+    raw = ('{"v": 1, "episode": "2026-12-02T10:00:00Z", "alerts": {"fp": {"name": "GPUFault", "remediation": "cordon", '
+           '"status": "firing", "starts_at": "0001-01-01T00:00:00Z", "last_seen": "2026-12-02T10:00:00.5Z"}}}')
+    state = NodeState.from_json(raw)
+    assert state.episode == datetime(2026, 12, 2, 10, tzinfo=UTC)
+    assert state.alerts["fp"].starts_at == datetime(1, 1, 1, tzinfo=UTC)
+    written = json.loads(state.to_json())
+    assert written["alerts"]["fp"]["starts_at"] == "0001-01-01T00:00:00.000000Z"
+    assert written["alerts"]["fp"]["last_seen"] == "2026-12-02T10:00:00.500000Z"
+    assert NodeState.from_json(state.to_json()) == state
