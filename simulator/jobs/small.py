@@ -79,12 +79,14 @@ class SmallJobs:
         return self.jobs.get(int(owner[len(OWNER_PREFIX):]))
 
     def _leave(self, job: SmallJob) -> None:
+        # the job holds no node from here on: a node it gives back can start a training job that preempts small jobs,
+        # and one still listing its nodes would be preempted too, queued to start again while it ends
         job.token += 1
-        for s in job.nodes:
+        nodes, job.nodes = job.nodes, []
+        for s in nodes:
             node = self._fleet.nodes[s]
             if node.workload == f"{OWNER_PREFIX}{job.jid}":
                 self._placement.release(node)
-        job.nodes = []
 
     def _end(self, job: SmallJob, outcome: str) -> None:
         t = self.tally
