@@ -64,6 +64,7 @@ class Reconciler:
 
     def run_once(self) -> list[NodePlan] | None:
         """Reconcile if leader (None when not). A dry run takes no part in the election: it only reads."""
+        self.next_due = None  # set again only by a pass that ends: a stale one must not shorten the waits
         if not self.elector.takes_part:
             return self.reconcile()
         leader = self.elector.try_acquire()
@@ -102,9 +103,8 @@ class Reconciler:
     def wait_s(self, interval: float) -> float:
         """Until the next pass: --interval, or less when a rung's timeout, an escalation, the healthy delay or the
         like falls due before it (the ladder's own word for when, decide/wake.py), but at least MIN_WAIT_S."""
-        if self.next_due is None:
-            return interval
-        return min(interval, max(MIN_WAIT_S, (self.next_due - self.clock()).total_seconds()))
+        left = (self.next_due - self.clock()).total_seconds() if self.next_due is not None else interval
+        return interval if left <= 0 else min(interval, max(MIN_WAIT_S, left))
 
     def reconcile(self) -> list[NodePlan]:
         self.metrics.passes.inc()

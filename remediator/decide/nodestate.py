@@ -253,7 +253,7 @@ class NodeState:
                     except ValueError:
                         raise ValueError(f"state annotation: {key} {rest[key]!r} is unknown") from None
             return cls(alerts=alerts, **rest)
-        except (TypeError, AttributeError) as exc:
+        except (TypeError, AttributeError, OverflowError) as exc:  # overflow: a time past year 9999 in UTC
             raise ValueError(f"state annotation is damaged: {exc}") from exc
 
 

@@ -53,3 +53,10 @@ def test_times_are_datetimes_in_memory_and_rfc3339_on_the_node_even_go_s_zero_ti
     assert written["alerts"]["fp"]["starts_at"] == "0001-01-01T00:00:00.000000Z"
     assert written["alerts"]["fp"]["last_seen"] == "2026-12-02T10:00:00.500000Z"
     assert NodeState.from_json(state.to_json()) == state
+
+
+def test_a_time_past_what_a_datetime_holds_is_a_damaged_state_not_a_crash() -> None:
+    """Year 9999 at UTC-1 is past year 9999 in UTC: read as a damaged state (the node left alone), not an
+    OverflowError that would fail the whole pass."""
+    with pytest.raises(ValueError, match="damaged"):
+        NodeState.from_json('{"v": 1, "episode": "9999-12-31T23:59:59-01:00"}')

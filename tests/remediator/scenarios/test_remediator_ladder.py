@@ -486,3 +486,5 @@ def test_serve_waits_for_the_ladders_next_time_when_it_falls_before_the_interval
     assert loop.wait_s(5) == 5  # never longer than the interval
     h.now += timedelta(seconds=19.5)
     assert loop.wait_s(60) == 1  # due in half a second: at least a second between passes
+    h.now += timedelta(minutes=5)
+    assert loop.wait_s(60) == 60  # past and no pass since (lost Lease, API down): the interval, never a 1 s loop
