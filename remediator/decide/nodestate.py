@@ -53,6 +53,7 @@ MAX_STATE_BYTES = 64 * 1024
 # What a pass may add to a state a recording just filled (the rung, its times and Job, a GPU scope's devices, paused
 # operand labels, monitoring-fault fingerprints): the records leave this much of MAX_STATE_BYTES to it
 PASS_RESERVE_BYTES = 4 * 1024
+MAX_RECORDS_BYTES = MAX_STATE_BYTES - PASS_RESERVE_BYTES  # what a recording may fill
 
 RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
@@ -257,11 +258,12 @@ class NodeState:
             raise ValueError(f"state annotation is damaged: {exc}") from exc
 
 
-# The times the annotation holds, as RFC 3339 text there and datetime in memory (NodeState.to_json / from_json)
-_STATE_TIMES = ("episode", "rung_started", "rung_done", "healthy_since")
+# The fields the annotation holds, and of them the times: RFC 3339 text there, datetime in memory (to_json /
+# from_json). The times are read off the fields' types, so a new one is never written as a time and read as text.
 _STATE_FIELDS = tuple(f.name for f in fields(NodeState) if f.name != "alerts")
 _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
-_ALERT_TIMES = ("starts_at", "last_seen", "ends_at")
+_STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
+_ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 
 
 def _fields_json(record: NodeState | AlertRecord, names: tuple[str, ...]) -> dict[str, Any]:
@@ -317,10 +319,9 @@ def _keep_rank(fingerprint: str, a: AlertRecord) -> tuple[bool, bool, int, datet
 
 
 def bounded_alerts(state: NodeState) -> NodeState:
-    """`state` with at most MAX_ALERT_RECORDS alert records and its annotation at most MAX_STATE_BYTES less
-    PASS_RESERVE_BYTES long: the records it keeps are those of highest _keep_rank that fit."""
-    room = MAX_STATE_BYTES - PASS_RESERVE_BYTES
-    if len(state.alerts) <= MAX_ALERT_RECORDS and len(state.to_json()) <= room:
+    """`state` with at most MAX_ALERT_RECORDS alert records and its annotation at most MAX_RECORDS_BYTES long: the
+    records it keeps are those of highest _keep_rank that fit."""
+    if len(state.alerts) <= MAX_ALERT_RECORDS and len(state.to_json()) <= MAX_RECORDS_BYTES:
         return state
     size = len(replace(state, alerts={}).to_json())
     kept: set[str] = set()
@@ -328,7 +329,7 @@ def bounded_alerts(state: NodeState) -> NodeState:
         if len(kept) == MAX_ALERT_RECORDS:
             break
         entry = len(_compact_json({fp: _fields_json(a, _ALERT_FIELDS)})) - 1  # "fp":{...} and a comma
-        if size + entry <= room:
+        if size + entry <= MAX_RECORDS_BYTES:
             kept.add(fp)
             size += entry
     return replace(state, alerts={fp: a for fp, a in state.alerts.items() if fp in kept})

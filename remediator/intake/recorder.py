@@ -21,8 +21,7 @@ from remediator.clock import Clock
 from remediator.decide import api_objects
 from remediator.decide.nodestate import (
     MAX_ALERT_RECORDS,
-    MAX_STATE_BYTES,
-    PASS_RESERVE_BYTES,
+    MAX_RECORDS_BYTES,
     STATE_ANNOTATION,
     AlertRecord,
     NodeState,
@@ -136,7 +135,7 @@ class Recorder:
         self.metrics.alert_ignored(AlertIgnoredReason.STATE_FULL, len(forgotten))
         log.warning("recording alerts on %s: the state annotation is at its cap (%d alert records, %d bytes of "
                     "records): %d record(s) forgotten, resolved and lowest-rung first", node, MAX_ALERT_RECORDS,
-                    MAX_STATE_BYTES - PASS_RESERVE_BYTES, len(forgotten))
+                    MAX_RECORDS_BYTES, len(forgotten))
         audit("alerts_forgotten", node=node, fingerprints=forgotten[:20], count=len(forgotten))
 
 
