@@ -106,6 +106,10 @@ class Metrics:
                                       "gpuhealth's own alerts (by alert, probe and reason) while it counts as a "
                                       "monitoring fault, which starts no node action (0: not one now)",
                                       ["pool", "alert", "probe", "reason"], registry=r)
+        self.correlated_fault = Gauge("gpuhealth_remediator_correlated_fault_nodes", "Nodes that share a value of a "
+                                      "topology label (policy correlation.labels) firing the same alert at once, while "
+                                      "it counts as one correlated fault that climbs no node (0: not one now)",
+                                      ["alert", "label", "value"], registry=r)
         self.leader = Gauge("gpuhealth_remediator_leader", "1 while this replica holds the Lease", registry=r)
         self.api_errors = Counter("gpuhealth_remediator_api_errors", "Kubernetes API errors by operation",
                                   ["operation"], registry=r)

@@ -55,7 +55,7 @@ class Alerting:
         gpu = str(fault.gpu) if fault.cause.scope == "gpu" else None
         now = to_datetime(self._queue.now)
         return AlertRecord(name=rule.name, remediation=rule.remediation, status="firing", starts_at=starts,
-                           last_seen=now, ends_at=None, gpu=gpu)
+                           last_seen=now, ends_at=None, gpu=gpu, max_rung=rule.max_rung)
 
     def _send_again(self, node: SimNode, fp: str, starts: datetime, fault: Fault) -> None:
         rule = self._pipe.alerts[fault.alert or ""]
@@ -92,6 +92,6 @@ class Alerting:
             return
         now = to_datetime(self._queue.now)
         record = AlertRecord(name=old.name, remediation=old.remediation, status="resolved", starts_at=starts,
-                             last_seen=now, ends_at=now, gpu=old.gpu)
+                             last_seen=now, ends_at=now, gpu=old.gpu, max_rung=old.max_rung)
         self._record(node, fp, record)
         self._passes.request(self._queue.now, wake=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from remediator.decide.nodestate import max_rung_of
 from remediator.policy import parse_duration
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,6 +51,7 @@ def _seconds(text: Any, where: str) -> float:
 class AlertRule:
     name: str
     remediation: str
+    max_rung: str | None  # the ceiling of a persisting fault (nodestate.max_rung_of of its label)
     for_s: float
     keep_firing_for_s: float
     evaluation_interval_s: float
@@ -133,6 +135,7 @@ def load_rules(rules_dir: Path, evaluation_interval_s: float = DEFAULT_EVALUATIO
                 labels = rule.get("labels") or {}
                 out[name] = AlertRule(
                     name=name, remediation=str(labels.get("remediation", "none")),
+                    max_rung=max_rung_of(labels.get("max_rung"), str(labels.get("remediation", "none"))),
                     for_s=_seconds(rule["for"], f"{where}.for") if rule.get("for") else 0.0,
                     keep_firing_for_s=_seconds(rule["keep_firing_for"], f"{where}.keep_firing_for")
                     if rule.get("keep_firing_for") else 0.0,

@@ -41,7 +41,7 @@ class Simulation:
                  samples: bool = False) -> None:
         self.sc, self.seed = scenario, seed
         self.queue = EventQueue(scenario.duration_s)
-        self.fleet = Fleet(scenario.pools, scenario.gpus_per_node)
+        self.fleet = Fleet(scenario.pools, scenario.gpus_per_node, scenario.switches.nodes_per_switch)
         self.leader = SimLeader(policy, self.fleet.pool_sizes)
         self.passes = PassSchedule(self.queue, pipeline.pass_interval_s, self._pass)
         self.jobs = JobScheduler(self.queue, self.fleet, scenario, pipeline,

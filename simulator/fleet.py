@@ -36,6 +36,7 @@ class Fault:
 class SimNode:
     slot: int
     pool: str
+    switch: str = ""  # the switch the slot hangs off (the scenario's switches.nodes_per_switch): its topology label
     generation: int = 0
     lemon: bool = False
     rate: float = 0.0  # faults per second in service
@@ -89,7 +90,8 @@ class SimNode:
     def view(self, policy: Policy) -> NodeView:
         st = self.state
         return NodeView(
-            name=self.name, pool=self.pool, labels={policy.pools.label: self.pool}, unschedulable=self.unschedulable,
+            name=self.name, pool=self.pool, unschedulable=self.unschedulable,
+            labels={policy.pools.label: self.pool, **{label: self.switch for label in policy.correlation.labels[:1]}},
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
@@ -151,12 +153,13 @@ class Fleet:
     """The nodes by slot (a slot keeps its place when its node is replaced), their names and pools, which of them
     carry something gpuhealth recorded (the nodes a pass reads), and their time out of service."""
 
-    def __init__(self, pools: tuple[tuple[str, int], ...], gpus_per_node: int) -> None:
+    def __init__(self, pools: tuple[tuple[str, int], ...], gpus_per_node: int, nodes_per_switch: int = 16) -> None:
         self.nodes: list[SimNode] = []
         self.pool_sizes: dict[str, int] = {}
         for pool, count in pools:
             for _ in range(count):
-                self.nodes.append(SimNode(slot=len(self.nodes), pool=pool))
+                slot = len(self.nodes)
+                self.nodes.append(SimNode(slot=slot, pool=pool, switch=f"switch-{slot // nodes_per_switch}"))
             self.pool_sizes[pool] = self.pool_sizes.get(pool, 0) + count
         self.pool_of = [n.pool for n in self.nodes]
         self.by_name = {n.name: n.slot for n in self.nodes}

@@ -26,6 +26,7 @@ from remediator.clock import Clock
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode
 from remediator.decide.budget import Ledger
+from remediator.decide.correlated import SharedFault
 from remediator.decide.decision import NodePlan, SilenceCheck
 from remediator.decide.devices import claim_index, devices_by_node
 from remediator.decide.event_reasons import EventReason
@@ -60,6 +61,7 @@ class Reconciler:
         self._swept_at: datetime | None = None  # the last sweep of gpuhealth's DeviceTaintRules while at rest
         self._needed_dra = True  # the pass before read DRA (needs_dra): the next one sweeps, at rest or not
         self._monitoring_faults: set[FaultKey] = set()  # reported (gauge, audit line) by the last pass
+        self._correlated_faults: set[SharedFault] = set()  # reported (gauge, audit line) by the last pass
         self.next_due: datetime | None = None  # when the last pass's decisions change by time alone (decide/wake.py)
 
     def run_once(self) -> list[NodePlan] | None:
@@ -136,6 +138,7 @@ class Reconciler:
         try:
             self._report_budget(ledger, trips, now)
             self._report_monitoring_faults(ledger)
+            self._report_correlated_faults(ledger)
             for plan in sorted(plans, key=lambda p: not any(d.action == Action.CORDON for d in p.decisions)):
                 try:
                     self.executor.execute(plan, view_of[plan.node], by_name[plan.node], now)
@@ -266,6 +269,21 @@ class Reconciler:
         for key, nodes in faults.faults.items():
             self.metrics.monitoring_fault.labels(key.pool, key.alert, key.probe, key.reason).set(len(nodes))
         self._monitoring_faults = set(faults.faults)
+
+    def _report_correlated_faults(self, ledger: Ledger) -> None:
+        """Each correlated fault (decide/correlated.py): its nodes in the gauge while it lasts (0 after: the page
+        resolves), an audit and log line when it begins and ends."""
+        shared = ledger.correlated
+        for key in sorted(set(shared.faults) - self._correlated_faults):
+            log.warning("correlated fault: %s", shared.why(key))
+            audit("correlated_fault", alert=key.alert, label=key.label, value=key.value,
+                  nodes=sorted(shared.faults[key]), dry_run=self.kube.dry_run)
+        for key in sorted(self._correlated_faults - set(shared.faults)):
+            audit("correlated_fault_over", alert=key.alert, label=key.label, value=key.value, dry_run=self.kube.dry_run)
+            self.metrics.correlated_fault.labels(key.alert, key.label, key.value).set(0)
+        for key, nodes in shared.faults.items():
+            self.metrics.correlated_fault.labels(key.alert, key.label, key.value).set(len(nodes))
+        self._correlated_faults = set(shared.faults)
 
     def _report_budget(self, ledger: Ledger, stored_trips: dict[str, str], now: datetime) -> None:
         m = self.metrics

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from remediator.decide.correlated import CorrelatedFaults
 from remediator.decide.monitoring_fault import MonitoringFaults
 from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.decide.views import NodeView
@@ -57,6 +58,8 @@ class Ledger:
     breaker_trips: dict[str, str]  # pool -> when the breaker last tripped (kept on the Lease)
     faults: MonitoringFaults  # gpuhealth's own alerts that are its own fault this pass: they start nothing
     newly_tripped: dict[str, str] = field(default_factory=dict)
+    # the same alert on nodes behind one switch or rack this pass: it climbs no node (decide/correlated.py)
+    correlated: CorrelatedFaults = field(default_factory=lambda: CorrelatedFaults(min_nodes=0))
 
     @classmethod
     def from_views(cls, views: list[NodeView], policy: Policy, now: datetime,
@@ -89,7 +92,8 @@ class Ledger:
             if set(actionable) - set(faults.of(v, actionable)):
                 usage.firing.add(v.name)
             actions += v.state.actions_since(hour_ago)
-        ledger = cls(policy, now, pools, actions, dict(breaker_trips or {}), faults)
+        ledger = cls(policy, now, pools, actions, dict(breaker_trips or {}), faults,
+                     correlated=CorrelatedFaults.count(views, policy, now))
         for pool in pools:
             ledger._check_breaker(pool)
         return ledger

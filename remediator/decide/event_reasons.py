@@ -59,6 +59,8 @@ class EventReason(StrEnum):
     CIRCUIT_BREAKER_OPEN = "CircuitBreakerOpen"
     # gpuhealth's own alerts on many nodes of a pool at once: its own failure, no node action (policy monitoring_fault)
     MONITORING_FAULT = "MonitoringFault"
+    # the same alert on nodes behind one switch or rack at once: one fault, no climb (policy correlation)
+    CORRELATED_FAULT = "CorrelatedFault"
     HOLD_SET = "HoldSet"
     HOLD_RELEASED = "HoldReleased"
     # gpuhealth-remediator cleanup (remediator/act/cleanup.py): what it undid on a Node, or why it left a Node alone

@@ -88,6 +88,7 @@ class _Planner(ScopeSteps, ClimbSteps):
             return None
         faults = self._monitoring_faults(actionable)
         actionable = {fp: a for fp, a in actionable.items() if fp not in faults}
+        self._correlated_faults(actionable)
         if st.scope == Scope.GPU and (self.full.devices is None or self.full.taint_api is None):
             # the DRA objects could not be read this pass (an API error, a driver restarting): no evidence that
             # the fault outgrew its GPU, and no way to change its device taints: wait, at GPU scope
@@ -170,6 +171,18 @@ class _Planner(ScopeSteps, ClimbSteps):
         if tuple(sorted(faults)) != st.monitoring_faults:
             self.state = replace(st, monitoring_faults=tuple(sorted(faults)))
         return faults
+
+    def _correlated_faults(self, actionable: dict[str, AlertRecord]) -> None:
+        """This node's alerts that are a correlated fault (decide/correlated.py): recorded in the state for as long as
+        they fire (an Event when one joins), so that the climb keeps them at their own rung."""
+        st, shared = self.state, self.ledger.correlated.of(self.v, actionable)
+        for key in sorted({key for fp, key in shared.items() if fp not in st.correlated}):
+            self.note(Note(EventReason.CORRELATED_FAULT, f"{self.ledger.correlated.why(key)}: this node gets the "
+                           "alert's own rung and climbs no higher for it; one page for all of them "
+                           "(GpuhealthCorrelatedFault)", Severity.WARNING))
+        kept = tuple(sorted(fp for fp in {*st.correlated, *shared} if fp in actionable))
+        if kept != st.correlated:
+            self.state = replace(st, correlated=kept)
 
     def _hold_for_monitoring_fault(self, faults: dict[str, FaultKey]) -> None:
         """Only a monitoring fault's alerts fire: nothing starts or climbs, and nothing is undone either. A node

@@ -98,6 +98,16 @@ def rung_index(rung: str | None) -> int:
     return RUNGS.index(rung) if rung in RUNGS else -1
 
 
+def max_rung_of(label: str | None, remediation: str) -> str | None:
+    """An alert's ceiling as its max_rung label says (None: no label). A label that names no rung, or one below the
+    alert's own rung, is the alert's own rung: a ceiling the rule does not say clearly never lets a fault climb."""
+    if not label:
+        return None
+    if label not in RUNGS or remediation not in RUNGS or RUNGS.index(label) < RUNGS.index(remediation):
+        return remediation if remediation in RUNGS else None
+    return label
+
+
 @dataclass(frozen=True)
 class AlertRecord:
     """One alert (by Alertmanager fingerprint) as last seen for this node."""
@@ -125,6 +135,9 @@ class AlertRecord:
     # monitoring fault counts as the same failure (decide/monitoring_fault.py). None where the alert has none.
     probe: str | None = None
     reason: str | None = None
+    # the highest rung the alert's fault may climb to when it persists (its max_rung label; None: ladder.max_rung).
+    # A label that names no rung is recorded as the alert's own rung: such a fault does not climb.
+    max_rung: str | None = None
 
     def order_key(self) -> tuple[datetime, int]:
         """Newer wins: a later start (a re-fire), or the same start resolved by Alertmanager's word."""
@@ -161,6 +174,9 @@ class NodeState:
     # fingerprints of the firing alerts counted as a monitoring fault (gpuhealth's own failure on many nodes): they
     # start nothing; reported (an Event) when they join, and they stay one while min_nodes still fire them
     monitoring_faults: tuple[str, ...] = ()
+    # fingerprints of the firing alerts counted as a correlated fault (the same alert on nodes behind one switch or
+    # rack, decide/correlated.py): they climb no higher than their own rung, and stay counted while they fire
+    correlated: tuple[str, ...] = ()
     # the Karpenter-watched conditions another agent set False that this episode already reported (once each)
     repair_reported: tuple[str, ...] = ()
     # acts this state was written for that are not a part of its write (Action.REPLACE: the hand-over;

@@ -7,7 +7,7 @@ the same state, one node at a time, within one pure call of `decide`.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from remediator.decide.budget import Ledger
@@ -15,8 +15,17 @@ from remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import NodeState
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, TaintEffect, Verdict
+from remediator.decide.vocabulary import RUNG_ORDER, Action, Rung, RungStatus, Scope, Severity, TaintEffect, Verdict
 from remediator.policy import Policy
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The highest rung (its index) the firing alerts let a persisting fault climb to, and what sets it ("" for
+    ladder.max_rung alone), for the decision that stops there."""
+
+    index: int
+    why: str
 
 
 class PlannerBase:
@@ -29,6 +38,7 @@ class PlannerBase:
         self.state: NodeState = v.state
         self.scope_note = ""  # why a fault on one GPU takes the node (said in the first decision's reason)
         self.repair_warning = ""  # karpenter_repair.mode warn: what Karpenter's node repair may act on (every decision)
+        self.ceiling = Ceiling(len(RUNG_ORDER) - 1, "")  # how far the firing alerts let the climb go (climb.py)
         self.plan = NodePlan(node=v.name, base_state=v.state, final_state=v.state,
                              resource_version=v.resource_version)
 

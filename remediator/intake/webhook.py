@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhealth_contract.pci import is_full_bus_id
-from remediator.decide.nodestate import ALL_GPUS, REMEDIATIONS, AlertRecord, parse_time
+from remediator.decide.nodestate import ALL_GPUS, REMEDIATIONS, AlertRecord, max_rung_of, parse_time
 from remediator.policy import Policy
 
 # ASCII digits only: \d and str.isdigit() also take other scripts' digits ("٣"), which nvidia-smi -i does not
@@ -194,5 +194,6 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
         gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
         component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
         gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)),
-        probe=labels.get(PROBE_LABEL) or None, reason=labels.get(REASON_LABEL) or None)
+        probe=labels.get(PROBE_LABEL) or None, reason=labels.get(REASON_LABEL) or None,
+        max_rung=max_rung_of(labels.get(policy.alert_labels.max_rung), remediation))
     batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))

@@ -20,6 +20,7 @@ _QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CONDITION_TYPE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z][A-Za-z0-9_.-]*$")
 ALERT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LABEL_KEY = _QUALIFIED_NAME  # a Kubernetes label key: an optional DNS prefix and a name
 
 
 def _is_object_name(name: str | None) -> bool:

@@ -52,6 +52,9 @@ class AlertLabels:
         string, "The label naming the rung the alert asks for (or \"none\")."))
     gpu: str = field(default="gpu", metadata=setting(
         string, "The label naming the GPU index, when the alert is about one GPU."))
+    max_rung: str = field(default="max_rung", metadata=setting(
+        string, "The label naming the highest rung the alert's fault may climb to when it persists (its ceiling; "
+        "absent: ladder.max_rung). A fault no node action fixes (a cable, a switch) says its own rung."))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from remediator.decide.vocabulary import RUNG_ORDER, Rung
-from remediator.policy.formats import ALERT_NAME, node_selectors
+from remediator.policy.formats import ALERT_NAME, LABEL_KEY, node_selectors
 from remediator.policy.integrations import (
     AlertLabels,
     AlertmanagerSettings,
@@ -114,6 +114,25 @@ class MonitoringFaultSettings:
         names(ALERT_NAME, "alert names"), "The alerts counted (by alertname; [] counts none)."))
 
 
+# Node labels that name the switch (or the block of nodes behind one) a node hangs off, as the clouds set them:
+# AWS's network topology (layer 3 is the one nearest the instance) and GKE's compact-placement sub-block.
+TOPOLOGY_LABELS = ("topology.k8s.aws/network-node-layer-3", "cloud.google.com/gce-topology-subblock")
+
+
+@dataclass(frozen=True)
+class CorrelationSettings:
+    """The `correlation:` section: the same alert on several nodes behind one switch or rack at once is one fault
+    (the switch's, the rack's), not one per node: those nodes get their alert's own rung (new work kept off them), a
+    Warning Event, and one page (the GpuhealthCorrelatedFault alert); none climbs past it (decide/correlated.py)."""
+
+    labels: tuple[str, ...] = field(default=TOPOLOGY_LABELS, metadata=setting(
+        names(LABEL_KEY, "node label keys"), "Node labels whose value names what nodes share (a switch, a rack); the "
+        "same alert on min_nodes nodes with the same value of one of them is correlated ([]: never)."))
+    min_nodes: int = field(default=3, metadata=setting(
+        integer(2), "...on at least this many nodes at once (two nodes with the same fault are most often two "
+        "faults; three behind one switch are most often the switch)."))
+
+
 @dataclass(frozen=True)
 class LadderSettings:
     """The `ladder:` section: the highest rung gpuhealth climbs to by itself, and each rung's limits (a file's
@@ -212,6 +231,8 @@ class Policy:
         "The per-pool circuit breaker."))
     monitoring_fault: MonitoringFaultSettings = field(default_factory=MonitoringFaultSettings, metadata=section(
         "When gpuhealth's own alerts on many nodes are its own fault, not the nodes'."))
+    correlation: CorrelationSettings = field(default_factory=CorrelationSettings, metadata=section(
+        "When the same alert on nodes behind one switch or rack is one fault."))
     ladder: LadderSettings = field(default_factory=LadderSettings, metadata=section(
         "The highest rung, and each rung's timeouts."))
     drain: DrainSettings = field(default_factory=DrainSettings, metadata=section("Evicting pods."))
