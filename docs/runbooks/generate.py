@@ -52,6 +52,7 @@ from remediator.decide.nodestate import (  # noqa: E402
     STATE_ANNOTATION,
     TAINT_EFFECT,
     TAINT_KEY,
+    max_rung_of,
     rung_index,
 )
 from remediator.policy import Policy, load_policy  # noqa: E402
@@ -72,6 +73,7 @@ class AlertFacts:
 
     name: str
     remediation: str
+    max_rung: str | None  # how far its fault may climb (its label, as the remediator reads it; None: no label)
     component: str
     fleet: bool  # node="*": about the fleet, no node
     one_gpu: bool  # its summary names $labels.gpu: an alert about one GPU
@@ -80,7 +82,9 @@ class AlertFacts:
     @classmethod
     def of(cls, rule: dict[str, Any]) -> AlertFacts:
         labels, annotations = rule.get("labels") or {}, rule.get("annotations") or {}
-        return cls(name=rule["alert"], remediation=labels.get("remediation", "none"),
+        remediation = labels.get("remediation", "none")
+        return cls(name=rule["alert"], remediation=remediation,
+                   max_rung=max_rung_of(labels.get("max_rung"), remediation),
                    component=labels.get("component", ""), fleet=labels.get("node") == "*",
                    one_gpu="$labels.gpu" in annotations.get("summary", ""),
                    held_back_by=tuple(dict.fromkeys(HELD_BACK_BY.findall(str(rule.get("expr", ""))))))
@@ -118,11 +122,13 @@ class Step:
     after: timedelta | None
 
 
-def climb(policy: Policy, remediation: str) -> tuple[list[Step], str]:
+def climb(policy: Policy, remediation: str, max_rung: str | None = None) -> tuple[list[Step], str]:
     """The rungs an actionable alert's fault goes through while it keeps firing and every rung succeeds, and why
-    it stops where it does. Cordon and drain are passed through on the way to the rung the alert asks for."""
+    it stops where it does. Cordon and drain are passed through on the way to the rung the alert asks for; the climb
+    stops at the alert's max_rung (its ceiling) or `ladder.max_rung`, the lower."""
     top = rung_index(policy.ladder.max_rung)
     target = min(rung_index(remediation), top)
+    ceiling = rung_index(max_rung) if max_rung is not None else top
     steps = [Step(RUNGS[target], None)]
     while True:
         rung = RUNGS[rung_index(steps[-1].rung)]
@@ -130,6 +136,8 @@ def climb(policy: Policy, remediation: str) -> tuple[list[Step], str]:
             return steps, "replace is the last rung"
         if rung_index(rung) >= top:
             return steps, f"the ladder stops at `ladder.max_rung` ({policy.ladder.max_rung})"
+        if rung_index(rung) >= ceiling:
+            return steps, f"the alert's `max_rung` label is {max_rung}: gpuhealth takes it no further, a person does"
         after = policy.rung(rung).escalate_after
         if after is None:
             return steps, f"`ladder.{rung}.escalate_after` is unset"
@@ -175,7 +183,7 @@ def _rung_work(policy: Policy, rung: str) -> str:
 
 
 def _start(facts: AlertFacts, policy: Policy) -> str:
-    target = climb(policy, facts.remediation)[0][0].rung
+    target = climb(policy, facts.remediation, facts.max_rung)[0][0].rung
     capped = (f" (the alert asks for {facts.remediation}; `ladder.max_rung` stops the ladder at {target})"
               if target != facts.remediation else "")
     if target == "cordon":
@@ -210,7 +218,7 @@ STAYS = {"cordon": "cordoned", "drain": "cordoned and drained", "reset_gpu": "co
 
 
 def _climbing(facts: AlertFacts, policy: Policy) -> list[str]:
-    steps, why = climb(policy, facts.remediation)
+    steps, why = climb(policy, facts.remediation, facts.max_rung)
     first, last = steps[0].rung, steps[-1].rung
     lines = []
     if rung_index(last) >= rung_index("drain"):
@@ -243,7 +251,8 @@ def _budget(facts: AlertFacts, policy: Policy) -> str:
     text = (f"**Within budgets** (per pool, `{policy.pools.label}`): at most {b.max_cordoned} of a pool's nodes "
             f"carry gpuhealth's taint at once (`budget.max_cordoned`), and {b.max_actions_per_hour} actions start in "
             "an hour fleet-wide (`budget.max_actions_per_hour`)")
-    if rung_index(facts.remediation) >= rung_index("drain") or len(climb(policy, facts.remediation)[0]) > 1:
+    climbs = len(climb(policy, facts.remediation, facts.max_rung)[0]) > 1
+    if rung_index(facts.remediation) >= rung_index("drain") or climbs:
         text += (f"; at most {b.max_disrupted} of a pool's nodes in drain or beyond (`budget.max_disrupted`), and no "
                  f"new drain or rung above it in a pool where more than {br.threshold:g}% of the nodes (and at least "
                  f"{br.min_nodes}) have actionable alerts firing: the circuit breaker, open for {dur(br.cooldown)} "
@@ -273,7 +282,7 @@ def _gpu_scope(facts: AlertFacts, policy: Policy) -> str | None:
 
 
 def _returning(facts: AlertFacts, policy: Policy) -> str:
-    steps = climb(policy, facts.remediation)[0]
+    steps = climb(policy, facts.remediation, facts.max_rung)[0]
     if steps[0].rung == "replace":
         return "**Never returned to service:** the node is replaced."
     dra = (", and removes the DeviceTaintRules it made (GPU scope)" if _gpu_scoped(facts) and policy.dra.enabled

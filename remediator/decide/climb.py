@@ -21,7 +21,7 @@ from remediator.decide.nodestate import (
     rung_index,
     time_text,
 )
-from remediator.decide.planner import Ceiling, PlannerBase
+from remediator.decide.planner import PlannerBase
 from remediator.decide.reset import operands_to_pause, reset_target, still_holding
 from remediator.decide.views import PodRef
 from remediator.decide.vocabulary import (
@@ -66,7 +66,7 @@ class ClimbSteps(PlannerBase):
     def _climb(self, target: int, gpu: str | None, fps: list[str]) -> None:
         """From the node's rung and its status to the next step (_STEPS, one handler each), then through the
         gates to its start (_start): until a step is started, deferred or stopped, or the climb ends this pass."""
-        self.ceiling = self._alert_ceiling(fps)
+        self.ceiling = self.alert_ceiling(fps)
         for _ in range(4 * len(RUNGS) + 4):
             st = self.state
             if st.scope == Scope.GPU and st.rung_status == RungStatus.FAILED and not st.not_started:
@@ -108,24 +108,6 @@ class ClimbSteps(PlannerBase):
         failed drain, no higher than the alerts ask."""
         top = min(rung_index(self.policy.ladder.max_rung), max(target, self.ceiling.index))
         return min(top, target) if self.state.drain_failed else top
-
-    def _alert_ceiling(self, fps: list[str]) -> Ceiling:
-        """How far the firing alerts let a persisting fault climb: the highest of their ceilings (each alert's
-        max_rung label, ladder.max_rung where it has none; a correlated alert's own rung), never below their own."""
-        best = Ceiling(-1, "")
-        for fp in fps:
-            alert = self.state.alerts[fp]
-            own = rung_index(alert.remediation)
-            if fp in self.state.correlated:
-                index, why = own, f"{alert.name} is a correlated fault (it fires behind the same switch or rack " \
-                    "on other nodes): it climbs no node past its own rung"
-            elif alert.max_rung is not None:
-                index, why = rung_index(alert.max_rung), f"{alert.name}'s max_rung is {alert.max_rung}"
-            else:
-                index, why = len(RUNGS) - 1, ""
-            if max(own, index) > best.index:
-                best = Ceiling(max(own, index), why)
-        return best
 
     def _first_step(self, target: int, gpu: str | None, fps: list[str]) -> _Step:
         why = f"alert asks for {RUNGS[target]}{self.scope_note}"

@@ -216,10 +216,11 @@ class NodeState:
 
     def to_json(self) -> str:
         data = _fields_json(self, _STATE_FIELDS)
-        data["alerts"] = {fp: _fields_json(a, _ALERT_FIELDS) for fp, a in self.alerts.items()}
+        data["alerts"] = {fp: _alert_json(a) for fp, a in self.alerts.items()}
         data["actions"] = [fmt_time(t) for t in self.actions]
-        if not self.pending:  # the annotation as before where nothing is pending
-            del data["pending"]
+        for key in ("pending", "correlated"):  # the annotation as before where there is none
+            if not data[key]:
+                del data[key]
         if self.not_started:
             version = 4
         elif self.reset_phase or self.paused or self.pause_value:
@@ -288,6 +289,14 @@ def _fields_json(record: NodeState | AlertRecord, names: tuple[str, ...]) -> dic
     return {name: fmt_time(v) if isinstance(v := getattr(record, name), datetime) else v for name in names}
 
 
+def _alert_json(alert: AlertRecord) -> dict[str, Any]:
+    """An alert record's JSON; without max_rung where the alert has no ceiling of its own (as before the label)."""
+    data = _fields_json(alert, _ALERT_FIELDS)
+    if alert.max_rung is None:
+        del data["max_rung"]
+    return data
+
+
 def _read_times(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """`data` with its times read (a missing or null optional one stays as it is; a required one missing is the
     dataclass's TypeError): what is not RFC 3339 text is a damaged state."""
@@ -344,7 +353,7 @@ def bounded_alerts(state: NodeState) -> NodeState:
     for fp, a in sorted(state.alerts.items(), key=lambda item: _keep_rank(*item), reverse=True):
         if len(kept) == MAX_ALERT_RECORDS:
             break
-        entry = len(_compact_json({fp: _fields_json(a, _ALERT_FIELDS)})) - 1  # "fp":{...} and a comma
+        entry = len(_compact_json({fp: _alert_json(a)})) - 1  # "fp":{...} and a comma
         if size + entry <= MAX_RECORDS_BYTES:
             kept.add(fp)
             size += entry

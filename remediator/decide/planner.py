@@ -13,7 +13,7 @@ from datetime import datetime
 from remediator.decide.budget import Ledger
 from remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from remediator.decide.event_reasons import EventReason, Note
-from remediator.decide.nodestate import NodeState
+from remediator.decide.nodestate import NodeState, rung_index
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import RUNG_ORDER, Action, Rung, RungStatus, Scope, Severity, TaintEffect, Verdict
 from remediator.policy import Policy
@@ -56,6 +56,24 @@ class PlannerBase:
             action, kw = Action.RELEASE_GPU, {**kw, "devices": st.devices}
         self.plan.decisions.append(Decision(self.v.name, action, decision, reason, self.v.pool,
                                             **kw))  # type: ignore[arg-type]
+
+    def alert_ceiling(self, fps: list[str]) -> Ceiling:
+        """How far the firing alerts let a persisting fault climb: the highest of their ceilings (each alert's
+        max_rung label, ladder.max_rung where it has none; a correlated alert's own rung), never below their own."""
+        best = Ceiling(-1, "")
+        for fp in fps:
+            alert = self.state.alerts[fp]
+            own = rung_index(alert.remediation)
+            if fp in self.state.correlated:
+                index, why = own, f"{alert.name} is a correlated fault (it fires behind the same switch or rack " \
+                    "on other nodes): it climbs no node past its own rung"
+            elif alert.max_rung is not None:
+                index, why = rung_index(alert.max_rung), f"{alert.name}'s max_rung is {alert.max_rung}"
+            else:
+                index, why = len(RUNG_ORDER) - 1, ""
+            if max(own, index) > best.index:
+                best = Ceiling(max(own, index), why)
+        return best
 
     def note(self, note: Note) -> None:
         self.plan.notes.append(note)

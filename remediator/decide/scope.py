@@ -51,7 +51,7 @@ class ScopeSteps(PlannerBase):
             if mig is None or (parent is not None and v.devices.find(label) != parent):
                 return (), (f"MIG device {mig_uuid} of GPU {label} is not among the node's DRA devices (driver "
                             f"{v.devices.driver})")
-            if self._instance_scoped(target):
+            if self._instance_scoped(target, list(actionable)):
                 return (mig.name,), ""
         gpu = v.devices.find(label)
         if gpu is None:
@@ -111,14 +111,14 @@ class ScopeSteps(PlannerBase):
             return None
         return next(iter(gpus[0].values()))
 
-    def _instance_scoped(self, target: int) -> bool:
+    def _instance_scoped(self, target: int, fps: list[str]) -> bool:
         """A fault on one MIG instance is that instance's alone while it can never reach a GPU reset, which takes
         every instance of the GPU: the alerts ask for at most drain, and the ladder cannot climb from the drain to
-        reset_gpu (ladder.drain.escalate_after unset, or ladder.max_rung at most drain). Otherwise the whole GPU is
-        quarantined from the start, so that a reset finds every instance's pods gone."""
+        reset_gpu (ladder.drain.escalate_after unset, or the alerts' ceiling or ladder.max_rung at most drain).
+        Otherwise the whole GPU is quarantined from the start, so that a reset finds every instance's pods gone."""
         drain = rung_index(Rung.DRAIN)
-        return target <= drain and (self.policy.rung(Rung.DRAIN).escalate_after is None
-                                    or rung_index(self.policy.ladder.max_rung) <= drain)
+        ceiling = min(rung_index(self.policy.ladder.max_rung), max(target, self.alert_ceiling(fps).index))
+        return target <= drain and (self.policy.rung(Rung.DRAIN).escalate_after is None or ceiling <= drain)
 
     def _choose_scope(self, actionable: dict[str, AlertRecord], target: int) -> None:
         """At an episode's first step: GPU scope when the fault is one GPU's and the cluster can quarantine it.

@@ -140,10 +140,12 @@ class LadderSettings:
 
     max_rung: str = field(default="replace", metadata=setting(
         choice(Rung), "The highest rung the ladder climbs to."))
-    cordon: RungPolicy = field(default=RungPolicy(timeout=None, escalate_after=None), metadata=section(
-        "A cordon is done at once: it needs no timeout."))
-    drain: RungPolicy = field(default=RungPolicy(timeout=timedelta(hours=1), escalate_after=None), metadata=section(
-        "Evicting the node's pods (drain.on_timeout: what its timeout does)."))
+    # cordon and drain climb too (issue 25): a fault whose alert asks only to keep work off a node, persisting half an
+    # hour after it, is hardware a person would take a day to reach; each alert's max_rung says how far it may go
+    cordon: RungPolicy = field(default=RungPolicy(timeout=None, escalate_after=timedelta(minutes=30)),
+                               metadata=section("A cordon is done at once: it needs no timeout."))
+    drain: RungPolicy = field(default=RungPolicy(timeout=timedelta(hours=1), escalate_after=timedelta(minutes=30)),
+                              metadata=section("Evicting the node's pods (drain.on_timeout: what its timeout does)."))
     reset_gpu: RungPolicy = field(default=RungPolicy(timeout=timedelta(minutes=10),
                                                      escalate_after=timedelta(minutes=30)), metadata=section(
         "The GPU reset Job; its timeout may not be null: a reset stops the node's GPU clients first, and only the "

@@ -97,7 +97,8 @@ def _claims_against(policy: Policy, text: str) -> list[str]:
         if escalate is None or parse_duration(after) != escalate or rung_index(to) != rung_index(rung) + 1:
             wrong.append(f"says {rung} climbs to {to} after {after}; ladder.{rung}.escalate_after is {escalate}")
     for rung in STAYS.findall(text):
-        if policy.rung(rung).escalate_after is not None and rung != policy.ladder.max_rung:
+        capped = f"the alert's `max_rung` label is {rung}" in text  # the alert's own ceiling, not the policy's
+        if policy.rung(rung).escalate_after is not None and rung != policy.ladder.max_rung and not capped:
             wrong.append(f"says {rung} does not climb; ladder.{rung}.escalate_after is "
                          f"{policy.rung(rung).escalate_after}")
     if "never undone by gpuhealth" in text:  # a kubectl cordon after gpuhealth's is undone (docs/remediation.md)
@@ -119,9 +120,10 @@ def test_no_runbook_retells_the_ladder_outside_its_shared_blocks(page: Path) -> 
 
 
 def test_the_shared_block_follows_the_policy_it_is_rendered_from() -> None:
-    cordon = ALERTS["GpuhealthProbeFailing"]
+    cordon = ALERTS["GPUThermalViolation"]  # remediation cordon, max_rung replace
     default = gen.what_gpuhealth_does(cordon, gen.policy_defaults())
-    assert "Does not climb from cordon" in default and "times out" not in default
+    assert "**Climbs** to drain when the alert still fires 30m after the cordon rung" in default
+    assert "times out" not in default
     changed = parse_policy("ladder: {cordon: {escalate_after: 2h}, drain: {escalate_after: 45m}}\n"
                            "return_to_service: {healthy_delay: 40m}\n")
     text = gen.what_gpuhealth_does(cordon, changed)
@@ -129,6 +131,14 @@ def test_the_shared_block_follows_the_policy_it_is_rendered_from() -> None:
     assert "**Climbs** to reset_gpu when the alert still fires 45m after the drain rung" in text
     assert "resolved for 40m (`return_to_service.healthy_delay`)" in text
     assert _claims_against(changed, text) == [] and _claims_against(gen.policy_defaults(), text) != []
+
+
+def test_an_alert_whose_max_rung_is_its_own_rung_says_it_stays_whatever_the_policy() -> None:
+    probe = ALERTS["GpuhealthProbeFailing"]  # remediation cordon, max_rung cordon
+    for policy in (gen.policy_defaults(), parse_policy("ladder: {cordon: {escalate_after: 2h}}\n")):
+        text = gen.what_gpuhealth_does(probe, policy)
+        assert "**Does not climb from cordon** (the alert's `max_rung` label is cordon" in text
+        assert "**Climbs**" not in text and _claims_against(policy, text) == []
 
 
 def test_a_runbook_that_says_the_cordon_times_out_is_caught() -> None:
@@ -149,10 +159,12 @@ def _complete_running_rung(h: Harness, cluster: FakeCluster, node: str, boot: li
             cluster.update_node(node, lambda n: n["status"]["nodeInfo"].update(bootID=f"boot-{boot[0]}"))
 
 
-@pytest.mark.parametrize("remediation", list(RUNGS))
-def test_the_remediator_climbs_the_ladder_the_runbooks_describe(cluster: FakeCluster, remediation: str) -> None:
+@pytest.mark.parametrize(("remediation", "max_rung"), [*((r, None) for r in RUNGS), ("cordon", "drain"),
+                                                       ("drain", "reboot"), ("cordon", "cordon")])
+def test_the_remediator_climbs_the_ladder_the_runbooks_describe(cluster: FakeCluster, remediation: str,
+                                                                max_rung: str | None) -> None:
     policy = dataclasses.replace(Policy(), budget=dataclasses.replace(Policy().budget, max_actions_per_hour=1000))
-    steps, _ = gen.climb(policy, remediation)
+    steps, _ = gen.climb(policy, remediation, max_rung)
     target = rung_index(steps[0].rung)
     passed = [r for r in ("cordon", "drain") if rung_index(r) < target]  # passed through, never reset_gpu
     expected = [*passed, *(s.rung for s in steps)]
@@ -160,7 +172,7 @@ def test_the_remediator_climbs_the_ladder_the_runbooks_describe(cluster: FakeClu
     node, boot, started = "gpu-1", [1], {}
     tick = timedelta(minutes=5)
     for _ in range(int(timedelta(hours=5) / tick)):
-        h.fire(node, remediation, gpu="0")  # the fault persists: Alertmanager resends it
+        h.fire(node, remediation, gpu="0", labels={"max_rung": max_rung} if max_rung else None)  # it persists
         for d in h.decided(h.step()):
             rung = "reset_gpu" if d.action == "stop_gpu_clients" else d.action
             if d.decision == "execute" and rung in RUNGS and d.new:

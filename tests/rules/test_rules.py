@@ -125,6 +125,22 @@ def test_alert_has_allowed_labels_annotations_and_runbook(rule: dict[str, Any]) 
     assert "{{" in annotations["description"], f"{name}: description shows no value or label"
 
 
+LADDER = ("cordon", "drain", "reset_gpu", "reboot", "replace")
+
+
+@pytest.mark.parametrize("rule", [r for _, r in ALERTS], ids=[r["alert"] for _, r in ALERTS])
+def test_every_alert_that_acts_says_how_far_its_fault_may_climb(rule: dict[str, Any]) -> None:
+    """max_rung is the health policy's ceiling, reviewed in Git beside the rung: never left to the remediator's default,
+    never below the alert's own rung (the remediator would read such a label as the alert's own rung)."""
+    labels = rule.get("labels", {})
+    if labels.get("remediation") == "none":
+        assert "max_rung" not in labels, f"{rule['alert']}: max_rung on an alert that asks for no action"
+        return
+    ceiling = labels.get("max_rung")
+    assert ceiling in LADDER, f"{rule['alert']}: max_rung {ceiling!r} is not a rung"
+    assert LADDER.index(ceiling) >= LADDER.index(labels["remediation"]), f"{rule['alert']}: max_rung below its rung"
+
+
 @pytest.mark.parametrize("rule", [r for _, r in ALERTS], ids=[r["alert"] for _, r in ALERTS])
 def test_alert_threshold_is_commented(rule: dict[str, Any]) -> None:
     assert "#" in rule["expr"], f"{rule['alert']}: the threshold has no comment saying what the number is and why"

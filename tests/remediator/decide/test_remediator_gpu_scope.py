@@ -262,10 +262,12 @@ def _mig_node(c: FakeCluster, name: str = "gpu-1") -> tuple[list[dict[str, Any]]
 
 def _mig_alert(gpus: list[dict[str, Any]], mig: dict[str, Any] | str) -> dict[str, Any]:
     """An Xid alert's GPU labels on a MIG instance, as rules/alerts/gpu.yaml sets them: gpu and pci_bus_id the GPU's
-    bus id, gpu_instance as the kernel printed it, mig_uuid the instance's MIG device."""
+    bus id, gpu_instance as the kernel printed it, mig_uuid the instance's MIG device; max_rung drain, as the shipped
+    rules' alerts that ask for no reset (GPUXidUnknown) stop short of one: a fault that may climb to a reset takes the
+    whole GPU from the start."""
     uuid = mig if isinstance(mig, str) else mig["attributes"]["uuid"]["string"]
     gpu = alert_gpu(next(g for g in gpus if g["name"] == "gpu-1"))
-    return {"gpu": gpu, "labels": {"pci_bus_id": gpu, "gpu_instance": "07", "mig_uuid": uuid}}
+    return {"gpu": gpu, "labels": {"pci_bus_id": gpu, "gpu_instance": "07", "mig_uuid": uuid, "max_rung": "drain"}}
 
 
 def test_a_drain_alert_on_one_mig_instance_quarantines_that_instance_and_evicts_only_its_pod(
@@ -436,7 +438,9 @@ def test_a_mig_instance_is_quarantined_with_its_whole_gpu_where_the_drain_may_cl
         cluster: FakeCluster) -> None:
     gpus, migs = _mig_node(cluster)
     h = Harness(cluster, POLICY + "  drain: {timeout: 1h, escalate_after: 30m}\n")
-    h.fire("gpu-1", "cordon", **_mig_alert(gpus, migs[1]))
+    alert = _mig_alert(gpus, migs[1])
+    del alert["labels"]["max_rung"]  # the alert may climb as far as the ladder goes
+    h.fire("gpu-1", "cordon", **alert)
     (decision,) = h.decided(h.step())
     assert decision.devices == ("gpu-1", *sorted(m["name"] for m in migs))
 

@@ -176,7 +176,7 @@ def test_plan_quarantines_only_the_mig_instance_an_alert_names(tmp_path: Path,
                                             {"kind": "List", "items": list(cluster.dra.slices.values())}),
                  "--resourceclaims", _write(tmp_path, "claims.json",
                                             {"kind": "List", "items": list(cluster.dra.claims.values())})]
-    labels = {"pci_bus_id": bus, "gpu_instance": "08", "mig_uuid": uuid}
+    labels = {"pci_bus_id": bus, "gpu_instance": "08", "mig_uuid": uuid, "max_rung": "drain"}
     drain = _run(capsys, *files, "--alerts", _write(tmp_path, "a.json", webhook("gpu-1", "drain", gpu=bus,
                                                                                 labels=labels)))
     assert [(x["action"], x["decision"], x["effect"], x["devices"], x["pods"]) for x in drain] == [
