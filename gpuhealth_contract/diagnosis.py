@@ -112,7 +112,7 @@ def _failure(item: object) -> Failure:
     if not isinstance(item, dict):
         raise ValueError(f"a failure is an object, not {item!r}")
     try:
-        category = Check(item.get("category"))
+        category = Check(str(item.get("category")))
     except ValueError as exc:
         raise ValueError(f"unknown category {item.get('category')!r}") from exc
     gpus = item.get("gpus", [])

@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter.diagnose.nccl import floor_for, parse_all_reduce
 from exporter.instance_types import lookup
 from exporter.probes.base import ProbeError
 from exporter.probes.dcgm.diag import diag_problem, diag_results
 from exporter.probes.dcgm.tool_output import MALFORMED, first_line
 from exporter.probes.efa import EfaProbe
-from exporter.diagnose.nccl import floor_for, parse_all_reduce
 from gpuhealth_contract.diagnosis import Check, Failure
 
 TIMED_OUT = 124  # coreutils timeout's status
