@@ -81,7 +81,7 @@ def test_validation_runs_the_shorter_level_with_its_deadline_and_the_policy_floo
 
 
 def test_without_a_judge_image_no_job_is_made() -> None:
-    with pytest.raises(ValueError, match="diagnose.judge_image"):
+    with pytest.raises(ValueError, match=r"diagnose\.judge_image"):
         render_diagnose_job("j", "gpu-0", Purpose.DIAGNOSE, P5, parse_policy(""))
 
 
