@@ -31,7 +31,7 @@ FROM python:3.11-slim@sha256:9534e5a8e315485d4061ed659af0fd78a284c015f9b73661b41
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links=/wheels 'gpuhealth[nvml]' \
-    && gpuhealth-exporter --version && gpuhealth-remediator --help >/dev/null && gpuhealth-sim --help >/dev/null
+    && gpuhealth-exporter --version && gpuhealth-remediator --help >/dev/null && gpuhealth-sim --help >/dev/null && gpuhealth-diagnose --help >/dev/null
 # The remediator runs as this user (the chart sets runAsUser 65532); the exporter runs as root
 # because it reads /dev/kmsg (see the DaemonSet's comments).
 RUN useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin gpuhealth

@@ -3,7 +3,8 @@
 A pass reads Nodes and their pods from here instead of listing the fleet; the API is still read fresh
 before each disruptive step (reconciler.py). Pods are kept slim (what a drain needs: owner kinds, the
 mirror and karpenter.sh/do-not-disrupt annotations, phase, terminating, created, started, GPU requests; and for
-gpuhealth's own reset and reboot pods, what tells whether they started), so 100,000 pods cost megabytes, not
+gpuhealth's own reset, reboot and diagnostic pods, what tells whether they started, and the diagnostic's
+verdict), so 100,000 pods cost megabytes, not
 gigabytes.
 """
 
@@ -16,6 +17,8 @@ from kubernetes import client
 from remediator.clients.watch_cache import WatchCache
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawContainer, RawMeta, RawNode, RawPod, RawPodSpec, RawPodStatus, RawResources
+from remediator.decide.diagnosis import COMPONENT as DIAGNOSE_COMPONENT
+from remediator.decide.diagnosis import verdict_fields
 from remediator.decide.do_not_disrupt import POD_ANNOTATION
 from remediator.decide.job_start import is_node_action_pod, start_fields
 from remediator.decide.views import GPU_RESOURCES
@@ -45,6 +48,8 @@ def slim_pod(pod: RawPod) -> RawPod:
         slim_meta["labels"] = dict(api_objects.labels(pod))
         slim_meta["ownerReferences"], started = start_fields(pod)
         slim_status.update(started)
+        if api_objects.labels(pod).get("app.kubernetes.io/component") == DIAGNOSE_COMPONENT:
+            slim_status.update(verdict_fields(pod))  # and the diagnostic's verdict (decide/diagnosis.py)
     spec: RawPodSpec = {"containers": [_gpu_requests(c) for c in api_objects.containers(pod)]}
     if api_objects.node_name(pod):
         spec["nodeName"] = api_objects.node_name(pod)

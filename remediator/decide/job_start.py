@@ -1,5 +1,5 @@
-"""Whether a node-action Job (reset_gpu, reboot) got as far as running its container: pure functions of the Job and
-the node's pods as the API lists them.
+"""Whether a node-action Job (reset_gpu, reboot, the diagnostic) got as far as running its container (or its init
+container): pure functions of the Job and the node's pods as the API lists them.
 
 A Job whose container never ran touched no GPU. When it cannot start for a reason of its own (an image that cannot be
 pulled, a RuntimeClass, PriorityClass or Pod Security level the cluster refuses it, a pod the kubelet would not admit),
@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from remediator.decide import api_objects
-from remediator.decide.api_objects import RawContainerState, RawJob, RawOwnerReference, RawPod, RawPodStatus, RawWaiting
+from remediator.decide.api_objects import (
+    RawContainerState,
+    RawContainerStatus,
+    RawJob,
+    RawOwnerReference,
+    RawPod,
+    RawPodStatus,
+    RawWaiting,
+)
 from remediator.decide.nodestate import parse_time
 from remediator.decide.vocabulary import JobStatus
 
@@ -33,7 +41,7 @@ KUBELET_REFUSED = re.compile(r"^OutOf")
 # The labels templates/*.yaml.j2 put on the node-action Jobs' pods: the pods whose start is read here, and so the pods
 # the remediator's watch cache keeps what it reads of (remediator/clients/fleet_cache.py).
 POD_NAME_LABEL = ("app.kubernetes.io/name", "gpuhealth-remediator")
-POD_COMPONENTS = ("reset-gpu", "reboot")  # app.kubernetes.io/component
+POD_COMPONENTS = ("reset-gpu", "reboot", "diagnose")  # app.kubernetes.io/component
 
 
 def is_node_action_pod(pod: RawPod) -> bool:
@@ -128,9 +136,15 @@ def _owned_by(pod: RawPod, job: str) -> bool:
     return any(o.get("kind") == "Job" and o.get("name") == job for o in api_objects.owners(pod))
 
 
+def _statuses(pod: RawPod) -> list[RawContainerStatus]:
+    """Its init containers' statuses (the diagnostic Job's collect step) and its containers'."""
+    status = api_objects.pod_status(pod)
+    return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+
 def _ran(pod: RawPod) -> bool:
     """A container of the pod has run (running now, or ended: not a start that failed)."""
-    for status in api_objects.pod_status(pod).get("containerStatuses") or []:
+    for status in _statuses(pod):
         state, last = status.get("state") or {}, status.get("lastState") or {}
         if "running" in state or "terminated" in state or "terminated" in last:
             return True
@@ -156,7 +170,7 @@ def job_start(record: JobRecord, pods: list[RawPod], namespace: str, job: str) -
             return JobStart(refused=f"the kubelet refused its pod ({reason}{': ' + message if message else ''}; "
                             "jobs.resources, jobs.priority_class_name)", created=record.created)
     for pod in mine:
-        for container in api_objects.pod_status(pod).get("containerStatuses") or []:
+        for container in _statuses(pod):
             waiting = (container.get("state") or {}).get("waiting") or {}
             reason = str(waiting.get("reason") or "")
             if reason in CONFIG_WAITING_REASONS:

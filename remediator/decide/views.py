@@ -17,6 +17,7 @@ from gpuhealth_contract.names import EXPORTER_CONDITION
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawCondition, RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices
+from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
 from remediator.decide.job_start import JobRecord, JobStart, job_start
 from remediator.decide.nodestate import (
@@ -120,6 +121,10 @@ class NodeView:
     gpu_clients: tuple[str, ...] = ()  # a reset stopping the GPU's clients: their pods still on the node
     # Karpenter-watched conditions False on the node, set by someone other than gpuhealth's replace step
     repair_conditions: tuple[RepairCondition, ...] = ()
+    # the diagnostic Job's result (decide/diagnosis.py; act/diagnose_job.py attach_diagnosis): None while it runs,
+    # when there is none, or when not looked up; and whether its containers started (None: not looked up, no Job)
+    diagnosis: Diagnosis | None = None
+    diagnosis_start: JobStart | None = None
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""

@@ -35,6 +35,7 @@ from remediator.policy.readings import (
     list_of,
     names,
     null_as,
+    optional_duration,
     optional_string,
     regular_expression,
     regular_expressions,
@@ -277,3 +278,41 @@ class ResetSettings:
             return self.scope == "node"
         product = labels.get("nvidia.com/gpu.product", "")
         return any(re.fullmatch(p, product) for p in self.node_products)
+
+
+DIAGNOSE_DEADLINES = {1: timedelta(minutes=10), 2: timedelta(minutes=20), 3: timedelta(minutes=60)}
+
+
+@dataclass(frozen=True)
+class DiagnoseSettings:
+    """The `diagnose:` section: the diagnostic Job (remediator/act/diagnose_job.py; docs/remediation.md, "Diagnostic
+    Job"): `dcgmi diag`, the GPU and EFA counts against what the node was given, and where the image has nccl-tests a
+    single-node all-reduce against a bandwidth floor. It runs on a drained node; a Job that hangs past its timeout
+    fails closed."""
+
+    enabled: bool = field(default=True, metadata=setting(
+        boolean, "Run the diagnostic Job where the ladder asks for one (false: the ladder goes on without it)."))
+    level: int = field(default=2, metadata=setting(
+        checked(integer(1), lambda v: v in (2, 3), "expected 2 or 3"),
+        "The dcgmi diag level of the diagnosis that decides (2: about two minutes; 3: up to half an hour, the "
+        "stress and memory tests)."))
+    validation_level: int = field(default=1, metadata=setting(
+        checked(integer(1), lambda v: v in (1, 2, 3), "expected 1, 2 or 3"),
+        "The dcgmi diag level of the validation after a reset, reboot or replacement (1: seconds; the GPU and EFA "
+        "counts and the all-reduce run at every level)."))
+    timeout: timedelta | None = field(default=None, metadata=setting(
+        optional_duration, "The Job's activeDeadlineSeconds: past it the Job fails and the diagnosis with it (null: "
+        "10m at level 1, 20m at level 2, 60m at level 3)."))
+    image: str = field(default="nvcr.io/nvidia/cloud-native/dcgm:4.4.2-1-ubuntu22.04", metadata=setting(
+        string, "The collect step's image: dcgmi and nv-hostengine, and all_reduce_perf where it has nccl-tests "
+        "(NVIDIA's DCGM image has none: the all-reduce is then skipped). Its DCGM must match the nodes' driver "
+        "generation (its diag plugins are per CUDA major)."))
+    judge_image: str | None = field(default=None, metadata=setting(
+        optional_string, "The judge step's image: gpuhealth's own (gpuhealth-diagnose). The chart sets its image; "
+        "null: no diagnostic Job can be made."))
+    nccl_floor_gbps: int | None = field(default=None, metadata=setting(
+        null_as(None, integer(1)), "All-reduce bus bandwidth floor in GB/s for every product (null: the built-in "
+        "table, exporter/diagnose/nccl.py: 300 for H100 SXM and H200, 180 for A100 SXM4, none for others)."))
+
+    def deadline(self, level: int) -> timedelta:
+        return self.timeout if self.timeout is not None else DIAGNOSE_DEADLINES[level]

@@ -17,6 +17,7 @@ from remediator.policy.formats import ALERT_NAME, LABEL_KEY, node_selectors
 from remediator.policy.integrations import (
     AlertLabels,
     AlertmanagerSettings,
+    DiagnoseSettings,
     DraSettings,
     JobSettings,
     KarpenterRepairSettings,
@@ -257,6 +258,8 @@ class Policy:
         "GPU scope: quarantining one GPU with a DRA device taint instead of the node."))
     reset: ResetSettings = field(default_factory=ResetSettings, metadata=section(
         "The reset_gpu rung's sequence: which GPU clients stop, and which GPUs one reset takes."))
+    diagnose: DiagnoseSettings = field(default_factory=DiagnoseSettings, metadata=section(
+        "The diagnostic Job: dcgmi diag, GPU and EFA counts, a single-node all-reduce."))
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""

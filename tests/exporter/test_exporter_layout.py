@@ -39,7 +39,7 @@ def test_every_module_lives_in_a_room_or_is_one_of_the_shared() -> None:
                    "conditions", "config", "efa_expected", "exposition", "gpu_reset", "instance_types", "kube_http",
                    "metrics_table", "node_status", "node_watch", "runner", "samples", "snapshot"}, sorted(top)
     rooms = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert rooms == {"kernel", "kubelet", "probes"}, sorted(rooms)
+    assert rooms == {"kernel", "kubelet", "probes", "diagnose"}, sorted(rooms)
 
 
 def _wrong(prefix: str, allowed: tuple[str, ...], exceptions: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
@@ -67,13 +67,23 @@ def test_the_kubelet_reader_uses_only_its_room_and_the_low_shared_modules() -> N
     assert _wrong("exporter.kubelet", ("exporter.kubelet", *LOW)) == []
 
 
+def test_the_diagnostic_judge_uses_the_probes_parsers_and_the_low_shared_modules_only() -> None:
+    """exporter/diagnose runs in the diagnostic Job, not in the exporter: it reads the tools' outputs with the probes'
+    own parsers (one reading of dcgmi diag and of EFA's sysfs), and nothing of the exporter's loop."""
+    allowed = ("exporter.diagnose", "exporter.probes.base", "exporter.probes.dcgm.diag",
+               "exporter.probes.dcgm.tool_output", "exporter.probes.efa", *LOW)
+    assert _wrong("exporter.diagnose", allowed) == []
+
+
 def test_probes_are_built_only_by_the_registry() -> None:
     # config.py and cli.py parse the EFA counter words (efa_counters, --efa-counters), which efa.py defines.
     counter_words = {"exporter.config", "exporter.cli"}
+    # The diagnostic Job's judge counts EFA devices once with the probe, outside the exporter (exporter/diagnose).
     wrong = sorted(f"{module}: {imported}" for module, imports in _modules().items()
                    for imported in imports & set(PROBE_MODULES)
                    if module != "exporter.probes.registry" and not module.startswith("exporter.kernel")
-                   and not (imported == "exporter.probes.efa" and module in counter_words))
+                   and not (imported == "exporter.probes.efa" and module in counter_words)
+                   and not (imported == "exporter.probes.efa" and module == "exporter.diagnose.checks"))
     assert wrong == []
 
 

@@ -22,7 +22,9 @@ _DIAG_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn
 
 
 @dataclass(frozen=True)
-class _DiagResult:
+class DiagResult:
+    """One test's result on one entity (a GPU id; "" for a CPU or the node)."""
+
     category: str
     test: str
     gpu: str
@@ -56,7 +58,7 @@ def _result_gpus(result: dict[str, Any]) -> list[str]:
     return [g.strip() for g in ids.split(",") if g.strip()] or [""]
 
 
-def _test_results(category: str, test: dict[str, Any]) -> Iterator[_DiagResult]:
+def _test_results(category: str, test: dict[str, Any]) -> Iterator[DiagResult]:
     name = str(test["name"])
     results = test.get("results") or []
     if not results and isinstance(test.get("test_summary"), dict):
@@ -67,7 +69,7 @@ def _test_results(category: str, test: dict[str, Any]) -> Iterator[_DiagResult]:
         status = _diag_status(result["status"], name)
         detail = _warning_text(result.get("warnings"))
         for gpu in _result_gpus(result):
-            yield _DiagResult(category, name, gpu, status, detail)
+            yield DiagResult(category, name, gpu, status, detail)
 
 
 def _diag_root(doc: dict[str, Any]) -> dict[str, Any]:
@@ -81,24 +83,32 @@ def _diag_root(doc: dict[str, Any]) -> dict[str, Any]:
     return root
 
 
-def _diag_problem(r: _DiagResult) -> str:
+def diag_results(doc: dict[str, Any]) -> list[DiagResult]:
+    """Every distinct result of a `dcgmi diag -j` document, DCGM 3.x or 4.x (the diagnostic Job reads them too,
+    exporter/diagnose). ProbeError for a document that is no diagnosis or has a status we do not know; KeyError,
+    TypeError and the like (MALFORMED) for one of another shape."""
+    results: dict[tuple[str, str, str, str], DiagResult] = {}
+    for category in _diag_root(doc)["test_categories"]:
+        for test in category["tests"]:
+            for r in _test_results(str(category["category"]), test):
+                results.setdefault((r.category, r.test, r.gpu, r.result), r)
+    return list(results.values())
+
+
+def diag_problem(r: DiagResult) -> str:
     text = f"dcgmi diag: {r.test} failed" + (f" on GPU {r.gpu}" if r.gpu else "")
     return f"{text}: {r.detail}" if r.detail else text
 
 
 def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
-    results: dict[tuple[str, str, str, str], _DiagResult] = {}
-    for category in _diag_root(doc)["test_categories"]:
-        for test in category["tests"]:
-            for r in _test_results(str(category["category"]), test):
-                results.setdefault((r.category, r.test, r.gpu, r.result), r)
+    results = diag_results(doc)
     out = ProbeResult()
-    for r in results.values():
+    for r in results:
         out.add("gpuhealth_dcgm_diag_result", 1, category=r.category, test=r.test, gpu=r.gpu, result=r.result)
-    failed = [r for r in results.values() if r.result == "fail"]
+    failed = [r for r in results if r.result == "fail"]
     out.add("gpuhealth_dcgm_diag_failed_tests", len(failed))
     out.add("gpuhealth_dcgm_diag_last_run_timestamp_seconds", now)
-    out.problems = Problems(gpu=tuple(_diag_problem(r) for r in failed))
+    out.problems = Problems(gpu=tuple(diag_problem(r) for r in failed))
     if failed:
         # Re-check soon: after a GPU reset the hourly result would otherwise say "failed" for an hour.
         out.run_again_after = DIAG_RECHECK_AFTER_FAILURE_SECONDS

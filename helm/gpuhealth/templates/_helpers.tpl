@@ -80,7 +80,8 @@ Roles follow the namespaces the policy names.
 {{- $derived := dict
   "jobs" (dict "namespace" .Release.Namespace "service_account" (include "gpuhealth.nodeAction.fullname" .))
   "leader" (dict "namespace" .Release.Namespace "name" (include "gpuhealth.remediator.fullname" .))
-  "alertmanager" (dict "url" .Values.remediator.alertmanagerURL) -}}
+  "alertmanager" (dict "url" .Values.remediator.alertmanagerURL)
+  "diagnose" (dict "judge_image" (include "gpuhealth.image" .)) -}}
 {{- with .Values.remediator.alertmanager }}
 {{- if .bearerTokenSecret.name }}
 {{- $_ := set $derived.alertmanager "bearer_token_file" (printf "/var/run/secrets/alertmanager-token/%s" .bearerTokenSecret.key) }}
