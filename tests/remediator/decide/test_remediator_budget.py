@@ -175,7 +175,8 @@ def test_pools_have_their_own_budgets(cluster: FakeCluster) -> None:
 
 def test_actions_per_hour_cap(cluster: FakeCluster) -> None:
     # the cordons alone: a cordon that does not climb takes no more of the cap when the hour is over
-    h = Harness(cluster, "budget: {max_actions_per_hour: 3, max_cordoned: 10}\nladder: {cordon: {escalate_after: null}}")
+    h = Harness(cluster, "budget: {max_actions_per_hour: 3, max_cordoned: 10}\n"
+                         "ladder: {cordon: {escalate_after: null}}")
     for i in range(5):
         h.fire(f"gpu-{i:02d}", "cordon")
     plans = h.step()
