@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from remediator.decide.event_reasons import EventReason
 from remediator.decide.vocabulary import JOB_RUNGS, Action, Rung, Verdict
 
 if TYPE_CHECKING:
@@ -67,6 +68,11 @@ HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_t
                        "per_source_limit")
 
 
+# The Events that say how a diagnostic Job ended, by the result label they count under.
+DIAGNOSTIC_RESULTS = {EventReason.DIAGNOSTIC_PASSED: "passed", EventReason.DIAGNOSTIC_FAILED: "failed",
+                      EventReason.DIAGNOSTIC_NOT_STARTED: "not_started"}
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -87,6 +93,11 @@ class Metrics:
         for job_rung in JOB_RUNGS:  # at 0 from the start: increase() sees the first Job that does not start
             self.actions.labels(job_rung, ActionResult.NOT_STARTED)
         self.actions.labels(Rung.RESET_GPU, ActionResult.NOT_NEEDED)
+        self.diagnostics = Counter("gpuhealth_remediator_diagnostics", "Diagnostic Jobs' outcomes as the ladder read "
+                                   "them (passed, failed: the node climbs; not_started: gpuhealth's own breakage)",
+                                   ["result"], registry=r)
+        for result in DIAGNOSTIC_RESULTS.values():  # at 0 from the start: increase() sees the first
+            self.diagnostics.labels(result)
         self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",
                                 ["result"], registry=r)
         self.webhook_errors = Counter("gpuhealth_remediator_webhook_errors",

@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 
 from remediator.decide.decision import NodePlan
+from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.nodestate import time_text
 from remediator.decide.views import PodRef
 from remediator.decide.vocabulary import Action, JobStatus, Rung
@@ -19,15 +20,24 @@ from simulator.jobs.scheduler import JobScheduler
 from simulator.passes import PassSchedule
 from simulator.scenario import Scenario
 
+# A diagnostic Job's run by dcgmi diag level, its pod's start included: -r 1 takes seconds, -r 2 about two minutes,
+# -r 3 up to half an hour (DESIGN.md's field facts; NVIDIA's DCGM diagnostics guide), plus about a minute to start.
+DIAGNOSE_SECONDS = {1: 90.0, 2: 180.0, 3: 1800.0}
+# The share of faults still on a node that its diagnostic finds (judgement: dcgmi diag's plugins cover the GPU's
+# memory, compute, PCIe and NVLink, not the host's CPU, memory or storage).
+DIAGNOSE_COVERAGE = 0.8
+
 
 class SimCluster:
     def __init__(self, queue: EventQueue, scenario: Scenario, fleet: Fleet, faults: FaultSource, jobs: JobScheduler,
-                 passes: PassSchedule) -> None:
+                 passes: PassSchedule, validation_level: int = 1, diagnose_level: int = 2) -> None:
         self._queue, self._sc, self._fleet = queue, scenario, fleet
         self._faults, self._jobs, self._passes = faults, jobs, passes
+        self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": diagnose_level}
         self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
             Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
-            Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon}
+            Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon,
+            Action.DIAGNOSE: self._diagnose}
 
     def apply(self, plan: NodePlan) -> None:
         """The plan's state on its Node, then the effect of each decision it executes (the others have none here)."""
@@ -92,7 +102,25 @@ class SimCluster:
         else:  # times out in the ladder; a person swaps it later
             self._queue.at(self._queue.now + self._sc.manual_repair_s, self._replaced, node.slot, node.generation)
 
+    def _diagnose(self, node: SimNode, plan: NodePlan) -> None:
+        """The diagnostic Job: it takes its level's time (DIAGNOSE_SECONDS) and passes on a node whose fault is gone;
+        one still there (a repair that did not repair) fails it with the scenario's coverage."""
+        st = plan.final_state
+        level = self._leader_levels.get(st.diagnosis_purpose or "", 1)
+        still = node.fault is not None and node.fault.cause.node_fault
+        passed = not (still and random.Random(f"{node.slot}/{st.diagnosis_job}").random() < DIAGNOSE_COVERAGE)
+        node.diagnosis = None
+        self._queue.at(self._queue.now + DIAGNOSE_SECONDS[level], self._diagnosed, node.slot, node.generation,
+                       st.diagnosis_job, passed)
+
     # --- and their ends ---------------------------------------------------------------------
+    def _diagnosed(self, slot: int, generation: int, job: str | None, passed: bool) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None or node.state.diagnosis_job != job:
+            return
+        node.diagnosis = Diagnosis(passed) if passed else Diagnosis(False, ("gpu_diag",), (), "simulated failure")
+        self._passes.request(self._queue.now)
+
     def _pods_gone(self, slot: int, generation: int) -> None:
         node = self._fleet.live(slot, generation)
         if node is None:

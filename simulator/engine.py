@@ -26,7 +26,7 @@ from simulator.fleet import Fleet
 from simulator.jobs.scheduler import JobScheduler
 from simulator.passes import PassSchedule
 from simulator.recording import BudgetWatch, DecisionTally, Sampler, out_of_service
-from simulator.remediation import SimLeader, to_datetime
+from simulator.remediation import SimLeader, as_deployed, to_datetime
 from simulator.results import RunResult
 from simulator.scenario import Scenario
 
@@ -42,14 +42,15 @@ class Simulation:
         self.sc, self.seed = scenario, seed
         self.queue = EventQueue(scenario.duration_s)
         self.fleet = Fleet(scenario.pools, scenario.gpus_per_node, scenario.switches.nodes_per_switch)
-        self.leader = SimLeader(policy, self.fleet.pool_sizes)
+        self.leader = SimLeader(as_deployed(policy), self.fleet.pool_sizes)
         self.passes = PassSchedule(self.queue, pipeline.pass_interval_s, self._pass)
         self.jobs = JobScheduler(self.queue, self.fleet, scenario, pipeline,
                                  policy.workloads.restart_loop_threshold, seed)
         self.alerts = Alerting(self.queue, pipeline, self.fleet, self.passes)
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
-        self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes)
+        self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes,
+                                  policy.diagnose.validation_level, policy.diagnose.level)
         self.decisions = DecisionTally()
         self.budget = BudgetWatch(self.fleet.pool_sizes)
         self.sampler = (Sampler(self.queue, self.fleet, self.budget, self.jobs.tally, scenario.sample_interval_s)

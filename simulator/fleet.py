@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
 from remediator.decide.views import NodeView, PodRef
 from remediator.decide.vocabulary import JobStatus, RungStatus
@@ -48,6 +49,7 @@ class SimNode:
     version: int = 1
     pods: list[PodRef] = field(default_factory=list)
     job_status: JobStatus | None = None  # the reset/reboot Job, while it runs and once it has ended
+    diagnosis: Diagnosis | None = None  # the diagnostic Job's result once it has ended (None: running or none)
     fault: Fault | None = None
     replacing: bool = False
     excluded_by_job: bool = False  # a job found it broken (no rule saw it): not scheduled on until repaired
@@ -83,6 +85,7 @@ class SimNode:
         self.ready = True
         self.pods = []
         self.job_status = None
+        self.diagnosis = None
         self.fault = None
         self.fired = {}
         self.version += 1
@@ -95,7 +98,8 @@ class SimNode:
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
-            job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None)
+            job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,
+            diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None)
 
 
 @dataclass

@@ -10,6 +10,7 @@ their pool's size (evaluate's pool_sizes), so budgets and the breaker see the wh
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from remediator.decide.budget import Ledger
@@ -29,6 +30,14 @@ def to_datetime(t: float) -> datetime:
 
 def to_seconds(when: datetime) -> float:
     return (when - EPOCH).total_seconds()
+
+
+def as_deployed(policy: Policy) -> Policy:
+    """The policy as the chart deploys it: the chart sets diagnose.judge_image to its own image, without which no
+    diagnostic Job (a repair's validation) is asked for."""
+    if policy.diagnose.judge_image is not None:
+        return policy
+    return replace(policy, diagnose=replace(policy.diagnose, judge_image="gpuhealth (simulated)"))
 
 
 class SimLeader:

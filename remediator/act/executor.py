@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from remediator.act.diagnose_job import render_diagnose_job
 from remediator.act.drain import drain_pass, held_now
 from remediator.act.node_jobs import render_job
 from remediator.act.pass_guard import PassAborted, PassGuard
@@ -26,6 +27,7 @@ from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode
 from remediator.decide.decision import NOT_STARTED, Decision, NodePlan
+from remediator.decide.diagnosis import Purpose, provisioned
 from remediator.decide.event_reasons import EventReason, action_failed_reason, action_reason
 from remediator.decide.node_patches import (
     claim_do_not_disrupt,
@@ -38,7 +40,7 @@ from remediator.decide.node_patches import (
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY, NodeState
 from remediator.decide.views import NodeView, evictable_pods
 from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, RungStatus, Scope, TaintEffect, Verdict
-from remediator.metrics import ActionResult, Metrics
+from remediator.metrics import DIAGNOSTIC_RESULTS, ActionResult, Metrics
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -175,6 +177,8 @@ class Executor:
                 self.metrics.action(Action(note.rung), ActionResult.NOT_STARTED)
             if note.reason == EventReason.GPU_RESET_NOT_NEEDED:
                 self.metrics.action(Action.RESET_GPU, ActionResult.NOT_NEEDED)
+            if note.reason in DIAGNOSTIC_RESULTS:
+                self.metrics.diagnostics.labels(DIAGNOSTIC_RESULTS[note.reason]).inc()
             self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
     def _side_effects(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime,
@@ -249,6 +253,8 @@ class Executor:
                 raise
         if d.action == Action.DRAIN:
             return self._drain(d, plan, now)
+        if d.action == Action.DIAGNOSE:
+            return self._start_diagnosis(d, plan, node)
         at_gpu_scope = plan.final_state.scope == Scope.GPU and d.action == Action.RESET_GPU
         tainted = any(t.get("key") == TAINT_KEY for t in api_objects.taints(node))
         if not at_gpu_scope and not tainted:
@@ -295,6 +301,15 @@ class Executor:
                              "image of different releases), not the node's; the ladder does not climb for "
                              "it") from exc
         return f"job {policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
+
+    def _start_diagnosis(self, d: Decision, plan: NodePlan, node: RawNode) -> str:
+        """The diagnostic Job (decide/validation.py). One the API server refuses is retried on later passes; not made
+        within jobs.start_timeout, the ladder reports it as not started (gpuhealth's own breakage)."""
+        assert d.job is not None and plan.final_state.diagnosis_purpose is not None
+        manifest = render_diagnose_job(d.job, d.node, Purpose(plan.final_state.diagnosis_purpose), provisioned(node),
+                                       self.policy)
+        created = self.kube.create_job(manifest)
+        return f"job {self.policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
 
     def _fail_rung(self, plan: NodePlan, node: RawNode, now: datetime, not_started: str | None = None) -> None:
         """The step that started the plan's rung failed: the rung is failed, written on our own write's

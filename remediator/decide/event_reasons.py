@@ -61,6 +61,12 @@ class EventReason(StrEnum):
     MONITORING_FAULT = "MonitoringFault"
     # the same alert on nodes behind one switch or rack at once: one fault, no climb (policy correlation)
     CORRELATED_FAULT = "CorrelatedFault"
+    # the diagnostic Job (decide/validation.py): started (DiagnoseFailed: it could not be made), and its outcome
+    DIAGNOSE = "Diagnose"
+    DIAGNOSE_FAILED = "DiagnoseFailed"
+    DIAGNOSTIC_PASSED = "DiagnosticPassed"
+    DIAGNOSTIC_FAILED = "DiagnosticFailed"
+    DIAGNOSTIC_NOT_STARTED = "DiagnosticNotStarted"
     HOLD_SET = "HoldSet"
     HOLD_RELEASED = "HoldReleased"
     # gpuhealth-remediator cleanup (remediator/act/cleanup.py): what it undid on a Node, or why it left a Node alone
@@ -79,7 +85,7 @@ ACTION_REASON: dict[Action, EventReason] = {
     Action.REBOOT: EventReason.REBOOT, Action.REPLACE: EventReason.REPLACE,
     Action.UNCORDON: EventReason.RETURNED_TO_SERVICE, Action.QUARANTINE_GPU: EventReason.GPU_QUARANTINED,
     Action.RELEASE_GPU: EventReason.GPU_RETURNED_TO_SERVICE, Action.STOP_GPU_CLIENTS: EventReason.GPU_CLIENTS_STOPPING,
-    Action.RESTORE_GPU_CLIENTS: EventReason.GPU_CLIENTS_RESTORED}
+    Action.RESTORE_GPU_CLIENTS: EventReason.GPU_CLIENTS_RESTORED, Action.DIAGNOSE: EventReason.DIAGNOSE}
 ACTION_FAILED_REASON: dict[Action, EventReason] = {action: EventReason(f"{reason}Failed")
                                                    for action, reason in ACTION_REASON.items()}
 TIMED_OUT_REASON: dict[Rung, EventReason] = {

@@ -18,13 +18,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from remediator.decide.budget import Ledger
-from remediator.decide.climb import ClimbSteps
 from remediator.decide.decision import NodePlan, SilenceCheck
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.nodestate import ALL_GPUS, AlertRecord, NodeState, elapsed, rung_index, time_text
 from remediator.decide.progress import observe
 from remediator.decide.scope import ScopeSteps
+from remediator.decide.validation import ValidationSteps
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import (
     JOB_RUNGS,
@@ -57,7 +57,7 @@ def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
     return [_Planner(v, policy, now, ledger, silences).run() for v in sorted(views, key=order)]
 
 
-class _Planner(ScopeSteps, ClimbSteps):
+class _Planner(ScopeSteps, ValidationSteps):
     """One node's plan: the node as a whole here; the scope and the climb in their own files."""
 
     def run(self) -> NodePlan:
@@ -266,6 +266,8 @@ class _Planner(ScopeSteps, ClimbSteps):
             return self.out(Action.UNCORDON, Verdict.DEFERRED,
                             f"{st.rung} still under way (job {st.job}): the node returns "
                             "once it is done or has failed")
+        if self._validation_holds():  # a reset or a reboot is validated before the node returns
+            return None
         healthy_for = elapsed(now, st.healthy_since)
         if healthy_for < policy.return_to_service.healthy_delay:
             return self.out(Action.UNCORDON, Verdict.DEFERRED, f"healthy for {int(healthy_for.total_seconds())}s of "

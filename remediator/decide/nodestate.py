@@ -177,6 +177,13 @@ class NodeState:
     # fingerprints of the firing alerts counted as a correlated fault (the same alert on nodes behind one switch or
     # rack, decide/correlated.py): they climb no higher than their own rung, and stay counted while they fire
     correlated: tuple[str, ...] = ()
+    # the diagnostic Job of this rung (decide/validation.py): its name, why it runs (decide/diagnosis.py Purpose),
+    # when it was asked for, and its result once read ("passed", "failed: ...", "not started: ..."), which outlives
+    # the Job (deleted jobs.ttl_seconds_after_finished after it ends)
+    diagnosis_job: str | None = None
+    diagnosis_purpose: str | None = None
+    diagnosis_started: datetime | None = None
+    diagnosis_result: str | None = None
     # the Karpenter-watched conditions another agent set False that this episode already reported (once each)
     repair_reported: tuple[str, ...] = ()
     # acts this state was written for that are not a part of its write (Action.REPLACE: the hand-over;
@@ -218,7 +225,8 @@ class NodeState:
         data = _fields_json(self, _STATE_FIELDS)
         data["alerts"] = {fp: _alert_json(a) for fp, a in self.alerts.items()}
         data["actions"] = [fmt_time(t) for t in self.actions]
-        for key in ("pending", "correlated"):  # the annotation as before where there is none
+        for key in ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
+                    "diagnosis_result"):  # the annotation as before where there is none
             if not data[key]:
                 del data[key]
         if self.not_started:

@@ -17,7 +17,7 @@ from gpuhealth_contract.names import EXPORTER_CONDITION
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawCondition, RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices
-from remediator.decide.diagnosis import Diagnosis
+from remediator.decide.diagnosis import Diagnosis, diagnosis_of
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
 from remediator.decide.job_start import JobRecord, JobStart, job_start
 from remediator.decide.nodestate import (
@@ -125,6 +125,7 @@ class NodeView:
     # when there is none, or when not looked up; and whether its containers started (None: not looked up, no Job)
     diagnosis: Diagnosis | None = None
     diagnosis_start: JobStart | None = None
+    diagnosis_missing: bool = False  # the state names a diagnostic Job the listing does not have (not made yet)
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""
@@ -267,6 +268,13 @@ def build_views(nodes: Iterable[RawNode], policy: Policy,
                 view.job_status = record.status
                 if record.status != JobStatus.MISSING:
                     view.job_start = job_start(record, pods, policy.jobs.namespace, view.state.job)
+            diagnostic = view.state.diagnosis_job
+            if job_status is not None and diagnostic and view.state.diagnosis_result is None:
+                record = job_status(diagnostic)
+                view.diagnosis_missing = record.status == JobStatus.MISSING
+                if not view.diagnosis_missing:
+                    view.diagnosis_start = job_start(record, pods, policy.jobs.namespace, diagnostic)
+                view.diagnosis = diagnosis_of(record, pods, policy.jobs.namespace, diagnostic)
         views.append(view)
     if dra is not None:
         attach_dra(views, dra)

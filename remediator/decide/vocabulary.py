@@ -22,6 +22,7 @@ class Action(StrEnum):
     RELEASE_GPU = "release_gpu"  # GPU scope's return to service: gpuhealth's device taints removed
     STOP_GPU_CLIENTS = "stop_gpu_clients"  # reset_gpu's first step: operands paused, the exporter asked to let go
     RESTORE_GPU_CLIENTS = "restore_gpu_clients"  # the reset rung ended (any way): what it paused, restored
+    DIAGNOSE = "diagnose"  # the diagnostic Job (decide/diagnosis.py): a repair's validation before return to service
     NONE = "none"
 
 

@@ -1,0 +1,97 @@
+"""Validation before return to service: a reset or a reboot is checked by the diagnostic Job (decide/diagnosis.py,
+at policy diagnose.validation_level) before gpuhealth takes its taint off, so that a repair that did not repair is
+caught by gpuhealth rather than by the next job. Passed: the node returns. Failed: the repair failed, and the ladder
+climbs from it as from any failed rung (a reset to a reboot, a reboot to a replacement), within the alerts' ceiling
+and ladder.max_rung. A diagnostic that hangs or breaks fails closed (tool_error: a failure); one that never started
+for a reason of its own (its image, its admission) is gpuhealth's breakage: the node stays out for a person and the
+ladder does not climb for it.
+
+One validation per repair rung: the Job's name is made from the node and the time the rung was done, so a restart or
+a new leader finds the same Job, and a later rung (the reboot after a failed reset's validation) gets its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from remediator.decide.climb import ClimbSteps
+from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
+from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.nodestate import elapsed, rung_index, time_text
+from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
+
+VALIDATED_RUNGS = (Rung.RESET_GPU, Rung.REBOOT)  # the repairs a node returns from (a replaced node never returns)
+PASSED = "passed"
+
+
+class ValidationSteps(ClimbSteps):
+    def _validation_holds(self) -> bool:
+        """Before return to service: True while the repair's validation holds the node out (started, under way,
+        failed and climbing, or not started for gpuhealth's own reason); False once it passed or none is needed."""
+        st, policy = self.state, self.policy
+        if not (policy.diagnose.enabled and policy.diagnose.judge_image) or st.scope != Scope.NODE \
+                or st.rung not in VALIDATED_RUNGS or st.rung_status != RungStatus.DONE or st.rung_done is None:
+            return False  # no judge image (the chart sets it): no diagnostic Job can be made, none is asked for
+        name = job_name(self.v.name, Purpose.VALIDATE, st.rung_done)
+        if st.diagnosis_job != name:
+            return self._start_validation(name)
+        if st.diagnosis_result == PASSED:
+            return False
+        if st.diagnosis_result is not None:  # failed (climbed already) or not started: a person has it
+            self.out(Action.NONE, Verdict.SKIPPED, f"the validation of the {st.rung} did not pass "
+                     f"({st.diagnosis_result}): the node stays out of service; `gpuhealth-remediator release` "
+                     "returns it")
+            return True
+        return self._read_validation()
+
+    def _start_validation(self, name: str) -> bool:
+        st, level = self.state, self.policy.diagnose.validation_level
+        self.state = replace(st, diagnosis_job=name, diagnosis_purpose=str(Purpose.VALIDATE),
+                             diagnosis_started=self.now, diagnosis_result=None)
+        self.out(Action.DIAGNOSE, Verdict.EXECUTE, f"the alerts resolved after the {st.rung}: validating it before "
+                 f"return to service (diagnostic job {name}, dcgmi diag -r {level}, GPU and EFA counts)", job=name)
+        return True
+
+    def _read_validation(self) -> bool:
+        st, v, policy = self.state, self.v, self.policy
+        started = st.diagnosis_started or self.now
+        limit = policy.diagnose.deadline(policy.diagnose.validation_level) + policy.jobs.start_timeout
+        not_started = v.diagnosis_start.not_started(self.now, policy.jobs.start_timeout, False) \
+            if v.diagnosis_start is not None else ""
+        if not not_started and v.diagnosis_missing and elapsed(self.now, started) >= policy.jobs.start_timeout:
+            not_started = f"its Job was not made within {policy.jobs.start_timeout} (the remediator's Events say why)"
+        if not_started:
+            self.state = replace(st, diagnosis_result=f"not started: {not_started}")
+            self.note(Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not start: "
+                           f"{not_started}. gpuhealth's own breakage, not the node's: the node stays out of service "
+                           "unvalidated for a person, and the ladder does not climb for it", Severity.WARNING))
+            self.out(Action.NONE, Verdict.SKIPPED, f"the validation did not start ({not_started}): needs a person")
+            return True
+        found = v.diagnosis
+        if found is None and not v.diagnosis_missing and elapsed(self.now, started) > limit:
+            found = Diagnosis.tool_error(f"no result {limit} after it was asked for")
+        if found is None:
+            self.out(Action.UNCORDON, Verdict.DEFERRED, f"validating the {st.rung}: diagnostic job "
+                     f"{st.diagnosis_job} under way since {time_text(started)}")
+            return True
+        if found.passed:
+            self.state = replace(st, diagnosis_result=PASSED)
+            self.note(Note(EventReason.DIAGNOSTIC_PASSED, f"the {st.rung} is validated: diagnostic job "
+                           f"{st.diagnosis_job} passed ({found.detail})", rung=st.rung))
+            return False
+        return self._validation_failed(found)
+
+    def _validation_failed(self, found: Diagnosis) -> bool:
+        """The repair did not repair: the rung fails, and the climb goes on from it."""
+        st = self.state
+        what = ", ".join(found.categories) or "failed"
+        self.state = replace(st, diagnosis_result=f"failed: {what}", rung_status=RungStatus.FAILED,
+                             rung_done=self.now, healthy_since=None)
+        self.note(Note(EventReason.DIAGNOSTIC_FAILED, f"the {st.rung} did not repair the node: diagnostic job "
+                       f"{st.diagnosis_job} failed ({what}: {found.detail}); the ladder climbs from the {st.rung}",
+                       Severity.WARNING, st.rung))
+        # resolved as they are, the episode's alerts still say how far it may climb (their max_rung)
+        fps = sorted(self.state.alerts)
+        gpus = {a.gpu for a in self.state.alerts.values() if a.gpu}
+        self._climb(rung_index(st.rung), gpus.pop() if len(gpus) == 1 else None, fps)
+        return True
