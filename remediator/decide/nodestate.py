@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
-from remediator.decide.vocabulary import RUNG_ORDER, ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import RUNG_ORDER, EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
 ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
@@ -167,6 +167,11 @@ class NodeState:
     # Action.QUARANTINE_GPU: the devices' DeviceTaintRules), not yet seen done: set in the write before them, cleared
     # in a write after them, so that a remediator killed in between does them (again, idempotently) on its next pass
     pending: tuple[str, ...] = ()
+    # the episode's evidence before its first rung past drain (decide/evidence.py): the Job's name, when it was made,
+    # and once the rung went on, how it ended (collected | incomplete). Absent from the annotation while unset.
+    evidence_job: str | None = None
+    evidence_started: datetime | None = None
+    evidence: EvidenceOutcome | None = None
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -204,6 +209,9 @@ class NodeState:
         data["actions"] = [fmt_time(t) for t in self.actions]
         if not self.pending:  # the annotation as before where nothing is pending
             del data["pending"]
+        for key in _UNSET_OMITTED:  # nor where no evidence was asked for
+            if data[key] is None:
+                del data[key]
         if self.not_started:
             version = 4
         elif self.reset_phase or self.paused or self.pause_value:
@@ -247,7 +255,7 @@ class NodeState:
             rest["pending"] = tuple(rest.get("pending") or ())
             # the words of the vocabulary, read into its types: an unknown one is a damaged state (fail closed)
             for key, kind in (("rung", Rung), ("rung_status", RungStatus), ("reset_phase", ResetPhase),
-                              ("scope", Scope)):
+                              ("scope", Scope), ("evidence", EvidenceOutcome)):
                 if key in rest and (rest[key] is not None or key == "scope"):  # every state has a scope
                     try:
                         rest[key] = kind(rest[key])
@@ -262,6 +270,7 @@ class NodeState:
 # from_json). The times are read off the fields' types, so a new one is never written as a time and read as text.
 _STATE_FIELDS = tuple(f.name for f in fields(NodeState) if f.name != "alerts")
 _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
+_UNSET_OMITTED = ("evidence_job", "evidence_started", "evidence")
 _STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
 _ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from remediator.decide.vocabulary import RUNG_ORDER, Rung
+from remediator.policy.evidence import EvidenceSettings
 from remediator.policy.formats import ALERT_NAME, node_selectors
 from remediator.policy.integrations import (
     AlertLabels,
@@ -234,6 +235,8 @@ class Policy:
         "GPU scope: quarantining one GPU with a DRA device taint instead of the node."))
     reset: ResetSettings = field(default_factory=ResetSettings, metadata=section(
         "The reset_gpu rung's sequence: which GPU clients stop, and which GPUs one reset takes."))
+    evidence: EvidenceSettings = field(default_factory=EvidenceSettings, metadata=section(
+        "What is kept of a node before its first reset, reboot or replace (for an RMA)."))
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""
