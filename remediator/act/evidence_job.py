@@ -190,13 +190,3 @@ class EvidenceStore:
         except Exception as exc:
             log.warning("event %s on %s: %s", reason, d.node, exc)
 
-
-def delete_all_evidence(kube: Kube, policy: Policy) -> list[str]:
-    """`gpuhealth-remediator cleanup --evidence`: every evidence ConfigMap in jobs.namespace (only when asked: an RMA
-    may still need them)."""
-    ns = policy.jobs.namespace
-    names = [api_objects.name(cm) for cm in kube.list_configmaps(ns, f"{EVIDENCE_LABEL}=true")]
-    for name in names:
-        kube.delete_configmap(ns, name)
-    return names
-

@@ -114,7 +114,8 @@ def test_a_hardware_alert_beside_the_monitoring_fault_is_remediated_as_usual(clu
 
 def test_a_node_cordoned_before_the_share_was_crossed_stays_cordoned_and_climbs_no_further(
         cluster: FakeCluster) -> None:
-    h = Harness(cluster, "evidence: {enabled: false}\nladder: {cordon: {escalate_after: 10m}}\nreturn_to_service: {healthy_delay: 10m}\n")
+    h = Harness(cluster, "evidence: {enabled: false}\nladder: {cordon: {escalate_after: 10m}}\n"
+                "return_to_service: {healthy_delay: 10m}\n")
     probe_failing(h, "gpu-1")
     assert h.decisions(h.step()) == [("gpu-1", "cordon", "execute")]
     for node in ("gpu-2", "gpu-3", "gpu-4"):

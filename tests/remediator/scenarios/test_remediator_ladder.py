@@ -183,7 +183,8 @@ def test_return_to_service_waits_for_the_healthy_delay(h: Harness, cluster: Fake
 
 
 def test_replace_that_never_completes_times_out_reports_and_stays_out_of_service(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "evidence: {enabled: false}\nreplace: {method: condition}")  # Karpenter never acts on the condition
+    # Karpenter never acts on the condition
+    h = Harness(cluster, "evidence: {enabled: false}\nreplace: {method: condition}")
     h.fire("gpu-6", "replace")
     h.step()
     for _ in range(3):
@@ -341,7 +342,8 @@ def test_reboot_job_failing_before_the_node_goes_down_does_not_replace(h: Harnes
 
 
 def test_return_to_service_waits_for_a_running_reset_to_finish(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "evidence: {enabled: false}\nreturn_to_service: {healthy_delay: 5m}\nladder: {reset_gpu: {timeout: 1h}}")
+    h = Harness(cluster, "evidence: {enabled: false}\nreturn_to_service: {healthy_delay: 5m}\n"
+                "ladder: {reset_gpu: {timeout: 1h}}")
     h.fire("gpu-1", "reset_gpu", gpu="1")
     h.step()
     assert h.state("gpu-1").rung_status == "running"
