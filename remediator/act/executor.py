@@ -17,6 +17,7 @@ from typing import Any
 
 from remediator.act.diagnose_job import render_diagnose_job
 from remediator.act.drain import drain_pass, held_now
+from remediator.act.evidence_job import EvidenceStore
 from remediator.act.node_jobs import render_job
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.act.replace import replace_node
@@ -81,6 +82,7 @@ class Executor:
     def __init__(self, kube: Kube, policy: Policy, metrics: Metrics, guard: PassGuard) -> None:
         self.kube, self.policy, self.metrics, self.guard = kube, policy, metrics, guard
         self.taints = DeviceTaints(kube)
+        self.evidence = EvidenceStore(kube, policy)
         metrics.init_karpenter_repair(policy.karpenter_repair.conditions, policy.karpenter_repair.mode)
 
     def execute(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime) -> None:
@@ -245,6 +247,10 @@ class Executor:
             if d.action == Action.STOP_GPU_CLIENTS:
                 return f"paused {labels}; {RESET_REQUEST_ANNOTATION}={st.reset_request}"
             return f"restored {labels}; removed {RESET_REQUEST_ANNOTATION}"
+        if d.action == Action.COLLECT_EVIDENCE:  # before the rung past drain (decide/evidence.py)
+            return self.evidence.collect(d, plan)
+        if d.action == Action.STORE_EVIDENCE:  # never raises: the rung goes on
+            return self.evidence.store(d, plan, now)
         if d.action == Action.QUARANTINE_GPU:
             try:
                 return self._quarantine(d, view)

@@ -120,3 +120,10 @@ class DryRunKube(Kube):
         meta = manifest.get("metadata") or {}
         self._record("create_job", f"{meta.get('namespace')}/{meta.get('name')}")
         return True
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> bool:
+        self._record("create_configmap", f"{namespace}/{(body.get('metadata') or {}).get('name')}")
+        return True
+
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        self._record("delete_configmap", f"{namespace}/{name}")

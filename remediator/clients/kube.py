@@ -36,7 +36,7 @@ from remediator.clients.dra_api import GROUP as DRA_GROUP
 from remediator.clients.errors import Conflict, NotFound, api_call
 from remediator.clients.fleet_cache import FleetCache
 from remediator.clients.pager import PAGE_SIZE, list_pages
-from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawJob, RawNode, RawPod
+from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawJob, RawNode, RawObject, RawPod
 from remediator.decide.node_patches import state_body
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
 
@@ -225,6 +225,40 @@ class Kube:
                                                            _preload_content=False, _request_timeout=self.timeout)
         items: list[RawJob] = json.loads(response.data).get("items") or []
         return items
+
+    # --- the evidence's ConfigMaps and its pod's log (remediator/act/evidence_job.py) -------------------
+    def pod_log(self, namespace: str, name: str, limit_bytes: int) -> str:
+        """The pod's log, at most `limit_bytes` of it (the kubelet cuts it), as text."""
+        with api_call():
+            response: Any = self.core.read_namespaced_pod_log(name, namespace, limit_bytes=limit_bytes,
+                                                               _preload_content=False, _request_timeout=self.timeout)
+        return bytes(response.data[:limit_bytes]).decode("utf-8", "replace")
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> bool:
+        """True if created, False if it already existed (its name is deterministic: idempotent)."""
+        try:
+            with api_call():
+                self.core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+                    api_version="v1", kind="ConfigMap", metadata=body["metadata"], data=body["data"]),
+                                                       _request_timeout=self.timeout)
+        except Conflict:
+            return False
+        return True
+
+    def list_configmaps(self, namespace: str, label_selector: str) -> list[RawObject]:
+        with api_call():
+            response: Any = self.core.list_namespaced_config_map(namespace, label_selector=label_selector,
+                                                                 _preload_content=False, _request_timeout=self.timeout)
+        items: list[RawObject] = json.loads(response.data).get("items") or []
+        return items
+
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        """Deleted, or already gone."""
+        try:
+            with api_call():
+                self.core.delete_namespaced_config_map(name, namespace, _request_timeout=self.timeout)
+        except NotFound:
+            return
 
     # --- node writes -----------------------------------------------------------------------
     def patch_node(self, name: str, body: NodePatch, resource_version: str | None) -> RawNode:

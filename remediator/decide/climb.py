@@ -12,6 +12,7 @@ from enum import Enum
 
 from remediator.decide.decision import NOT_STARTED
 from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.evidence import evidence_first
 from remediator.decide.nodestate import (
     ALL_GPUS,
     DO_NOT_DISRUPT_ANNOTATION,
@@ -215,6 +216,8 @@ class ClimbSteps(PlannerBase):
             return _Flow.STOP
         if step.resume:
             self.out(Action(nxt), Verdict.EXECUTE, step.why, new=False, gpu=st.gpu, job=st.job)
+            return _Flow.STOP
+        if evidence_first(self, nxt):  # before the episode's first reset, reboot or replace (decide/evidence.py)
             return _Flow.STOP
         self.ledger.take(v, budgeted)
         started, why = self._started(nxt, step.why, gpu)

@@ -37,6 +37,12 @@ class EventReason(StrEnum):
     GPU_RETURNED_TO_SERVICE_FAILED = "GPUReturnedToServiceFailed"
     GPU_CLIENTS_STOPPING_FAILED = "GPUClientsStoppingFailed"
     GPU_CLIENTS_RESTORED_FAILED = "GPUClientsRestoredFailed"
+    EVIDENCE_COLLECTING = "EvidenceCollecting"  # the evidence Job made, before reset, reboot or replace
+    EVIDENCE_COLLECTING_FAILED = "EvidenceCollectingFailed"
+    # the evidence's summary stored (the Event names its ConfigMap); incomplete: the Job failed, hung past
+    # evidence.max_wait or never started, or the summary could not be read or written (decide/evidence.py)
+    EVIDENCE_COLLECTED = "EvidenceCollected"
+    EVIDENCE_INCOMPLETE = "EvidenceIncomplete"
     NODE_SCOPE = "NodeScope"  # a GPU-scoped fault taken to the node ladder (why: the Event's message)
     # a rung's outcome (Notes)
     DRAIN_FINISHED = "DrainFinished"
@@ -85,9 +91,12 @@ ACTION_REASON: dict[Action, EventReason] = {
     Action.REBOOT: EventReason.REBOOT, Action.REPLACE: EventReason.REPLACE,
     Action.UNCORDON: EventReason.RETURNED_TO_SERVICE, Action.QUARANTINE_GPU: EventReason.GPU_QUARANTINED,
     Action.RELEASE_GPU: EventReason.GPU_RETURNED_TO_SERVICE, Action.STOP_GPU_CLIENTS: EventReason.GPU_CLIENTS_STOPPING,
-    Action.RESTORE_GPU_CLIENTS: EventReason.GPU_CLIENTS_RESTORED, Action.DIAGNOSE: EventReason.DIAGNOSE}
-ACTION_FAILED_REASON: dict[Action, EventReason] = {action: EventReason(f"{reason}Failed")
-                                                   for action, reason in ACTION_REASON.items()}
+    Action.RESTORE_GPU_CLIENTS: EventReason.GPU_CLIENTS_RESTORED, Action.DIAGNOSE: EventReason.DIAGNOSE,
+    Action.COLLECT_EVIDENCE: EventReason.EVIDENCE_COLLECTING, Action.STORE_EVIDENCE: EventReason.EVIDENCE_COLLECTED}
+ACTION_FAILED_REASON: dict[Action, EventReason] = {
+    **{action: EventReason(f"{reason}Failed") for action, reason in ACTION_REASON.items()
+       if action != Action.STORE_EVIDENCE},
+    Action.STORE_EVIDENCE: EventReason.EVIDENCE_INCOMPLETE}
 TIMED_OUT_REASON: dict[Rung, EventReason] = {
     Rung.DRAIN: EventReason.DRAIN_TIMED_OUT, Rung.RESET_GPU: EventReason.GPU_RESET_TIMED_OUT,
     Rung.REBOOT: EventReason.REBOOT_TIMED_OUT, Rung.REPLACE: EventReason.REPLACE_TIMED_OUT}

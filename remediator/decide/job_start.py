@@ -41,7 +41,7 @@ KUBELET_REFUSED = re.compile(r"^OutOf")
 # The labels templates/*.yaml.j2 put on the node-action Jobs' pods: the pods whose start is read here, and so the pods
 # the remediator's watch cache keeps what it reads of (remediator/clients/fleet_cache.py).
 POD_NAME_LABEL = ("app.kubernetes.io/name", "gpuhealth-remediator")
-POD_COMPONENTS = ("reset-gpu", "reboot", "diagnose")  # app.kubernetes.io/component
+POD_COMPONENTS = ("reset-gpu", "reboot", "diagnose", "evidence")  # app.kubernetes.io/component (evidence: not drained)
 
 
 def is_node_action_pod(pod: RawPod) -> bool:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
-from remediator.decide.vocabulary import RUNG_ORDER, ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import RUNG_ORDER, EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
 ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
@@ -190,6 +190,11 @@ class NodeState:
     # Action.QUARANTINE_GPU: the devices' DeviceTaintRules), not yet seen done: set in the write before them, cleared
     # in a write after them, so that a remediator killed in between does them (again, idempotently) on its next pass
     pending: tuple[str, ...] = ()
+    # the episode's evidence before its first rung past drain (decide/evidence.py): the Job's name, when it was made,
+    # and once the rung went on, how it ended (collected | incomplete). Absent from the annotation while unset.
+    evidence_job: str | None = None
+    evidence_started: datetime | None = None
+    evidence: EvidenceOutcome | None = None
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -226,7 +231,7 @@ class NodeState:
         data["alerts"] = {fp: _alert_json(a) for fp, a in self.alerts.items()}
         data["actions"] = [fmt_time(t) for t in self.actions]
         for key in ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
-                    "diagnosis_result"):  # the annotation as before where there is none
+                    "diagnosis_result", *_UNSET_OMITTED):  # the annotation as before where there is none
             if not data[key]:
                 del data[key]
         if self.not_started:
@@ -272,7 +277,7 @@ class NodeState:
             rest["pending"] = tuple(rest.get("pending") or ())
             # the words of the vocabulary, read into its types: an unknown one is a damaged state (fail closed)
             for key, kind in (("rung", Rung), ("rung_status", RungStatus), ("reset_phase", ResetPhase),
-                              ("scope", Scope)):
+                              ("scope", Scope), ("evidence", EvidenceOutcome)):
                 if key in rest and (rest[key] is not None or key == "scope"):  # every state has a scope
                     try:
                         rest[key] = kind(rest[key])
@@ -287,6 +292,7 @@ class NodeState:
 # from_json). The times are read off the fields' types, so a new one is never written as a time and read as text.
 _STATE_FIELDS = tuple(f.name for f in fields(NodeState) if f.name != "alerts")
 _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
+_UNSET_OMITTED = ("evidence_job", "evidence_started", "evidence")
 _STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
 _ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 

@@ -19,7 +19,7 @@ from remediator.decide.api_objects import RawCondition, RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices
 from remediator.decide.diagnosis import Diagnosis, diagnosis_of
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
-from remediator.decide.job_start import JobRecord, JobStart, job_start
+from remediator.decide.job_start import JobRecord, JobStart, is_node_action_pod, job_start
 from remediator.decide.nodestate import (
     REPLACE_CONDITION_REASON,
     STATE_ANNOTATION,
@@ -113,6 +113,7 @@ class NodeView:
     pods_known: bool = True  # False in `plan` without --pods: nothing can be said about draining
     job_status: JobStatus | None = None  # None: not looked up
     job_start: JobStart | None = None  # whether that Job's container started (None: not looked up, or no Job)
+    evidence_status: JobStatus | None = None  # the episode's evidence Job (decide/evidence.py); None: not looked up
     damaged: str | None = None  # the state annotation could not be read (fail closed: hands off)
     devices: NodeDevices | None = None  # the node's GPUs as its DRA driver publishes them (None: no DRA)
     claims: ClaimIndex | None = None  # which pods hold which device (ResourceClaims)
@@ -201,8 +202,13 @@ def gpu_clients(pods: Iterable[RawPod], state: NodeState, policy: Policy) -> tup
 
 
 def is_evictable(pod: RawPod) -> bool:
-    """What a drain must move: not DaemonSet pods, not mirror (static) pods, not finished pods."""
+    """What a drain must move: not DaemonSet pods, not mirror (static) pods, not finished pods, not gpuhealth's own
+    evidence or diagnostic pod (decide/evidence.py, decide/validation.py: they run on the drained node, and the ladder
+    waits for them)."""
     if api_objects.phase(pod) in ("Succeeded", "Failed"):
+        return False
+    if is_node_action_pod(pod) and api_objects.labels(pod).get("app.kubernetes.io/component") in ("evidence",
+                                                                                                "diagnose"):
         return False
     if "kubernetes.io/config.mirror" in api_objects.annotations(pod):
         return False
@@ -275,6 +281,8 @@ def build_views(nodes: Iterable[RawNode], policy: Policy,
                 if not view.diagnosis_missing:
                     view.diagnosis_start = job_start(record, pods, policy.jobs.namespace, diagnostic)
                 view.diagnosis = diagnosis_of(record, pods, policy.jobs.namespace, diagnostic)
+            if job_status is not None and view.state.evidence_job and view.state.evidence is None:
+                view.evidence_status = job_status(view.state.evidence_job).status
         views.append(view)
     if dra is not None:
         attach_dra(views, dra)

@@ -23,6 +23,9 @@ class Action(StrEnum):
     STOP_GPU_CLIENTS = "stop_gpu_clients"  # reset_gpu's first step: operands paused, the exporter asked to let go
     RESTORE_GPU_CLIENTS = "restore_gpu_clients"  # the reset rung ended (any way): what it paused, restored
     DIAGNOSE = "diagnose"  # the diagnostic Job (decide/diagnosis.py): a repair's validation before return to service
+    # before the episode's first rung past drain: the evidence Job (decide/evidence.py), then its summary stored
+    COLLECT_EVIDENCE = "collect_evidence"
+    STORE_EVIDENCE = "store_evidence"
     NONE = "none"
 
 
@@ -76,6 +79,13 @@ class ResetPhase(StrEnum):
 
     STOPPING = "stopping"  # the GPU's clients are being stopped
     RESETTING = "resetting"  # the Job resets the GPU
+
+
+class EvidenceOutcome(StrEnum):
+    """How the episode's evidence before its first rung past drain ended (decide/evidence.py)."""
+
+    COLLECTED = "collected"  # the Job succeeded and its summary is stored
+    INCOMPLETE = "incomplete"  # the Job failed, hung past evidence.max_wait or never started: what there was, stored
 
 
 class Scope(StrEnum):

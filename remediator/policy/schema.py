@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from remediator.decide.vocabulary import RUNG_ORDER, Rung
+from remediator.policy.evidence import EvidenceSettings
 from remediator.policy.formats import ALERT_NAME, LABEL_KEY, node_selectors
 from remediator.policy.integrations import (
     AlertLabels,
@@ -260,6 +261,8 @@ class Policy:
         "The reset_gpu rung's sequence: which GPU clients stop, and which GPUs one reset takes."))
     diagnose: DiagnoseSettings = field(default_factory=DiagnoseSettings, metadata=section(
         "The diagnostic Job: dcgmi diag, GPU and EFA counts, a single-node all-reduce."))
+    evidence: EvidenceSettings = field(default_factory=EvidenceSettings, metadata=section(
+        "What is kept of a node before its first reset, reboot or replace (for an RMA)."))
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""

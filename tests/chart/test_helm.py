@@ -115,6 +115,9 @@ REMEDIATOR_CLUSTER = {
 REMEDIATOR_NAMESPACED = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("batch", "jobs"): {"create", "list"},  # list: one LIST per pass of the Jobs' outcomes
+    # evidence.enabled: the evidence pod's log, and its summary's ConfigMaps (create; list and delete: retention)
+    ("", "pods/log"): {"get"},
+    ("", "configmaps"): {"create", "list", "delete"},
     ("", "events"): {"create"},
 }
 # workloads.enabled (docs/jobs.md), in each of workloads.namespaces only: a cache of the pods that end
@@ -387,6 +390,8 @@ def test_remediator_holds_exactly_what_it_needs() -> None:
     expected[("*", "", "pods")] = {"list", "watch"}  # drain.on_timeout: wait (the default) deletes no pod
     expected[(NAMESPACE, "coordination.k8s.io", "leases")] = {"get", "create", "update"}
     expected[(NAMESPACE, "batch", "jobs")] = {"create", "list"}
+    expected[(NAMESPACE, "", "pods/log")] = {"get"}  # evidence.enabled (the default): the evidence pod's log
+    expected[(NAMESPACE, "", "configmaps")] = {"create", "list", "delete"}  # and its summary's ConfigMaps
     expected[("default", "", "events")] = {"create"}  # Events about Nodes
     expected[(NAMESPACE, "", "events")] = {"create"}  # CircuitBreakerOpen on the Lease
     assert grants == expected

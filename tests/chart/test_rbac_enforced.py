@@ -138,7 +138,7 @@ def test_a_forbidden_job_list_leaves_the_reset_unknown_and_is_counted_not_read_a
             c.add_node(f"gpu-{i}")
         c.load_rbac(docs)
         c.add_service_account_token(chart_rbac.REMEDIATOR_TOKEN, "gpuhealth", "gpuhealth-remediator")
-        h = Harness(c)
+        h = Harness(c, "evidence: {enabled: false}")  # the reset itself (evidence: tests/remediator/evidence/)
         h.fire("gpu-3", "reset_gpu", gpu="3")
         h.step()
         assert len(c.jobs) == 1  # create is granted
@@ -155,14 +155,14 @@ def test_only_a_policy_that_replaces_by_condition_may_write_node_status() -> Non
     NodeClaim (the default) cannot write it, and one that replaces by condition can, and does."""
     with FakeCluster() as c:
         c.add_node("gpu-6")
-        h = Harness(c)  # replace.method: nodeclaim
+        h = Harness(c, "evidence: {enabled: false}")  # replace.method: nodeclaim
         core = client.CoreV1Api(_remediator(c))
         _forbidden(core.patch_node_status, "gpu-6", {"status": {"conditions": [
             {"type": "AcceleratedHardwareReady", "status": "False"}]}})
         assert h.policy.replace.method == "nodeclaim"
     with FakeCluster() as c:
         c.add_node("gpu-6")
-        h = Harness(c, "replace: {method: condition}")
+        h = Harness(c, "evidence: {enabled: false}\nreplace: {method: condition}")
         h.fire("gpu-6", "replace")
         h.step()
         conditions = {x["type"]: x["status"] for x in c.node("gpu-6")["status"]["conditions"]}

@@ -46,6 +46,8 @@ def policy_values(policy: Policy) -> dict[str, Any]:
         p["replace"] = {"method": policy.replace.method}
     if not policy.dra.enabled:  # no resource.k8s.io grants
         p["dra"] = {"enabled": False}
+    if not policy.evidence.enabled:  # no pods/log or configmaps grants
+        p["evidence"] = {"enabled": False}
     if policy.workloads.enabled:
         p["workloads"] = {"enabled": True, "namespaces": list(policy.workloads.namespaces)}
     return {"remediator": {"policy": p, "jobs": jobs}}

@@ -103,7 +103,7 @@ class Edits(ClusterState):
             return copy.deepcopy(job)
 
     def job_pod(self, namespace: str, job: str, waiting: str = "", message: str = "", refused: str = "",
-                exit_code: int | None = None) -> Obj:
+                exit_code: int | None = None, log: str | None = None) -> Obj:
         """The pod the Job controller makes for a Job created through the API (its template, owned by the Job, bound to
         the template's nodeName), with the status its node's kubelet reports: a container `waiting` for a reason
         (ImagePullBackOff, `message` as the kubelet words it), a pod the kubelet `refused` at admission (phase
@@ -137,6 +137,8 @@ class Edits(ClusterState):
                         "spec": template["spec"], "status": status}
             self._emit("pods", pod, self.pods.get((namespace, name)))
             self.pods[(namespace, name)] = pod
+            if log is not None:  # what its container wrote, as the kubelet serves it (pods/log)
+                self.pod_logs[(namespace, name)] = log
             if refused or exit_code not in (None, 0):
                 owner["status"] = {"failed": 1}
             else:

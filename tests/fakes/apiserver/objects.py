@@ -16,3 +16,6 @@ def rfc3339(epoch: float) -> str:
 def api_status(code: int, reason: str, message: str = "") -> Obj:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
             "message": message or reason}
+
+
+TEXT_BODY = "__text__"  # a handler's answer that is text, not JSON (a pod's log): server.py sends it as text/plain

@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.fakes.apiserver.admission import ANONYMOUS, Attributes, Identity, attributes
 from tests.fakes.apiserver.defaults import default_job
-from tests.fakes.apiserver.objects import Obj, api_status, rfc3339
+from tests.fakes.apiserver.objects import TEXT_BODY, Obj, api_status, rfc3339
 from tests.fakes.apiserver.patches import merge_patch, strategic_merge_patch
 from tests.fakes.apiserver.selectors import selected
 from tests.fakes.apiserver.state import ClusterState
@@ -47,6 +47,8 @@ class Routes(ClusterState):
                 return self._pods(method, ns, rest, body, fs, ls, query)
             if kind == "events":
                 return self._events(method, ns, body, fs)
+            if kind == "configmaps":
+                return self._configmaps(method, ns, rest, body, ls)
         if parts[:4] == ["apis", "coordination.k8s.io", "v1", "namespaces"] and parts[5:6] == ["leases"]:
             return self._leases(method, parts[4], parts[6:], body)
         if parts[:4] == ["apis", "batch", "v1", "namespaces"] and parts[5:6] == ["jobs"]:
@@ -124,6 +126,10 @@ class Routes(ClusterState):
         pod = self.pods.get((ns, rest[0]))
         if pod is None:
             return 404, api_status(404, "NotFound", f'pods "{rest[0]}" not found')
+        if method == "GET" and rest[1:] == ["log"]:  # text, as the kubelet serves it; limitBytes cuts it
+            text = self.pod_logs.get((ns, rest[0]), "").encode()
+            limit = int(query["limitBytes"]) if query.get("limitBytes") else len(text)
+            return 200, {TEXT_BODY: text[:limit].decode("utf-8", "ignore")}
         if method == "DELETE" and len(rest) == 1:
             grace = (body or {}).get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
             self._terminate((ns, rest[0]), None if grace is None else int(grace))
@@ -209,6 +215,33 @@ class Routes(ClusterState):
             lease["metadata"].update(namespace=ns, resourceVersion=self._next_rv())
             self.leases[(ns, rest[0])] = lease
             return 200, copy.deepcopy(lease)
+        return 405, api_status(405, "MethodNotAllowed")
+
+    def _configmaps(self, method: str, ns: str, rest: list[str], body: Any, ls: str | None) -> tuple[int, Obj]:
+        """ConfigMaps (the evidence's summaries): create, list by label, get, delete; at most 1 MiB of data."""
+        if method == "GET" and not rest:
+            return 200, self._list("ConfigMapList", (c for (n, _), c in self.configmaps.items() if n == ns), None, ls)
+        if method == "POST" and not rest:
+            name = body["metadata"]["name"]
+            if (ns, name) in self.configmaps:
+                return 409, api_status(409, "AlreadyExists", f'configmaps "{name}" already exists')
+            size = sum(len(str(k)) + len(str(v).encode()) for k, v in (body.get("data") or {}).items())
+            if size > 1024 * 1024:
+                return 422, api_status(422, "Invalid", f'ConfigMap "{name}" is invalid: []: Too long: must have at '
+                                       "most 1048576 bytes")
+            cm = copy.deepcopy(body)
+            cm["metadata"].update(namespace=ns, resourceVersion=self._next_rv(), uid=f"uid-cm-{name}",
+                                  creationTimestamp=rfc3339(self.clock()))
+            self.configmaps[(ns, name)] = cm
+            return 201, copy.deepcopy(cm)
+        cm = self.configmaps.get((ns, rest[0])) if len(rest) == 1 else None
+        if cm is None:
+            return 404, api_status(404, "NotFound", f'configmaps "{rest[0] if rest else ""}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(cm)
+        if method == "DELETE":
+            del self.configmaps[(ns, rest[0])]
+            return 200, api_status(200, "Success") | {"status": "Success"}
         return 405, api_status(405, "MethodNotAllowed")
 
     def _jobs(self, method: str, ns: str, rest: list[str], body: Any, ls: str | None = None) -> tuple[int, Obj]:

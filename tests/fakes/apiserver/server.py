@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.apiserver.objects import Obj, api_status
+from tests.fakes.apiserver.objects import TEXT_BODY, Obj, api_status
 from tests.fakes.apiserver.rbac import request as rbac_request
 from tests.fakes.apiserver.rbac import watching
 
@@ -50,9 +50,10 @@ class ApiHandler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, code: int, body: Obj) -> None:
-        data = json.dumps(body).encode()
+        text = body.get(TEXT_BODY) if isinstance(body, dict) else None
+        data = text.encode() if isinstance(text, str) else json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if isinstance(text, str) else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

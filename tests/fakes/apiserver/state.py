@@ -64,6 +64,8 @@ class ClusterState:
         self.leases: dict[tuple[str, str], Obj] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.nodeclaims: dict[str, Obj] = {}
+        self.configmaps: dict[tuple[str, str], Obj] = {}
+        self.pod_logs: dict[tuple[str, str], str] = {}  # a pod's log, as its kubelet would serve it (pods/log)
         self.dra = FakeDra(self)  # ResourceSlices, ResourceClaims, DeviceTaintRules (tests/fakes/apiserver/dra.py)
         self.requests: list[tuple[str, str]] = []
         self.queries: list[tuple[str, str, dict[str, str]]] = []  # each request's (method, path, query parameters)

@@ -47,6 +47,7 @@ from tests.support.chart_render import render
 from tests.support.remediator_harness import T0, Harness
 
 POLICY = """
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 alertmanager: {url: none}
 return_to_service: {healthy_delay: 10m}
 budget: {max_actions_per_hour: 100}

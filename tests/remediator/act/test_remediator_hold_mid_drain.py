@@ -17,6 +17,7 @@ from tests.support import chart_rbac
 from tests.support.remediator_harness import Harness
 
 POLICY = """
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 alertmanager: {url: none}
 drain: {eviction_backoff: [1s, 2s, 4s]}
 """

@@ -93,7 +93,8 @@ def crash(cluster: FakeCluster, tmp_path: Path, request: pytest.FixtureRequest) 
     (tmp_path / "token").write_text(TOKEN)
     policy = yaml.safe_dump({"alertmanager": {"url": "none"},
                              "leader": {"lease_duration": f"{LEASE_SECONDS}s"},
-                             "return_to_service": {"healthy_delay": "0s"}, **getattr(request, "param", {})})
+                             "return_to_service": {"healthy_delay": "0s"}, "evidence": {"enabled": False},
+                             **getattr(request, "param", {})})
     serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy)
     try:
         yield Crash(cluster, serve)  # each test starts it once its cluster is set up

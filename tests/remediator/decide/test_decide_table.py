@@ -20,6 +20,7 @@ from remediator.policy import Policy, parse_policy
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
 POLICY = parse_policy("""
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 alertmanager: {url: none}
 ladder:
   cordon: {escalate_after: 20m}

@@ -18,6 +18,7 @@ from remediator.policy import parse_policy
 from tests.support.remediator_harness import T0, webhook
 
 POLICY = parse_policy("""
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 alertmanager: {url: none}
 ladder:
   cordon: {escalate_after: 20m}

@@ -20,7 +20,7 @@ NOT_STARTED = "NodeActionJobNotStarted"  # the Event's reason, as kubectl shows 
 
 @pytest.fixture
 def h(cluster: FakeCluster) -> Harness:
-    return Harness(cluster)
+    return Harness(cluster, "evidence: {enabled: false}\n")
 
 
 def _jobs(cluster: FakeCluster, kind: str) -> list[str]:
@@ -149,7 +149,7 @@ def test_a_job_the_api_server_refuses_did_not_start_and_the_ladder_does_not_clim
     and a policy of different releases, an override the chart does not know) gets 403 for its reset Job. That is
     gpuhealth's breakage, not a GPU that did not reset."""
     chart_rbac.enforce(cluster)  # the chart as installed: it admits nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04
-    h = Harness(cluster, "jobs: {image: registry.example.com/cuda:12.4.1-base-ubuntu22.04}")
+    h = Harness(cluster, "evidence: {enabled: false}\njobs: {image: registry.example.com/cuda:12.4.1-base-ubuntu22.04}")
     h.fire("gpu-4", "reset_gpu", gpu="1")
     h.step()
     assert cluster.jobs == {}

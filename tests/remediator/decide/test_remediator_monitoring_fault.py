@@ -37,7 +37,7 @@ def reasons(cluster: FakeCluster, reason: str) -> list[str]:
 
 
 def test_the_same_probe_failure_on_four_of_ten_nodes_cordons_none_and_says_so(cluster: FakeCluster) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     bad = ["gpu-1", "gpu-3", "gpu-5", "gpu-7"]
     for node in bad:
         probe_failing(h, node)
@@ -60,7 +60,7 @@ def test_the_same_probe_failure_on_four_of_ten_nodes_cordons_none_and_says_so(cl
 
 
 def test_one_node_of_ten_with_a_failing_probe_is_cordoned_as_before(cluster: FakeCluster) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     probe_failing(h, "gpu-1")
     assert h.decisions(h.step()) == [("gpu-1", "cordon", "execute")]
     assert tainted(cluster) == ["gpu-1"]
@@ -69,7 +69,7 @@ def test_one_node_of_ten_with_a_failing_probe_is_cordoned_as_before(cluster: Fak
 
 
 def test_the_same_probe_failing_for_different_reasons_is_each_nodes_own_fault(cluster: FakeCluster) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     for node, reason in (("gpu-1", "missing_tool"), ("gpu-2", "timeout"), ("gpu-3", "permission_denied")):
         probe_failing(h, node, reason)
     decisions = h.decisions(h.step())
@@ -84,7 +84,7 @@ def test_a_share_of_exactly_the_threshold_or_too_few_nodes_is_no_monitoring_faul
             cluster.add_node(f"big-{i}", pool="big")
         for i in range(2):
             cluster.add_node(f"small-{i}", pool="small")
-        h = Harness(cluster, "budget: {max_cordoned: 100%}")
+        h = Harness(cluster, "evidence: {enabled: false}\nbudget: {max_cordoned: 100%}")
         for node in ("big-0", "big-1", "big-2", "small-0", "small-1"):  # 3 of 15 is 20%, not more; 2 of 2: 2 nodes
             probe_failing(h, node)
         h.step()
@@ -97,7 +97,7 @@ def test_a_share_of_exactly_the_threshold_or_too_few_nodes_is_no_monitoring_faul
 
 
 def test_a_hardware_alert_beside_the_monitoring_fault_is_remediated_as_usual(cluster: FakeCluster) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     for node in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
         probe_failing(h, node)
     h.fire("gpu-1", "reboot", alertname="GPUFallenOffBus")
@@ -114,7 +114,8 @@ def test_a_hardware_alert_beside_the_monitoring_fault_is_remediated_as_usual(clu
 
 def test_a_node_cordoned_before_the_share_was_crossed_stays_cordoned_and_climbs_no_further(
         cluster: FakeCluster) -> None:
-    h = Harness(cluster, "ladder: {cordon: {escalate_after: 10m}}\nreturn_to_service: {healthy_delay: 10m}\n")
+    h = Harness(cluster, "evidence: {enabled: false}\nladder: {cordon: {escalate_after: 10m}}\n"
+                "return_to_service: {healthy_delay: 10m}\n")
     probe_failing(h, "gpu-1")
     assert h.decisions(h.step()) == [("gpu-1", "cordon", "execute")]
     for node in ("gpu-2", "gpu-3", "gpu-4"):
@@ -140,7 +141,7 @@ def test_a_monitoring_fault_holds_while_min_nodes_still_fire_and_fewer_fail_clos
     with FakeCluster() as cluster:
         for i in range(20):
             cluster.add_node(f"gpu-{i:02d}")
-        h = Harness(cluster)
+        h = Harness(cluster, "evidence: {enabled: false}\n")
         bad = [f"gpu-{i:02d}" for i in range(5)]  # 5 of 20: 25%
         for node in bad:
             probe_failing(h, node)
@@ -161,7 +162,7 @@ def test_a_monitoring_fault_holds_while_min_nodes_still_fire_and_fewer_fail_clos
 
 def test_a_monitoring_fault_is_logged_when_it_begins_and_ends(cluster: FakeCluster,
                                                               caplog: pytest.LogCaptureFixture) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     caplog.set_level(logging.INFO, logger="gpuhealth.remediator")
     for node in ("gpu-1", "gpu-2", "gpu-3"):
         probe_failing(h, node)
@@ -215,7 +216,7 @@ def test_the_policy_names_the_share_the_node_count_and_the_alerts() -> None:
 
 
 def test_no_alert_counted_means_no_monitoring_fault(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "monitoring_fault: {alerts: []}\nbudget: {max_cordoned: 100%}\n")
+    h = Harness(cluster, "evidence: {enabled: false}\nmonitoring_fault: {alerts: []}\nbudget: {max_cordoned: 100%}\n")
     for node in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
         probe_failing(h, node)
     h.step()
@@ -232,7 +233,7 @@ def test_the_share_is_of_the_nodes_gpuhealths_exporter_runs_on_not_the_cpu_nodes
                 {"type": "GpuhealthProbesHealthy", "status": "True", "reason": "ProbesHealthy"}))
         for i in range(20):
             cluster.add_node(f"cpu-{i}")
-        h = Harness(cluster)
+        h = Harness(cluster, "evidence: {enabled: false}\n")
         for node in ("gpu-1", "gpu-2", "gpu-3"):
             probe_failing(h, node)
         h.step()
@@ -251,7 +252,7 @@ def test_a_reset_still_stopping_when_only_a_monitoring_faults_alerts_are_left_is
         operator_node(cluster, "gpu-0")
         for i in range(1, 10):
             cluster.add_node(f"gpu-{i}")
-        h = Harness(cluster, "alertmanager: {url: none}")
+        h = Harness(cluster, "evidence: {enabled: false}\nalertmanager: {url: none}")
         h.fire("gpu-0", "reset_gpu", gpu="00000000:86:00.0")
         decided = [(d.action, d.decision) for d in h.decided(h.step())]
         assert ("stop_gpu_clients", "execute") in decided

@@ -20,6 +20,7 @@ from tests.fakes.gpu_operator import (
 from tests.support.remediator_harness import Harness
 
 POLICY = """
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 alertmanager: {url: none}
 return_to_service: {healthy_delay: 10m}
 """

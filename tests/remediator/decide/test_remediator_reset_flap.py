@@ -18,6 +18,7 @@ from tests.remediator.dra_gpus import alert_gpu, dra_node
 from tests.support.remediator_harness import Harness
 
 POLICY = """
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 alertmanager: {url: none}
 return_to_service: {healthy_delay: 10m}
 ladder:

@@ -13,6 +13,7 @@ from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness, webhook
 
 POLICY = """
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 alertmanager: {url: none}
 ladder:
   reset_gpu: {timeout: 10m}

@@ -10,6 +10,7 @@ from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 
 POLICY = """
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 budget: {max_disrupted: 2, max_cordoned: 4}
 return_to_service: {healthy_delay: 10m}
 """

@@ -9,6 +9,7 @@ from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 
 POLICY = """
+evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 budget: {max_disrupted: 2, max_cordoned: 4}
 return_to_service: {healthy_delay: 10m}
 """
@@ -152,7 +153,7 @@ def test_replace_deletes_the_karpenter_nodeclaim(h: Harness, cluster: FakeCluste
 
 
 def test_replace_by_condition_sets_the_karpenter_watched_condition(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "replace: {method: condition}")
+    h = Harness(cluster, "evidence: {enabled: false}\nreplace: {method: condition}")
     h.fire("gpu-6", "replace")
     h.step()
     conditions = {c["type"]: c for c in cluster.node("gpu-6")["status"]["conditions"]}
@@ -182,7 +183,8 @@ def test_return_to_service_waits_for_the_healthy_delay(h: Harness, cluster: Fake
 
 
 def test_replace_that_never_completes_times_out_reports_and_stays_out_of_service(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "replace: {method: condition}")  # Karpenter never acts on the condition
+    # Karpenter never acts on the condition
+    h = Harness(cluster, "evidence: {enabled: false}\nreplace: {method: condition}")
     h.fire("gpu-6", "replace")
     h.step()
     for _ in range(3):
@@ -340,7 +342,8 @@ def test_reboot_job_failing_before_the_node_goes_down_does_not_replace(h: Harnes
 
 
 def test_return_to_service_waits_for_a_running_reset_to_finish(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "return_to_service: {healthy_delay: 5m}\nladder: {reset_gpu: {timeout: 1h}}")
+    h = Harness(cluster, "evidence: {enabled: false}\nreturn_to_service: {healthy_delay: 5m}\n"
+                "ladder: {reset_gpu: {timeout: 1h}}")
     h.fire("gpu-1", "reset_gpu", gpu="1")
     h.step()
     assert h.state("gpu-1").rung_status == "running"
@@ -356,7 +359,7 @@ def test_return_to_service_waits_for_a_running_reset_to_finish(cluster: FakeClus
 
 
 def test_progress_notes_are_reported_once_while_the_next_rung_is_deferred(cluster: FakeCluster) -> None:
-    h = Harness(cluster, "budget: {max_actions_per_hour: 2}")
+    h = Harness(cluster, "evidence: {enabled: false}\nbudget: {max_actions_per_hour: 2}")
     h.fire("gpu-1", "reset_gpu", gpu=None)
     for _ in range(5):
         h.step()
@@ -475,7 +478,7 @@ def test_serve_waits_for_the_ladders_next_time_when_it_falls_before_the_interval
     cordon that escalates after 20 s is acted on then, not up to a whole interval later; never sooner than 1 s."""
     from datetime import timedelta
 
-    h = Harness(cluster, "ladder: {cordon: {escalate_after: 20s}}")
+    h = Harness(cluster, "evidence: {enabled: false}\nladder: {cordon: {escalate_after: 20s}}")
     loop = h.rem.loop
     assert loop.wait_s(60) == 60  # nothing under way: the interval
     h.fire("gpu-1", "drain")

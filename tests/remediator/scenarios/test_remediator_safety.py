@@ -16,7 +16,7 @@ from tests.support.remediator_harness import FakeAlertmanager, Harness
 
 
 def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluster: FakeCluster) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     cluster.add_pod("gpu-1", "train-0", labels={"app": "train"})
     cluster.add_pod("gpu-1", "web-0")
     pdb = cluster.add_pdb("default", {"app": "train"}, 0)
@@ -34,7 +34,7 @@ def test_pdb_429_is_retried_with_backoff_then_drain_finishes_when_allowed(cluste
 
 
 def test_a_drain_blocked_by_a_pdb_sleeps_per_node_not_per_pod(cluster: FakeCluster) -> None:
-    h = Harness(cluster, policy="drain: {eviction_backoff: [1s, 2s]}")
+    h = Harness(cluster, policy="evidence: {enabled: false}\ndrain: {eviction_backoff: [1s, 2s]}")
     for i in range(5):
         cluster.add_pod("gpu-1", f"train-{i}", labels={"app": "train"})
     cluster.add_pdb("default", {"app": "train"}, 0)
@@ -45,7 +45,7 @@ def test_a_drain_blocked_by_a_pdb_sleeps_per_node_not_per_pod(cluster: FakeClust
 
 
 def test_a_new_fault_is_cordoned_before_a_blocked_drain_backs_off(cluster: FakeCluster) -> None:
-    h = Harness(cluster, policy="drain: {eviction_backoff: [1s, 2s, 4s]}")
+    h = Harness(cluster, policy="evidence: {enabled: false}\ndrain: {eviction_backoff: [1s, 2s, 4s]}")
     cluster.add_pod("gpu-1", "train-0", labels={"app": "train"})
     cluster.add_pdb("default", {"app": "train"}, 0)
     h.fire("gpu-1", "drain")
@@ -63,7 +63,7 @@ def test_a_new_fault_is_cordoned_before_a_blocked_drain_backs_off(cluster: FakeC
 
 @pytest.mark.parametrize("fault", ["500", "409", "timeout"])
 def test_api_errors_mid_drain_are_retried_on_the_next_pass(cluster: FakeCluster, fault: str) -> None:
-    h = Harness(cluster, timeout=0.3)
+    h = Harness(cluster, "evidence: {enabled: false}\n", timeout=0.3)
     for i in range(3):
         cluster.add_pod("gpu-1", f"p{i}")
     h.fire("gpu-1", "drain")
@@ -85,8 +85,8 @@ def test_api_errors_mid_drain_are_retried_on_the_next_pass(cluster: FakeCluster,
 def test_stale_resource_version_never_overwrites_a_concurrent_change(cluster: FakeCluster) -> None:
     """Another replica records a resolve between the leader's list and its first disruptive step: the
     leader drops that node's plan (no Job on a healthy node, the resolve kept) and decides again."""
-    a = Harness(cluster, identity="replica-a")
-    b = Harness(cluster, identity="replica-b")
+    a = Harness(cluster, "evidence: {enabled: false}\n", identity="replica-a")
+    b = Harness(cluster, "evidence: {enabled: false}\n", identity="replica-b")
     a.fire("gpu-1", "reset_gpu", gpu="1")
     real_get = a.kube.get_node
     calls: list[str] = []
@@ -109,7 +109,7 @@ def test_stale_resource_version_never_overwrites_a_concurrent_change(cluster: Fa
 
 
 def test_a_concurrent_write_after_the_recheck_still_fails_the_write(cluster: FakeCluster) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     h.fire("gpu-1", "cordon")
     h.rem.elector.try_acquire()
     cluster.fail("PATCH", "/api/v1/nodes/gpu-1$", 409, reason="Conflict")  # someone wrote in between
@@ -120,14 +120,14 @@ def test_a_concurrent_write_after_the_recheck_still_fails_the_write(cluster: Fak
 
 
 def test_restart_in_the_middle_of_a_ladder_carries_on_from_the_node(cluster: FakeCluster) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     h.fire("gpu-2", "reset_gpu", gpu="2")
     cluster.add_pod("gpu-2", "train-0", labels={"app": "t"})
     pdb = cluster.add_pdb("default", {"app": "t"}, 0)
     h.step()
     assert h.state("gpu-2").rung == "drain"
     # a new process: nothing in memory, same identity (the restarted pod keeps its name)
-    h2 = Harness(cluster)
+    h2 = Harness(cluster, "evidence: {enabled: false}\n")
     h2.now = h.now
     pdb["disruptionsAllowed"] = 1
     h2.advance(seconds=30)
@@ -138,8 +138,8 @@ def test_restart_in_the_middle_of_a_ladder_carries_on_from_the_node(cluster: Fak
 
 
 def test_only_the_leader_acts_and_a_follower_takes_over_when_the_lease_expires(cluster: FakeCluster) -> None:
-    a = Harness(cluster, identity="replica-a")
-    b = Harness(cluster, identity="replica-b")
+    a = Harness(cluster, "evidence: {enabled: false}\n", identity="replica-a")
+    b = Harness(cluster, "evidence: {enabled: false}\n", identity="replica-b")
     assert a.step() is not None  # a takes the lease first
     b.fire("gpu-3", "cordon")  # the webhook lands on the follower: recorded on the Node at once
     writes = len(cluster.writes())
@@ -166,7 +166,7 @@ def _kubeconfig(tmp_path: Path, cluster: FakeCluster) -> str:
 
 def test_hold_stops_escalation_and_release_resumes_it(cluster: FakeCluster, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    h = Harness(cluster)
+    h = Harness(cluster, "evidence: {enabled: false}\n")
     kubeconfig = _kubeconfig(tmp_path, cluster)
     h.fire("gpu-5", "cordon")
     h.step()
@@ -186,7 +186,7 @@ def test_hold_stops_escalation_and_release_resumes_it(cluster: FakeCluster, tmp_
 
 
 def test_release_after_a_quiet_episode_returns_the_node(cluster: FakeCluster, tmp_path: Path) -> None:
-    h = Harness(cluster, "return_to_service: {healthy_delay: 0s}")
+    h = Harness(cluster, "evidence: {enabled: false}\nreturn_to_service: {healthy_delay: 0s}")
     h.fire("gpu-5", "cordon", starts=h.now)
     h.step()
     h.advance(hours=7)
@@ -200,7 +200,7 @@ def test_release_after_a_quiet_episode_returns_the_node(cluster: FakeCluster, tm
 
 def test_silenced_alert_stops_disruptive_steps(cluster: FakeCluster) -> None:
     with FakeAlertmanager() as am:
-        h = Harness(cluster, silences=SilenceChecker(am.url))
+        h = Harness(cluster, "evidence: {enabled: false}\n", silences=SilenceChecker(am.url))
         am.silence("gpu-6", "fp-gpu-6-GPUFault", "4f2c")
         h.fire("gpu-6", "reboot")
         plans = h.step()
@@ -214,7 +214,7 @@ def test_silenced_alert_stops_disruptive_steps(cluster: FakeCluster) -> None:
 def test_unreachable_alertmanager_defers_disruptive_steps(cluster: FakeCluster) -> None:
     with FakeAlertmanager() as am:
         am.status = 503
-        h = Harness(cluster, silences=SilenceChecker(am.url))
+        h = Harness(cluster, "evidence: {enabled: false}\n", silences=SilenceChecker(am.url))
         h.fire("gpu-6", "drain")
         plans = h.step()
         assert h.decisions(plans) == [("gpu-6", "cordon", "execute"), ("gpu-6", "drain", "deferred")]
@@ -223,14 +223,14 @@ def test_unreachable_alertmanager_defers_disruptive_steps(cluster: FakeCluster) 
 
 def test_excluded_nodes_are_never_touched(cluster: FakeCluster) -> None:
     cluster.update_node("gpu-7", lambda n: n["metadata"]["labels"].update({"gpuhealth.io/exclude": "true"}))
-    h = Harness(cluster, 'exclude: [{gpuhealth.io/exclude: "true"}]')
+    h = Harness(cluster, 'evidence: {enabled: false}\nexclude: [{gpuhealth.io/exclude: "true"}]')
     h.fire("gpu-7", "reboot")
     assert h.decisions(h.step()) == [("gpu-7", "none", "skipped")]
     assert not cluster.taints("gpu-7")
 
 
 def _stuck_drain(cluster: FakeCluster, policy: str, remediation: str = "drain") -> Harness:
-    h = Harness(cluster, policy)
+    h = Harness(cluster, "evidence: {enabled: false}\n" + policy)
     cluster.add_pod("gpu-8", "db-0", labels={"app": "db"})
     cluster.add_pdb("default", {"app": "db"}, 0)
     h.fire("gpu-8", remediation, gpu=None)
@@ -304,7 +304,7 @@ def test_drain_timeout_escalate_goes_to_the_alerts_rung_only_once_the_node_is_em
 
 def test_silence_stops_drain_retries_and_forced_deletion(cluster: FakeCluster) -> None:
     with FakeAlertmanager() as am:
-        h = Harness(cluster, "drain: {on_timeout: force}\nladder: {drain: {timeout: 10m}}",
+        h = Harness(cluster, "evidence: {enabled: false}\ndrain: {on_timeout: force}\nladder: {drain: {timeout: 10m}}",
                     silences=SilenceChecker(am.url))
         cluster.add_pod("gpu-8", "db-0", labels={"app": "db"})
         cluster.add_pdb("default", {"app": "db"}, 0)
@@ -320,7 +320,7 @@ def test_silence_stops_drain_retries_and_forced_deletion(cluster: FakeCluster) -
 
 def test_inhibited_alert_stops_disruptive_steps_like_a_silence(cluster: FakeCluster) -> None:
     with FakeAlertmanager() as am:
-        h = Harness(cluster, silences=SilenceChecker(am.url))
+        h = Harness(cluster, "evidence: {enabled: false}\n", silences=SilenceChecker(am.url))
         am.inhibit("gpu-6", "fp-gpu-6-GPUFault", by="NodeDown")
         h.fire("gpu-6", "reboot")
         plans = h.step()

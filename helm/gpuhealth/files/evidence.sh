@@ -1,0 +1,1 @@
+../../../remediator/act/templates/evidence.sh
