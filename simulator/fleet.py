@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from remediator.decide.history import Episode
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
 from remediator.decide.views import NodeView, PodRef
 from remediator.decide.vocabulary import JobStatus, RungStatus
@@ -58,6 +59,7 @@ class SimNode:
     out_scope: str = "node"
     left_schedulable: float | None = None  # when, in this outage, the node stopped taking work
     fired: dict[str, datetime] = field(default_factory=dict)  # fingerprint -> startsAt of the alerts Alertmanager fires
+    history: tuple[Episode, ...] = ()  # gpuhealth.io/history: its past hardware episodes (repeat offenders)
 
     @property
     def name(self) -> str:
@@ -84,6 +86,7 @@ class SimNode:
         self.job_status = None
         self.fault = None
         self.fired = {}
+        self.history = ()
         self.version += 1
 
     def view(self, policy: Policy) -> NodeView:
@@ -93,7 +96,8 @@ class SimNode:
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
-            job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None)
+            job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,
+            history=self.history)
 
 
 @dataclass

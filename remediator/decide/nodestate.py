@@ -167,6 +167,10 @@ class NodeState:
     # Action.QUARANTINE_GPU: the devices' DeviceTaintRules), not yet seen done: set in the write before them, cleared
     # in a write after them, so that a remediator killed in between does them (again, idempotently) on its next pass
     pending: tuple[str, ...] = ()
+    # the repeat-offender rule that escalated this episode to replace (decide/offenders.py: "episodes" or
+    # "same_gpu") and why, said once (an Event) when it applied; None: none did. Absent from the annotation while None
+    repeat_offender: str | None = None
+    repeat_offender_why: str | None = None
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -204,6 +208,9 @@ class NodeState:
         data["actions"] = [fmt_time(t) for t in self.actions]
         if not self.pending:  # the annotation as before where nothing is pending
             del data["pending"]
+        for key in ("repeat_offender", "repeat_offender_why"):  # ...and where no repeat-offender rule applied
+            if data[key] is None:
+                del data[key]
         if self.not_started:
             version = 4
         elif self.reset_phase or self.paused or self.pause_value:

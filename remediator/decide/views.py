@@ -18,6 +18,7 @@ from remediator.decide import api_objects
 from remediator.decide.api_objects import RawCondition, RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
+from remediator.decide.history import HISTORY_ANNOTATION, Episode, read_history
 from remediator.decide.job_start import JobRecord, JobStart, job_start
 from remediator.decide.nodestate import (
     REPLACE_CONDITION_REASON,
@@ -120,6 +121,7 @@ class NodeView:
     gpu_clients: tuple[str, ...] = ()  # a reset stopping the GPU's clients: their pods still on the node
     # Karpenter-watched conditions False on the node, set by someone other than gpuhealth's replace step
     repair_conditions: tuple[RepairCondition, ...] = ()
+    history: tuple[Episode, ...] = ()  # its past hardware episodes, newest first (decide/history.py)
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""
@@ -178,7 +180,7 @@ def node_view(node: RawNode, policy: Policy, state: NodeState | None = None) -> 
         ready=ready, boot_id=((node.get("status") or {}).get("nodeInfo") or {}).get("bootID"),
         resource_version=api_objects.resource_version(node), damaged=damaged,
         exporter_condition=next((c for c in conditions if c.get("type") == EXPORTER_CONDITION), None),
-        repair_conditions=repair)
+        repair_conditions=repair, history=read_history(annotations.get(HISTORY_ANNOTATION), name))
 
 
 def gpu_clients(pods: Iterable[RawPod], state: NodeState, policy: Policy) -> tuple[str, ...]:

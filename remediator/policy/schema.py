@@ -41,6 +41,7 @@ from remediator.policy.readings import (
     seconds,
     string,
 )
+from remediator.policy.repeat_offenders import RepeatOffenderSettings
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,8 @@ class Policy:
         "GPU scope: quarantining one GPU with a DRA device taint instead of the node."))
     reset: ResetSettings = field(default_factory=ResetSettings, metadata=section(
         "The reset_gpu rung's sequence: which GPU clients stop, and which GPUs one reset takes."))
+    repeat_offenders: RepeatOffenderSettings = field(default_factory=RepeatOffenderSettings, metadata=section(
+        "Retiring a node whose hardware keeps failing: its past episodes escalate the current one to replace."))
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""
