@@ -481,6 +481,19 @@ def remediation() -> Dash:
                       "and open no breaker (docs/remediation.md, Monitoring faults). 0: none in the pool.",
                       w=24, min=0),
             ]),
+            Row("Repeat offenders", [
+                Panel("table", "Worst repeat offenders: hardware episodes in the window", "short", [
+                    qt(f"topk(10, max by (node, pool) (gpuhealth_remediator_repeat_offender_episodes{{{p}}}))")],
+                      "Nodes with the most hardware episodes started within repeat_offenders.window (the one under "
+                      "way included), from each Node's gpuhealth.io/history. At repeat_offenders.episodes (3) the "
+                      "episode escalates to replace (docs/remediation.md, Repeat offenders).", node_link=True),
+                Panel("timeseries", "Repeat-offender escalations", "short", [
+                    q("""sum by (reason)
+                          (increase(gpuhealth_remediator_repeat_offender_escalations_total[$__rate_interval]))""",
+                      "{{reason}}")],
+                      "Episodes escalated to replace (or to a person, where ladder.max_rung is below it) by a "
+                      "node's past: episodes (N in the window), same_gpu (a GPU reset before fails again).", min=0),
+            ]),
             Row("Receiver", [
                 Panel("timeseries", "Webhook requests by result", "reqps", [
                     q("sum by (result) (rate(gpuhealth_remediator_webhook_requests_total[$__rate_interval]))",

@@ -64,6 +64,7 @@ API_OPERATIONS = tuple(ApiOperation)
 PASS_ABORT_REASONS = tuple(PassAbortReason)
 RUNGS = tuple(r for r in Rung if r is not Rung.CORDON)  # the rungs with a timeout
 EVENT_DROP_REASONS = ("rejected", "outbox_full")
+REPEAT_OFFENDER_RULES = ("episodes", "same_gpu")  # decide/offenders.py's RULES
 HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_too_large", "bad_request",
                        "per_source_limit")
 
@@ -187,6 +188,16 @@ class Metrics:
                                                   "watched conditions another agent set False on a node in an "
                                                   "episode, once per episode and condition, by the policy's mode "
                                                   "(warn, handover)", ["condition", "mode"], registry=r)
+        # Repeat offenders (policy repeat_offenders, decide/offenders.py)
+        self.repeat_offender_escalations = Counter("gpuhealth_remediator_repeat_offender_escalations", "Episodes "
+                                                   "a node's past hardware episodes escalated to replace (or to a "
+                                                   "person where ladder.max_rung is below it), by the rule: "
+                                                   "episodes (N in the window), same_gpu (a GPU reset before fails "
+                                                   "again)", ["reason"], registry=r)
+        self.repeat_offender_episodes = Gauge("gpuhealth_remediator_repeat_offender_episodes", "Hardware episodes "
+                                              "of the node that started within repeat_offenders.window (the one "
+                                              "under way included; nodes with none have no series)",
+                                              ["node", "pool"], registry=r)
         self.workload_node_suspect = Gauge("gpuhealth_workload_node_suspect_workloads", "Workloads whose pods failed "
                                            "on the node, with the node as a suspect (a node fault, unknown), in "
                                            "workloads.node_suspect_window", ["node", "pool"], registry=r)
@@ -202,7 +213,8 @@ class Metrics:
                                 (self.http_rejected, HTTP_REJECT_REASONS),
                                 (self.am_syncs, ("ok", "error")),
                                 (self.am_calls_cut, ("deadline", "too_large")),
-                                (self.am_sync_changes, ("recorded", "resolved", "refreshed"))):
+                                (self.am_sync_changes, ("recorded", "resolved", "refreshed")),
+                                (self.repeat_offender_escalations, REPEAT_OFFENDER_RULES)):
             for value in values:
                 counter.labels(value)
 
@@ -224,6 +236,9 @@ class Metrics:
 
     def karpenter_repair_conflict(self, condition: str, mode: str) -> None:
         self.karpenter_repair_conflicts.labels(condition, mode).inc()
+
+    def repeat_offender_escalation(self, rule: str) -> None:
+        self.repeat_offender_escalations.labels(rule).inc()
 
     def init_karpenter_repair(self, conditions: tuple[str, ...], mode: str) -> None:
         """The conflict counter at 0 for every watched condition under the policy's mode."""

@@ -49,6 +49,8 @@ class SimCluster:
         if not executes and not plan.changed:
             return
         node.state = plan.final_state
+        if plan.history is not None:  # written with the state, as the executor does (decide/history.py)
+            node.history = plan.history
         node.version += 1
         for d in executes:
             effect = self._effects.get(d.action)

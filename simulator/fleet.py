@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from remediator.decide.diagnosis import Diagnosis
+from remediator.decide.history import Episode
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
 from remediator.decide.views import NodeView, PodRef
 from remediator.decide.vocabulary import JobStatus, RungStatus
@@ -61,6 +62,7 @@ class SimNode:
     out_scope: str = "node"
     left_schedulable: float | None = None  # when, in this outage, the node stopped taking work
     fired: dict[str, datetime] = field(default_factory=dict)  # fingerprint -> startsAt of the alerts Alertmanager fires
+    history: tuple[Episode, ...] = ()  # gpuhealth.io/history: its past hardware episodes (repeat offenders)
 
     @property
     def name(self) -> str:
@@ -88,6 +90,7 @@ class SimNode:
         self.diagnosis = None
         self.fault = None
         self.fired = {}
+        self.history = ()
         self.version += 1
 
     def view(self, policy: Policy) -> NodeView:
@@ -99,7 +102,8 @@ class SimNode:
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
             job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,
-            diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None)
+            diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None,
+            history=self.history)
 
 
 @dataclass

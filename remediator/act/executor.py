@@ -30,6 +30,7 @@ from remediator.decide.api_objects import RawNode
 from remediator.decide.decision import NOT_STARTED, Decision, NodePlan
 from remediator.decide.diagnosis import Purpose, provisioned
 from remediator.decide.event_reasons import EventReason, action_failed_reason, action_reason
+from remediator.decide.history import HISTORY_ANNOTATION, history_json
 from remediator.decide.node_patches import (
     claim_do_not_disrupt,
     cordon_body,
@@ -37,6 +38,7 @@ from remediator.decide.node_patches import (
     uncordon_body,
     with_do_not_disrupt,
     with_gpu_clients,
+    with_meta,
 )
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY, NodeState
 from remediator.decide.views import NodeView, evictable_pods
@@ -153,6 +155,8 @@ class Executor:
             body = state_body(plan.final_state) if plan.changed else {}
         body, karpenter_note = with_do_not_disrupt(body, plan.base_state, plan.final_state)
         body, clients_note = with_gpu_clients(body, node, plan.base_state, plan.final_state)
+        if plan.history is not None:  # the node's past episodes, in the same write as the state (decide/history.py)
+            body = with_meta(body, annotations={HISTORY_ANNOTATION: history_json(plan.history)})
         if not body:
             return node, karpenter_note
         self.guard.check()
@@ -177,6 +181,8 @@ class Executor:
                 self.metrics.rung_timed_out(note.rung)
             if note.reason == EventReason.NODE_ACTION_JOB_NOT_STARTED and note.rung is not None:
                 self.metrics.action(Action(note.rung), ActionResult.NOT_STARTED)
+            if note.reason == EventReason.REPEAT_OFFENDER and plan.final_state.repeat_offender is not None:
+                self.metrics.repeat_offender_escalation(plan.final_state.repeat_offender)
             if note.reason == EventReason.GPU_RESET_NOT_NEEDED:
                 self.metrics.action(Action.RESET_GPU, ActionResult.NOT_NEEDED)
             if note.reason in DIAGNOSTIC_RESULTS:

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from remediator.act.executor import Executor
 from remediator.act.node_jobs import job_records
+from remediator.act.offender_gauge import OffenderGauge
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.audit import audit
 from remediator.clients.alertmanager import pass_deadline
@@ -54,6 +55,7 @@ class Reconciler:
         self.metrics, self.clock, self.silences, self.am_sync = metrics, clock, silences, am_sync
         self.guard = PassGuard(elector, clock, sleep)
         self.executor = Executor(kube, policy, metrics, self.guard)
+        self.offenders = OffenderGauge(metrics, policy)
         self.wake = threading.Event()
         self.last_plans: list[NodePlan] = []
         self._was_leader = False
@@ -139,6 +141,7 @@ class Reconciler:
             self._report_budget(ledger, trips, now)
             self._report_monitoring_faults(ledger)
             self._report_correlated_faults(ledger)
+            self.offenders.refresh(views, now)
             for plan in sorted(plans, key=lambda p: not any(d.action == Action.CORDON for d in p.decisions)):
                 try:
                     self.executor.execute(plan, view_of[plan.node], by_name[plan.node], now)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediator.decide.event_reasons import Note
+from remediator.decide.history import Episode
 from remediator.decide.nodestate import NodeState
 from remediator.decide.views import GpuPods
 from remediator.decide.vocabulary import Action, Deferral, TaintEffect, Verdict
@@ -66,6 +67,8 @@ class NodePlan:
     notes: list[Note] = field(default_factory=list)  # for Events and audit lines
     # node scope, a fault on one GPU whose pods the node agent knows (alerts' gpu_pods): the drain evicts only these
     drain_only: GpuPods | None = None
+    # the node's history of hardware episodes to write with the state (decide/history.py); None: as it is
+    history: tuple[Episode, ...] | None = None
 
     @property
     def changed(self) -> bool:

@@ -80,6 +80,8 @@ class EventReason(StrEnum):
     CLEANUP_SKIPPED = "CleanupSkipped"
     # another agent set a Karpenter-watched condition False on a node gpuhealth is working on (policy karpenter_repair)
     KARPENTER_REPAIR_CONFLICT = "KarpenterRepairConflict"
+    # a node's past hardware episodes escalated the current one to replace, or to a person (policy repeat_offenders)
+    REPEAT_OFFENDER = "RepeatOffender"
     # workloads (remediator/workloads/)
     WORKLOAD_FAILURE_CLASSIFIED = "WorkloadFailureClassified"
     RESTART_LOOP = "RestartLoop"

@@ -22,6 +22,7 @@ from remediator.decide.decision import NodePlan, SilenceCheck
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.nodestate import ALL_GPUS, AlertRecord, NodeState, elapsed, rung_index, time_text
+from remediator.decide.offenders import OffenderSteps
 from remediator.decide.progress import observe
 from remediator.decide.scope import ScopeSteps
 from remediator.decide.validation import ValidationSteps
@@ -57,7 +58,7 @@ def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
     return [_Planner(v, policy, now, ledger, silences).run() for v in sorted(views, key=order)]
 
 
-class _Planner(ScopeSteps, ValidationSteps):
+class _Planner(OffenderSteps, ScopeSteps, ValidationSteps):
     """One node's plan: the node as a whole here; the scope and the climb in their own files."""
 
     def run(self) -> NodePlan:
@@ -66,6 +67,7 @@ class _Planner(ScopeSteps, ValidationSteps):
         if self.repair_warning:
             self.plan.decisions = [replace(d, karpenter_repair=self.repair_warning) for d in self.plan.decisions]
         self.plan.final_state = self.state
+        self.plan.history = self._history()  # the node's past episodes, this one's part up to date (with the state)
         return self.plan
 
     def _restore_gpu_clients(self) -> None:
@@ -96,6 +98,7 @@ class _Planner(ScopeSteps, ValidationSteps):
                             "or the DeviceTaintRule API could not be read this pass")
         self._redrive_quarantine()
         self._cover_new_instances()
+        self._judge_offender(actionable)  # before the target: a repeat offender's is replace (decide/offenders.py)
         st = self.state
         self._scope_view()
         if actionable:  # the rung under way is observed on the pods it is about

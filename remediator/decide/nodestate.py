@@ -195,6 +195,10 @@ class NodeState:
     evidence_job: str | None = None
     evidence_started: datetime | None = None
     evidence: EvidenceOutcome | None = None
+    # the repeat-offender rule that escalated this episode to replace (decide/offenders.py: "episodes" or
+    # "same_gpu") and why, said once (an Event) when it applied; None: none did. Absent from the annotation while None
+    repeat_offender: str | None = None
+    repeat_offender_why: str | None = None
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -231,8 +235,8 @@ class NodeState:
         data["alerts"] = {fp: _alert_json(a) for fp, a in self.alerts.items()}
         data["actions"] = [fmt_time(t) for t in self.actions]
         for key in ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
-                    "diagnosis_result", *_UNSET_OMITTED):  # the annotation as before where there is none
-            if not data[key]:
+                    "diagnosis_result", "repeat_offender", "repeat_offender_why", *_UNSET_OMITTED):
+            if not data[key]:  # the annotation as before where there is none
                 del data[key]
         if self.not_started:
             version = 4

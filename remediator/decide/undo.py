@@ -4,10 +4,11 @@ remediator/act/cleanup.py). Pure functions of the Node as read and the policy.
 Only what gpuhealth did goes, as its state annotation records it: its taint (gpuhealth.io/unhealthy); the cordon
 only where the state says gpuhealth set it; karpenter.sh/do-not-disrupt only where the state says gpuhealth set it;
 the operand labels it paused, back to "true" while they still hold its pause value; its annotations (the state, the
-last episode, the GPU reset request); the exporter's Gpuhealth* conditions, and the replace condition only where
-gpuhealth set it (its reason). A person's cordon, taints, labels and do-not-disrupt stay. A node is left as it is,
-whole, where gpuhealth cannot tell what is its own (the state unreadable), where a person holds it, and where one
-of gpuhealth's reset or reboot Jobs still runs on it (its taint and paused operands keep the reset undisturbed).
+last episode, the history of past episodes, the GPU reset request); the exporter's Gpuhealth* conditions, and the
+replace condition only where gpuhealth set it (its reason). A person's cordon, taints, labels and do-not-disrupt
+stay. A node is left as it is, whole, where gpuhealth cannot tell what is its own (the state unreadable), where a
+person holds it, and where one of gpuhealth's reset or reboot Jobs still runs on it (its taint and paused operands
+keep the reset undisturbed).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from remediator.decide import api_objects
 from remediator.decide.api_objects import NodePatch, RawCondition, RawNode
+from remediator.decide.history import HISTORY_ANNOTATION
 from remediator.decide.node_patches import with_gpu_clients, with_meta
 from remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
@@ -35,7 +37,7 @@ from remediator.policy import OPERAND_LABEL_PREFIX, Policy
 # The exporter's node conditions are all gpuhealth's by their type's prefix (exporter/condition_types.py).
 EXPORTER_CONDITION_PREFIX = "Gpuhealth"
 # gpuhealth's annotations on a Node, each removed (the hold is left with the node: a held node is left as it is).
-OUR_ANNOTATIONS = (STATE_ANNOTATION, LAST_EPISODE_ANNOTATION, RESET_REQUEST_ANNOTATION)
+OUR_ANNOTATIONS = (STATE_ANNOTATION, LAST_EPISODE_ANNOTATION, RESET_REQUEST_ANNOTATION, HISTORY_ANNOTATION)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from remediator.decide.api_objects import RawCondition, RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices
 from remediator.decide.diagnosis import Diagnosis, diagnosis_of
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
+from remediator.decide.history import HISTORY_ANNOTATION, Episode, read_history
 from remediator.decide.job_start import JobRecord, JobStart, is_node_action_pod, job_start
 from remediator.decide.nodestate import (
     REPLACE_CONDITION_REASON,
@@ -127,6 +128,7 @@ class NodeView:
     diagnosis: Diagnosis | None = None
     diagnosis_start: JobStart | None = None
     diagnosis_missing: bool = False  # the state names a diagnostic Job the listing does not have (not made yet)
+    history: tuple[Episode, ...] = ()  # its past hardware episodes, newest first (decide/history.py)
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""
@@ -185,7 +187,7 @@ def node_view(node: RawNode, policy: Policy, state: NodeState | None = None) -> 
         ready=ready, boot_id=((node.get("status") or {}).get("nodeInfo") or {}).get("bootID"),
         resource_version=api_objects.resource_version(node), damaged=damaged,
         exporter_condition=next((c for c in conditions if c.get("type") == EXPORTER_CONDITION), None),
-        repair_conditions=repair)
+        repair_conditions=repair, history=read_history(annotations.get(HISTORY_ANNOTATION), name))
 
 
 def gpu_clients(pods: Iterable[RawPod], state: NodeState, policy: Policy) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from remediator.policy.readings import (
     seconds,
     string,
 )
+from remediator.policy.repeat_offenders import RepeatOffenderSettings
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,8 @@ class Policy:
         "The diagnostic Job: dcgmi diag, GPU and EFA counts, a single-node all-reduce."))
     evidence: EvidenceSettings = field(default_factory=EvidenceSettings, metadata=section(
         "What is kept of a node before its first reset, reboot or replace (for an RMA)."))
+    repeat_offenders: RepeatOffenderSettings = field(default_factory=RepeatOffenderSettings, metadata=section(
+        "Retiring a node whose hardware keeps failing: its past episodes escalate the current one to replace."))
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""

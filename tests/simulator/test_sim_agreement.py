@@ -71,7 +71,10 @@ def test_node_availability_agrees_with_the_renewal_form() -> None:
     resolve = (pipe.scrape_interval_s / 2 + rule.window_s + rule.keep_firing_for_s + rule.evaluation_interval_s / 2
                + pipe.actionable_route.group_interval_s / 2)
     mttr = 90 * 60 + resolve + Policy().return_to_service.healthy_delay.total_seconds() + pipe.pass_interval_s / 2
-    r = run(sc, detection_delay_s=300)[0]
+    # at 120 faults a node-year, three land within a week on most nodes: repeat offenders would replace them,
+    # which is no fixed repair (tests/remediator/decide/test_repeat_offenders.py tests that)
+    no_offenders = replace(Policy(), repeat_offenders=replace(Policy().repeat_offenders, enabled=False))
+    r = run(sc, no_offenders, detection_delay_s=300)[0]
     assert r.outages > 2000
     assert abs(r.mean_outage_h * 3600 - mttr) < 60
     expected = 1 / (1 + sc.rate_per_node_second * mttr)

@@ -20,6 +20,7 @@ from remediator.act.cleanup import CleanupOptions, CleanupReport, run_cleanup
 from remediator.clients.dry_run import DryRunKube
 from remediator.clients.kube import Kube
 from remediator.clients.leader import CLEANUP_ANNOTATION
+from remediator.decide.history import HISTORY_ANNOTATION
 from remediator.decide.node_patches import cordon_body
 from remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
@@ -268,9 +269,10 @@ def test_the_dry_run_writes_nothing_and_says_what_a_run_would_undo(cluster: Fake
     said = "\n".join(lines)
     assert "would take it from replica-a" in said
     assert ("gpu-drain: would: removed taint gpuhealth.io/unhealthy; uncordoned (gpuhealth cordoned it); "
-            f"removed {DO_NOT_DISRUPT_ANNOTATION}; removed {STATE_ANNOTATION}; removed condition "
-            "GpuhealthProbesHealthy") in said
-    assert "gpu-quarantine: would: removed gpuhealth.io/state; deleted DeviceTaintRule gpuhealth-gpu-quarantine" in said
+            f"removed {DO_NOT_DISRUPT_ANNOTATION}; removed {STATE_ANNOTATION}; removed {HISTORY_ANNOTATION}; "
+            "removed condition GpuhealthProbesHealthy") in said
+    assert ("gpu-quarantine: would: removed gpuhealth.io/state; removed gpuhealth.io/history; deleted DeviceTaintRule "
+            "gpuhealth-gpu-quarantine") in said
     assert "(dry run: nothing changed): would undo on 2 node(s), 1 DeviceTaintRule(s) to delete" in lines[-1]
     assert set(report.cleaned) == {"gpu-drain", "gpu-quarantine"}
     assert h.step() is not None  # the remediator still leads: a dry run takes no Lease

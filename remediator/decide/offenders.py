@@ -1,0 +1,122 @@
+"""Repeat offenders: a node whose hardware keeps failing is retired, not repaired again (policy repeat_offenders).
+
+Two rules read the node's history (decide/history.py) when an episode acts on a hardware alert:
+- episodes: the current episode is at least the `episodes`-th hardware episode started within `window` (3 in 7 days:
+  the third escalates);
+- same_gpu: a GPU the current alerts name was reset (reset_gpu or a reboot) by an earlier episode within `window`,
+  and fails again.
+The first that applies escalates the episode's target to replace: the ladder climbs to it as usual, through cordon
+and drain, under the same budgets, breaker, holds, silences and dry run (it only raises the target). Where
+ladder.max_rung is below replace, the node is cordoned and drained and then left for a person, with that reason. The
+rule is recorded in the state (said once: a RepeatOffender Event, an audit line, a counted escalation) and holds for
+the rest of the episode; alerts that ask for replace themselves need no rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from remediator.decide.climb import ClimbSteps, _Flow, _Step
+from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.history import Episode, gpu_ids, hardware_alerts, history_after, in_window
+from remediator.decide.nodestate import AlertRecord, NodeState, rung_index, time_text
+from remediator.decide.scope import ScopeSteps
+from remediator.decide.vocabulary import Action, Rung, Severity, Verdict
+from remediator.policy.repeat_offenders import RepeatOffenderSettings
+
+EPISODES = "episodes"
+SAME_GPU = "same_gpu"
+RULES = (EPISODES, SAME_GPU)  # the counter's reason label values
+
+
+@dataclass(frozen=True)
+class Offence:
+    rule: str  # EPISODES | SAME_GPU
+    why: str
+
+
+def span(d: timedelta) -> str:
+    """A window as the policy writes it: 7d, 36h, 90m."""
+    seconds = int(d.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def judge(history: tuple[Episode, ...], episode: datetime, gpus: tuple[str, ...],
+          policy: RepeatOffenderSettings) -> Offence | None:
+    """The rule the current episode (started at `episode`, its alerts naming `gpus`) breaks, or None."""
+    past = [e for e in in_window(history, episode - policy.window) if e.start < episode]
+    if len(past) + 1 >= policy.episodes:
+        starts = ", ".join(str(time_text(e.start)) for e in sorted(past, key=lambda e: e.start))
+        return Offence(EPISODES, f"{_ordinal(len(past) + 1)} hardware episode in {span(policy.window)} "
+                                 f"(repeat_offenders.episodes {policy.episodes}; the earlier ones started {starts})")
+    if not policy.same_gpu_after_reset:
+        return None
+    for e in past:  # newest first
+        same = sorted(set(gpus) & set(e.gpus))
+        if same and rung_index(e.rung) >= rung_index(Rung.RESET_GPU):
+            return Offence(SAME_GPU, f"GPU {', '.join(same)} fails again after the {e.rung} of the episode that "
+                                     f"started {time_text(e.start)}, within {span(policy.window)} "
+                                     "(repeat_offenders.same_gpu_after_reset)")
+    return None
+
+
+class OffenderSteps(ScopeSteps, ClimbSteps):
+    """The planner's repeat-offender steps: judged as the episode acts on hardware alerts, then the climb's target
+    raised to replace (or stopped after the drain for a person where ladder.max_rung is below replace)."""
+
+    def _judge_offender(self, actionable: dict[str, AlertRecord]) -> None:
+        st, settings = self.state, self.policy.repeat_offenders
+        if not settings.enabled or st.repeat_offender is not None or st.episode is None:
+            return
+        hardware = hardware_alerts(st, firing_only=True)
+        own = [a for fp, a in hardware.items() if fp in actionable]
+        if not own or max(rung_index(a.remediation) for a in own) >= rung_index(Rung.REPLACE):
+            return  # no hardware alert acts, or the alerts ask for replace themselves
+        if self.alert_ceiling([fp for fp in hardware if fp in actionable]).index < rung_index(Rung.REPLACE):
+            return  # none of its alerts may climb to replace (a cable's max_rung, a correlated fault)
+        offence = judge(self.full.history, st.episode, gpu_ids(own, self.full.devices), settings)
+        if offence is None:
+            return
+        asks = max((a.remediation for a in own), key=rung_index)
+        top = self.policy.ladder.max_rung
+        then = ("escalating to replace" if rung_index(top) >= rung_index(Rung.REPLACE) else
+                f"replace is above ladder.max_rung ({top}): the node is drained and left for a person")
+        why = f"repeat offender: {offence.why}; the alerts ask for {asks}, {then}"
+        self.state = replace(st, repeat_offender=offence.rule, repeat_offender_why=why)
+        self.note(Note(EventReason.REPEAT_OFFENDER, why, Severity.WARNING))
+
+    def _history(self) -> tuple[Episode, ...] | None:
+        """The history to write with this plan's state (None: as it is), decide/history.py."""
+        return history_after(self.full.history, self.full.devices, self.full.taken_over, self.plan.base_state,
+                             self.state, self.now, self.policy.repeat_offenders.window)
+
+    def _offending(self, st: NodeState) -> bool:
+        return st.repeat_offender is not None and self.policy.repeat_offenders.enabled
+
+    def _target(self, actionable: dict[str, AlertRecord], st: NodeState) -> int:
+        target = super()._target(actionable, st)
+        return max(target, rung_index(Rung.REPLACE)) if self._offending(st) else target
+
+    def _start(self, step: _Step, gpu: str | None, fps: list[str]) -> _Flow:
+        """The climb's step, said with the rule; past the drain, where replace is beyond the ladder: a person."""
+        st = self.state
+        if not self._offending(st) or step.resume or st.repeat_offender_why is None:
+            return super()._start(step, gpu, fps)
+        if rung_index(self.policy.ladder.max_rung) < rung_index(Rung.REPLACE) and (
+                rung_index(step.rung) > min(rung_index(Rung.DRAIN), rung_index(self.policy.ladder.max_rung))):
+            self.out(Action.NONE, Verdict.SKIPPED, f"{st.repeat_offender_why}: needs a person")
+            return _Flow.STOP
+        if step.rung == Rung.CORDON:
+            step = replace(step, why=f"{st.repeat_offender_why}{self.scope_note}")
+        elif step.rung == Rung.REPLACE:
+            step = replace(step, why=st.repeat_offender_why)
+        return super()._start(step, gpu, fps)
