@@ -3,10 +3,13 @@ to replace, on both sides of each rule's threshold; and the history each plan ca
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from remediator.decide.budget import Ledger
 from remediator.decide.decision import NodePlan
@@ -27,7 +30,7 @@ from remediator.decide.vocabulary import Rung, RungStatus
 from remediator.policy import Policy, parse_policy
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
-POLICY = parse_policy("alertmanager: {url: none}\n")
+POLICY = parse_policy("alertmanager: {url: none}\nevidence: {enabled: false}  # tests/remediator/evidence/\n")
 POOL_SIZE = 20
 DAY = timedelta(days=1)
 
@@ -83,6 +86,14 @@ def test_the_third_hardware_episode_in_a_week_escalates_to_replace_and_says_why(
     assert note.reason == EventReason.REPEAT_OFFENDER and note.warning
 
 
+@pytest.mark.parametrize("max_rung", ["drain", "reset_gpu"])
+def test_a_third_episode_whose_alerts_may_not_climb_to_replace_is_not_escalated(max_rung: str) -> None:
+    """A cable's alert (max_rung drain) or one that stops at its reset: no node swap fixes what it sees."""
+    record = dataclasses.replace(alert(remediation="drain" if max_rung == "drain" else "reset_gpu"), max_rung=max_rung)
+    p = plan(view((episode(2, gpus=("0000:1a:00",)), episode(6, gpus=("0000:1a:00",))), record))
+    assert p.final_state.repeat_offender is None and ("replace", "execute") not in steps(p)
+
+
 def test_three_episodes_spread_over_more_than_the_window_do_not_escalate() -> None:
     p = plan(view((episode(4, gpus=("0000:1a:00",)), episode(7.5, gpus=("0000:1a:00",)))))
     assert steps(p) == RESET and p.final_state.repeat_offender is None
@@ -117,9 +128,10 @@ def test_the_same_gpu_rule_matches_an_index_alert_to_a_uuid_history_through_dra(
 
 def test_the_rules_switched_off_leave_the_alerts_rung() -> None:
     history = (episode(2, gpus=("0000:9b:00",)), episode(6))
-    off = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {enabled: false}\n")
+    off = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {enabled: false}\nevidence: {enabled: false}\n")
     assert steps(plan(view(history), off)) == RESET
-    no_same = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {same_gpu_after_reset: false}\n")
+    no_same = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {same_gpu_after_reset: false}\n"
+                           "evidence: {enabled: false}\n")
     assert steps(plan(view((episode(5),)), no_same)) == RESET
     four = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {episodes: 4, same_gpu_after_reset: false}\n")
     assert steps(plan(view(history), four)) == RESET

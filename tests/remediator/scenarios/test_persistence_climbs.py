@@ -18,6 +18,7 @@ ladder:
   cordon: {escalate_after: 1h}
   drain: {escalate_after: 30m}
 correlation: {labels: [topology.k8s.aws/network-node-layer-3], min_nodes: 3}
+evidence: {enabled: false}  # evidence before a rung: tests/remediator/evidence/
 """
 SWITCH = "topology.k8s.aws/network-node-layer-3"
 GAUGE = "gpuhealth_remediator_correlated_fault_nodes"

@@ -18,6 +18,7 @@ from tests.support.remediator_harness import Harness
 POLICY = """
 return_to_service: {healthy_delay: 10m}
 replace: {method: condition}
+evidence: {enabled: false}  # evidence before a rung: tests/remediator/evidence/
 """
 NODE = "gpu-1"
 

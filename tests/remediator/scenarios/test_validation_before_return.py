@@ -19,6 +19,7 @@ POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}
 return_to_service: {healthy_delay: 10m}
 diagnose: {judge_image: "ghcr.io/gpuhealth/gpuhealth:0.2.0"}
+evidence: {enabled: false}  # evidence before a rung: tests/remediator/evidence/
 """
 
 
