@@ -133,7 +133,8 @@ def test_the_rules_switched_off_leave_the_alerts_rung() -> None:
     no_same = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {same_gpu_after_reset: false}\n"
                            "evidence: {enabled: false}\n")
     assert steps(plan(view((episode(5),)), no_same)) == RESET
-    four = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {episodes: 4, same_gpu_after_reset: false}\n")
+    four = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {episodes: 4, same_gpu_after_reset: false}\n"
+                        "evidence: {enabled: false}\n")
     assert steps(plan(view(history), four)) == RESET
 
 
