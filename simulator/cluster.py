@@ -26,6 +26,8 @@ DIAGNOSE_SECONDS = {1: 90.0, 2: 180.0, 3: 1800.0}
 # The share of faults still on a node that its diagnostic finds (judgement: dcgmi diag's plugins cover the GPU's
 # memory, compute, PCIe and NVLink, not the host's CPU, memory or storage).
 DIAGNOSE_COVERAGE = 0.8
+# The evidence Job's run, its pod's start included: nvidia-smi -q -x and dcgmi diag -r 1 take seconds (judgement).
+EVIDENCE_SECONDS = 60.0
 
 
 class SimCluster:
@@ -37,7 +39,7 @@ class SimCluster:
         self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
             Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
             Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon,
-            Action.DIAGNOSE: self._diagnose}
+            Action.DIAGNOSE: self._diagnose, Action.COLLECT_EVIDENCE: self._collect_evidence}
 
     def apply(self, plan: NodePlan) -> None:
         """The plan's state on its Node, then the effect of each decision it executes (the others have none here)."""
@@ -115,7 +117,20 @@ class SimCluster:
         self._queue.at(self._queue.now + DIAGNOSE_SECONDS[level], self._diagnosed, node.slot, node.generation,
                        st.diagnosis_job, passed)
 
+    def _collect_evidence(self, node: SimNode, plan: NodePlan) -> None:
+        """The evidence Job (nvidia-smi -q -x, dcgmi diag -r 1, the kernel log) ends after EVIDENCE_SECONDS."""
+        node.evidence_status = JobStatus.RUNNING
+        self._queue.at(self._queue.now + EVIDENCE_SECONDS, self._evidence_done, node.slot, node.generation,
+                       plan.final_state.evidence_job)
+
     # --- and their ends ---------------------------------------------------------------------
+    def _evidence_done(self, slot: int, generation: int, job: str | None) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None or node.state.evidence_job != job:
+            return
+        node.evidence_status = JobStatus.SUCCEEDED
+        self._passes.request(self._queue.now)
+
     def _diagnosed(self, slot: int, generation: int, job: str | None, passed: bool) -> None:
         node = self._fleet.live(slot, generation)
         if node is None or node.state.diagnosis_job != job:

@@ -51,6 +51,7 @@ class SimNode:
     pods: list[PodRef] = field(default_factory=list)
     job_status: JobStatus | None = None  # the reset/reboot Job, while it runs and once it has ended
     diagnosis: Diagnosis | None = None  # the diagnostic Job's result once it has ended (None: running or none)
+    evidence_status: JobStatus | None = None  # the evidence Job (decide/evidence.py): running, then succeeded
     fault: Fault | None = None
     replacing: bool = False
     excluded_by_job: bool = False  # a job found it broken (no rule saw it): not scheduled on until repaired
@@ -88,6 +89,7 @@ class SimNode:
         self.pods = []
         self.job_status = None
         self.diagnosis = None
+        self.evidence_status = None
         self.fault = None
         self.fired = {}
         self.history = ()
@@ -103,6 +105,7 @@ class SimNode:
             evictable=list(self.pods), pods_known=True,
             job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,
             diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None,
+            evidence_status=self.evidence_status if st.evidence_job and st.evidence is None else None,
             history=self.history)
 
 
