@@ -71,7 +71,8 @@ HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_t
 
 # The Events that say how a diagnostic Job ended, by the result label they count under.
 DIAGNOSTIC_RESULTS = {EventReason.DIAGNOSTIC_PASSED: "passed", EventReason.DIAGNOSTIC_FAILED: "failed",
-                      EventReason.DIAGNOSTIC_NOT_STARTED: "not_started"}
+                      EventReason.DIAGNOSTIC_NOT_STARTED: "not_started",
+                      EventReason.DIAGNOSTIC_CONTRADICTS_ALERT: "contradicts"}
 
 
 class Metrics:
@@ -94,9 +95,10 @@ class Metrics:
         for job_rung in JOB_RUNGS:  # at 0 from the start: increase() sees the first Job that does not start
             self.actions.labels(job_rung, ActionResult.NOT_STARTED)
         self.actions.labels(Rung.RESET_GPU, ActionResult.NOT_NEEDED)
-        self.diagnostics = Counter("gpuhealth_remediator_diagnostics", "Diagnostic Jobs' outcomes as the ladder read "
-                                   "them (passed, failed: the node climbs; not_started: gpuhealth's own breakage)",
-                                   ["result"], registry=r)
+        self.diagnostics = Counter("gpuhealth_remediator_diagnostics", "Diagnostic Jobs' outcomes as the ladder "
+                                   "read them (passed; failed: the node climbs or is replaced; not_started: "
+                                   "gpuhealth's own breakage; contradicts: passed while the alerts fire, the node "
+                                   "kept for a person)", ["result"], registry=r)
         for result in DIAGNOSTIC_RESULTS.values():  # at 0 from the start: increase() sees the first
             self.diagnostics.labels(result)
         self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",

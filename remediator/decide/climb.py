@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import Enum
 
 from remediator.decide.decision import NOT_STARTED
+from remediator.decide.diagnose_step import diagnosis_first
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.evidence import evidence_first
 from remediator.decide.nodestate import (
@@ -216,6 +217,8 @@ class ClimbSteps(PlannerBase):
             return _Flow.STOP
         if step.resume:
             self.out(Action(nxt), Verdict.EXECUTE, step.why, new=False, gpu=st.gpu, job=st.job)
+            return _Flow.STOP
+        if diagnosis_first(self, nxt, fps):  # a replace for a GPU fault, only if it fails (decide/diagnose_step.py)
             return _Flow.STOP
         if evidence_first(self, nxt):  # before the episode's first reset, reboot or replace (decide/evidence.py)
             return _Flow.STOP

@@ -73,6 +73,7 @@ class EventReason(StrEnum):
     DIAGNOSTIC_PASSED = "DiagnosticPassed"
     DIAGNOSTIC_FAILED = "DiagnosticFailed"
     DIAGNOSTIC_NOT_STARTED = "DiagnosticNotStarted"
+    DIAGNOSTIC_CONTRADICTS_ALERT = "DiagnosticContradictsAlert"  # passed while the alerts fire: not replaced
     HOLD_SET = "HoldSet"
     HOLD_RELEASED = "HoldReleased"
     # gpuhealth-remediator cleanup (remediator/act/cleanup.py): what it undid on a Node, or why it left a Node alone

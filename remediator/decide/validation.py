@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from remediator.decide.climb import ClimbSteps
+from remediator.decide.diagnose_step import PASSED, read_diagnosis, start_diagnosis
 from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
 from remediator.decide.event_reasons import EventReason, Note
-from remediator.decide.nodestate import elapsed, rung_index, time_text
+from remediator.decide.nodestate import rung_index, time_text
 from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
 
 VALIDATED_RUNGS = (Rung.RESET_GPU, Rung.REBOOT)  # the repairs a node returns from (a replaced node never returns)
-PASSED = "passed"
 
 
 class ValidationSteps(ClimbSteps):
@@ -46,33 +46,21 @@ class ValidationSteps(ClimbSteps):
 
     def _start_validation(self, name: str) -> bool:
         st, level = self.state, self.policy.diagnose.validation_level
-        self.state = replace(st, diagnosis_job=name, diagnosis_purpose=str(Purpose.VALIDATE),
-                             diagnosis_started=self.now, diagnosis_result=None)
-        self.out(Action.DIAGNOSE, Verdict.EXECUTE, f"the alerts resolved after the {st.rung}: validating it before "
-                 f"return to service (diagnostic job {name}, dcgmi diag -r {level}, GPU and EFA counts)", job=name)
+        start_diagnosis(self, Purpose.VALIDATE, name, f"the alerts resolved after the {st.rung}: validating it before "
+                        f"return to service (diagnostic job {name}, dcgmi diag -r {level}, GPU and EFA counts)")
         return True
 
     def _read_validation(self) -> bool:
-        st, v, policy = self.state, self.v, self.policy
-        started = st.diagnosis_started or self.now
-        limit = policy.diagnose.deadline(policy.diagnose.validation_level) + policy.jobs.start_timeout
-        not_started = v.diagnosis_start.not_started(self.now, policy.jobs.start_timeout, False) \
-            if v.diagnosis_start is not None else ""
-        if not not_started and v.diagnosis_missing and elapsed(self.now, started) >= policy.jobs.start_timeout:
-            not_started = f"its Job was not made within {policy.jobs.start_timeout} (the remediator's Events say why)"
-        if not_started:
-            self.state = replace(st, diagnosis_result=f"not started: {not_started}")
-            self.note(Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not start: "
-                           f"{not_started}. gpuhealth's own breakage, not the node's: the node stays out of service "
-                           "unvalidated for a person, and the ladder does not climb for it", Severity.WARNING))
-            self.out(Action.NONE, Verdict.SKIPPED, f"the validation did not start ({not_started}): needs a person")
+        st = self.state
+        found = read_diagnosis(self, self.policy.diagnose.validation_level)
+        if isinstance(found, str):
+            self.state = replace(st, diagnosis_result=f"not started: {found}")
+            self.out(Action.NONE, Verdict.SKIPPED, f"the validation did not start ({found}): the node stays out of "
+                     "service unvalidated for a person, and the ladder does not climb for it")
             return True
-        found = v.diagnosis
-        if found is None and not v.diagnosis_missing and elapsed(self.now, started) > limit:
-            found = Diagnosis.tool_error(f"no result {limit} after it was asked for")
         if found is None:
             self.out(Action.UNCORDON, Verdict.DEFERRED, f"validating the {st.rung}: diagnostic job "
-                     f"{st.diagnosis_job} under way since {time_text(started)}")
+                     f"{st.diagnosis_job} under way since {time_text(st.diagnosis_started)}")
             return True
         if found.passed:
             self.state = replace(st, diagnosis_result=PASSED)

@@ -1,0 +1,111 @@
+"""A diagnosis that decides: before a node is replaced for a GPU fault whose alerts did not ask for a replacement (the
+fault persisted through the reset and the reboot), the drained node runs the diagnostic Job (decide/diagnosis.py, at
+policy diagnose.level). Its result decides:
+
+- failed (a failed check, or tool_error: a Job that hung or broke fails closed): the fault is confirmed, the
+  replacement goes on (DiagnosticFailed, naming what failed);
+- passed while the alerts still fire: the signal, not the GPU, is suspect. The node is not replaced; it stays out of
+  service, drained, for a person, and the GpuhealthDiagnosticContradictsAlert alert pages
+  (DiagnosticContradictsAlert, gpuhealth_remediator_diagnostics_total{result="contradicts"});
+- never started (gpuhealth's own breakage): no evidence either way; the replacement goes on as the persisting alerts
+  asked before this step existed (DiagnosticNotStarted).
+
+Only where the diagnostic can speak: every firing alert of a GPU component (DIAGNOSED_COMPONENTS: the GPU, its memory,
+NVLink, PCIe, thermal). A host's machine check, a hung disk, a dead host (its exporter down) or a NIC are not what
+dcgmi diag tests: a pass would say nothing about them, so they are replaced without it. Nor for a repeat offender (its
+history is the evidence) or alerts that ask for replace themselves (their cause is clear).
+
+read_diagnosis is the one reading of a diagnostic Job's outcome, shared with validation (decide/validation.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
+from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.nodestate import elapsed, rung_index, time_text
+from remediator.decide.planner import PlannerBase
+from remediator.decide.vocabulary import Action, Rung, Scope, Severity, Verdict
+
+DIAGNOSED_COMPONENTS = frozenset({"gpu", "memory", "nvlink", "pcie", "thermal"})  # the alerts' component label
+PASSED = "passed"
+CONTRADICTS = "passed while the alerts fire"
+
+
+def read_diagnosis(p: PlannerBase, level: int) -> Diagnosis | str | None:
+    """The outcome of the diagnostic Job the state names: its Diagnosis; why it did not start (a str: gpuhealth's own
+    breakage, said in a DiagnosticNotStarted Event); None while it runs. A Job that gives no result within its
+    deadline and jobs.start_timeout fails closed (tool_error)."""
+    st, v, policy = p.state, p.v, p.policy
+    started = st.diagnosis_started or p.now
+    limit = policy.diagnose.deadline(level) + policy.jobs.start_timeout
+    why = v.diagnosis_start.not_started(p.now, policy.jobs.start_timeout, False) if v.diagnosis_start else ""
+    if not why and v.diagnosis_missing and elapsed(p.now, started) >= policy.jobs.start_timeout:
+        why = f"its Job was not made within {policy.jobs.start_timeout} (the remediator's Events say why)"
+    if why:
+        p.note(Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not start: {why}. "
+                    "gpuhealth's own breakage, not the node's", Severity.WARNING))
+        return why
+    if v.diagnosis is None and not v.diagnosis_missing and elapsed(p.now, started) > limit:
+        return Diagnosis.tool_error(f"no result {limit} after it was asked for")
+    return v.diagnosis
+
+
+def start_diagnosis(p: PlannerBase, purpose: Purpose, name: str, why: str) -> None:
+    """The state that names the diagnostic Job, and the decision that makes it (act/executor.py)."""
+    p.state = replace(p.state, diagnosis_job=name, diagnosis_purpose=str(purpose), diagnosis_started=p.now,
+                      diagnosis_result=None)
+    p.out(Action.DIAGNOSE, Verdict.EXECUTE, why, job=name)
+
+
+def diagnosis_first(p: PlannerBase, rung: str, fps: list[str]) -> bool:
+    """Before `rung` starts (every gate passed): True while the diagnosis holds a replacement back (asked for, under
+    way, or passed: the node waits for a person), False when the replacement goes on (no diagnosis for it, or it
+    failed or could not start)."""
+    policy, st = p.policy, p.state
+    firing = [st.alerts[fp] for fp in fps if fp in st.alerts]
+    if rung != Rung.REPLACE or not (policy.diagnose.enabled and policy.diagnose.judge_image) \
+            or st.scope != Scope.NODE or st.repeat_offender is not None or not firing \
+            or max(rung_index(a.remediation) for a in firing) >= rung_index(Rung.REPLACE) \
+            or any(a.component not in DIAGNOSED_COMPONENTS for a in firing):
+        return False
+    name = job_name(p.v.name, Purpose.DIAGNOSE, st.rung_done or st.episode)
+    level = policy.diagnose.level
+    if st.diagnosis_job != name:
+        start_diagnosis(p, Purpose.DIAGNOSE, name, f"before replace: diagnosing the drained node (diagnostic job "
+                        f"{name}, dcgmi diag -r {level}, GPU and EFA counts): it is replaced only if that fails")
+        p.out(Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {name}")
+        return True
+    if st.diagnosis_result is None:
+        return _decided(p, read_diagnosis(p, level), [a.name for a in firing])
+    if st.diagnosis_result == CONTRADICTS:
+        p.out(Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {', '.join(a.name for a in firing)} "
+              "still fire: not replaced; the node stays out of service for a person")
+        return True
+    return False
+
+
+def _decided(p: PlannerBase, found: Diagnosis | str | None, alerts: list[str]) -> bool:
+    st = p.state
+    if found is None:
+        p.out(Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {st.diagnosis_job} (since "
+              f"{time_text(st.diagnosis_started)})")
+        return True
+    if isinstance(found, str):
+        p.state = replace(st, diagnosis_result=f"not started: {found}")
+        return False  # no evidence either way: replaced as the persisting alerts asked
+    what = ", ".join(alerts)
+    if found.passed:
+        p.state = replace(st, diagnosis_result=CONTRADICTS)
+        p.note(Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnosis_job} passed ("
+                    f"{found.detail}) while {what} still fire: the signal, not the hardware, is suspect; the node is "
+                    "not replaced and stays out of service, drained, for a person", Severity.WARNING))
+        p.out(Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {what} still fire: not replaced; needs a "
+              "person")
+        return True
+    cats = ", ".join(found.categories) or "failed"
+    p.state = replace(st, diagnosis_result=f"failed: {cats}")
+    p.note(Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {st.diagnosis_job} confirms the fault ({cats}: "
+                f"{found.detail}): replacing the node", Severity.WARNING))
+    return False
