@@ -2,9 +2,9 @@
 
     python helm/package.py [--destination dist]
 
-The chart's files/rules, files/dashboards and files/reset_gpu.sh are links to rules/, dashboards/json/ and the
-reset Job's script: the archive holds copies, so the archive is what a user installs
-(`helm install gpuhealth dist/gpuhealth-<version>.tgz`).
+The chart's files/rules, files/dashboards, files/reset_gpu.sh and files/diagnose_collect.sh are links to rules/,
+dashboards/json/ and the reset and diagnostic Jobs' scripts: the archive holds copies, so the archive is what a
+user installs (`helm install gpuhealth dist/gpuhealth-<version>.tgz`).
 Before it says where the archive is, it loads the archive back and renders it with default values and with
 every monitoring object on, and refuses (exit 1) an archive that lacks a rule file or a dashboard of the tree.
 """
@@ -30,7 +30,8 @@ def expected_files() -> set[str]:
     rules = {f"files/rules/{p.relative_to(ROOT / 'rules')}" for part in ("alerts", "recording")
              for p in (ROOT / "rules" / part).glob("*.yaml")}  # rules/tests/ is .helmignore'd
     dashboards = {f"files/dashboards/{p.name}" for p in (ROOT / "dashboards" / "json").glob("*.json")}
-    return rules | dashboards | {"files/reset_gpu.sh"}  # the reset Jobs' script: their admission policy admits it
+    # the reset and diagnostic Jobs' scripts: their admission policy admits them
+    return rules | dashboards | {"files/reset_gpu.sh", "files/diagnose_collect.sh"}
 
 
 def check(archive: Path) -> list[str]:

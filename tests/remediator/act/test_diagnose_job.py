@@ -3,8 +3,9 @@ images, the judge's arguments), created through the official client on the fake 
 and its verdict read back from its pod the way the remediator lists it (the API's list and the watch cache's slim
 copy): a pass, a fail with its verdict, a Job failed with no verdict (tool_error: fails closed), one still running.
 
-The chart's ValidatingAdmissionPolicy for node-action Jobs admits only the reset and reboot shapes so far: these tests
-load the chart's RBAC with it off (remediator.jobs.admissionPolicy.enabled: false) until it learns this Job's shape."""
+The chart's RBAC and its ValidatingAdmissionPolicy for node-action Jobs are on, rendered for this policy: the Job is
+created as the remediator renders it, and admitted (tests/chart/test_node_action_jobs_policy.py refuses its
+forgeries)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ P5 = Provisioned(gpus=8, efa=32, instance_type="p5.48xlarge")
 def cluster() -> Iterator[FakeCluster]:
     with FakeCluster() as c:
         c.add_node("gpu-0")
-        chart_rbac.enforce(c, {"remediator": {"jobs": {"admissionPolicy": {"enabled": False}}}})
+        docs = chart_rbac.enforce(c, chart_rbac.policy_values(POLICY))
+        assert any(d["kind"] == "ValidatingAdmissionPolicy" for d in docs)
         yield c
 
 

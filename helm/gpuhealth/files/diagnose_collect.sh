@@ -1,0 +1,1 @@
+../../../remediator/act/templates/diagnose_collect.sh
