@@ -28,10 +28,7 @@ def cluster() -> FakeCluster:
     with FakeCluster() as c:
         for i in range(4):
             c.add_node(f"gpu-{i}")
-        # the chart's Jobs admission policy does not know the diagnostic Job's shape yet (docs/remediation.md)
-        values = chart_rbac.policy_values(parse_policy(POLICY))
-        values["remediator"]["jobs"]["admissionPolicy"] = {"enabled": False}
-        chart_rbac.enforce(c, values)
+        chart_rbac.enforce(c, chart_rbac.policy_values(parse_policy(POLICY)))  # the Jobs' admission policy on
         yield c
 
 

@@ -1,0 +1,114 @@
+"""A GPU fault that persists through the reset and the reboot is replaced only if the diagnostic Job fails on the
+drained node (decide/diagnose_step.py): failed, replaced; passed while the alert fires, kept for a person; not started,
+replaced as before; a host fault the diagnostic does not test is replaced without it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from gpuhealth_contract.diagnosis import Check, Failure, Verdict
+from remediator.policy import parse_policy
+from tests.fakes.apiserver import FakeCluster
+from tests.remediator.scenarios.test_validation_before_return import jobs, judge_ends
+from tests.support import chart_rbac
+from tests.support.remediator_harness import Harness
+
+POLICY = """
+budget: {max_disrupted: 2, max_cordoned: 4}
+replace: {method: condition}
+diagnose: {judge_image: "ghcr.io/gpuhealth/gpuhealth:0.2.0"}
+evidence: {enabled: false}  # evidence before a rung: tests/remediator/evidence/
+"""
+NODE = "gpu-1"
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster() as c:
+        for i in range(4):
+            c.add_node(f"gpu-{i}")
+        chart_rbac.enforce(c, chart_rbac.policy_values(parse_policy(POLICY)))  # the Jobs' admission policy on
+        yield c
+
+
+def fire(h: Harness, alertname: str = "GPUThermalViolation", component: str = "thermal") -> None:
+    h.fire(NODE, "cordon", alertname=alertname, gpu=None, labels={"component": component, "max_rung": "replace"})
+
+
+def climb_to_the_replace(h: Harness, cluster: FakeCluster, **kw: str) -> list[tuple[str, str, str]]:
+    """The fault persists: cordon, 30m, drain, 30m, the reboot (no GPU named: no reset), the node back, 30m."""
+    fire(h, **kw)
+    h.step()
+    decisions: list[tuple[str, str, str]] = []
+    for minutes in (31, 31, 2, 31):
+        h.advance(minutes=minutes)
+        fire(h, **kw)
+        if minutes == 2:
+            cluster.update_node(NODE, lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
+        decisions = h.decisions(h.step())
+    return decisions
+
+
+def test_a_thermal_fault_climbs_is_diagnosed_and_is_replaced_when_the_diagnostic_fails(cluster: FakeCluster) -> None:
+    h = Harness(cluster, POLICY)
+    assert climb_to_the_replace(h, cluster) == [(NODE, "diagnose", "execute"), (NODE, "replace", "deferred")]
+    (diag,) = jobs(cluster, "diagnose")
+    assert diag.startswith("gpuhealth-diagnose-gpu-1-") and jobs(cluster, "reboot")
+    command = cluster.jobs[("gpuhealth", diag)]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--level") + 1] == "2"  # diagnose.level
+    h.advance(minutes=1)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "replace", "deferred")]  # under way: no replacement yet
+    judge_ends(cluster, diag, Verdict((Failure(Check.GPU_DIAG, "dcgmi diag: Targeted Stress failed on GPU 2", ("2",)),),
+                                      level=2))
+    h.advance(minutes=1)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "replace", "execute")]
+    failed = next(e for e in cluster.events if e["reason"] == "DiagnosticFailed")
+    assert "confirms the fault (gpu_diag" in failed["message"]
+    assert h.metric("gpuhealth_remediator_diagnostics_total", result="failed") == 1
+
+
+def test_a_diagnostic_that_passes_while_the_alert_fires_keeps_the_node_for_a_person(cluster: FakeCluster) -> None:
+    h = Harness(cluster, POLICY)
+    climb_to_the_replace(h, cluster)
+    (diag,) = jobs(cluster, "diagnose")
+    judge_ends(cluster, diag, Verdict(level=2))
+    for _ in range(3):  # the alert keeps firing: nothing more happens, and the Event is said once
+        h.advance(minutes=10)
+        fire(h)
+        decided = h.decided(h.step())
+        assert [(d.action, d.decision) for d in decided] == [("none", "skipped")]
+        assert "not replaced" in decided[0].reason
+    assert [e["reason"] for e in cluster.events].count("DiagnosticContradictsAlert") == 1
+    assert h.metric("gpuhealth_remediator_diagnostics_total", result="contradicts") == 1
+    assert cluster.node(NODE)["spec"]["unschedulable"] is True and h.state(NODE).rung == "reboot"
+    assert not any(c["type"] == "AcceleratedHardwareReady" for c in cluster.node(NODE)["status"]["conditions"])
+
+
+def test_a_diagnostic_that_never_starts_does_not_hold_the_replacement_back(cluster: FakeCluster) -> None:
+    h = Harness(cluster, POLICY)
+    climb_to_the_replace(h, cluster)
+    (diag,) = jobs(cluster, "diagnose")
+    cluster.job_pod("gpuhealth", diag, waiting="ErrImagePull", message="pull access denied")
+    h.advance(minutes=4)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "replace", "deferred")]  # jobs.start_timeout (5m): still pulling
+    h.advance(minutes=2)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "replace", "execute")]
+    assert "DiagnosticNotStarted" in cluster.reasons(NODE)
+
+
+def test_a_host_fault_the_diagnostic_does_not_test_is_replaced_without_it(cluster: FakeCluster) -> None:
+    h = Harness(cluster, POLICY)
+    decisions = climb_to_the_replace(h, cluster, alertname="HostHungTask", component="kernel")
+    assert decisions == [(NODE, "replace", "execute")] and jobs(cluster, "diagnose") == []
+
+
+def test_without_a_judge_image_the_replacement_goes_on_as_before(cluster: FakeCluster) -> None:
+    h = Harness(cluster, POLICY.replace('diagnose: {judge_image: "ghcr.io/gpuhealth/gpuhealth:0.2.0"}\n', ""))
+    assert climb_to_the_replace(h, cluster) == [(NODE, "replace", "execute")]
+    assert jobs(cluster, "diagnose") == []
