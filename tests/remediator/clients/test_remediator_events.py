@@ -9,7 +9,8 @@ import time
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 
-POLICY = "budget: {max_disrupted: 2, max_cordoned: 6}\nreturn_to_service: {healthy_delay: 10m}\n"
+POLICY = ("budget: {max_disrupted: 2, max_cordoned: 6}\nreturn_to_service: {healthy_delay: 10m}\n"
+          "evidence: {enabled: false}\n")  # evidence before a rung: tests/remediator/evidence/
 EVENTS = "/api/v1/namespaces/default/events$"
 
 
