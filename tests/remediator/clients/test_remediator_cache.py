@@ -62,7 +62,8 @@ def test_the_same_alerts_seen_again_within_a_minute_are_not_written_again(cluste
 
 
 def test_a_pass_lists_the_jobs_once_not_a_get_per_node_at_a_job_rung(cluster: FakeCluster) -> None:
-    h = Harness(cluster, 'budget: {max_disrupted: 5, max_cordoned: 5}\nbreaker: {threshold: "100%"}\nevidence: {enabled: false}')
+    h = Harness(cluster, 'budget: {max_disrupted: 5, max_cordoned: 5}\nbreaker: {threshold: "100%"}\n'
+                         'evidence: {enabled: false}')
     for i in range(3):
         h.fire(f"gpu-{i}", "reset_gpu", gpu="0")
     h.step()  # cordon, drain (nothing to evict), the reset Jobs
