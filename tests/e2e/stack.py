@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from exporter.diagnose.cli import main as judge
 from tests.e2e.chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize
 from tests.e2e.operator_prometheus import pod_monitor, rule_groups, service_monitor
 from tests.fakes.apiserver import FakeCluster
@@ -405,6 +406,7 @@ class Stack:
         self._stop = threading.Event()
         self.rebooted: list[str] = []
         self.resets: list[tuple[str, list[str]]] = []  # each reset Job's node and what held the GPU then
+        self.diagnosed: list[tuple[str, int]] = []  # each diagnostic Job run by a stand-in node, and its judge's exit
         self.extra_scrapes: list[dict[str, Any]] = []
         self.chart_values = deep_merge({
             "exporter": {"config": E2E_EXPORTER_CONFIG},
@@ -804,6 +806,31 @@ class Stack:
             held.append("gpuhealth-exporter (NVML)")
         return held
 
+    def _diagnose(self, job: dict[str, Any]) -> None:
+        """A diagnostic Job on a healthy stand-in node: its collect step's outputs as the tools write them on a node
+        whose GPUs all answer and pass dcgmi diag (no nccl-tests in the image), judged by gpuhealth's own judge with
+        the Job's rendered arguments; the pod ends with the judge's exit code and verdict, as the kubelet reports."""
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        command = container["command"]
+        given = command[command.index("--gpus-expected") + 1]
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            (d / "gpus.out").write_text("".join(f"{i}, GPU-{i:08x}-1111-2222-3333-444455556666, NVIDIA H100 80GB "
+                                                f"HBM3, 00000000:{i + 10:02X}:00.0\n" for i in range(int(given or 8))))
+            (d / "gpus.rc").write_text("0\n")
+            (d / "dcgm.out").write_text(HEALTHY_DCGM.read_text())
+            (d / "dcgm.rc").write_text("0\n")
+            (d / "nccl.absent").write_text("")
+            rc = judge(_judge_args(command, d, d / "termination-log"))
+            verdict = (d / "termination-log").read_text()
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        pod = self.cluster.job_pod(ns, name, exit_code=rc)
+
+        def ended(p: dict[str, Any]) -> None:
+            p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = verdict
+        self.cluster.update_pod(ns, pod["metadata"]["name"], ended)
+        self.diagnosed.append((name, rc))
+
     def _node_agent(self) -> None:
         """Plays the nodes: reboot Jobs take the machine down and back with a new boot id; reset Jobs succeed only
         when nothing holds the GPU; the GPU Operator's DaemonSets follow their labels."""
@@ -814,12 +841,16 @@ class Stack:
                     self._gpu_operator(name)
             for job in self.jobs():
                 name = job["metadata"]["name"]
-                if name in done or not ("reboot" in name or "reset" in name):
+                component = job["metadata"]["labels"].get("app.kubernetes.io/component")
+                if name in done or not ("reboot" in name or "reset" in name or component == "diagnose"):
                     continue
                 node = next((n for n in self.nodes if n in json.dumps(job["spec"])), None)
                 if node is None:
                     continue
                 done.add(name)
+                if component == "diagnose":
+                    self._diagnose(job)
+                    continue
                 if "reset" in name:
                     held = self._gpu_held_by(node)
                     self.resets.append((node, held))
@@ -831,6 +862,18 @@ class Stack:
                 self.nodes[node].reboot()
                 boot = f"boot-{self.nodes[node].boot}"
                 self.cluster.update_node(node, lambda n, boot=boot: n["status"]["nodeInfo"].update(bootID=boot))
+
+
+HEALTHY_DCGM = FIXTURES / "dcgm" / "diag4x_passing_constructed.json"  # a passing dcgmi diag -j (its source: SOURCES)
+
+
+def _judge_args(command: list[str], directory: Path, log: Path) -> list[str]:
+    """The judge's own command line from the rendered Job, run here: the collect step's outputs in `directory`, the
+    verdict to `log`, the host's /sys the stand-in node's (none: no EFA device)."""
+    args = list(command[1:])
+    for flag, value in (("--dir", str(directory)), ("--sysfs-root", str(directory / "host"))):
+        args[args.index(flag) + 1] = value
+    return [*args, "--termination-log", str(log)]
 
 
 def alertmanager_config(docs: list[dict[str, Any]], secrets: Path, service_url: Callable[[str], str]) -> dict[str, Any]:

@@ -80,6 +80,9 @@ def test_fatal_xid_79_cordons_drains_reboots_and_returns_the_node_to_service(sta
     assert reasons.count("Cordoned") == 1, reasons
     assert len([j for j in stack.jobs(node.name) if "reboot" in j["metadata"]["name"]]) == 1
     assert stack.jobs() == stack.jobs(node.name)  # no Job anywhere else
+    # the reboot was validated before the node returned: the chart's diagnostic Job, judged by gpuhealth-diagnose
+    assert [rc for name, rc in stack.diagnosed if name.startswith(f"gpuhealth-validate-{node.name}")] == [0]
+    assert reasons.index("DiagnosticPassed") < reasons.index("ReturnedToService"), reasons
     others = [n for n in stack.nodes if n != node.name]
     assert all(not stack.cluster.node(n)["spec"].get("unschedulable") for n in others)
 
