@@ -72,6 +72,10 @@ HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_t
 # The Events that say how a diagnostic Job ended, by the result label they count under.
 DIAGNOSTIC_RESULTS = {EventReason.DIAGNOSTIC_PASSED: "passed", EventReason.DIAGNOSTIC_FAILED: "failed",
                       EventReason.DIAGNOSTIC_NOT_STARTED: "not_started"}
+# The Events of an idle-node sweep (decide/sweep.py), by the result label they count under.
+SWEEP_RESULTS = {EventReason.SWEEP_STARTED: "started", EventReason.SWEEP_PASSED: "passed",
+                 EventReason.SWEEP_FAILED: "failed", EventReason.SWEEP_NOT_STARTED: "not_started",
+                 EventReason.SWEEP_ABANDONED: "abandoned"}
 
 
 class Metrics:
@@ -99,6 +103,11 @@ class Metrics:
                                    ["result"], registry=r)
         for result in DIAGNOSTIC_RESULTS.values():  # at 0 from the start: increase() sees the first
             self.diagnostics.labels(result)
+        self.sweeps = Counter("gpuhealth_remediator_sweeps", "Idle-node sweeps (started; passed: returned; failed: "
+                              "the node climbs; not_started: gpuhealth's own breakage, returned unswept; abandoned: "
+                              "GPU work came to the node)", ["result"], registry=r)
+        for result in SWEEP_RESULTS.values():
+            self.sweeps.labels(result)
         self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",
                                 ["result"], registry=r)
         self.webhook_errors = Counter("gpuhealth_remediator_webhook_errors",
