@@ -4,14 +4,25 @@ function of a node's view, read before its pods are looked up, so that a pass li
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from remediator.decide.diagnosis import Purpose
 from remediator.decide.nodestate import NodeState
 from remediator.policy import Policy
 
-if TYPE_CHECKING:
-    from remediator.decide.views import NodeView
+
+class NodeView(Protocol):
+    """What of a node's view (decide/views.py NodeView, which calls these before its pods are looked up) is read."""
+
+    damaged: str | None
+    state: NodeState
+    our_taint: bool
+    unschedulable: bool
+    ready: bool
+    excluded: bool
+    hold: dict[str, Any] | None
+    created: datetime | None
+    last_sweep: datetime | None
 
 
 def sweep_due(view: NodeView, policy: Policy, now: datetime) -> bool:

@@ -183,7 +183,7 @@ def test_a_gpu_pod_that_comes_during_the_sweep_ends_it_unjudged(cluster: FakeClu
     h.advance(minutes=1)
     assert h.decisions(h.step()) == [("gpu-0", "uncordon", "execute")]
     assert "SweepAbandoned" in cluster.reasons("gpu-0") and "tolerates-all" in str(cluster.events[-1])
-    assert [p for p in cluster.pods.values() if p["metadata"]["name"] == "tolerates-all"][0]["metadata"].get(
+    assert next(p for p in cluster.pods.values() if p["metadata"]["name"] == "tolerates-all")["metadata"].get(
         "deletionTimestamp") is None  # never evicted
 
 
