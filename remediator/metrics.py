@@ -73,6 +73,10 @@ HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_t
 DIAGNOSTIC_RESULTS = {EventReason.DIAGNOSTIC_PASSED: "passed", EventReason.DIAGNOSTIC_FAILED: "failed",
                       EventReason.DIAGNOSTIC_NOT_STARTED: "not_started",
                       EventReason.DIAGNOSTIC_CONTRADICTS_ALERT: "contradicts"}
+# The Events of an idle-node sweep (decide/sweep.py), by the result label they count under.
+SWEEP_RESULTS = {EventReason.SWEEP_STARTED: "started", EventReason.SWEEP_PASSED: "passed",
+                 EventReason.SWEEP_FAILED: "failed", EventReason.SWEEP_NOT_STARTED: "not_started",
+                 EventReason.SWEEP_ABANDONED: "abandoned"}
 
 
 class Metrics:
@@ -101,6 +105,11 @@ class Metrics:
                                    "kept for a person)", ["result"], registry=r)
         for result in DIAGNOSTIC_RESULTS.values():  # at 0 from the start: increase() sees the first
             self.diagnostics.labels(result)
+        self.sweeps = Counter("gpuhealth_remediator_sweeps", "Idle-node sweeps (started; passed: returned; failed: "
+                              "the node climbs; not_started: gpuhealth's own breakage, returned unswept; abandoned: "
+                              "GPU work came to the node)", ["result"], registry=r)
+        for result in SWEEP_RESULTS.values():
+            self.sweeps.labels(result)
         self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",
                                 ["result"], registry=r)
         self.webhook_errors = Counter("gpuhealth_remediator_webhook_errors",

@@ -32,10 +32,11 @@ EVIDENCE_SECONDS = 60.0
 
 class SimCluster:
     def __init__(self, queue: EventQueue, scenario: Scenario, fleet: Fleet, faults: FaultSource, jobs: JobScheduler,
-                 passes: PassSchedule, validation_level: int = 1, diagnose_level: int = 2) -> None:
+                 passes: PassSchedule, validation_level: int = 1, diagnose_level: int = 2,
+                 sweep_level: int = 3) -> None:
         self._queue, self._sc, self._fleet = queue, scenario, fleet
         self._faults, self._jobs, self._passes = faults, jobs, passes
-        self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": diagnose_level}
+        self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": sweep_level}
         self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
             Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
             Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon,
@@ -53,6 +54,9 @@ class SimCluster:
         node.state = plan.final_state
         if plan.history is not None:  # written with the state, as the executor does (decide/history.py)
             node.history = plan.history
+        if plan.swept is not None:  # an idle-node sweep starts: gpuhealth.io/last-sweep, and the node is passes'
+            node.last_sweep = plan.swept
+            self._fleet.tracked.add(node.slot)
         node.version += 1
         for d in executes:
             effect = self._effects.get(d.action)

@@ -30,6 +30,8 @@ from simulator.remediation import SimLeader, as_deployed, to_datetime
 from simulator.results import RunResult
 from simulator.scenario import Scenario
 
+SWEEP_TICK_S = HOUR  # how often a pass looks for idle nodes to sweep when nothing else asks for one
+
 
 def _cordons_last(plan: NodePlan) -> bool:
     """Sort key: the plans that cordon are applied first (False sorts first)."""
@@ -50,13 +52,15 @@ class Simulation:
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
         self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes,
-                                  policy.diagnose.validation_level, policy.diagnose.level)
+                                  policy.diagnose.validation_level, policy.diagnose.level, policy.sweep.level)
         self.decisions = DecisionTally()
         self.budget = BudgetWatch(self.fleet.pool_sizes)
         self.sampler = (Sampler(self.queue, self.fleet, self.budget, self.jobs.tally, scenario.sample_interval_s)
                         if samples else None)
 
     def run(self) -> RunResult:
+        if self.leader.policy.sweep.enabled:
+            self.queue.at(0.0, self._sweep_tick)
         self.faults.start()
         self.jobs.start()
         if self.sampler is not None:
@@ -64,11 +68,18 @@ class Simulation:
         self.queue.run()
         return self._result()
 
+    def _sweep_tick(self) -> None:
+        """Idle-node sweeps need a pass even when nothing else is due: serve's interval runs one; here, every
+        SWEEP_TICK_S."""
+        self.passes.request(self.queue.now)
+        self.queue.at(self.queue.now + SWEEP_TICK_S, self._sweep_tick)
+
     def _pass(self) -> None:
         """One pass of the leader: decide on the nodes that carry anything, apply the plans (cordons first), and
         ask for the next pass when the ladder next needs to decide."""
         now = self.queue.now
-        ledger, plans = self.leader.decide(self.fleet.tracked_nodes(), now)
+        nodes = self.fleet.tracked_nodes() + self.fleet.sweep_candidates(self.leader.policy, to_datetime(now))
+        ledger, plans = self.leader.decide(nodes, now)
         rate_capped = False
         for plan in sorted(plans, key=_cordons_last):
             rate_capped = self.decisions.count(plan) or rate_capped

@@ -13,6 +13,7 @@ from datetime import datetime
 from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.history import Episode
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
+from remediator.decide.sweep_due import sweep_candidate, sweep_due
 from remediator.decide.views import NodeView, PodRef
 from remediator.decide.vocabulary import JobStatus, RungStatus
 from remediator.policy import Policy
@@ -64,6 +65,7 @@ class SimNode:
     left_schedulable: float | None = None  # when, in this outage, the node stopped taking work
     fired: dict[str, datetime] = field(default_factory=dict)  # fingerprint -> startsAt of the alerts Alertmanager fires
     history: tuple[Episode, ...] = ()  # gpuhealth.io/history: its past hardware episodes (repeat offenders)
+    last_sweep: datetime | None = None  # gpuhealth.io/last-sweep: when its last idle-node sweep started
 
     @property
     def name(self) -> str:
@@ -93,11 +95,14 @@ class SimNode:
         self.fault = None
         self.fired = {}
         self.history = ()
+        self.last_sweep = None
         self.version += 1
 
-    def view(self, policy: Policy) -> NodeView:
+    def view(self, policy: Policy, now: datetime | None = None) -> NodeView:
+        """The node as a pass reads it; `now`: its GPU pods too where an idle-node sweep could take it (as
+        decide/views.py build_views looks them up)."""
         st = self.state
-        return NodeView(
+        view = NodeView(
             name=self.name, pool=self.pool, unschedulable=self.unschedulable,
             labels={policy.pools.label: self.pool, **{label: self.switch for label in policy.correlation.labels[:1]}},
             our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
@@ -106,7 +111,14 @@ class SimNode:
             job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,
             diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None,
             evidence_status=self.evidence_status if st.evidence_job and st.evidence is None else None,
-            history=self.history)
+            history=self.history, last_sweep=self.last_sweep)
+        if now is not None and sweep_candidate(view, policy, now):
+            view.gpu_work = [p for p in self.pods if p.uses_gpu]
+        return view
+
+    def idle(self) -> bool:
+        """Nothing recorded and no job on it: what an idle-node sweep may look at."""
+        return self.schedulable and self.workload is None and not self.pods and not self.state.active
 
 
 @dataclass
@@ -191,6 +203,13 @@ class Fleet:
 
     def tracked_nodes(self) -> list[SimNode]:
         return [self.nodes[s] for s in sorted(self.tracked)]
+
+    def sweep_candidates(self, policy: Policy, now: datetime) -> list[SimNode]:
+        """The untracked idle nodes due for an idle-node sweep (policy sweep), for a pass to decide on too."""
+        if not policy.sweep.enabled:
+            return []
+        return [n for n in self.nodes if n.slot not in self.tracked and n.idle()
+                and sweep_due(n.view(policy), policy, now)]
 
     def untrack_settled(self, hour_ago: datetime) -> None:
         """Nodes with nothing under way, nothing recorded and no action in the last hour leave the passes."""

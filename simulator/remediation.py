@@ -50,7 +50,7 @@ class SimLeader:
         self.trips = 0  # closed -> open transitions
 
     def decide(self, nodes: list[SimNode], now: float) -> tuple[Ledger, list[NodePlan]]:
-        views = [n.view(self.policy) for n in nodes]
+        views = [n.view(self.policy, to_datetime(now)) for n in nodes]
         ledger, plans = evaluate(views, self.policy, to_datetime(now), self.breaker_trips, None, self.pool_sizes)
         self.trips += len(ledger.newly_tripped)
         self.breaker_trips = ledger.breaker_trips

@@ -40,10 +40,17 @@ from remediator.decide.node_patches import (
     with_gpu_clients,
     with_meta,
 )
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY, NodeState
+from remediator.decide.nodestate import (
+    LAST_SWEEP_ANNOTATION,
+    RESET_REQUEST_ANNOTATION,
+    STATE_ANNOTATION,
+    TAINT_KEY,
+    NodeState,
+    fmt_time,
+)
 from remediator.decide.views import NodeView, evictable_pods
 from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, RungStatus, Scope, TaintEffect, Verdict
-from remediator.metrics import DIAGNOSTIC_RESULTS, ActionResult, Metrics
+from remediator.metrics import DIAGNOSTIC_RESULTS, SWEEP_RESULTS, ActionResult, Metrics
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -157,6 +164,8 @@ class Executor:
         body, clients_note = with_gpu_clients(body, node, plan.base_state, plan.final_state)
         if plan.history is not None:  # the node's past episodes, in the same write as the state (decide/history.py)
             body = with_meta(body, annotations={HISTORY_ANNOTATION: history_json(plan.history)})
+        if plan.swept is not None:  # an idle-node sweep starts: remembered on the Node (decide/sweep.py)
+            body = with_meta(body, annotations={LAST_SWEEP_ANNOTATION: fmt_time(plan.swept)})
         if not body:
             return node, karpenter_note
         self.guard.check()
@@ -187,6 +196,8 @@ class Executor:
                 self.metrics.action(Action.RESET_GPU, ActionResult.NOT_NEEDED)
             if note.reason in DIAGNOSTIC_RESULTS:
                 self.metrics.diagnostics.labels(DIAGNOSTIC_RESULTS[note.reason]).inc()
+            if note.reason in SWEEP_RESULTS:
+                self.metrics.sweeps.labels(SWEEP_RESULTS[note.reason]).inc()
             self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
     def _side_effects(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime,

@@ -129,7 +129,8 @@ class Reconciler:
         by_name = {api_objects.name(n): n for n in nodes}
         cache = self.kube.cache
         pods_on = cache.pods_on if cache is not None else self.kube.pods_on
-        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay())
+        views = build_views(nodes, self.policy, pods_on, self._job_status_lookup(), self.kube.recorded_overlay(),
+                            now=now)
         dra = self._dra() if needs_dra(views) else None  # only a pass that can use them reads the DRA objects
         if dra is not None:
             attach_dra(views, dra)

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from remediator.decide.correlated import CorrelatedFaults
 from remediator.decide.monitoring_fault import MonitoringFaults
 from remediator.decide.nodestate import fmt_time, parse_time
+from remediator.decide.sweep_due import sweeping
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import DISRUPTIVE, Action, Deferral, Scope
 from remediator.policy import Policy
@@ -34,6 +35,7 @@ class PoolUsage:
     firing: set[str] = field(default_factory=set)  # nodes with firing actionable alerts (no monitoring fault's)
     gpus: int = 0  # GPUs the pool's DRA drivers publish
     quarantined: set[str] = field(default_factory=set)  # nodes with a GPU quarantined (GPU scope)
+    sweeping: set[str] = field(default_factory=set)  # nodes an idle-node sweep holds (decide/sweep.py sweeping)
 
 
 def _disrupted(view: NodeView) -> bool:
@@ -84,6 +86,8 @@ class Ledger:
                 usage.disrupted.add(v.name)
             if _quarantined(v):
                 usage.quarantined.add(v.name)
+            if sweeping(v.state):
+                usage.sweeping.add(v.name)
             usage.gpus += v.devices.gpu_count if v.devices is not None else 0
             if v.our_taint or v.state.cordoned:
                 usage.cordoned.add(v.name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from remediator.decide.event_reasons import Note
@@ -69,6 +70,8 @@ class NodePlan:
     drain_only: GpuPods | None = None
     # the node's history of hardware episodes to write with the state (decide/history.py); None: as it is
     history: tuple[Episode, ...] | None = None
+    # an idle-node sweep starts: its time, written on the Node with the cordon (gpuhealth.io/last-sweep)
+    swept: datetime | None = None
 
     @property
     def changed(self) -> bool:

@@ -74,6 +74,12 @@ class EventReason(StrEnum):
     DIAGNOSTIC_FAILED = "DiagnosticFailed"
     DIAGNOSTIC_NOT_STARTED = "DiagnosticNotStarted"
     DIAGNOSTIC_CONTRADICTS_ALERT = "DiagnosticContradictsAlert"  # passed while the alerts fire: not replaced
+    # an idle-node sweep (decide/sweep.py): started, and how it ended (abandoned: GPU work came to the node)
+    SWEEP_STARTED = "SweepStarted"
+    SWEEP_PASSED = "SweepPassed"
+    SWEEP_FAILED = "SweepFailed"
+    SWEEP_NOT_STARTED = "SweepNotStarted"
+    SWEEP_ABANDONED = "SweepAbandoned"
     HOLD_SET = "HoldSet"
     HOLD_RELEASED = "HoldReleased"
     # gpuhealth-remediator cleanup (remediator/act/cleanup.py): what it undid on a Node, or why it left a Node alone

@@ -25,6 +25,7 @@ from remediator.decide.nodestate import ALL_GPUS, AlertRecord, NodeState, elapse
 from remediator.decide.offenders import OffenderSteps
 from remediator.decide.progress import observe
 from remediator.decide.scope import ScopeSteps
+from remediator.decide.sweep import SweepSteps
 from remediator.decide.validation import ValidationSteps
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import (
@@ -58,7 +59,7 @@ def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
     return [_Planner(v, policy, now, ledger, silences).run() for v in sorted(views, key=order)]
 
 
-class _Planner(OffenderSteps, ScopeSteps, ValidationSteps):
+class _Planner(SweepSteps, OffenderSteps, ScopeSteps, ValidationSteps):
     """One node's plan: the node as a whole here; the scope and the climb in their own files."""
 
     def run(self) -> NodePlan:
@@ -105,6 +106,8 @@ class _Planner(OffenderSteps, ScopeSteps, ValidationSteps):
             self._gpu_pods_view(actionable, self._target(actionable, st), note=False)
         self.state, notes = observe(self.v, st, self.now, policy)
         self.plan.notes.extend(notes)
+        if not actionable and self._sweep_holds():  # an idle-node sweep's episode (decide/sweep.py)
+            return None
         if not actionable and self._replace_pending():  # decided on the alerts then: handed over whatever they say now
             return self._climb(rung_index(Rung.REPLACE), None, [])
         if not actionable:
@@ -124,6 +127,8 @@ class _Planner(OffenderSteps, ScopeSteps, ValidationSteps):
         elif not st.active and not v.our_taint:
             if firing and not actionable:
                 self.out(Action.NONE, Verdict.SKIPPED, "firing alerts ask for no action (remediation=none)")
+            elif not firing:
+                self._start_sweep()  # an idle node due for its sweep (decide/sweep.py)
         elif v.excluded:
             self.out(Action.NONE, Verdict.SKIPPED, "node excluded by the policy's exclude selectors")
         elif v.hold:

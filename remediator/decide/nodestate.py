@@ -23,6 +23,7 @@ ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a
 STATE_ANNOTATION = f"{PREFIX}/state"
 HOLD_ANNOTATION = f"{PREFIX}/hold"
 LAST_EPISODE_ANNOTATION = f"{PREFIX}/last-episode"
+LAST_SWEEP_ANNOTATION = f"{PREFIX}/last-sweep"  # when the node's last idle-node sweep started (decide/sweep.py)
 TAINT_KEY = f"{PREFIX}/unhealthy"
 # Karpenter's opt-out of voluntary disruption (consolidation, drift) on a Node: gpuhealth sets it from the
 # drain until return to service or replacement, and removes it only when it set it (NodeState.do_not_disrupt)
@@ -42,7 +43,9 @@ REPLACE_CONDITION_REASON = "GpuhealthReplace"
 # the reset Job with them stopped and never restore them, so it fails closed on such a state too.
 # 4: a Job rung that failed because its Job did not start (not_started): an older remediator would read it as the
 # hardware's failure and climb (reboot, replace), so it fails closed on such a state.
-STATE_VERSION = 4
+# 5: a sweep that failed (sweep_rung): an older remediator would read an episode without alerts as resolved and return
+# the node with the fault the sweep found, so it fails closed on such a state.
+STATE_VERSION = 5
 # The state annotation is bounded: the API server refuses a Node whose annotations total over 256 KiB (every write
 # to it would then fail), and each watcher of Nodes gets the whole object on every change. Past either cap the
 # records least needed are forgotten (bounded_alerts): resolved ones first, then firing ones that ask for no action,
@@ -199,6 +202,9 @@ class NodeState:
     # "same_gpu") and why, said once (an Event) when it applied; None: none did. Absent from the annotation while None
     repeat_offender: str | None = None
     repeat_offender_why: str | None = None
+    # an idle-node sweep's diagnostic failed (decide/sweep.py): the rung its failure asks for, which the episode climbs
+    # to as a hardware fault with no alert behind it. Absent from the annotation while None
+    sweep_rung: str | None = None
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -238,7 +244,9 @@ class NodeState:
                     "diagnosis_result", "repeat_offender", "repeat_offender_why", *_UNSET_OMITTED):
             if not data[key]:  # the annotation as before where there is none
                 del data[key]
-        if self.not_started:
+        if self.sweep_rung:
+            version = 5
+        elif self.not_started:
             version = 4
         elif self.reset_phase or self.paused or self.pause_value:
             version = 3
@@ -296,7 +304,7 @@ class NodeState:
 # from_json). The times are read off the fields' types, so a new one is never written as a time and read as text.
 _STATE_FIELDS = tuple(f.name for f in fields(NodeState) if f.name != "alerts")
 _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
-_UNSET_OMITTED = ("evidence_job", "evidence_started", "evidence")
+_UNSET_OMITTED = ("evidence_job", "evidence_started", "evidence", "sweep_rung")
 _STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
 _ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 

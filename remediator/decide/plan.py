@@ -66,7 +66,7 @@ def plan_from_json(nodes: list[RawNode], pods: list[RawPod] | None, batches: Ite
         def pods_on(name: str) -> list[RawPod]:
             return [p for p in known if api_objects.node_name(p) == name]
 
-    views = build_views(nodes, policy, pods_on, None, states, dra)
+    views = build_views(nodes, policy, pods_on, None, states, dra, now)
     _, plans = evaluate(views, policy, now, breaker_trips, silences)
     out = [d for p in plans for d in p.decisions]
     decided = {d.node for d in out}

@@ -23,6 +23,7 @@ from remediator.decide.node_patches import with_gpu_clients, with_meta
 from remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
     LAST_EPISODE_ANNOTATION,
+    LAST_SWEEP_ANNOTATION,
     REPLACE_CONDITION_REASON,
     RESET_REQUEST_ANNOTATION,
     STATE_ANNOTATION,
@@ -37,7 +38,8 @@ from remediator.policy import OPERAND_LABEL_PREFIX, Policy
 # The exporter's node conditions are all gpuhealth's by their type's prefix (exporter/condition_types.py).
 EXPORTER_CONDITION_PREFIX = "Gpuhealth"
 # gpuhealth's annotations on a Node, each removed (the hold is left with the node: a held node is left as it is).
-OUR_ANNOTATIONS = (STATE_ANNOTATION, LAST_EPISODE_ANNOTATION, RESET_REQUEST_ANNOTATION, HISTORY_ANNOTATION)
+OUR_ANNOTATIONS = (STATE_ANNOTATION, LAST_EPISODE_ANNOTATION, RESET_REQUEST_ANNOTATION, HISTORY_ANNOTATION,
+                   LAST_SWEEP_ANNOTATION)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpuhealth_contract.names import EXPORTER_CONDITION
@@ -22,6 +22,7 @@ from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
 from remediator.decide.history import HISTORY_ANNOTATION, Episode, read_history
 from remediator.decide.job_start import JobRecord, JobStart, is_node_action_pod, job_start
 from remediator.decide.nodestate import (
+    LAST_SWEEP_ANNOTATION,
     REPLACE_CONDITION_REASON,
     STATE_ANNOTATION,
     TAINT_KEY,
@@ -29,6 +30,7 @@ from remediator.decide.nodestate import (
     hold_of,
     parse_time,
 )
+from remediator.decide.sweep_due import sweep_candidate
 from remediator.decide.vocabulary import JobStatus, ResetPhase, RungStatus, Scope
 from remediator.policy import Policy
 
@@ -129,6 +131,12 @@ class NodeView:
     diagnosis_start: JobStart | None = None
     diagnosis_missing: bool = False  # the state names a diagnostic Job the listing does not have (not made yet)
     history: tuple[Episode, ...] = ()  # its past hardware episodes, newest first (decide/history.py)
+    # idle-node sweeps (decide/sweep.py): when its last sweep started (gpuhealth.io/last-sweep; None: never, or
+    # unreadable), when the Node was made (None: not known), and its GPU pods as a sweep reads them: every pod on it
+    # that asks for a GPU, finished ones still listed included (None: not looked up, the node is no sweep candidate)
+    last_sweep: datetime | None = None
+    created: datetime | None = None
+    gpu_work: list[PodRef] | None = None
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""
@@ -187,7 +195,21 @@ def node_view(node: RawNode, policy: Policy, state: NodeState | None = None) -> 
         ready=ready, boot_id=((node.get("status") or {}).get("nodeInfo") or {}).get("bootID"),
         resource_version=api_objects.resource_version(node), damaged=damaged,
         exporter_condition=next((c for c in conditions if c.get("type") == EXPORTER_CONDITION), None),
-        repair_conditions=repair, history=read_history(annotations.get(HISTORY_ANNOTATION), name))
+        repair_conditions=repair, history=read_history(annotations.get(HISTORY_ANNOTATION), name),
+        last_sweep=_annotation_time(name, annotations.get(LAST_SWEEP_ANNOTATION)),
+        created=_annotation_time(name, api_objects.meta(node).get("creationTimestamp")))
+
+
+def _annotation_time(node: str, value: str | None) -> datetime | None:
+    """A Node's timestamp (an annotation gpuhealth wrote, its creationTimestamp); None where missing or unreadable
+    (said in the log: a sweep then counts the node as never swept, the safe side is only the interval)."""
+    if not value:
+        return None
+    try:
+        return parse_time(str(value))
+    except ValueError:
+        log.warning("node %s: unreadable timestamp %r", node, value)
+        return None
 
 
 def gpu_clients(pods: Iterable[RawPod], state: NodeState, policy: Policy) -> tuple[str, ...]:
@@ -250,6 +272,21 @@ def _time(pod: RawPod, key: str, value: str | None) -> datetime | None:
         return None
 
 
+def gpu_work(pods: Iterable[RawPod], idle_for: timedelta, now: datetime) -> list[PodRef]:
+    """The GPU pods that keep a node from an idle-node sweep: every pod asking for a GPU that has not finished, and a
+    finished one still listed that was created or started within `idle_for` (its end is not kept: its start is the
+    latest time known). gpuhealth's own diagnostic and evidence pods ask for none."""
+    out = []
+    for pod in pods:
+        if not asks_for(pod, GPU_RESOURCES):
+            continue
+        ref = pod_ref(pod)
+        latest = max((t for t in (ref.created, ref.started) if t is not None), default=None)
+        if api_objects.phase(pod) not in ("Succeeded", "Failed") or latest is None or now - latest < idle_for:
+            out.append(ref)
+    return out
+
+
 def evictable_pods(pods: Iterable[RawPod]) -> list[PodRef]:
     return [pod_ref(p) for p in pods if is_evictable(p)]
 
@@ -257,8 +294,10 @@ def evictable_pods(pods: Iterable[RawPod]) -> list[PodRef]:
 def build_views(nodes: Iterable[RawNode], policy: Policy,
                 pods_on: Callable[[str], list[RawPod]] | None,
                 job_status: Callable[[str], JobRecord] | None = None,
-                states: dict[str, NodeState] | None = None, dra: DraFleet | None = None) -> list[NodeView]:
-    """Views of all nodes; pods and Job status are looked up only for nodes in an episode.
+                states: dict[str, NodeState] | None = None, dra: DraFleet | None = None,
+                now: datetime | None = None) -> list[NodeView]:
+    """Views of all nodes; pods and Job status are looked up only for nodes in an episode, and for the nodes an
+    idle-node sweep could take now (`now` given and policy sweep.enabled: decide/sweep.py sweep_candidate).
     pods_on None: the pods are unknown (plan without --pods). dra None: no DRA (node scope only).
     job_status: a node-action Job by name (JobRecord; job_start.MISSING when there is none)."""
     views = []
@@ -266,6 +305,8 @@ def build_views(nodes: Iterable[RawNode], policy: Policy,
         view = node_view(node, policy, (states or {}).get(api_objects.name(node)))
         if pods_on is None:
             view.pods_known = False
+        elif now is not None and sweep_candidate(view, policy, now):
+            view.gpu_work = gpu_work(pods_on(view.name), policy.sweep.idle_for, now)
         elif view.state.active or view.our_taint:
             pods = pods_on(view.name)
             view.evictable = evictable_pods(pods)

@@ -44,6 +44,7 @@ from remediator.policy.readings import (
     string,
 )
 from remediator.policy.repeat_offenders import RepeatOffenderSettings
+from remediator.policy.sweep import SweepSettings
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,8 @@ class Policy:
         "What is kept of a node before its first reset, reboot or replace (for an RMA)."))
     repeat_offenders: RepeatOffenderSettings = field(default_factory=RepeatOffenderSettings, metadata=section(
         "Retiring a node whose hardware keeps failing: its past episodes escalate the current one to replace."))
+    sweep: SweepSettings = field(default_factory=SweepSettings, metadata=section(
+        "Idle-node sweeps: a node without GPU work is cordoned and runs the deep diagnostic on a schedule."))
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""

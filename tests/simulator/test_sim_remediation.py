@@ -71,3 +71,20 @@ def test_same_seed_same_trace_and_results() -> None:
     assert (a.faults, a.node_availability, a.jobs) == (b.faults, b.node_availability, b.jobs)
     c = run(replace(sc), seed=8)[0]
     assert c.faults != a.faults or c.node_availability != a.node_availability
+
+
+def test_an_idle_node_sweep_finds_silent_data_corruption_and_the_climb_replaces_the_node() -> None:
+    """Silent data corruption raises no alert: on an idle node only a sweep finds it (the diagnostic's coverage), and
+    the climb from the sweep's failure (reset, reboot: validated, still failing) ends in a replacement."""
+    sc = parse_scenario(_fleet("", nodes=20, days=30, rate=60.0, mix="{Silent Data Corruption: 1}"), "sdc.yaml")
+    # the simulator has jobs find an alert-less fault after the scenario's job timeout, idle node or not: here a week,
+    # as on a node no job lands on
+    week = 7 * 86400.0
+    off = run(sc, parse_policy("evidence: {enabled: false}\n"), detection_delay_s=week)[0]
+    on = run(sc, parse_policy("evidence: {enabled: false}\nsweep: {enabled: true, interval: 1d}\n"),
+             detection_delay_s=week)[0]
+    assert off.faults.get("Silent Data Corruption", 0) > 0 and off.decisions.get("diagnose:execute", 0) == 0
+    assert on.decisions.get("diagnose:execute", 0) > 0 and on.decisions.get("reset_gpu:execute", 0) > 0
+    assert on.decisions.get("replace:execute", 0) > 0
+    sdc = "Silent Data Corruption"
+    assert on.out_hours_by_cause.get(sdc, 0.0) < off.out_hours_by_cause.get(sdc, 0.0)

@@ -1,0 +1,145 @@
+"""Idle-node sweeps (docs/remediation.md, "Idle-node sweeps"): on a schedule, a node with no GPU work is cordoned and
+runs the diagnostic Job at sweep.level; passed, it returns at once (no alert fired: no healthy delay); failed, it is a
+hardware episode like one an alert raised, climbing from its cordon to the rung its failure asks for; not started
+(gpuhealth's own breakage), it returns unswept.
+
+A sweep never drains and never touches a node with GPU work: it starts only on a node whose pods ask for no GPU
+(decide/views.py gpu_work), and a GPU pod that appears on it meanwhile (one that tolerates gpuhealth's taint) ends the
+sweep unjudged and returns the node. When its last sweep started is on the Node (gpuhealth.io/last-sweep, written with
+the cordon), so that a restart does not sweep it again before sweep.interval; cleanup removes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
+from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.nodestate import ALL_GPUS, NodeState, elapsed, rung_index, time_text
+from remediator.decide.planner import Ceiling
+from remediator.decide.validation import ValidationSteps
+from remediator.decide.vocabulary import RUNG_ORDER, Action, Rung, RungStatus, Severity, Verdict
+
+# The rung each failed check asks for: a diag test or an all-reduce under its floor is a GPU's (its reset first, then
+# the climb: reboot, replace); a GPU or EFA device missing from the bus is the node's (a reboot re-enumerates them);
+# tool_error is no evidence either way: the node stays cordoned for a person (fail closed), nothing climbs.
+SWEEP_RUNGS: dict[str, Rung] = {"gpu_diag": Rung.RESET_GPU, "nccl_bandwidth": Rung.RESET_GPU,
+                                "gpu_count": Rung.REBOOT, "efa_count": Rung.REBOOT, "tool_error": Rung.CORDON}
+
+
+def sweep_rung(categories: tuple[str, ...]) -> Rung:
+    """The highest rung the failed checks ask for (an unknown category: a person's, as tool_error)."""
+    return max((SWEEP_RUNGS.get(c, Rung.CORDON) for c in categories), key=rung_index, default=Rung.CORDON)
+
+
+class SweepSteps(ValidationSteps):
+    def alert_ceiling(self, fps: list[str]) -> Ceiling:
+        """A failed sweep has no alert: its fault may climb as far as ladder.max_rung lets any."""
+        if not fps and self.state.sweep_rung is not None:
+            return Ceiling(len(RUNG_ORDER) - 1, "")
+        return super().alert_ceiling(fps)
+
+    # --- the start ----------------------------------------------------------------------------
+    def _start_sweep(self) -> None:
+        """An idle node due for a sweep, within its pool's sweep limit, the cordon budget and the breaker: cordoned,
+        and its diagnostic Job asked for, in one plan. One held back is no decision (thousands of idle nodes would
+        each say so every pass): it is taken on a later pass."""
+        v, policy, now = self.v, self.policy, self.now
+        if v.gpu_work is None or v.gpu_work:  # not a candidate this pass (decide/sweep_due.py), or GPU work on it
+            return
+        usage = self.ledger.pools[v.pool]
+        if len(usage.sweeping) >= policy.sweep.max_per_pool.limit(usage.size) or self.ledger.breaker_open(v.pool):
+            return
+        if self.ledger.gate(v, Action.CORDON) is not None:  # the cordon budget, the action rate cap
+            return
+        self.ledger.take(v, Action.CORDON)
+        usage.sweeping.add(v.name)
+        name = job_name(v.name, Purpose.SWEEP, now)
+        self.state = NodeState(actions=self.state.actions).with_action(
+            now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
+            cordoned=True, diagnosis_job=name, diagnosis_purpose=str(Purpose.SWEEP), diagnosis_started=now)
+        self.plan.swept = now
+        last = f"last swept {time_text(v.last_sweep)}" if v.last_sweep else "never swept"
+        self.note(Note(EventReason.SWEEP_STARTED, f"idle-node sweep ({last}, no GPU pod): cordoned while diagnostic "
+                       f"job {name} runs dcgmi diag -r {policy.sweep.level} and the GPU and EFA counts"))
+        self.out(Action.CORDON, Verdict.EXECUTE, f"idle-node sweep: no GPU pod, {last}")
+        self.out(Action.DIAGNOSE, Verdict.EXECUTE, f"idle-node sweep: diagnostic job {name} "
+                 f"(dcgmi diag -r {policy.sweep.level})", job=name)
+
+    # --- under way --------------------------------------------------------------------------
+    def _sweep_holds(self) -> bool:
+        """A sweep's episode (no alert): True while this decides the node (the sweep under way, or its failure's
+        climb); False for the ladder's own return to service (a repair done: its validation, then the node returns)."""
+        st = self.state
+        if not st.active or st.alerts:  # an alert fired meanwhile: the ladder's as any episode
+            return False
+        if st.sweep_rung is not None:
+            return self._sweep_climb()
+        if st.diagnosis_purpose == Purpose.SWEEP and st.diagnosis_result is None:
+            return self._read_sweep()
+        return False
+
+    def _read_sweep(self) -> bool:
+        st, v, policy = self.state, self.v, self.policy
+        started = st.diagnosis_started or self.now
+        busy = [p for p in v.evictable if p.uses_gpu and not p.terminating]
+        if busy:
+            return self._sweep_return(EventReason.SWEEP_ABANDONED, f"GPU pod {busy[0].namespace}/{busy[0].name} came "
+                                      "to the node during its sweep (it tolerates gpuhealth's taint): a sweep never "
+                                      "touches GPU work; the node returns unswept")
+        not_started = v.diagnosis_start.not_started(self.now, policy.jobs.start_timeout, False) \
+            if v.diagnosis_start is not None else ""
+        if not not_started and v.diagnosis_missing and elapsed(self.now, started) >= policy.jobs.start_timeout:
+            not_started = f"its Job was not made within {policy.jobs.start_timeout} (the remediator's Events say why)"
+        if not_started:
+            return self._sweep_return(EventReason.SWEEP_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
+                                      f"start: {not_started}. gpuhealth's own breakage: no fault was seen, so the "
+                                      "node returns unswept (it is not swept again before sweep.interval)",
+                                      Severity.WARNING)
+        found = v.diagnosis
+        limit = policy.diagnose.deadline(policy.sweep.level) + policy.jobs.start_timeout
+        if found is None and not v.diagnosis_missing and elapsed(self.now, started) > limit:
+            found = Diagnosis.tool_error(f"no result {limit} after it was asked for")
+        if found is None:
+            self.out(Action.UNCORDON, Verdict.DEFERRED, f"idle-node sweep: diagnostic job {st.diagnosis_job} under "
+                     f"way since {time_text(started)}")
+            return True
+        if found.passed:
+            return self._sweep_return(EventReason.SWEEP_PASSED, f"idle-node sweep passed: diagnostic job "
+                                      f"{st.diagnosis_job} ({found.detail}); the node returns to service")
+        return self._sweep_failed(found)
+
+    def _sweep_return(self, reason: EventReason, why: str, severity: Severity = Severity.NORMAL) -> bool:
+        """The node back in service now: no alert fired, so no healthy delay."""
+        self.note(Note(reason, why, severity))
+        self.ledger.release(self.v)
+        self.state = NodeState(actions=self.state.actions)
+        self.out(Action.UNCORDON, Verdict.EXECUTE, why)
+        return True
+
+    def _sweep_failed(self, found: Diagnosis) -> bool:
+        st = self.state
+        rung = sweep_rung(found.categories)
+        gpu = found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS
+        what = ", ".join(found.categories) or "failed"
+        self.state = replace(st, diagnosis_result=f"failed: {what}", sweep_rung=rung, gpu=gpu)
+        then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
+                f"a hardware episode: the ladder climbs from its cordon to {rung}")
+        self.note(Note(EventReason.SWEEP_FAILED, f"idle-node sweep failed: diagnostic job {st.diagnosis_job} "
+                       f"({what}: {found.detail}); {then}", Severity.WARNING))
+        return self._sweep_climb()
+
+    def _sweep_climb(self) -> bool:
+        """A failed sweep's episode: up the ladder to the rung its failure asks for, then on failure above it; a
+        repair done goes to the ladder's return to service (False: its validation, then the node returns)."""
+        st = self.state
+        assert st.sweep_rung is not None
+        target = rung_index(st.sweep_rung)
+        if target <= rung_index(Rung.CORDON):
+            self.out(Action.NONE, Verdict.SKIPPED, f"the idle-node sweep failed ({st.diagnosis_result}): the node "
+                     "stays cordoned for a person; `gpuhealth-remediator release` returns it")
+            return True
+        if st.rung_status == RungStatus.DONE and rung_index(st.rung) >= target:
+            return False
+        self._climb(target, st.gpu or ALL_GPUS, [])
+        return True
