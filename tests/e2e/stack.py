@@ -406,6 +406,7 @@ class Stack:
         self._stop = threading.Event()
         self.rebooted: list[str] = []
         self.resets: list[tuple[str, list[str]]] = []  # each reset Job's node and what held the GPU then
+        self.evidence: list[str] = []  # the nodes whose evidence Job a stand-in node ran
         self.diagnosed: list[tuple[str, int]] = []  # each diagnostic Job run by a stand-in node, and its judge's exit
         self.extra_scrapes: list[dict[str, Any]] = []
         self.chart_values = deep_merge({
@@ -831,6 +832,20 @@ class Stack:
         self.cluster.update_pod(ns, pod["metadata"]["name"], ended)
         self.diagnosed.append((name, rc))
 
+    def _collect_evidence(self, job: dict[str, Any], node: str) -> None:
+        """The evidence Job on a stand-in node: the log templates/evidence.sh writes, its sections around a real
+        `nvidia-smi -q -x` capture and the node's own kernel log (the stand-in has no dcgmi)."""
+        kernel = self.nodes[node].kmsg.read_text(errors="replace").splitlines()[-300:]
+        parts = ["==> gpuhealth-evidence: meta <==", f"node={node}", "==> gpuhealth-evidence: nvidia-smi <==",
+                 NVSMI_XML.read_text(), "==> gpuhealth-evidence: nvidia-smi-status <==", "exit=0",
+                 "==> gpuhealth-evidence: dcgmi-status <==", "dcgmi not in this image",
+                 "==> gpuhealth-evidence: kernel-log <==", *kernel,
+                 "==> gpuhealth-evidence: bug-report <==", "no upload_command: no bundle made",
+                 "==> gpuhealth-evidence: upload <==", "none", "==> gpuhealth-evidence: end <=="]
+        self.cluster.job_pod(job["metadata"]["namespace"], job["metadata"]["name"], exit_code=0,
+                             log="\n".join(parts) + "\n")
+        self.evidence.append(node)
+
     def _node_agent(self) -> None:
         """Plays the nodes: reboot Jobs take the machine down and back with a new boot id; reset Jobs succeed only
         when nothing holds the GPU; the GPU Operator's DaemonSets follow their labels."""
@@ -842,7 +857,7 @@ class Stack:
             for job in self.jobs():
                 name = job["metadata"]["name"]
                 component = job["metadata"]["labels"].get("app.kubernetes.io/component")
-                if name in done or not ("reboot" in name or "reset" in name or component == "diagnose"):
+                if name in done or not ("reboot" in name or "reset" in name or component in ("diagnose", "evidence")):
                     continue
                 node = next((n for n in self.nodes if n in json.dumps(job["spec"])), None)
                 if node is None:
@@ -850,6 +865,9 @@ class Stack:
                 done.add(name)
                 if component == "diagnose":
                     self._diagnose(job)
+                    continue
+                if component == "evidence":
+                    self._collect_evidence(job, node)
                     continue
                 if "reset" in name:
                     held = self._gpu_held_by(node)
@@ -864,6 +882,7 @@ class Stack:
                 self.cluster.update_node(node, lambda n, boot=boot: n["status"]["nodeInfo"].update(bootID=boot))
 
 
+NVSMI_XML = FIXTURES / "nvsmi" / "hadoop_p100x2_nvidia-smi-q-x.xml"  # a real capture (tests/fixtures/SOURCES.md)
 HEALTHY_DCGM = FIXTURES / "dcgm" / "diag4x_passing_constructed.json"  # a passing dcgmi diag -j (its source: SOURCES)
 
 

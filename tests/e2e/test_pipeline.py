@@ -33,7 +33,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360)]
 
 # Production timings shortened to fit a test; what each rung does is unchanged.
 POLICY = """
-evidence: {enabled: false}  # the evidence step before reset/reboot/replace: tests/remediator/evidence/
 return_to_service: {healthy_delay: 8s}
 ladder:
   reset_gpu: {timeout: 20s, escalate_after: 20s}
@@ -80,6 +79,10 @@ def test_fatal_xid_79_cordons_drains_reboots_and_returns_the_node_to_service(sta
     assert reasons.count("Cordoned") == 1, reasons
     assert len([j for j in stack.jobs(node.name) if "reboot" in j["metadata"]["name"]]) == 1
     assert stack.jobs() == stack.jobs(node.name)  # no Job anywhere else
+    # the evidence an RMA asks for was kept before the reboot: the node's kernel log, in a ConfigMap of its own
+    (cm,) = [c for (_, name), c in stack.cluster.configmaps.items() if f"gpuhealth-evidence-{node.name}" in name]
+    assert "Xid" in cm["data"]["kernel-log.txt"] and cm["metadata"]["labels"]["gpuhealth.io/rung"] == "reboot"
+    assert reasons.index("EvidenceCollected") < reasons.index("Reboot"), reasons
     # the reboot was validated before the node returned: the chart's diagnostic Job, judged by gpuhealth-diagnose
     assert [rc for name, rc in stack.diagnosed if name.startswith(f"gpuhealth-validate-{node.name}")] == [0]
     assert reasons.index("DiagnosticPassed") < reasons.index("ReturnedToService"), reasons
