@@ -856,7 +856,7 @@ class Stack:
                     self._gpu_operator(name)
             for job in self.jobs():
                 name = job["metadata"]["name"]
-                component = job["metadata"]["labels"].get("app.kubernetes.io/component")
+                component = (job["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
                 if name in done or not ("reboot" in name or "reset" in name or component in ("diagnose", "evidence")):
                     continue
                 node = next((n for n in self.nodes if n in json.dumps(job["spec"])), None)
