@@ -31,7 +31,7 @@ from typing import Any
 
 from gpuhealth_contract.pci import short_bus_id
 from remediator.decide.devices import NodeDevices
-from remediator.decide.nodestate import ALL_GPUS, PREFIX, AlertRecord, NodeState, parse_time, rung_index
+from remediator.decide.nodestate import ALL_GPUS, PREFIX, AlertRecord, NodeState, fmt_time, parse_time, rung_index
 from remediator.decide.vocabulary import Scope
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -54,7 +54,9 @@ class Episode:
     gpus: tuple[str, ...] = ()  # the GPUs its alerts named (labels, short PCI bus ids, UUIDs)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"s": _stamp(self.start)}
+        # the start to the microsecond, as the state's episode: it is the episode's identity (an episode under way is
+        # found in its history by it, and is never counted as an earlier one of its own)
+        out: dict[str, Any] = {"s": fmt_time(self.start)}
         if self.end is not None:
             out["e"] = _stamp(self.end)
         if self.rung is not None:

@@ -174,6 +174,17 @@ def test_the_history_records_the_episode_once_it_acts_and_closes_it_at_return_to
     assert closed.history == (replace(current, end=NOW),)  # outlives the state reset to NodeState()
 
 
+def test_an_episode_that_started_within_a_second_is_one_episode_of_its_history_not_an_earlier_one() -> None:
+    """Alertmanager's startsAt has milliseconds: the episode written, read back from its annotation and written again
+    as it climbs stays one entry, and its own entry never counts as an earlier episode (found in the e2e)."""
+    st = NodeState(alerts={"fp": alert()}, episode=NOW - timedelta(minutes=5, microseconds=-851000))
+    first = plan(view(state=st))
+    stored = read_history(history_json(first.history or ()))
+    again = plan(view(stored, state=first.final_state, unschedulable=True, our_taint=True))
+    assert len(again.history or stored) == 1 and again.final_state.repeat_offender is None
+    assert [e.start for e in read_history(history_json(again.history or stored))] == [st.episode]
+
+
 def test_an_episode_a_person_took_over_is_dropped_from_the_history() -> None:
     started = plan(view()).final_state
     mine = Episode(started.episode or NOW, None, "reset_gpu", ("0000:9b:00",))
