@@ -166,6 +166,7 @@ MONITORING_ON = {kind: {"enabled": True} for kind in ("podMonitor", "serviceMoni
                                                        "alertmanagerConfig")}
 RELEASE = NAMESPACE = "gpuhealth"
 EFA_RESOURCE, EFA_DEVICES = "vpc.amazonaws.com/efa", 2  # each simulated node's EFA interfaces
+GPU_RESOURCE, NODE_GPUS = "nvidia.com/gpu", 8  # and its GPUs, as the device plugin advertises them
 DCGM_EXPORTER_PORT = 9400
 
 
@@ -511,8 +512,10 @@ class Stack:
                 self.cluster.add_node(name, pool=pool)
                 # 2 EFA interfaces attached, as the EFA device plugin advertises them: what EFADevicesMissing
                 # measures against (exporter/efa_expected.py), beside the 2 devices in its sysfs below
+                # and 8 GPUs, as the device plugin advertises them: what the diagnostic Job counts against
                 self.cluster.update_node(name, lambda n: n["status"].update(
-                    capacity={EFA_RESOURCE: str(EFA_DEVICES)}, allocatable={EFA_RESOURCE: str(EFA_DEVICES)}))
+                    capacity={EFA_RESOURCE: str(EFA_DEVICES), GPU_RESOURCE: str(NODE_GPUS)},
+                    allocatable={EFA_RESOURCE: str(EFA_DEVICES), GPU_RESOURCE: str(NODE_GPUS)}))
                 d = self.workdir / "nodes" / name
                 (d / "bin").mkdir(parents=True)
                 options = self.node_options.get(name, NodeOptions())
@@ -807,22 +810,21 @@ class Stack:
             held.append("gpuhealth-exporter (NVML)")
         return held
 
-    def _diagnose(self, job: dict[str, Any]) -> None:
+    def _diagnose(self, job: dict[str, Any], node: str) -> None:
         """A diagnostic Job on a healthy stand-in node: its collect step's outputs as the tools write them on a node
         whose GPUs all answer and pass dcgmi diag (no nccl-tests in the image), judged by gpuhealth's own judge with
         the Job's rendered arguments; the pod ends with the judge's exit code and verdict, as the kubelet reports."""
         (container,) = job["spec"]["template"]["spec"]["containers"]
         command = container["command"]
-        given = command[command.index("--gpus-expected") + 1]
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
             (d / "gpus.out").write_text("".join(f"{i}, GPU-{i:08x}-1111-2222-3333-444455556666, NVIDIA H100 80GB "
-                                                f"HBM3, 00000000:{i + 10:02X}:00.0\n" for i in range(int(given or 8))))
+                                                f"HBM3, 00000000:{i + 10:02X}:00.0\n" for i in range(NODE_GPUS)))
             (d / "gpus.rc").write_text("0\n")
             (d / "dcgm.out").write_text(HEALTHY_DCGM.read_text())
             (d / "dcgm.rc").write_text("0\n")
             (d / "nccl.absent").write_text("")
-            rc = judge(_judge_args(command, d, d / "termination-log"))
+            rc = judge(_judge_args(command, d, self.nodes[node].dir / "sysfs", d / "termination-log"))
             verdict = (d / "termination-log").read_text()
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         pod = self.cluster.job_pod(ns, name, exit_code=rc)
@@ -864,7 +866,7 @@ class Stack:
                     continue
                 done.add(name)
                 if component == "diagnose":
-                    self._diagnose(job)
+                    self._diagnose(job, node)
                     continue
                 if component == "evidence":
                     self._collect_evidence(job, node)
@@ -886,11 +888,11 @@ NVSMI_XML = FIXTURES / "nvsmi" / "hadoop_p100x2_nvidia-smi-q-x.xml"  # a real ca
 HEALTHY_DCGM = FIXTURES / "dcgm" / "diag4x_passing_constructed.json"  # a passing dcgmi diag -j (its source: SOURCES)
 
 
-def _judge_args(command: list[str], directory: Path, log: Path) -> list[str]:
+def _judge_args(command: list[str], directory: Path, sysfs_root: Path, log: Path) -> list[str]:
     """The judge's own command line from the rendered Job, run here: the collect step's outputs in `directory`, the
-    verdict to `log`, the host's /sys the stand-in node's (none: no EFA device)."""
+    verdict to `log`, the host's /sys the stand-in node's own (its EFA devices)."""
     args = list(command[1:])
-    for flag, value in (("--dir", str(directory)), ("--sysfs-root", str(directory / "host"))):
+    for flag, value in (("--dir", str(directory)), ("--sysfs-root", str(sysfs_root))):
         args[args.index(flag) + 1] = value
     return [*args, "--termination-log", str(log)]
 
