@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import os
 import re
@@ -824,7 +825,8 @@ class Stack:
             (d / "dcgm.out").write_text(HEALTHY_DCGM.read_text())
             (d / "dcgm.rc").write_text("0\n")
             (d / "nccl.absent").write_text("")
-            rc = judge(_judge_args(command, d, self.nodes[node].dir / "sysfs", d / "termination-log"))
+            with contextlib.redirect_stdout(io.StringIO()):  # the judge prints its verdict for the pod's log
+                rc = judge(_judge_args(command, d, self.nodes[node].dir / "sysfs", d / "termination-log"))
             verdict = (d / "termination-log").read_text()
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         pod = self.cluster.job_pod(ns, name, exit_code=rc)
