@@ -4,7 +4,6 @@ through the gates (the ladder's limit, the drained-node rule, the budget, the si
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -14,6 +13,7 @@ from remediator.decide.decision import NOT_STARTED
 from remediator.decide.diagnose_step import diagnosis_first
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.evidence import evidence_first
+from remediator.decide.job_start import node_job_name
 from remediator.decide.nodestate import (
     ALL_GPUS,
     DO_NOT_DISRUPT_ANNOTATION,
@@ -42,8 +42,7 @@ from remediator.decide.vocabulary import (
 
 def job_name(node: str, rung: str, episode: datetime | None) -> str:
     short = {"reset_gpu": "reset", "reboot": "reboot"}.get(rung, rung)
-    digest = hashlib.sha1(f"{node}/{rung}/{time_text(episode)}".encode()).hexdigest()[:8]
-    return f"gpuhealth-{short}-{node}"[:53].rstrip("-.") + f"-{digest}"
+    return node_job_name(short, node, f"{node}/{rung}/{time_text(episode)}")
 
 
 def _names(pods: list[PodRef]) -> str:

@@ -12,7 +12,6 @@ other node-action Jobs, and the ladder reads that first.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -20,7 +19,7 @@ from enum import StrEnum
 from gpuhealth_contract.diagnosis import Check, Verdict
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawContainerState, RawContainerStatus, RawNode, RawPod, RawPodStatus
-from remediator.decide.job_start import JobRecord
+from remediator.decide.job_start import JobRecord, node_job_name
 from remediator.decide.nodestate import time_text
 from remediator.decide.vocabulary import JobStatus
 
@@ -100,8 +99,7 @@ def job_name(node: str, purpose: Purpose, episode: datetime | None) -> str:
     (409). `episode`: the episode's start, or for a run not of an episode the time that makes it distinct (a sweep's
     slot). A second diagnosis of the same purpose in one episode needs a distinct time too (the first's Job may
     still be kept)."""
-    digest = hashlib.sha1(f"{node}/{COMPONENT}/{purpose}/{time_text(episode)}".encode()).hexdigest()[:8]
-    return f"gpuhealth-{purpose}-{node}"[:53].rstrip("-.") + f"-{digest}"
+    return node_job_name(str(purpose), node, f"{node}/{COMPONENT}/{purpose}/{time_text(episode)}")
 
 
 def _owned(pod: RawPod, job: str) -> bool:

@@ -14,10 +14,10 @@ ends at max_wait.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from datetime import datetime
 
+from remediator.decide.job_start import node_job_name
 from remediator.decide.nodestate import elapsed, time_text
 from remediator.decide.planner import PlannerBase
 from remediator.decide.vocabulary import Action, EvidenceOutcome, JobStatus, Rung, Verdict
@@ -30,8 +30,7 @@ EVIDENCE_RUNGS: frozenset[str] = frozenset({Rung.RESET_GPU, Rung.REBOOT, Rung.RE
 def evidence_name(node: str, episode: datetime | None) -> str:
     """The evidence Job's name and its ConfigMap's, from the node and the episode (at most 63 characters): made
     twice (a restart, a new leader), it is the same object (409)."""
-    digest = hashlib.sha1(f"{node}/evidence/{time_text(episode)}".encode()).hexdigest()[:8]
-    return f"gpuhealth-evidence-{node}"[:53].rstrip("-.") + f"-{digest}"
+    return node_job_name("evidence", node, f"{node}/evidence/{time_text(episode)}")
 
 
 def _outcome(status: JobStatus | None, waited: int, cap: int) -> tuple[EvidenceOutcome, str]:

@@ -11,6 +11,7 @@ fell off the bus) is left to the rung's timeout, which climbs.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,6 +43,14 @@ KUBELET_REFUSED = re.compile(r"^OutOf")
 # the remediator's watch cache keeps what it reads of (remediator/clients/fleet_cache.py).
 POD_NAME_LABEL = ("app.kubernetes.io/name", "gpuhealth-remediator")
 POD_COMPONENTS = ("reset-gpu", "reboot", "diagnose", "evidence")  # app.kubernetes.io/component (evidence: not drained)
+
+
+def node_job_name(kind: str, node: str, identity: str) -> str:
+    """A node-action Job's name (a reset, reboot, diagnostic or evidence Job): gpuhealth-<kind>-<node>, cut to leave
+    room, and 8 hex digits of the SHA-1 of `identity` (the node, the rung or purpose, the episode: what makes it this
+    Job), so that making it twice (a restart, a new leader) finds the first (409)."""
+    digest = hashlib.sha1(identity.encode()).hexdigest()[:8]
+    return f"gpuhealth-{kind}-{node}"[:53].rstrip("-.") + f"-{digest}"
 
 
 def is_node_action_pod(pod: RawPod) -> bool:
