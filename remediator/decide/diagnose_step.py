@@ -15,7 +15,8 @@ NVLink, PCIe, thermal). A host's machine check, a hung disk, a dead host (its ex
 dcgmi diag tests: a pass would say nothing about them, so they are replaced without it. Nor for a repeat offender (its
 history is the evidence) or alerts that ask for replace themselves (their cause is clear).
 
-read_diagnosis is the one reading of a diagnostic Job's outcome, shared with validation (decide/validation.py).
+read_diagnosis is the one reading of a diagnostic Job's outcome, shared with validation (decide/validation.py) and the
+idle-node sweeps (decide/sweep.py).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ CONTRADICTS = "passed while the alerts fire"
 
 def read_diagnosis(p: PlannerBase, level: int) -> Diagnosis | str | None:
     """The outcome of the diagnostic Job the state names: its Diagnosis; why it did not start (a str: gpuhealth's own
-    breakage, said in a DiagnosticNotStarted Event); None while it runs. A Job that gives no result within its
-    deadline and jobs.start_timeout fails closed (tool_error)."""
+    breakage, which the caller says: not_started_note, or a sweep's own Event); None while it runs. A Job that gives
+    no result within its deadline and jobs.start_timeout fails closed (tool_error)."""
     st, v, policy = p.state, p.v, p.policy
     started = st.diagnosis_started or p.now
     limit = policy.diagnose.deadline(level) + policy.jobs.start_timeout
@@ -44,12 +45,16 @@ def read_diagnosis(p: PlannerBase, level: int) -> Diagnosis | str | None:
     if not why and v.diagnosis_missing and elapsed(p.now, started) >= policy.jobs.start_timeout:
         why = f"its Job was not made within {policy.jobs.start_timeout} (the remediator's Events say why)"
     if why:
-        p.note(Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not start: {why}. "
-                    "gpuhealth's own breakage, not the node's", Severity.WARNING))
         return why
     if v.diagnosis is None and not v.diagnosis_missing and elapsed(p.now, started) > limit:
         return Diagnosis.tool_error(f"no result {limit} after it was asked for")
     return v.diagnosis
+
+
+def not_started_note(p: PlannerBase, why: str) -> None:
+    """The DiagnosticNotStarted Event of a diagnostic Job that did not start (read_diagnosis's str)."""
+    p.note(Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {p.state.diagnosis_job} did not start: {why}. "
+                "gpuhealth's own breakage, not the node's", Severity.WARNING))
 
 
 def start_diagnosis(p: PlannerBase, purpose: Purpose, name: str, why: str) -> None:
@@ -93,6 +98,7 @@ def _decided(p: PlannerBase, found: Diagnosis | str | None, alerts: list[str]) -
               f"{time_text(st.diagnosis_started)})")
         return True
     if isinstance(found, str):
+        not_started_note(p, found)
         p.state = replace(st, diagnosis_result=f"not started: {found}")
         return False  # no evidence either way: replaced as the persisting alerts asked
     what = ", ".join(alerts)

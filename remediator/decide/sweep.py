@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from remediator.decide.diagnose_step import read_diagnosis
 from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
 from remediator.decide.event_reasons import EventReason, Note
-from remediator.decide.nodestate import ALL_GPUS, NodeState, elapsed, rung_index, time_text
+from remediator.decide.nodestate import ALL_GPUS, NodeState, rung_index, time_text
 from remediator.decide.planner import Ceiling
 from remediator.decide.validation import ValidationSteps
 from remediator.decide.vocabulary import RUNG_ORDER, Action, Rung, RungStatus, Severity, Verdict
@@ -87,19 +88,12 @@ class SweepSteps(ValidationSteps):
             return self._sweep_return(EventReason.SWEEP_ABANDONED, f"GPU pod {busy[0].namespace}/{busy[0].name} came "
                                       "to the node during its sweep (it tolerates gpuhealth's taint): a sweep never "
                                       "touches GPU work; the node returns unswept")
-        not_started = v.diagnosis_start.not_started(self.now, policy.jobs.start_timeout, False) \
-            if v.diagnosis_start is not None else ""
-        if not not_started and v.diagnosis_missing and elapsed(self.now, started) >= policy.jobs.start_timeout:
-            not_started = f"its Job was not made within {policy.jobs.start_timeout} (the remediator's Events say why)"
-        if not_started:
+        found = read_diagnosis(self, policy.sweep.level)
+        if isinstance(found, str):
             return self._sweep_return(EventReason.SWEEP_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
-                                      f"start: {not_started}. gpuhealth's own breakage: no fault was seen, so the "
+                                      f"start: {found}. gpuhealth's own breakage: no fault was seen, so the "
                                       "node returns unswept (it is not swept again before sweep.interval)",
                                       Severity.WARNING)
-        found = v.diagnosis
-        limit = policy.diagnose.deadline(policy.sweep.level) + policy.jobs.start_timeout
-        if found is None and not v.diagnosis_missing and elapsed(self.now, started) > limit:
-            found = Diagnosis.tool_error(f"no result {limit} after it was asked for")
         if found is None:
             self.out(Action.UNCORDON, Verdict.DEFERRED, f"idle-node sweep: diagnostic job {st.diagnosis_job} under "
                      f"way since {time_text(started)}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from remediator.decide.climb import ClimbSteps
-from remediator.decide.diagnose_step import PASSED, read_diagnosis, start_diagnosis
+from remediator.decide.diagnose_step import PASSED, not_started_note, read_diagnosis, start_diagnosis
 from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import rung_index, time_text
@@ -54,6 +54,7 @@ class ValidationSteps(ClimbSteps):
         st = self.state
         found = read_diagnosis(self, self.policy.diagnose.validation_level)
         if isinstance(found, str):
+            not_started_note(self, found)
             self.state = replace(st, diagnosis_result=f"not started: {found}")
             self.out(Action.NONE, Verdict.SKIPPED, f"the validation did not start ({found}): the node stays out of "
                      "service unvalidated for a person, and the ladder does not climb for it")
