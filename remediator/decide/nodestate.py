@@ -240,9 +240,8 @@ class NodeState:
         data = _fields_json(self, _STATE_FIELDS)
         data["alerts"] = {fp: _alert_json(a) for fp, a in self.alerts.items()}
         data["actions"] = [fmt_time(t) for t in self.actions]
-        for key in ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
-                    "diagnosis_result", "repeat_offender", "repeat_offender_why", *_UNSET_OMITTED):
-            if not data[key]:  # the annotation as before where there is none
+        for key in _UNSET_OMITTED:  # the annotation as before where there is none
+            if not data[key]:
                 del data[key]
         if self.sweep_rung:
             version = 5
@@ -304,7 +303,11 @@ class NodeState:
 # from_json). The times are read off the fields' types, so a new one is never written as a time and read as text.
 _STATE_FIELDS = tuple(f.name for f in fields(NodeState) if f.name != "alerts")
 _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
-_UNSET_OMITTED = ("evidence_job", "evidence_started", "evidence", "sweep_rung")
+# The fields added since version 1 that the annotation leaves out while they are unset (empty, None), so that a state
+# that uses none of them is written as before
+_UNSET_OMITTED = ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
+                  "diagnosis_result", "repeat_offender", "repeat_offender_why", "evidence_job", "evidence_started",
+                  "evidence", "sweep_rung")
 _STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
 _ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 
