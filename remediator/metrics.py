@@ -77,6 +77,10 @@ DIAGNOSTIC_RESULTS = {EventReason.DIAGNOSTIC_PASSED: "passed", EventReason.DIAGN
 SWEEP_RESULTS = {EventReason.SWEEP_STARTED: "started", EventReason.SWEEP_PASSED: "passed",
                  EventReason.SWEEP_FAILED: "failed", EventReason.SWEEP_NOT_STARTED: "not_started",
                  EventReason.SWEEP_ABANDONED: "abandoned"}
+# The Events of a new node's burn-in (decide/burn_in.py), by the result label they count under.
+BURN_IN_RESULTS = {EventReason.BURN_IN_STARTED: "started", EventReason.BURN_IN_PASSED: "passed",
+                   EventReason.BURN_IN_FAILED: "failed", EventReason.BURN_IN_NOT_STARTED: "not_started",
+                   EventReason.BURN_IN_SKIPPED: "skipped"}
 
 
 class Metrics:
@@ -110,6 +114,12 @@ class Metrics:
                               "GPU work came to the node)", ["result"], registry=r)
         for result in SWEEP_RESULTS.values():
             self.sweeps.labels(result)
+        self.burn_ins = Counter("gpuhealth_remediator_burn_ins", "New nodes' burn-ins (started; passed: the burn-in "
+                                "taint removed; failed: the node climbs; not_started: gpuhealth's own breakage, the "
+                                "taint removed untested; skipped: no diagnostic configured, the taint removed "
+                                "untested)", ["result"], registry=r)
+        for result in BURN_IN_RESULTS.values():
+            self.burn_ins.labels(result)
         self.webhooks = Counter("gpuhealth_remediator_webhook_requests", "Webhook requests by result",
                                 ["result"], registry=r)
         self.webhook_errors = Counter("gpuhealth_remediator_webhook_errors",

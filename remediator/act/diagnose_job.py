@@ -26,6 +26,8 @@ NCCL_SECONDS = 300  # at most, for the all-reduce (1 GiB to 8 GiB takes well und
 def level_for(purpose: Purpose, policy: Policy) -> int:
     if purpose == Purpose.SWEEP:
         return policy.sweep.level
+    if purpose == Purpose.BURN_IN:
+        return policy.burn_in.level
     return policy.diagnose.validation_level if purpose == Purpose.VALIDATE else policy.diagnose.level
 
 

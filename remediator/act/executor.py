@@ -39,6 +39,7 @@ from remediator.decide.node_patches import (
     with_do_not_disrupt,
     with_gpu_clients,
     with_meta,
+    without_taint,
 )
 from remediator.decide.nodestate import (
     LAST_SWEEP_ANNOTATION,
@@ -50,7 +51,7 @@ from remediator.decide.nodestate import (
 )
 from remediator.decide.views import NodeView, evictable_pods
 from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, RungStatus, Scope, TaintEffect, Verdict
-from remediator.metrics import DIAGNOSTIC_RESULTS, SWEEP_RESULTS, ActionResult, Metrics
+from remediator.metrics import BURN_IN_RESULTS, DIAGNOSTIC_RESULTS, SWEEP_RESULTS, ActionResult, Metrics
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -160,6 +161,8 @@ class Executor:
             body = uncordon_body(node, plan.base_state, plan.final_state, now)
         else:
             body = state_body(plan.final_state) if plan.changed else {}
+        if Action.END_BURN_IN in actions:  # a new node's burn-in ended (decide/burn_in.py)
+            body = without_taint(body, node, self.policy.burn_in.taint)
         body, karpenter_note = with_do_not_disrupt(body, plan.base_state, plan.final_state)
         body, clients_note = with_gpu_clients(body, node, plan.base_state, plan.final_state)
         if plan.history is not None:  # the node's past episodes, in the same write as the state (decide/history.py)
@@ -198,6 +201,8 @@ class Executor:
                 self.metrics.diagnostics.labels(DIAGNOSTIC_RESULTS[note.reason]).inc()
             if note.reason in SWEEP_RESULTS:
                 self.metrics.sweeps.labels(SWEEP_RESULTS[note.reason]).inc()
+            if note.reason in BURN_IN_RESULTS:
+                self.metrics.burn_ins.labels(BURN_IN_RESULTS[note.reason]).inc()
             self._event(plan.node, note.reason, note.message, now, warning=note.warning)
 
     def _side_effects(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime,
@@ -255,6 +260,8 @@ class Executor:
 
     def _perform(self, d: Decision, view: NodeView, node: RawNode, plan: NodePlan, now: datetime) -> str:
         kube, policy = self.kube, self.policy
+        if d.action == Action.END_BURN_IN:  # the state write did it
+            return f"removed taint {self.policy.burn_in.taint}"
         if d.action in (Action.CORDON, Action.UNCORDON, Action.RELEASE_GPU):  # the state write did the rest
             released = self._release(view, plan) if d.action != Action.CORDON else []
             return f"removed device taint rule(s) {', '.join(released)}" if released else ""

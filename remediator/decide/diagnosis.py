@@ -41,6 +41,7 @@ class Purpose(StrEnum):
     DIAGNOSE = "diagnose"  # before a node leaves for a person or is replaced: the result decides
     VALIDATE = "validate"  # after a reset, reboot or replacement, before the taint comes off
     SWEEP = "sweep"  # an idle node's scheduled check
+    BURN_IN = "burn-in"  # a new node, before the burn-in taint comes off (decide/burn_in.py)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,14 @@ class EventReason(StrEnum):
     SWEEP_FAILED = "SweepFailed"
     SWEEP_NOT_STARTED = "SweepNotStarted"
     SWEEP_ABANDONED = "SweepAbandoned"
+    # a new node's burn-in (decide/burn_in.py): started, and how it ended (skipped: no diagnostic can be made)
+    BURN_IN_STARTED = "BurnInStarted"
+    BURN_IN_PASSED = "BurnInPassed"
+    BURN_IN_FAILED = "BurnInFailed"
+    BURN_IN_NOT_STARTED = "BurnInNotStarted"
+    BURN_IN_SKIPPED = "BurnInSkipped"
+    BURN_IN_ENDED = "BurnInEnded"  # the burn-in taint removed (Action.END_BURN_IN)
+    BURN_IN_ENDED_FAILED = "BurnInEndedFailed"
     HOLD_SET = "HoldSet"
     HOLD_RELEASED = "HoldReleased"
     # gpuhealth-remediator cleanup (remediator/act/cleanup.py): what it undid on a Node, or why it left a Node alone
@@ -101,7 +109,8 @@ ACTION_REASON: dict[Action, EventReason] = {
     Action.UNCORDON: EventReason.RETURNED_TO_SERVICE, Action.QUARANTINE_GPU: EventReason.GPU_QUARANTINED,
     Action.RELEASE_GPU: EventReason.GPU_RETURNED_TO_SERVICE, Action.STOP_GPU_CLIENTS: EventReason.GPU_CLIENTS_STOPPING,
     Action.RESTORE_GPU_CLIENTS: EventReason.GPU_CLIENTS_RESTORED, Action.DIAGNOSE: EventReason.DIAGNOSE,
-    Action.COLLECT_EVIDENCE: EventReason.EVIDENCE_COLLECTING, Action.STORE_EVIDENCE: EventReason.EVIDENCE_COLLECTED}
+    Action.COLLECT_EVIDENCE: EventReason.EVIDENCE_COLLECTING, Action.STORE_EVIDENCE: EventReason.EVIDENCE_COLLECTED,
+    Action.END_BURN_IN: EventReason.BURN_IN_ENDED}
 ACTION_FAILED_REASON: dict[Action, EventReason] = {
     **{action: EventReason(f"{reason}Failed") for action, reason in ACTION_REASON.items()
        if action != Action.STORE_EVIDENCE},

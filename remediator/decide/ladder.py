@@ -18,7 +18,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from remediator.decide.budget import Ledger
+from remediator.decide.burn_in import BurnInSteps
 from remediator.decide.decision import NodePlan, SilenceCheck
+from remediator.decide.diagnosis import Purpose
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.nodestate import ALL_GPUS, AlertRecord, NodeState, elapsed, rung_index, time_text
@@ -59,7 +61,7 @@ def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
     return [_Planner(v, policy, now, ledger, silences).run() for v in sorted(views, key=order)]
 
 
-class _Planner(SweepSteps, OffenderSteps, ScopeSteps, ValidationSteps):
+class _Planner(BurnInSteps, SweepSteps, OffenderSteps, ScopeSteps, ValidationSteps):
     """One node's plan: the node as a whole here; the scope and the climb in their own files."""
 
     def run(self) -> NodePlan:
@@ -125,7 +127,9 @@ class _Planner(SweepSteps, OffenderSteps, ScopeSteps, ValidationSteps):
             self.out(Action.NONE, Verdict.SKIPPED, f"state annotation unreadable ({v.damaged}): counted as disrupted "
                      "and left alone; fix or remove the gpuhealth.io/state annotation")
         elif not st.active and not v.our_taint:
-            if firing and not actionable:
+            if v.burn_in or st.diagnosis_purpose == Purpose.BURN_IN:
+                self._burn_in_node()  # a new node's burn-in (decide/burn_in.py)
+            elif firing and not actionable:
                 self.out(Action.NONE, Verdict.SKIPPED, "firing alerts ask for no action (remediation=none)")
             elif not firing:
                 self._start_sweep()  # an idle node due for its sweep (decide/sweep.py)

@@ -51,6 +51,15 @@ def uncordon_body(node: RawNode, before: NodeState, after: NodeState, now: datet
             "spec": spec}
 
 
+def without_taint(body: NodePatch, node: RawNode, key: str) -> NodePatch:
+    """`body` with the taint `key` taken off the Node's taints (as `body` already sets them, else as read): a new
+    node's burn-in taint, removed when its burn-in passed (decide/burn_in.py)."""
+    spec: NodeSpecPatch = {**(body.get("spec") or {})}
+    taints = spec["taints"] if "taints" in spec else api_objects.taints(node)
+    spec["taints"] = [t for t in taints or () if t.get("key") != key] or None
+    return {**body, "spec": spec}
+
+
 def claim_do_not_disrupt(node: RawNode, before: NodeState, after: NodeState) -> NodeState:
     """`after`, owning karpenter.sh/do-not-disrupt only if gpuhealth is the one to set it: when the annotation
     is already on the Node as the plan starts wanting it (a person's, another tool's), it is theirs: left in

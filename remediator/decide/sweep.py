@@ -130,7 +130,8 @@ class SweepSteps(ValidationSteps):
         assert st.sweep_rung is not None
         target = rung_index(st.sweep_rung)
         if target <= rung_index(Rung.CORDON):
-            self.out(Action.NONE, Verdict.SKIPPED, f"the idle-node sweep failed ({st.diagnosis_result}): the node "
+            what = "burn-in" if st.diagnosis_purpose == Purpose.BURN_IN else "idle-node sweep"
+            self.out(Action.NONE, Verdict.SKIPPED, f"the {what} failed ({st.diagnosis_result}): the node "
                      "stays cordoned for a person; `gpuhealth-remediator release` returns it")
             return True
         if st.rung_status == RungStatus.DONE and rung_index(st.rung) >= target:

@@ -23,6 +23,7 @@ class NodeView(Protocol):
     hold: dict[str, Any] | None
     created: datetime | None
     last_sweep: datetime | None
+    burn_in: bool
 
 
 def sweep_due(view: NodeView, policy: Policy, now: datetime) -> bool:
@@ -32,12 +33,13 @@ def sweep_due(view: NodeView, policy: Policy, now: datetime) -> bool:
 
 def sweep_candidate(view: NodeView, policy: Policy, now: datetime) -> bool:
     """Sweeps on (and a diagnostic Job can be made), the node gpuhealth's to take and idle as far as the Node says
-    (no episode, no taint, schedulable, Ready, not excluded, held or damaged, at least sweep.idle_for old), and due.
+    (no episode, neither gpuhealth's taint nor the burn-in's, schedulable, Ready, not excluded, held or damaged, at
+    least sweep.idle_for old), and due.
     Whether GPU work runs on it is the pods' to say (NodeView.gpu_work)."""
     sweep, diagnose = policy.sweep, policy.diagnose
     if not (sweep.enabled and diagnose.enabled and diagnose.judge_image):
         return False
-    if view.damaged or view.state.active or view.our_taint or view.unschedulable or not view.ready:
+    if view.damaged or view.state.active or view.our_taint or view.burn_in or view.unschedulable or not view.ready:
         return False
     if view.excluded or view.hold is not None:
         return False

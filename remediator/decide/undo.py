@@ -1,7 +1,8 @@
 """What gpuhealth left on a Node, and the patches that take it off again (`gpuhealth-remediator cleanup`,
 remediator/act/cleanup.py). Pure functions of the Node as read and the policy.
 
-Only what gpuhealth did goes, as its state annotation records it: its taint (gpuhealth.io/unhealthy); the cordon
+Only what gpuhealth did goes, as its state annotation records it: its taint (gpuhealth.io/unhealthy), and the burn-in
+taint (policy burn_in.taint: only gpuhealth removes it, so a node left with it would never take work); the cordon
 only where the state says gpuhealth set it; karpenter.sh/do-not-disrupt only where the state says gpuhealth set it;
 the operand labels it paused, back to "true" while they still hold its pause value; its annotations (the state, the
 last episode, the history of past episodes, the GPU reset request); the exporter's Gpuhealth* conditions, and the
@@ -71,7 +72,7 @@ def undo_node(node: RawNode, policy: Policy, job_running: str | None = None) -> 
         return Undo(name, left=left)
     changes: list[str] = []
     kept: list[str] = []
-    body = _taint_and_cordon(node, state, changes, kept)
+    body = _taint_and_cordon(node, state, changes, kept, policy.burn_in.taint)
     drop: dict[str, None] = {}
     if DO_NOT_DISRUPT_ANNOTATION in annotations:
         if state.do_not_disrupt:
@@ -103,16 +104,19 @@ def _left_for_now(hold: dict[str, Any] | None, job_running: str | None) -> str:
     return ""
 
 
-def _taint_and_cordon(node: RawNode, state: NodeState, changes: list[str], kept: list[str]) -> NodePatch:
-    """The spec part of the patch: gpuhealth's taint off, and its cordon unless a person took the node over."""
+def _taint_and_cordon(node: RawNode, state: NodeState, changes: list[str], kept: list[str],
+                      burn_in: str) -> NodePatch:
+    """The spec part of the patch: gpuhealth's taint off, the burn-in taint too (only gpuhealth removes it: a new
+    node would otherwise never take work), and gpuhealth's cordon unless a person took the node over."""
     body: NodePatch = {}
     taints = api_objects.taints(node)
+    keys = (TAINT_KEY, burn_in)
     ours = [t for t in taints if t.get("key") == TAINT_KEY]
-    if ours:
-        rest = [t for t in taints if t.get("key") != TAINT_KEY]
+    if any(t.get("key") in keys for t in taints):
+        rest = [t for t in taints if t.get("key") not in keys]
         body.setdefault("spec", {})["taints"] = rest or None
-        changes.append(f"removed taint {TAINT_KEY}")
-    kept += [f"taint {t.get('key')}" for t in taints if t.get("key") != TAINT_KEY]
+        changes += [f"removed taint {key}" for key in keys if any(t.get("key") == key for t in taints)]
+    kept += [f"taint {t.get('key')}" for t in taints if t.get("key") not in keys]
     taken_over = state.scope == Scope.NODE and state.active and state.rung is not None and not ours
     if api_objects.unschedulable(node):
         if state.cordoned and not taken_over:

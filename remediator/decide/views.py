@@ -17,7 +17,7 @@ from gpuhealth_contract.names import EXPORTER_CONDITION
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawCondition, RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices
-from remediator.decide.diagnosis import Diagnosis, diagnosis_of
+from remediator.decide.diagnosis import Diagnosis, diagnosis_of, provisioned
 from remediator.decide.do_not_disrupt import POD_ANNOTATION, protects
 from remediator.decide.history import HISTORY_ANNOTATION, Episode, read_history
 from remediator.decide.job_start import JobRecord, JobStart, is_node_action_pod, job_start
@@ -137,6 +137,10 @@ class NodeView:
     last_sweep: datetime | None = None
     created: datetime | None = None
     gpu_work: list[PodRef] | None = None
+    # a new node's burn-in (decide/burn_in.py): it carries the burn-in taint (policy burn_in.taint), and whether its
+    # GPUs are advertised yet (the nvidia.com/gpu capacity or GFD's count label: the driver and device plugin are up)
+    burn_in: bool = False
+    gpus_advertised: bool = False
 
     def holders(self, devices: Iterable[str]) -> tuple[str, ...]:
         """namespace/name of the pods whose claims use these devices of this node."""
@@ -197,7 +201,9 @@ def node_view(node: RawNode, policy: Policy, state: NodeState | None = None) -> 
         exporter_condition=next((c for c in conditions if c.get("type") == EXPORTER_CONDITION), None),
         repair_conditions=repair, history=read_history(annotations.get(HISTORY_ANNOTATION), name),
         last_sweep=_annotation_time(name, annotations.get(LAST_SWEEP_ANNOTATION)),
-        created=_annotation_time(name, api_objects.meta(node).get("creationTimestamp")))
+        created=_annotation_time(name, api_objects.meta(node).get("creationTimestamp")),
+        burn_in=any(t.get("key") == policy.burn_in.taint for t in api_objects.taints(node)),
+        gpus_advertised=bool(provisioned(node).gpus))
 
 
 def _annotation_time(node: str, value: str | None) -> datetime | None:
@@ -307,7 +313,7 @@ def build_views(nodes: Iterable[RawNode], policy: Policy,
             view.pods_known = False
         elif now is not None and sweep_candidate(view, policy, now):
             view.gpu_work = gpu_work(pods_on(view.name), policy.sweep.idle_for, now)
-        elif view.state.active or view.our_taint:
+        elif view.state.active or view.our_taint or view.burn_in:
             pods = pods_on(view.name)
             view.evictable = evictable_pods(pods)
             if view.state.reset_phase == ResetPhase.STOPPING:

@@ -26,6 +26,7 @@ class Action(StrEnum):
     # before the episode's first rung past drain: the evidence Job (decide/evidence.py), then its summary stored
     COLLECT_EVIDENCE = "collect_evidence"
     STORE_EVIDENCE = "store_evidence"
+    END_BURN_IN = "end_burn_in"  # a new node's burn-in passed (decide/burn_in.py): the burn-in taint removed
     NONE = "none"
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from remediator.decide.vocabulary import RUNG_ORDER, Rung
+from remediator.policy.burn_in import BurnInSettings
 from remediator.policy.evidence import EvidenceSettings
 from remediator.policy.formats import ALERT_NAME, LABEL_KEY, node_selectors
 from remediator.policy.integrations import (
@@ -269,6 +270,8 @@ class Policy:
         "Retiring a node whose hardware keeps failing: its past episodes escalate the current one to replace."))
     sweep: SweepSettings = field(default_factory=SweepSettings, metadata=section(
         "Idle-node sweeps: a node without GPU work is cordoned and runs the deep diagnostic on a schedule."))
+    burn_in: BurnInSettings = field(default_factory=BurnInSettings, metadata=section(
+        "Burn-in: a new node that registers with the burn-in taint is diagnosed before gpuhealth removes it."))
 
     def rung(self, name: str) -> RungPolicy:
         """Rung `name`'s limits: policy.ladder.rung(name)."""

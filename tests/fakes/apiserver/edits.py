@@ -14,15 +14,24 @@ from tests.fakes.apiserver.state import ClusterState
 class Edits(ClusterState):
     def add_node(self, name: str, pool: str = "gpu", labels: dict[str, str] | None = None,
                  unschedulable: bool = False, boot_id: str = "boot-1",
-                 annotations: dict[str, str] | None = None) -> Obj:
+                 annotations: dict[str, str] | None = None, taints: list[Obj] | None = None,
+                 created: str | None = None, ready: bool = True, capacity: dict[str, str] | None = None) -> Obj:
+        """A Node as the kubelet registers it: `taints` it registers with (a NodePool's startupTaints), `created` its
+        creationTimestamp (RFC 3339), `capacity` what its device plugins advertise (none: the Node says nothing)."""
         with self.lock:
             node = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": self._next_rv(),
                                  "labels": {"karpenter.sh/nodepool": pool, **(labels or {})},
                                  "annotations": dict(annotations or {})},
                     "spec": {"unschedulable": unschedulable} if unschedulable else {},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                    "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                                "nodeInfo": {"bootID": boot_id}}}
+            if taints:
+                node["spec"]["taints"] = [dict(t) for t in taints]
+            if created:
+                node["metadata"]["creationTimestamp"] = created
+            if capacity:
+                node["status"]["capacity"] = dict(capacity)
             self._emit("nodes", node, self.nodes.get(name))
             self.nodes[name] = node
             return node

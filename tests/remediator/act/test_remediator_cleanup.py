@@ -30,6 +30,7 @@ from remediator.decide.nodestate import (
     TAINT_KEY,
     AlertRecord,
     NodeState,
+    fmt_time,
 )
 from tests.fakes.apiserver import FakeCluster, merge_patch
 from tests.fakes.gpu_operator import (
@@ -421,3 +422,15 @@ def test_a_bad_wait_is_refused_before_anything_is_read(capsys: pytest.CaptureFix
         cli.main(["cleanup", "--wait", "five minutes"])
     assert exited.value.code == 2
     assert "expected a duration like 30s" in capsys.readouterr().err
+
+
+def test_a_new_node_mid_burn_in_loses_the_burn_in_taint_and_keeps_a_persons(cluster: FakeCluster) -> None:
+    burn_in = {"key": "gpuhealth.io/burn-in", "effect": "NoSchedule"}
+    cluster.add_node("gpu-new", taints=[burn_in, A_PERSONS_TAINT], created=fmt_time(T0), ready=False)
+    h = Harness(cluster, POLICY.replace("replace: {method: condition}", "replace: {method: condition}\n"
+                                        'diagnose: {judge_image: "ghcr.io/gpuhealth/gpuhealth:0.2.0"}'))
+    assert h.decisions(h.step()) == [("gpu-new", "diagnose", "deferred")]  # waiting for Ready: no Job on it yet
+    report, lines = _cleanup(h)
+    assert report.ok
+    assert cluster.node("gpu-new")["spec"]["taints"] == [A_PERSONS_TAINT]
+    assert any("removed taint gpuhealth.io/burn-in" in line for line in lines if line.startswith("gpu-new:"))

@@ -1,0 +1,115 @@
+"""Burn-in of new nodes (docs/remediation.md, "Burn-in of new nodes"): a node that registers with the burn-in taint
+(policy burn_in.taint, put there by a Karpenter NodePool's startupTaints or the kubelet's --register-with-taints) runs
+the diagnostic Job (decide/diagnosis.py, at burn_in.level) before its first pod, and gpuhealth removes the taint once
+it passed. This is the validation of a replacement: the node that replaced a faulty one is diagnosed before it takes
+work, as a reset or a reboot is (decide/validation.py).
+
+- Passed: the taint comes off (BurnInPassed).
+- Failed: the new node is a hardware episode with no alert behind it, as a failed idle-node sweep is (decide/sweep.py):
+  gpuhealth's taint and cordon replace the burn-in taint in one write, and the ladder climbs to the rung the failure
+  asks for (a GPU's reset, a reboot for a GPU or EFA device missing; a replacement if those do not mend it). A
+  tool_error (a Job that hung or broke) fails closed: the node stays cordoned for a person.
+- Never started, or no diagnostic can be made (no judge image): gpuhealth's own breakage or configuration, not the
+  node's. The taint comes off untested, with a Warning (BurnInNotStarted, BurnInSkipped): gpuhealth never keeps new
+  capacity out for its own fault.
+
+A burn-in takes no budget: the node was never in service, so holding it back takes no capacity from the pool, and a
+scale-up of many nodes is burnt in at once. It waits for the node to be Ready with its GPUs advertised, up to
+burn_in.ready_within after the Node was made, then starts anyway (the diagnostic fails on what is missing). An alert
+that fires on the node meanwhile is the ladder's as on any node; the burn-in starts afresh once that episode closes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from remediator.decide.diagnose_step import read_diagnosis
+from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
+from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.nodestate import ALL_GPUS, NodeState, elapsed, time_text
+from remediator.decide.planner import PlannerBase
+from remediator.decide.sweep import sweep_rung
+from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
+
+
+class BurnInSteps(PlannerBase):
+    def _burn_in_node(self) -> None:
+        """A node with no episode that carries the burn-in taint, or whose state names a burn-in."""
+        v = self.v
+        if not v.burn_in:  # someone else took the taint off: the burn-in is theirs to have ended
+            job, self.state = self.state.diagnosis_job, NodeState(actions=self.state.actions)
+            return self.out(Action.NONE, Verdict.SKIPPED, f"the burn-in taint {self.policy.burn_in.taint} was removed "
+                            f"by someone else while diagnostic job {job} ran: burn-in dropped")
+        if v.excluded or v.hold is not None:
+            why = "excluded by the policy's exclude selectors" if v.excluded else "held"
+            return self.out(Action.NONE, Verdict.SKIPPED, f"{why}: its burn-in taint {self.policy.burn_in.taint} is "
+                            "left as it is (a person removes it, or releases the node)")
+        return self._burn_in()
+
+    def _burn_in(self) -> None:
+        """A node that carries the burn-in taint, with no episode: its burn-in started, read, or ended."""
+        st, policy = self.state, self.policy
+        if not (policy.diagnose.enabled and policy.diagnose.judge_image):
+            return self._end_burn_in(EventReason.BURN_IN_SKIPPED, "no diagnostic Job can be made (diagnose.enabled "
+                                     "is false or diagnose.judge_image is unset): the burn-in taint comes off "
+                                     "untested", Severity.WARNING)
+        if st.diagnosis_purpose != Purpose.BURN_IN or st.diagnosis_job is None:
+            return self._start_burn_in()
+        found = read_diagnosis(self, policy.burn_in.level)
+        if isinstance(found, str):
+            return self._end_burn_in(EventReason.BURN_IN_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
+                                     f"start: {found}. gpuhealth's own breakage, not the node's: the burn-in taint "
+                                     "comes off untested", Severity.WARNING)
+        if found is None:
+            return self.out(Action.END_BURN_IN, Verdict.DEFERRED, f"burn-in: diagnostic job {st.diagnosis_job} under "
+                            f"way since {time_text(st.diagnosis_started)}")
+        if found.passed:
+            return self._end_burn_in(EventReason.BURN_IN_PASSED, f"burn-in passed: diagnostic job "
+                                     f"{st.diagnosis_job} ({found.detail}); the burn-in taint comes off")
+        return self._burn_in_failed(found)
+
+    def _start_burn_in(self) -> None:
+        """The diagnostic Job asked for once the node is Ready with its GPUs advertised, or burn_in.ready_within after
+        it was made whatever it says (a node whose driver never comes up is what a burn-in is for)."""
+        v, policy, now = self.v, self.policy, self.now
+        age = elapsed(now, v.created)
+        waiting = " and ".join(what for what, ok in (("the node Ready", v.ready),
+                                                     ("its GPUs advertised", v.gpus_advertised)) if not ok)
+        limit = int(policy.burn_in.ready_within.total_seconds())
+        if waiting and v.created is not None and age < policy.burn_in.ready_within:
+            return self.out(Action.DIAGNOSE, Verdict.DEFERRED, f"burn-in: waiting for {waiting} "
+                            f"({int(age.total_seconds())}s of {limit}s)")
+        name = job_name(v.name, Purpose.BURN_IN, now)
+        self.state = replace(NodeState(actions=self.state.actions), diagnosis_job=name,
+                             diagnosis_purpose=str(Purpose.BURN_IN), diagnosis_started=now)
+        level = policy.burn_in.level
+        still = f" (started without {waiting}, {limit}s after the node was made)" if waiting else ""
+        self.note(Note(EventReason.BURN_IN_STARTED, f"new node: diagnostic job {name} runs dcgmi diag -r {level} and "
+                       f"the GPU and EFA counts before the burn-in taint comes off{still}"))
+        self.out(Action.DIAGNOSE, Verdict.EXECUTE, f"burn-in of a new node: diagnostic job {name} "
+                 f"(dcgmi diag -r {level})", job=name)
+
+    def _end_burn_in(self, reason: EventReason, why: str, severity: Severity = Severity.NORMAL) -> None:
+        self.note(Note(reason, why, severity))
+        self.state = NodeState(actions=self.state.actions)
+        self.out(Action.END_BURN_IN, Verdict.EXECUTE, why)
+
+    def _burn_in_failed(self, found: Diagnosis) -> None:
+        """A hardware episode as a failed sweep's (decide/sweep.py): gpuhealth's taint and cordon for the burn-in's,
+        and the ladder climbs from the cordon on later passes. Not held by the cordon budget: the node was never in
+        service, and releasing it instead would put a failed node in service; it counts from now on."""
+        st, now = self.state, self.now
+        rung = sweep_rung(found.categories)
+        what = ", ".join(found.categories) or "failed"
+        self.ledger.take(self.v, Action.CORDON)
+        self.state = replace(NodeState(actions=st.actions).with_action(
+            now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
+            cordoned=True), diagnosis_job=st.diagnosis_job, diagnosis_purpose=st.diagnosis_purpose,
+            diagnosis_started=st.diagnosis_started, diagnosis_result=f"failed: {what}", sweep_rung=rung,
+            gpu=found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS)
+        then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
+                f"a hardware episode: the ladder climbs from its cordon to {rung}")
+        self.note(Note(EventReason.BURN_IN_FAILED, f"burn-in failed: diagnostic job {st.diagnosis_job} ({what}: "
+                       f"{found.detail}); {then}", Severity.WARNING))
+        self.out(Action.CORDON, Verdict.EXECUTE, f"burn-in failed ({what}): gpuhealth's taint for the burn-in's")
+        self.out(Action.END_BURN_IN, Verdict.EXECUTE, "burn-in failed: its taint replaced by gpuhealth's")
