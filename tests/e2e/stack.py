@@ -47,6 +47,7 @@ from tests.e2e.chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, m
 from tests.e2e.operator_prometheus import pod_monitor, rule_groups, service_monitor
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.apiserver.dra import recorded_mig_layout
+from tests.fakes.apiserver.objects import rfc3339
 from tests.support import chart_rbac
 from tests.support import kube_prometheus_stack as kps
 from tests.support.chart_render import render_fresh as render
@@ -192,6 +193,8 @@ class NodeOptions:
     # inference pod on each of its MIG devices instead of the GPU, and the NVML probe on, answered by an NVML stand-in
     # with the same GPUs and MIG devices (tests/e2e/nvml_standin)
     mig: bool = False
+    # it registers with the burn-in startup taint (a Karpenter NodePool's startupTaints), made now, no pod on it yet
+    burn_in: bool = False
     gpu_operator: bool = False  # the NVIDIA GPU Operator's operands run there (nvidia.com/gpu.deploy.* "true", their
     # DaemonSet pods in gpu-operator), and hold the GPUs open as they do: a reset fails while any of them runs
 
@@ -200,6 +203,7 @@ class NodeOptions:
 GPU_OPERATOR_OPERANDS = {"device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery":
                          "gpu-feature-discovery", "dcgm-exporter": "nvidia-dcgm-exporter", "dcgm": "nvidia-dcgm"}
 GPU_OPERATOR_NS = "gpu-operator"
+BURN_IN_TAINT = {"key": "gpuhealth.io/burn-in", "effect": "NoSchedule"}  # the policy's default burn_in.taint
 
 
 def _write_nvml_standin(path: Path, gpus: list[dict[str, Any]], migs: dict[str, list[dict[str, Any]]]) -> None:
@@ -510,7 +514,9 @@ class Stack:
         for pool, count in self.pools.items():
             for i in range(count):
                 name = f"{pool}-gpu-{i}"
-                self.cluster.add_node(name, pool=pool)
+                options = self.node_options.get(name, NodeOptions())
+                self.cluster.add_node(name, pool=pool, created=rfc3339(self.cluster.clock()),
+                                      taints=[BURN_IN_TAINT] if options.burn_in else None)
                 # 2 EFA interfaces attached, as the EFA device plugin advertises them: what EFADevicesMissing
                 # measures against (exporter/efa_expected.py), beside the 2 devices in its sysfs below
                 # and 8 GPUs, as the device plugin advertises them: what the diagnostic Job counts against
@@ -519,7 +525,6 @@ class Stack:
                     allocatable={EFA_RESOURCE: str(EFA_DEVICES), GPU_RESOURCE: str(NODE_GPUS)}))
                 d = self.workdir / "nodes" / name
                 (d / "bin").mkdir(parents=True)
-                options = self.node_options.get(name, NodeOptions())
                 build_efa_sysfs(d / "sysfs", [(f"rdmap{n}s27", "0xefa1", {}) for n in range(EFA_DEVICES)])
                 script = d / "bin" / "dcgmi"
                 script.write_text(DCGMI.format(fixtures=FIXTURES))
@@ -529,8 +534,10 @@ class Stack:
                 self.cluster.add_service_account_token(token, NAMESPACE, "gpuhealth-exporter", node=name, pod=pod_name)
                 self.nodes[name] = SimNode(name, pool, d, self, self.addresses.take(), self.addresses.take(), token,
                                            options=options)
-                # a training job on every node, protected by a PodDisruptionBudget
-                self.cluster.add_pod(name, f"train-{name}", namespace="ml", labels={"app": "train"})
+                # a training job on every node (but a new one: the burn-in taint keeps pods off it), protected by a
+                # PodDisruptionBudget
+                if not options.burn_in:
+                    self.cluster.add_pod(name, f"train-{name}", namespace="ml", labels={"app": "train"})
                 if options.gpu_operator:
                     self.cluster.update_node(name, lambda n: n["metadata"]["labels"].update(
                         {f"nvidia.com/gpu.deploy.{op}": "true" for op in GPU_OPERATOR_OPERANDS}))

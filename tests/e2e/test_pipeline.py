@@ -507,3 +507,23 @@ def _q(expr: str) -> str:
     import urllib.parse
 
     return urllib.parse.quote(expr)
+
+
+@pytest.fixture
+def burn_in_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    yield from _running(request, node_options={"pool-a-gpu-1": NodeOptions(burn_in=True)})
+
+
+def test_a_new_node_with_the_burn_in_taint_is_diagnosed_before_it_joins_the_fleet(burn_in_stack: Stack) -> None:
+    stack, node = burn_in_stack, "pool-a-gpu-1"
+    # registered with the startup taint: the chart's diagnostic Job runs on it, judged by gpuhealth-diagnose
+    wait_for("the burn-in's diagnostic", lambda: [rc for name, rc in stack.diagnosed
+                                                  if name.startswith(f"gpuhealth-burn-in-{node}")], timeout=60)
+    wait_for("the burn-in taint removed", lambda: not stack.cluster.node(node)["spec"].get("taints"), timeout=60)
+    assert [rc for name, rc in stack.diagnosed if name.startswith(f"gpuhealth-burn-in-{node}")] == [0]
+    reasons = events(stack, node)
+    assert reasons.index("BurnInStarted") < reasons.index("BurnInPassed") < reasons.index("BurnInEnded"), reasons
+    assert not stack.cluster.node(node)["spec"].get("unschedulable") and stack.disrupted() == []
+    wait_for("the burn-in counted", lambda: stack.query_value(
+        'sum(gpuhealth_remediator_burn_ins_total{result="passed"})') == 1, timeout=30)
+    assert all(not stack.cluster.node(n)["spec"].get("taints") for n in stack.nodes)  # no other node touched
