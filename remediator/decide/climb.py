@@ -10,7 +10,8 @@ from datetime import datetime
 from enum import Enum
 
 from remediator.decide.decision import NOT_STARTED
-from remediator.decide.diagnose_step import diagnosis_first
+from remediator.decide.diagnose_step import diagnosis_before_person, diagnosis_first
+from remediator.decide.diagnosis import Purpose
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.evidence import evidence_first
 from remediator.decide.job_start import node_job_name
@@ -172,9 +173,15 @@ class ClimbSteps(PlannerBase):
             return _Step(nxt, why)
         esc = self.policy.rung(rung).escalate_after
         if esc is None or idx >= self._ceiling(target):
+            at_top = idx >= rung_index(self.policy.ladder.max_rung)
+            if esc is not None and at_top and elapsed(self.now, st.rung_done) >= esc \
+                    and diagnosis_before_person(self, fps):  # the drained node diagnosed for the person
+                return _Flow.STOP
             why = self.ceiling.why if esc is not None and idx >= self.ceiling.index and self.ceiling.why else ""
+            said = self.state.diagnosis_result if self.state.diagnosis_purpose == Purpose.DIAGNOSE else None
             self._stop(Action.NONE, Verdict.SKIPPED, f"at {rung}, as far as the alerts ask; fault persisting does "
-                       "not climb from here" + (f" ({why}): needs a person" if why else ""))
+                       "not climb from here" + (f" ({why}): needs a person" if why else "")
+                       + (f"; diagnostic: {said}" if said else ""))
             return _Flow.STOP
         persisted = elapsed(self.now, st.rung_done)
         if persisted < esc:

@@ -25,9 +25,9 @@ from dataclasses import replace
 
 from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
 from remediator.decide.event_reasons import EventReason, Note
-from remediator.decide.nodestate import elapsed, rung_index, time_text
+from remediator.decide.nodestate import AlertRecord, elapsed, rung_index, time_text
 from remediator.decide.planner import PlannerBase
-from remediator.decide.vocabulary import Action, Rung, Scope, Severity, Verdict
+from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
 
 DIAGNOSED_COMPONENTS = frozenset({"gpu", "memory", "nvlink", "pcie", "thermal"})  # the alerts' component label
 PASSED = "passed"
@@ -64,16 +64,65 @@ def start_diagnosis(p: PlannerBase, purpose: Purpose, name: str, why: str) -> No
     p.out(Action.DIAGNOSE, Verdict.EXECUTE, why, job=name)
 
 
+def _diagnosable(p: PlannerBase, fps: list[str]) -> list[AlertRecord]:
+    """The firing alerts of `fps` when the drained node's diagnostic can speak about them (node scope, every one a GPU
+    component's, none a correlated fault's); [] when it cannot, or no diagnostic Job can be made."""
+    policy, st = p.policy, p.state
+    firing = [st.alerts[fp] for fp in fps if fp in st.alerts]
+    if not (policy.diagnose.enabled and policy.diagnose.judge_image) or st.scope != Scope.NODE \
+            or any(a.component not in DIAGNOSED_COMPONENTS for a in firing) or set(fps) & set(st.correlated):
+        return []
+    return firing
+
+
+def diagnosis_before_person(p: PlannerBase, fps: list[str]) -> bool:
+    """The ladder stops at its top (ladder.max_rung, below replace) with a GPU fault persisting on the drained node:
+    before the node is left for a person, the diagnostic runs once (diagnose.level), so that the person finds the
+    fault confirmed or the signal contradicted. True while it is asked for or under way (the pass is said); False once
+    it has a result (recorded in the state, said in an Event; the caller's stop follows) or when none is made."""
+    st = p.state
+    firing = _diagnosable(p, fps)
+    if not firing or rung_index(st.rung) < rung_index(Rung.DRAIN) or st.rung_status != RungStatus.DONE:
+        return False  # a failed rung (a drain that left pods, a reboot that never came back) is no drained node
+    name = job_name(p.v.name, Purpose.DIAGNOSE, st.rung_done or st.episode)
+    level = p.policy.diagnose.level
+    if st.diagnosis_job != name:
+        start_diagnosis(p, Purpose.DIAGNOSE, name, f"the fault persists at {st.rung}, the top of the ladder "
+                        f"(ladder.max_rung): diagnosing the drained node before it is left for a person (diagnostic "
+                        f"job {name}, dcgmi diag -r {level}, GPU and EFA counts)")
+        return True
+    if st.diagnosis_result is not None:
+        return False
+    found, what = read_diagnosis(p, level), ", ".join(a.name for a in firing)
+    if found is None:
+        p.out(Action.NONE, Verdict.DEFERRED, f"waiting for diagnostic job {name} (since "
+              f"{time_text(st.diagnosis_started)}) before the node is left for a person")
+        return True
+    if isinstance(found, str):
+        not_started_note(p, found)
+        p.state = replace(st, diagnosis_result=f"not started: {found}")
+    elif found.passed:
+        p.state = replace(st, diagnosis_result=CONTRADICTS)
+        p.note(Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {name} passed ({found.detail}) while "
+                    f"{what} still fire: the signal, not the hardware, is suspect; the node stays out of service, "
+                    "drained, for a person", Severity.WARNING))
+    else:
+        cats = ", ".join(found.categories) or "failed"
+        p.state = replace(st, diagnosis_result=f"failed: {cats}")
+        p.note(Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {name} confirms the fault ({cats}: "
+                    f"{found.detail}); the ladder stops at {st.rung} (ladder.max_rung): the node stays out of "
+                    "service for a person", Severity.WARNING))
+    return False
+
+
 def diagnosis_first(p: PlannerBase, rung: str, fps: list[str]) -> bool:
     """Before `rung` starts (every gate passed): True while the diagnosis holds a replacement back (asked for, under
     way, or passed: the node waits for a person), False when the replacement goes on (no diagnosis for it, or it
     failed or could not start)."""
     policy, st = p.policy, p.state
-    firing = [st.alerts[fp] for fp in fps if fp in st.alerts]
-    if rung != Rung.REPLACE or not (policy.diagnose.enabled and policy.diagnose.judge_image) \
-            or st.scope != Scope.NODE or st.repeat_offender is not None or not firing \
-            or max(rung_index(a.remediation) for a in firing) >= rung_index(Rung.REPLACE) \
-            or any(a.component not in DIAGNOSED_COMPONENTS for a in firing):
+    firing = _diagnosable(p, fps)
+    if rung != Rung.REPLACE or st.repeat_offender is not None or not firing \
+            or max(rung_index(a.remediation) for a in firing) >= rung_index(Rung.REPLACE):
         return False
     name = job_name(p.v.name, Purpose.DIAGNOSE, st.rung_done or st.episode)
     level = policy.diagnose.level

@@ -112,3 +112,69 @@ def test_without_a_judge_image_the_replacement_goes_on_as_before(cluster: FakeCl
     h = Harness(cluster, POLICY.replace('diagnose: {judge_image: "ghcr.io/gpuhealth/gpuhealth:0.2.0"}\n', ""))
     assert climb_to_the_replace(h, cluster) == [(NODE, "replace", "execute")]
     assert jobs(cluster, "diagnose") == []
+
+
+# --- replace off (ladder.max_rung reboot): the node is left for a person, diagnosed first ------------------------
+
+NO_REPLACE = POLICY + "ladder: {max_rung: reboot}\n"
+
+
+def climb_to_the_top(h: Harness, cluster: FakeCluster) -> list[tuple[str, str, str]]:
+    """As climb_to_the_replace, with replace off: the reboot is the top, and the fault persists 30m past it."""
+    return climb_to_the_replace(h, cluster)
+
+
+def test_with_replace_off_a_persisting_fault_is_diagnosed_before_the_node_is_left_for_a_person(
+        cluster: FakeCluster) -> None:
+    h = Harness(cluster, NO_REPLACE)
+    assert climb_to_the_top(h, cluster) == [(NODE, "diagnose", "execute")]
+    (diag,) = jobs(cluster, "diagnose")
+    h.advance(minutes=1)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "none", "deferred")]  # under way
+    judge_ends(cluster, diag, Verdict((Failure(Check.GPU_DIAG, "dcgmi diag: Memory failed on GPU 2", ("2",)),),
+                                      level=2))
+    for _ in range(2):  # the verdict is kept for the person; said once
+        h.advance(minutes=1)
+        fire(h)
+        decided = h.decided(h.step())
+        assert [(d.action, d.decision) for d in decided] == [("none", "skipped")]
+        assert "diagnostic: failed: gpu_diag" in decided[0].reason
+    failed = [e for e in cluster.events if e["reason"] == "DiagnosticFailed"]
+    assert len(failed) == 1 and "stays out of service for a person" in failed[0]["message"]
+    assert jobs(cluster, "diagnose") == [diag] and not jobs(cluster, "replace")
+
+
+def test_with_replace_off_a_passing_diagnostic_pages_that_the_signal_is_suspect(cluster: FakeCluster) -> None:
+    h = Harness(cluster, NO_REPLACE)
+    climb_to_the_top(h, cluster)
+    (diag,) = jobs(cluster, "diagnose")
+    judge_ends(cluster, diag, Verdict(level=2))
+    h.advance(minutes=1)
+    fire(h)
+    decided = h.decided(h.step())
+    assert "diagnostic: passed while the alerts fire" in decided[0].reason
+    assert "DiagnosticContradictsAlert" in cluster.reasons(NODE)
+    assert h.metric("gpuhealth_remediator_diagnostics_total", result="contradicts") == 1
+
+
+def test_with_replace_off_the_diagnostic_waits_for_escalate_after_at_the_top(cluster: FakeCluster) -> None:
+    h = Harness(cluster, NO_REPLACE)
+    fire(h)
+    h.step()
+    for minutes in (31, 31, 2, 29):  # 29 minutes after the reboot: not yet persisting past reboot's escalate_after
+        h.advance(minutes=minutes)
+        fire(h)
+        if minutes == 2:
+            cluster.update_node(NODE, lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
+        decided = h.decided(h.step())
+    assert jobs(cluster, "diagnose") == [] and [d.action for d in decided] == ["none"]
+    h.advance(minutes=2)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "diagnose", "execute")]
+
+
+def test_with_replace_off_a_host_fault_is_left_for_a_person_undiagnosed(cluster: FakeCluster) -> None:
+    h = Harness(cluster, NO_REPLACE)
+    decided = climb_to_the_replace(h, cluster, alertname="HostHungTask", component="kernel")
+    assert [a for _, a, _ in decided] == ["none"] and jobs(cluster, "diagnose") == []
