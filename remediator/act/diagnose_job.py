@@ -11,7 +11,7 @@ import jinja2
 import yaml
 
 from remediator.decide.api_objects import RawPod
-from remediator.decide.diagnosis import Provisioned, Purpose, diagnosis_of
+from remediator.decide.diagnosis import Provisioned, Purpose, diagnosis_of, level_for
 from remediator.decide.job_start import JobRecord, job_start
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import JobStatus
@@ -21,14 +21,6 @@ TEMPLATES = Path(__file__).parent / "templates"
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
 JUDGE_MARGIN_S = 60  # of the deadline, left to the judge after the collect step's tools
 NCCL_SECONDS = 300  # at most, for the all-reduce (1 GiB to 8 GiB takes well under a minute on a healthy board)
-
-
-def level_for(purpose: Purpose, policy: Policy) -> int:
-    if purpose == Purpose.SWEEP:
-        return policy.sweep.level
-    if purpose == Purpose.BURN_IN:
-        return policy.burn_in.level
-    return policy.diagnose.validation_level if purpose == Purpose.VALIDATE else policy.diagnose.level
 
 
 def judge_command(level: int, given: Provisioned, policy: Policy) -> list[str]:

@@ -31,6 +31,10 @@ from remediator.decide.planner import PlannerBase
 from remediator.decide.sweep import sweep_rung
 from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
 
+# At most this many diagnostic Jobs per burn-in: one whose Job is gone before its result was read is started again,
+# but a Job the API never makes (gpuhealth's own breakage: its admission, its RBAC) must not keep the node out forever
+MAX_BURN_IN_JOBS = 3
+
 
 class BurnInSteps(PlannerBase):
     def _burn_in_node(self) -> None:
@@ -40,10 +44,11 @@ class BurnInSteps(PlannerBase):
             job, self.state = self.state.diagnosis_job, NodeState(actions=self.state.actions)
             return self.out(Action.NONE, Verdict.SKIPPED, f"the burn-in taint {self.policy.burn_in.taint} was removed "
                             f"by someone else while diagnostic job {job} ran: burn-in dropped")
-        if v.excluded or v.hold is not None:
-            why = "excluded by the policy's exclude selectors" if v.excluded else "held"
-            return self.out(Action.NONE, Verdict.SKIPPED, f"{why}: its burn-in taint {self.policy.burn_in.taint} is "
-                            "left as it is (a person removes it, or releases the node)")
+        if v.excluded or v.hold is not None or v.human_cordoned:
+            why = ("excluded by the policy's exclude selectors: a person removes" if v.excluded else
+                   "held: releasing the node resumes its burn-in, or a person removes" if v.hold is not None else
+                   "cordoned by a person: uncordoning it resumes its burn-in, or a person removes")
+            return self.out(Action.NONE, Verdict.SKIPPED, f"{why} its burn-in taint {self.policy.burn_in.taint}")
         return self._burn_in()
 
     def _burn_in(self) -> None:
@@ -55,6 +60,10 @@ class BurnInSteps(PlannerBase):
                                      "untested", Severity.WARNING)
         if st.diagnosis_purpose != Purpose.BURN_IN or st.diagnosis_job is None:
             return self._start_burn_in()
+        if self.v.diagnosis_missing and elapsed(self.now, st.diagnosis_started) >= policy.jobs.start_timeout \
+                and st.burn_in_restarts + 1 < MAX_BURN_IN_JOBS:  # gone unread (its TTL, a long hold): start again
+            return self._start_burn_in(again=f"its diagnostic job {st.diagnosis_job} is gone before its result was "
+                                       "read (deleted after jobs.ttl_seconds_after_finished, or never made)")
         found = read_diagnosis(self, policy.burn_in.level)
         if isinstance(found, str):
             return self._end_burn_in(EventReason.BURN_IN_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
@@ -68,9 +77,10 @@ class BurnInSteps(PlannerBase):
                                      f"{st.diagnosis_job} ({found.detail}); the burn-in taint comes off")
         return self._burn_in_failed(found)
 
-    def _start_burn_in(self) -> None:
+    def _start_burn_in(self, again: str = "") -> None:
         """The diagnostic Job asked for once the node is Ready with its GPUs advertised, or burn_in.ready_within after
-        it was made whatever it says (a node whose driver never comes up is what a burn-in is for)."""
+        it was made whatever it says (a node whose driver never comes up is what a burn-in is for). `again`: why a
+        Job is started again (counted: a Job the API never makes ends as not started after MAX_BURN_IN_JOBS)."""
         v, policy, now = self.v, self.policy, self.now
         age = elapsed(now, v.created)
         waiting = " and ".join(what for what, ok in (("the node Ready", v.ready),
@@ -80,10 +90,12 @@ class BurnInSteps(PlannerBase):
             return self.out(Action.DIAGNOSE, Verdict.DEFERRED, f"burn-in: waiting for {waiting} "
                             f"({int(age.total_seconds())}s of {limit}s)")
         name = job_name(v.name, Purpose.BURN_IN, now)
+        restarts = self.state.burn_in_restarts + 1 if again else 0
         self.state = replace(NodeState(actions=self.state.actions), diagnosis_job=name,
-                             diagnosis_purpose=str(Purpose.BURN_IN), diagnosis_started=now)
+                             diagnosis_purpose=str(Purpose.BURN_IN), diagnosis_started=now, burn_in_restarts=restarts)
         level = policy.burn_in.level
         still = f" (started without {waiting}, {limit}s after the node was made)" if waiting else ""
+        still += f" (again: {again})" if again else ""
         self.note(Note(EventReason.BURN_IN_STARTED, f"new node: diagnostic job {name} runs dcgmi diag -r {level} and "
                        f"the GPU and EFA counts before the burn-in taint comes off{still}"))
         self.out(Action.DIAGNOSE, Verdict.EXECUTE, f"burn-in of a new node: diagnostic job {name} "
@@ -104,7 +116,7 @@ class BurnInSteps(PlannerBase):
         self.ledger.take(self.v, Action.CORDON)
         self.state = replace(NodeState(actions=st.actions).with_action(
             now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
-            cordoned=True), diagnosis_job=st.diagnosis_job, diagnosis_purpose=st.diagnosis_purpose,
+            cordoned=not self.v.unschedulable), diagnosis_job=st.diagnosis_job, diagnosis_purpose=st.diagnosis_purpose,
             diagnosis_started=st.diagnosis_started, diagnosis_result=f"failed: {what}", sweep_rung=rung,
             gpu=found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS)
         then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else

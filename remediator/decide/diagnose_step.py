@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
+from remediator.decide.diagnosis import Diagnosis, Purpose, job_name, level_for
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import AlertRecord, elapsed, rung_index, time_text
 from remediator.decide.planner import PlannerBase
@@ -49,6 +49,15 @@ def read_diagnosis(p: PlannerBase, level: int) -> Diagnosis | str | None:
     if v.diagnosis is None and not v.diagnosis_missing and elapsed(p.now, started) > limit:
         return Diagnosis.tool_error(f"no result {limit} after it was asked for")
     return v.diagnosis
+
+
+def other_diagnosis_running(p: PlannerBase, name: str) -> str | None:
+    """The diagnostic Job the state names, when it is not `name` and still runs without a result: its name, for the
+    caller to wait on (two dcgmi diag runs on the same GPUs at once fail each other). None: none, or it ended."""
+    st = p.state
+    if not st.diagnosis_job or st.diagnosis_job == name or st.diagnosis_result is not None:
+        return None
+    return st.diagnosis_job if read_diagnosis(p, level_for(st.diagnosis_purpose, p.policy)) is None else None
 
 
 def not_started_note(p: PlannerBase, why: str) -> None:
@@ -84,8 +93,14 @@ def diagnosis_before_person(p: PlannerBase, fps: list[str]) -> bool:
     firing = _diagnosable(p, fps)
     if not firing or rung_index(st.rung) < rung_index(Rung.DRAIN) or st.rung_status != RungStatus.DONE:
         return False  # a failed rung (a drain that left pods, a reboot that never came back) is no drained node
+    if not p.full.pods_known or p.full.evictable:
+        return False  # not the whole node drained (a fault on one GPU drains that GPU's pods): others use the GPUs
     name = job_name(p.v.name, Purpose.DIAGNOSE, st.rung_done or st.episode)
     level = p.policy.diagnose.level
+    if st.diagnosis_job != name and (running := other_diagnosis_running(p, name)):
+        p.out(Action.NONE, Verdict.DEFERRED, f"diagnostic job {running} still runs: the diagnosis for the person "
+              "waits for it")
+        return True
     if st.diagnosis_job != name:
         start_diagnosis(p, Purpose.DIAGNOSE, name, f"the fault persists at {st.rung}, the top of the ladder "
                         f"(ladder.max_rung): diagnosing the drained node before it is left for a person (diagnostic "
@@ -126,6 +141,10 @@ def diagnosis_first(p: PlannerBase, rung: str, fps: list[str]) -> bool:
         return False
     name = job_name(p.v.name, Purpose.DIAGNOSE, st.rung_done or st.episode)
     level = policy.diagnose.level
+    if st.diagnosis_job != name and (running := other_diagnosis_running(p, name)):
+        p.out(Action.REPLACE, Verdict.DEFERRED, f"diagnostic job {running} still runs: the diagnosis before the "
+              "replacement waits for it")
+        return True
     if st.diagnosis_job != name:
         start_diagnosis(p, Purpose.DIAGNOSE, name, f"before replace: diagnosing the drained node (diagnostic job "
                         f"{name}, dcgmi diag -r {level}, GPU and EFA counts): it is replaced only if that fails")

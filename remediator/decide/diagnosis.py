@@ -22,6 +22,7 @@ from remediator.decide.api_objects import RawContainerState, RawContainerStatus,
 from remediator.decide.job_start import JobRecord, node_job_name
 from remediator.decide.nodestate import time_text
 from remediator.decide.vocabulary import JobStatus
+from remediator.policy import Policy
 
 COMPONENT = "diagnose"  # app.kubernetes.io/component of the diagnostic Job and its pod
 JUDGE = "judge"  # the container whose termination message is the verdict
@@ -42,6 +43,15 @@ class Purpose(StrEnum):
     VALIDATE = "validate"  # after a reset, reboot or replacement, before the taint comes off
     SWEEP = "sweep"  # an idle node's scheduled check
     BURN_IN = "burn-in"  # a new node, before the burn-in taint comes off (decide/burn_in.py)
+
+
+def level_for(purpose: Purpose | str | None, policy: Policy) -> int:
+    """The dcgmi diag level a diagnostic of this purpose runs at (its Job's deadline follows)."""
+    if purpose == Purpose.SWEEP:
+        return policy.sweep.level
+    if purpose == Purpose.BURN_IN:
+        return policy.burn_in.level
+    return policy.diagnose.validation_level if purpose == Purpose.VALIDATE else policy.diagnose.level
 
 
 @dataclass(frozen=True)

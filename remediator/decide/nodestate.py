@@ -205,6 +205,9 @@ class NodeState:
     # an idle-node sweep's diagnostic failed (decide/sweep.py): the rung its failure asks for, which the episode climbs
     # to as a hardware fault with no alert behind it. Absent from the annotation while None
     sweep_rung: str | None = None
+    # a new node's burn-in (decide/burn_in.py): how many of its diagnostic Jobs were started again because the one
+    # before was gone before its result was read (bounded: MAX_BURN_IN_JOBS). Absent from the annotation while 0
+    burn_in_restarts: int = 0
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -307,7 +310,7 @@ _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
 # that uses none of them is written as before
 _UNSET_OMITTED = ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
                   "diagnosis_result", "repeat_offender", "repeat_offender_why", "evidence_job", "evidence_started",
-                  "evidence", "sweep_rung")
+                  "evidence", "sweep_rung", "burn_in_restarts")
 _STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
 _ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from remediator.decide.climb import ClimbSteps
-from remediator.decide.diagnose_step import PASSED, not_started_note, read_diagnosis, start_diagnosis
+from remediator.decide.diagnose_step import (
+    PASSED,
+    not_started_note,
+    other_diagnosis_running,
+    read_diagnosis,
+    start_diagnosis,
+)
 from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import rung_index, time_text
@@ -33,6 +39,10 @@ class ValidationSteps(ClimbSteps):
                 or st.rung not in VALIDATED_RUNGS or st.rung_status != RungStatus.DONE or st.rung_done is None:
             return False  # no judge image (the chart sets it): no diagnostic Job can be made, none is asked for
         name = job_name(self.v.name, Purpose.VALIDATE, st.rung_done)
+        if st.diagnosis_job != name and (running := other_diagnosis_running(self, name)):
+            self.out(Action.UNCORDON, Verdict.DEFERRED, f"diagnostic job {running} still runs: the validation of the "
+                     f"{st.rung} waits for it (two dcgmi diag runs on the same GPUs at once fail each other)")
+            return True
         if st.diagnosis_job != name:
             return self._start_validation(name)
         if st.diagnosis_result == PASSED:

@@ -218,3 +218,34 @@ def test_an_alert_during_the_burn_in_is_the_ladders_and_the_burn_in_starts_afres
     h.advance(minutes=1)
     assert h.decisions(h.step()) == [("gpu-new", "diagnose", "execute")]
     assert len(burn_ins(cluster)) == 2 and first in burn_ins(cluster)
+
+
+def test_a_burn_in_whose_job_is_gone_unread_starts_again_and_gives_up_after_three(cluster: FakeCluster) -> None:
+    new_node(cluster, "gpu-new")
+    h = Harness(cluster, POLICY)
+    h.step()
+    for restarts in (1, 2):  # its Job deleted (its TTL after a long hold, a person) before the result was read
+        (job,) = burn_ins(cluster)
+        cluster.jobs.pop((NS, job))
+        h.advance(minutes=6)  # past jobs.start_timeout
+        assert h.decisions(h.step()) == [("gpu-new", "diagnose", "execute")]
+        assert h.state("gpu-new").burn_in_restarts == restarts and taints(cluster, "gpu-new") == {BURN_IN}
+    assert "is gone before its result was read" in [e for e in cluster.events
+                                                    if e["reason"] == "BurnInStarted"][-1]["message"]
+    (job,) = burn_ins(cluster)
+    cluster.jobs.pop((NS, job))
+    h.advance(minutes=6)  # the third gone too: gpuhealth's own breakage must not keep the node out forever
+    assert h.decisions(h.step()) == [("gpu-new", "end_burn_in", "execute")]
+    assert taints(cluster, "gpu-new") == set() and "BurnInNotStarted" in cluster.reasons("gpu-new")
+
+
+def test_a_new_node_a_person_cordoned_keeps_its_taint_and_is_not_burnt_in(cluster: FakeCluster) -> None:
+    new_node(cluster, "gpu-new")
+    cluster.update_node("gpu-new", lambda n: n["spec"].update(unschedulable=True))
+    h = Harness(cluster, POLICY)
+    (decided,) = h.decided(h.step())
+    assert (decided.action, decided.decision) == ("none", "skipped") and "cordoned by a person" in decided.reason
+    assert burn_ins(cluster) == [] and taints(cluster, "gpu-new") == {BURN_IN}
+    cluster.update_node("gpu-new", lambda n: n["spec"].pop("unschedulable"))
+    h.advance(seconds=30)
+    assert h.decisions(h.step()) == [("gpu-new", "diagnose", "execute")]

@@ -13,7 +13,7 @@ from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.scenarios.test_validation_before_return import jobs, judge_ends
 from tests.support import chart_rbac
-from tests.support.remediator_harness import Harness
+from tests.support.remediator_harness import Harness, webhook
 
 POLICY = """
 budget: {max_disrupted: 2, max_cordoned: 4}
@@ -178,3 +178,48 @@ def test_with_replace_off_a_host_fault_is_left_for_a_person_undiagnosed(cluster:
     h = Harness(cluster, NO_REPLACE)
     decided = climb_to_the_replace(h, cluster, alertname="HostHungTask", component="kernel")
     assert [a for _, a, _ in decided] == ["none"] and jobs(cluster, "diagnose") == []
+
+
+def test_with_replace_off_a_node_drained_of_one_gpus_pods_only_is_not_diagnosed(cluster: FakeCluster) -> None:
+    cluster.add_pod(NODE, "train-a", namespace="ml", gpus=1)  # on the faulty GPU
+    cluster.add_pod(NODE, "train-b", namespace="ml", gpus=1)  # on another GPU: it keeps running
+    h = Harness(cluster, POLICY + "ladder: {max_rung: reset_gpu}\n")
+
+    def fire_xid() -> None:
+        body = webhook(NODE, "reset_gpu", alertname="GPUXidFatal", gpu="2",
+                       labels={"component": "gpu", "max_rung": "replace"})
+        body["alerts"][0]["annotations"]["gpu_pods"] = "ml/train-a"
+        assert h.post(body).status_code == 202
+    fire_xid()
+    h.step()
+    h.advance(minutes=1)
+    fire_xid()
+    h.step()  # train-a gone: the GPU's reset
+    (reset,) = jobs(cluster, "reset-gpu")
+    cluster.jobs[("gpuhealth", reset)]["status"] = {"succeeded": 1}
+    h.advance(minutes=1)
+    fire_xid()
+    h.step()  # the reset done
+    assert h.state(NODE).rung == "reset_gpu" and h.state(NODE).rung_status == "done"
+    h.advance(minutes=31)
+    fire_xid()
+    decided = h.decided(h.step())  # the fault persists past the top: left for a person, not diagnosed
+    assert [(d.action, d.decision) for d in decided] == [("none", "skipped")], decided
+    assert jobs(cluster, "diagnose") == [] and "ml/train-b" in {
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in cluster.pods_on(NODE)}
+
+
+def test_a_validation_waits_for_the_diagnostic_still_running_on_the_gpus(cluster: FakeCluster) -> None:
+    h = Harness(cluster, NO_REPLACE)
+    climb_to_the_top(h, cluster)
+    (diag,) = jobs(cluster, "diagnose")
+    h.resolve(NODE, "cordon", alertname="GPUThermalViolation", gpu=None,
+              labels={"component": "thermal", "max_rung": "replace"})
+    h.advance(minutes=1)
+    decided = h.decided(h.step())
+    assert [(d.action, d.decision) for d in decided] == [("uncordon", "deferred")]
+    assert f"diagnostic job {diag} still runs" in decided[0].reason and jobs(cluster, "diagnose") == [diag]
+    judge_ends(cluster, diag, Verdict(level=2))
+    h.advance(minutes=1)
+    assert (NODE, "diagnose", "execute") in h.decisions(h.step())  # now the validation of the reboot
+    assert len(jobs(cluster, "diagnose")) == 2
