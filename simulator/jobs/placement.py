@@ -25,8 +25,9 @@ class Placement:
         self.free = FreeNodes()
         self._rng = random.Random(f"{seed}/placement")
 
-    def pick(self, need: int, allowed: set[str] | None) -> list[int] | None:
-        return self.free.pick(self._rng, need, allowed, self._fleet.pool_of)
+    def pick(self, need: int, allowed: set[str] | None,
+             exclude: set[int] | frozenset[int] = frozenset()) -> list[int] | None:
+        return self.free.pick(self._rng, need, allowed, self._fleet.pool_of, exclude)
 
     def free_count(self, allowed: set[str] | None) -> int:
         if allowed is None:
