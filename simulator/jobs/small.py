@@ -41,25 +41,44 @@ class SmallJobs:
         self._classifier = classifier
         self._aggregate = aggregate
         self.outcomes = outcomes if outcomes is not None else Outcomes()
-        self._gpus = (spec.nodes if spec else 1) * fleet.avail.gpus_per_node
         self.jobs: dict[int, SmallJob] = {}
         self.waiting: list[SmallJob] = []  # for free nodes
         self.tally = JobTally()
+        self._size = self.outcomes.of((spec.nodes if spec else 1) * fleet.avail.gpus_per_node)
+        self._streams: dict[int, random.Random] = {}
         self._ids = 0
         # a job failed on a node: people find faults no rule sees through it
         self.on_failed: Callable[[SimNode, Fault], None] = lambda node, fault: None
 
     # --- jobs and attempts ------------------------------------------------------------------
+    def _rng(self, stream: int) -> random.Random:
+        """A stream's jobs draw from the stream's own random stream, in the order they run (the same order
+        whether aggregated or not)."""
+        rng = self._streams.get(stream)
+        if rng is None:
+            rng = self._streams[stream] = random.Random(f"{self._seed}/small/{stream}")
+        return rng
+
     def _new(self, stream: int) -> SmallJob:
         spec = self._spec
         assert spec is not None
         self._ids += 1
-        rng = random.Random(f"{self._seed}/small/{stream}/{self._ids}")
+        rng = self._rng(stream)
         job = SmallJob(spec, self._ids, stream, rng, rng.expovariate(1.0 / spec.duration_s),
                        rng.random() < spec.app_bug_fraction)
         self.jobs[job.jid] = job
         self.tally.submitted += 1
         return job
+
+    def _renew(self, job: SmallJob) -> None:
+        """Aggregated: the stream's next job on the same nodes, in the ended job's place (its id and nodes)."""
+        spec, rng = job.spec, job.rng
+        job.duration = rng.expovariate(1.0 / spec.duration_s)
+        job.buggy = rng.random() < spec.app_bug_fraction
+        job.attempts = job.app_failures = job.failures = job.loop_count = 0
+        if job.excluded:
+            job.excluded = set()
+        self.tally.submitted += 1
 
     def submit(self, stream: int) -> None:
         self.start(self._new(stream))
@@ -70,7 +89,7 @@ class SmallJobs:
         job.since = at
         job.hung = False
         self.tally.attempts += 1
-        self.outcomes.of(self._gpus).attempts += 1
+        self._size.attempts += 1
         fails = job.rng.expovariate(1.0 / job.spec.app_failure_mean_s) if job.buggy else math.inf
         return ("app", at + fails) if fails < job.duration else ("done", at + job.duration)
 
@@ -118,7 +137,11 @@ class SmallJobs:
                 self._placement.release(node)
 
     def _end(self, job: SmallJob, outcome: str) -> None:
-        t, size = self.tally, self.outcomes.of(self._gpus)
+        self._count_end(job, outcome)
+        del self.jobs[job.jid]
+
+    def _count_end(self, job: SmallJob, outcome: str) -> None:
+        t, size = self.tally, self._size
         t.ended += 1
         size.jobs_ended += 1
         if not job.buggy:
@@ -133,24 +156,25 @@ class SmallJobs:
         else:
             t.failed_platform += 1
             size.jobs_failed_platform += 1
-        del self.jobs[job.jid]
 
     # --- how an attempt ends ----------------------------------------------------------------
     def _ran(self, job: SmallJob, until: float) -> None:
-        self.outcomes.of(self._gpus).run_s += until - job.since
+        self._size.run_s += until - job.since
 
-    def _app_outcome(self, job: SmallJob) -> bool:
-        """An application failure: True if the job is retried (else it has failed)."""
-        self.outcomes.of(self._gpus).attempts_failed_other += 1
+    def _app_outcome(self, job: SmallJob, keep: bool = False) -> bool:
+        """An application failure: True if the job is retried (else it has failed; `keep`: counted, left in
+        place for its stream's next job)."""
+        end = self._count_end if keep else self._end
+        self._size.attempts_failed_other += 1
         job.app_failures += 1
         job.failures += 1
         if self._classifier:
             job.loop_count += 1
             if job.loop_count >= self._restart_loop_threshold:
-                self._end(job, "app")  # the restart-loop guard stops it
+                end(job, "app")  # the restart-loop guard stops it
                 return False
         if job.failures > job.spec.max_retries:
-            self._end(job, "app")
+            end(job, "app")
             return False
         return True
 
@@ -178,25 +202,25 @@ class SmallJobs:
         on the nodes at `now` is returned (its attempt may begin after `now`, after a restart overhead)."""
         if not self._aggregate or job.hung:
             return job
-        nodes, end = job.nodes, self._queue.end
+        end = self._queue.end
         while True:
             how, at = job.pending
             if at > now or at > end:
                 return job
             self._ran(job, at)
             if how == "done":
-                self._end(job, "completed")
-            elif self._app_outcome(job):
+                self._count_end(job, "completed")
+            elif self._app_outcome(job, keep=True):
                 start = at + job.spec.restart_overhead_s
                 if start >= end:
                     return job
                 job.pending = self._begin(job, start)
                 continue
             if at >= end:
+                del self.jobs[job.jid]  # ended with the run: its stream has nothing after it
+                job.nodes = []
                 return job
-            job = self._new(job.stream)
-            self._placement.take(nodes, f"{OWNER_PREFIX}{job.jid}")
-            job.nodes = nodes
+            self._renew(job)
             job.pending = self._begin(job, at)
 
     def settle(self, now: float) -> None:
@@ -219,7 +243,7 @@ class SmallJobs:
             self._queue.at(job.since, self.start, job)
             job.attempts -= 1
             self.tally.attempts -= 1
-            self.outcomes.of(self._gpus).attempts -= 1
+            self._size.attempts -= 1
             return
         if fault.cause.node_fault:
             self.on_failed(node, fault)
@@ -247,7 +271,7 @@ class SmallJobs:
         self._ran(job, now)
         self._leave(job)
         self.tally.attempts_by_platform += 1
-        size = self.outcomes.of(self._gpus)
+        size = self._size
         if evicted:  # DisruptionTarget: retried without spending the budget
             size.attempts_evicted += 1
         else:
@@ -282,10 +306,10 @@ class SmallJobs:
             if job.since <= now:
                 self.tally.attempts_by_platform += 1
                 self._ran(job, now)
-                self.outcomes.of(self._gpus).attempts_evicted += 1
+                self._size.attempts_evicted += 1
             else:
                 job.attempts -= 1
                 self.tally.attempts -= 1
-                self.outcomes.of(self._gpus).attempts -= 1
+                self._size.attempts -= 1
             self._leave(job)
             self.waiting.append(job)
