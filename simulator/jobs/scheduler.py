@@ -24,7 +24,8 @@ class JobScheduler:
         self.outcomes = Outcomes()
         self._placement = Placement(queue, fleet, seed, self._nodes_freed)
         self._small = SmallJobs(queue, fleet, self._placement, scenario.small, scenario.job_timeout_s,
-                                restart_loop_threshold, seed, self.outcomes, classifier, aggregate)
+                                restart_loop_threshold, seed, self.outcomes, classifier, aggregate,
+                                scenario.other_failure_rate)
         self._training = TrainingJobs(queue, fleet, self._placement, self._small, scenario, pipeline, self.outcomes,
                                       seed)
         self._freeing = self._free_again = False

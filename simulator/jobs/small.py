@@ -33,7 +33,7 @@ OWNER_PREFIX = "small-"
 class SmallJobs:
     def __init__(self, queue: EventQueue, fleet: Fleet, placement: Placement, spec: SmallJobSpec | None,
                  job_timeout_s: float, restart_loop_threshold: int, seed: int, outcomes: Outcomes | None = None,
-                 classifier: bool = False, aggregate: bool = False) -> None:
+                 classifier: bool = False, aggregate: bool = False, other_failure_rate: float = 0.0) -> None:
         self._queue, self._fleet, self._placement = queue, fleet, placement
         self._spec, self._seed = spec, seed
         self._job_timeout_s = job_timeout_s  # a hung job is found by its timeout
@@ -46,6 +46,7 @@ class SmallJobs:
         self.tally = JobTally()
         self._size = self.outcomes.of((spec.nodes if spec else 1) * fleet.avail.gpus_per_node)
         self._streams: dict[int, random.Random] = {}
+        self._other_rate = other_failure_rate / 1000.0 / 86400.0 * (spec.nodes if spec else 1)  # per second
         self._ids = 0
         # a job failed on a node: people find faults no rule sees through it
         self.on_failed: Callable[[SimNode, Fault], None] = lambda node, fault: None
@@ -84,13 +85,18 @@ class SmallJobs:
         self.start(self._new(stream))
 
     def _begin(self, job: SmallJob, at: float) -> tuple[str, float]:
-        """An attempt starts at `at`: how it ends (done or app) and when, from the job's own draws."""
+        """An attempt starts at `at`: how it ends (done, app: its own bug, other: a cause that is not the
+        infrastructure's, at `jobs.other_failure_rate`) and when, from the job's own draws."""
         job.attempts += 1
         job.since = at
         job.hung = False
         self.tally.attempts += 1
         self._size.attempts += 1
-        fails = job.rng.expovariate(1.0 / job.spec.app_failure_mean_s) if job.buggy else math.inf
+        rng = job.rng
+        fails = rng.expovariate(1.0 / job.spec.app_failure_mean_s) if job.buggy else math.inf
+        other = rng.expovariate(self._other_rate) if self._other_rate > 0 else math.inf
+        if other < fails and other < job.duration:
+            return "other", at + other
         return ("app", at + fails) if fails < job.duration else ("done", at + job.duration)
 
     def start(self, job: SmallJob) -> None:
@@ -106,7 +112,10 @@ class SmallJobs:
         how, at = self._begin(job, self._queue.now)
         job.pending = (how, at)
         if not self._aggregate:
-            self._queue.at(at, self._app_fails if how == "app" else self._done, job, job.token)
+            if how == "done":
+                self._queue.at(at, self._done, job, job.token)
+            else:
+                self._queue.at(at, self._app_fails, job, job.token, how)
         for s in picked:  # landed on a node whose fault no one has seen yet
             fault = self._fleet.nodes[s].fault
             if fault is not None and fault.cause.node_fault:
@@ -161,14 +170,18 @@ class SmallJobs:
     def _ran(self, job: SmallJob, until: float) -> None:
         self._size.run_s += until - job.since
 
-    def _app_outcome(self, job: SmallJob, keep: bool = False) -> bool:
-        """An application failure: True if the job is retried (else it has failed; `keep`: counted, left in
+    def _app_outcome(self, job: SmallJob, how: str = "app", keep: bool = False) -> bool:
+        """An application failure (`how`: app, the job's own bug; other: not the infrastructure's either, which
+        the classifier calls unknown): True if the job is retried (else it has failed; `keep`: counted, left in
         place for its stream's next job)."""
         end = self._count_end if keep else self._end
-        self._size.attempts_failed_other += 1
-        job.app_failures += 1
         job.failures += 1
-        if self._classifier:
+        if how == "other":
+            self._size.attempts_failed_other += 1
+        else:
+            self._size.attempts_failed_app += 1
+            job.app_failures += 1
+        if self._classifier and how == "app":
             job.loop_count += 1
             if job.loop_count >= self._restart_loop_threshold:
                 end(job, "app")  # the restart-loop guard stops it
@@ -186,12 +199,12 @@ class SmallJobs:
         self._end(job, "completed")
         self.submit(job.stream)
 
-    def _app_fails(self, job: SmallJob, token: int) -> None:
+    def _app_fails(self, job: SmallJob, token: int, how: str = "app") -> None:
         if token != job.token:
             return
         self._ran(job, self._queue.now)
         self._leave(job)
-        if self._app_outcome(job):
+        if self._app_outcome(job, how):
             self._queue.at(self._queue.now + job.spec.restart_overhead_s, self.start, job)
         else:
             self.submit(job.stream)
@@ -210,7 +223,7 @@ class SmallJobs:
             self._ran(job, at)
             if how == "done":
                 self._count_end(job, "completed")
-            elif self._app_outcome(job, keep=True):
+            elif self._app_outcome(job, how, keep=True):
                 start = at + job.spec.restart_overhead_s
                 if start >= end:
                     return job
