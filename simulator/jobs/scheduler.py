@@ -26,6 +26,7 @@ class JobScheduler:
         self._small = SmallJobs(queue, fleet, self._placement, scenario.small, scenario.job_timeout_s,
                                 restart_loop_threshold, seed, self.outcomes, classifier, aggregate,
                                 scenario.other_failure_rate)
+        self._placement.on_bad_free = self._small.bad_node_free
         self._training = TrainingJobs(queue, fleet, self._placement, self._small, scenario, pipeline, self.outcomes,
                                       seed)
         self._freeing = self._free_again = False

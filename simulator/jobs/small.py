@@ -46,6 +46,9 @@ class SmallJobs:
         self.tally = JobTally()
         self._size = self.outcomes.of((spec.nodes if spec else 1) * fleet.avail.gpus_per_node)
         self._streams: dict[int, random.Random] = {}
+        self._ran_s, self._ran_n = 0.0, 0  # small jobs' attempts: their running time and count
+        self._landing: set[int] = set()  # faults a stream is due to land on (aggregated)
+        self._landing_rng = random.Random(f"{seed}/small/landing")
         self._other_rate = other_failure_rate / 1000.0 / 86400.0 * (spec.nodes if spec else 1)  # per second
         self._ids = 0
         # a job failed on a node: people find faults no rule sees through it
@@ -169,6 +172,8 @@ class SmallJobs:
     # --- how an attempt ends ----------------------------------------------------------------
     def _ran(self, job: SmallJob, until: float) -> None:
         self._size.run_s += until - job.since
+        self._ran_s += until - job.since
+        self._ran_n += 1
 
     def _app_outcome(self, job: SmallJob, how: str = "app", keep: bool = False) -> bool:
         """An application failure (`how`: app, the job's own bug; other: not the infrastructure's either, which
@@ -235,6 +240,46 @@ class SmallJobs:
                 return job
             self._renew(job)
             job.pending = self._begin(job, at)
+
+    def bad_node_free(self, node: SimNode) -> None:
+        """Aggregated: a free node with a fault no one has seen yet. Without aggregation, every job start picks a
+        free node at random, and some land on it and fail; here a stream moves onto it after the time the next
+        such pick takes (job starts per second / free nodes)."""
+        fault = node.fault
+        if not self._aggregate or self._spec is None or self._spec.nodes != 1 or fault is None:
+            return
+        if fault.fid in self._landing:
+            return
+        self._landing.add(fault.fid)
+        now = self._queue.now
+        mean_attempt = self._ran_s / self._ran_n if self._ran_n > 100 else self._spec.duration_s
+        starts = (len(self.jobs) - len(self.waiting)) / mean_attempt
+        rate = starts / max(1, len(self._placement.free))
+        if rate > 0:
+            self._queue.at(now + self._landing_rng.expovariate(rate), self._lands, node.slot, node.generation, fault)
+
+    def _lands(self, slot: int, generation: int, fault: Fault) -> None:
+        self._landing.discard(fault.fid)
+        node = self._fleet.live(slot, generation)
+        spec = self._spec
+        if (node is None or node.fault is not fault or not node.schedulable or node.workload is not None
+                or spec is None or (spec.pool is not None and node.pool != spec.pool) or not self.jobs):
+            return
+        now = self._queue.now
+        job = self._roll(self._landing_rng.choice(list(self.jobs.values())), now)
+        if not job.nodes or job.hung or job.since > now or slot in job.excluded:
+            self.bad_node_free(node)
+            return
+        self._ran(job, now)  # its attempt so far; it starts again on the new node
+        job.attempts -= 1
+        self.tally.attempts -= 1
+        self._size.attempts -= 1
+        self._leave(job)
+        self._placement.take([slot], f"{OWNER_PREFIX}{job.jid}")
+        job.nodes = [slot]
+        job.token += 1
+        job.pending = self._begin(job, now)
+        self.hit(node, fault)
 
     def settle(self, now: float) -> None:
         """Count what the aggregated jobs did up to `now` (the run's end)."""
