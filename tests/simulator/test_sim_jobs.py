@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from remediator.policy import Policy, parse_policy
-from simulator.results import run_figures
+from remediator.policy import parse_policy
+from simulator.results import RunResult, run_figures
 from simulator.scenario import Scenario, parse_scenario
 from tests.simulator.sim_helpers import run
 
@@ -115,21 +115,20 @@ def test_aggregated_small_jobs_give_the_per_event_figures() -> None:
     per_event = run(replace(sc, aggregate_small=False), runs=2)
     aggregated = run(replace(sc, aggregate_small=True), runs=2)
 
-    def mean(results: list, f: object) -> float:  # type: ignore[type-arg]
-        assert callable(f)
-        return statistics.fmean(float(f(r)) for r in results)
+    def figures(r: RunResult) -> dict[str, float]:
+        f, size = run_figures(r), r.outcomes.by_size["1-8"]
+        return {"job_success_rate": f["job_success_rate"] or 0.0, "node_availability": f["node_availability"] or 0.0,
+                "platform_failure_rate": f["platform_failure_rate"] or 0.0, "submitted": r.jobs.submitted,
+                "failed_app": r.jobs.failed_app, "attempts": r.jobs.attempts, "other": size.attempts_failed_other,
+                "infra": size.attempts_failed_infra}
 
+    a = {k: statistics.fmean(figures(r)[k] for r in per_event) for k in figures(per_event[0])}
+    b = {k: statistics.fmean(figures(r)[k] for r in aggregated) for k in a}
     for key, within in (("job_success_rate", 0.001), ("node_availability", 0.0002),
                         ("platform_failure_rate", 0.0001)):
-        a, b = mean(per_event, lambda r: run_figures(r)[key]), mean(aggregated, lambda r: run_figures(r)[key])
-        assert abs(a - b) < within, (key, a, b)
-    for name, f in (("submitted", lambda r: r.jobs.submitted), ("failed_app", lambda r: r.jobs.failed_app),
-                    ("attempts", lambda r: r.jobs.attempts),
-                    ("other", lambda r: r.outcomes.by_size["1-8"].attempts_failed_other)):
-        a, b = mean(per_event, f), mean(aggregated, f)
-        assert abs(a - b) < 0.02 * a + 20, (name, a, b)
+        assert abs(a[key] - b[key]) < within, (key, a[key], b[key])
+    for key in ("submitted", "failed_app", "attempts", "other"):
+        assert abs(a[key] - b[key]) < 0.02 * a[key] + 20, (key, a[key], b[key])
     # failed attempts by the infrastructure (faults, and jobs landing on nodes with faults not yet seen): within
     # their Poisson noise (about 370 a run)
-    a = mean(per_event, lambda r: r.outcomes.by_size["1-8"].attempts_failed_infra)
-    b = mean(aggregated, lambda r: r.outcomes.by_size["1-8"].attempts_failed_infra)
-    assert abs(a - b) < 0.15 * a, (a, b)
+    assert abs(a["infra"] - b["infra"]) < 0.15 * a["infra"], (a["infra"], b["infra"])
