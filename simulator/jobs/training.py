@@ -108,8 +108,11 @@ class TrainingJobs:
         allowed = pools(job.spec.pool)
         picked = placement.pick(need, allowed, job.excluded) if need > 0 else []
         if picked is None and need <= placement.free_count(allowed) + self._small.held(allowed):
-            # training comes first: small jobs give their nodes back (they are retried)
+            # training comes first: small jobs give their nodes back (they are retried); while they do, the nodes
+            # they free do not place this job again (it would take nodes twice)
+            state, job.state = job.state, "placing"
             self._small.preempt(need - placement.free_count(allowed) + len(job.excluded), allowed)
+            job.state = state
             picked = placement.pick(need, allowed, job.excluded)
         if picked is None:
             job.state = "waiting"
