@@ -200,7 +200,8 @@ def render_text(s: dict[str, Any]) -> str:
     lines.append(f"small jobs per run: {j['submitted']:.0f} submitted, {j['completed']:.0f} completed, "
                  f"{j['failed_app']:.0f} failed (app), {j['failed_platform']:.1f} failed (platform), "
                  f"{j['preempted']:.0f} preempted")
-    lines.append("jobs by size (GPUs): job success, platform-caused job failures, failed attempts (infra), MTTF h")
+    lines.append("jobs by size (GPUs), mean per run: jobs ended, job success, platform-caused job failures, failed "
+                 "attempts (all causes), failed attempts (infrastructure), MTTF of an attempt (h)")
     for name, e in s.get("by_size", {}).items():
         cells = [f"{e[k][0]:.4f}" if e[k] is not None else "n/a" for k in (
             "job_success_rate", "platform_failure_rate", "attempt_failure_rate", "attempt_infra_failure_rate")]
