@@ -52,6 +52,7 @@ class Simulation:
         self.alerts = Alerting(self.queue, pipeline, self.fleet, self.passes)
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
+        self.faults.classifier = policy.workloads.enabled
         self.jobs.on_failed(self.faults.job_failed_on)
         self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes,
                                   policy.diagnose.validation_level, policy.diagnose.level, policy.sweep.level)

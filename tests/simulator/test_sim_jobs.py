@@ -132,3 +132,14 @@ def test_aggregated_small_jobs_give_the_per_event_figures() -> None:
     # failed attempts by the infrastructure (faults, and jobs landing on nodes with faults not yet seen): within
     # their Poisson noise (about 370 a run)
     assert abs(a["infra"] - b["infra"]) < 0.15 * a["infra"], (a["infra"], b["infra"])
+
+
+def test_with_the_classifier_on_workloads_failing_on_a_node_cordon_it_before_people_find_it() -> None:
+    # silent corruption: no rule sees it; people take 8 h; the classifier's WorkloadsFailingOnNode (three failed
+    # workloads in an hour) goes through the remediator's cordon sooner
+    off = run(_sdc("8h"), runs=2)
+    on = run(_sdc("8h"), CLASSIFIER_ON, runs=2)
+    failed_off = statistics.fmean(r.outcomes.by_size["1-8"].attempts_failed_infra for r in off)
+    failed_on = statistics.fmean(r.outcomes.by_size["1-8"].attempts_failed_infra for r in on)
+    assert failed_on < 0.7 * failed_off, (failed_off, failed_on)
+    assert all(r.decisions.get("cordon:execute", 0) > 0 for r in on)  # the remediator cordoned
