@@ -111,7 +111,6 @@ class SmallJob:
     nodes: list[int] = field(default_factory=list)
     attempts: int = 0
     app_failures: int = 0
-    infra_retries: int = 0
     token: int = 0
     hung: bool = False
     failures: int = 0  # failed attempts the Job counted (its backoffLimit): not evictions
@@ -128,8 +127,8 @@ class JobTally:
     submitted: int = 0
     completed: int = 0
     completed_sound: int = 0  # of them, jobs without a bug
-    failed_app: int = 0  # a buggy job stopped by the restart-loop guard (or its own failures)
-    failed_platform: int = 0  # ended by the infrastructure: misclassified as app, or out of retries
+    failed_app: int = 0  # out of retries (or stopped by the restart-loop guard) on its own bug or another cause
+    failed_platform: int = 0  # out of retries, or stopped by the guard, on an infrastructure failure
     sound_ended: int = 0  # jobs without a bug that ended (completed or failed)
     ended: int = 0
     attempts: int = 0
