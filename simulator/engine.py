@@ -47,10 +47,13 @@ class Simulation:
         self.leader = SimLeader(as_deployed(policy), self.fleet.pool_sizes)
         self.passes = PassSchedule(self.queue, pipeline.pass_interval_s, self._pass)
         self.jobs = JobScheduler(self.queue, self.fleet, scenario, pipeline,
-                                 policy.workloads.restart_loop_threshold, seed)
+                                 policy.workloads.restart_loop_threshold, seed, classifier=policy.workloads.enabled,
+                                 aggregate=scenario.aggregate_small and not samples)
         self.alerts = Alerting(self.queue, pipeline, self.fleet, self.passes)
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
+        self.faults.classifier = policy.workloads.enabled
+        self.jobs.on_failed(self.faults.job_failed_on)
         self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes,
                                   policy.diagnose.validation_level, policy.diagnose.level, policy.sweep.level)
         self.decisions = DecisionTally()
@@ -98,6 +101,8 @@ class Simulation:
         out = out_of_service(fleet.avail.outages, sc.gpus_per_node)
         for job in training:
             job.commit(end)
+        self.jobs.close(end)
+        training = [j for j in training if not j.spec.repeat]  # ETTR: the long jobs (repeated ones: by size)
         outages = len(fleet.avail.outages)
         return RunResult(
             seed=self.seed, scenario=sc.name, days=sc.days, nodes=len(fleet.nodes),
@@ -109,4 +114,5 @@ class Simulation:
             deferred=dict(self.decisions.deferred), breaker_trips=self.leader.trips,
             breaker_open_hours={p: s / HOUR for p, s in self.budget.breaker_open_s.items()},
             max_disrupted=self.budget.max_disrupted, passes=self.passes.passes,
-            decisions=dict(self.decisions.decisions), samples=self.sampler.samples if self.sampler else [])
+            decisions=dict(self.decisions.decisions), samples=self.sampler.samples if self.sampler else [],
+            outcomes=self.jobs.outcomes)

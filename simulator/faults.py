@@ -25,6 +25,10 @@ from simulator.passes import PassSchedule
 from simulator.scenario import Scenario
 
 SWITCH_CAUSE = "Network switch (correlated)"
+# rules/recording/jobs.yaml: gpuhealth_workload_node_suspect_workloads >= 3 over workloads.node_suspect_window (1 h)
+WORKLOADS_ALERT = "WorkloadsFailingOnNode"
+WORKLOADS_FAILING = 3
+WORKLOADS_WINDOW_S = 3600.0
 
 
 def choose(rng: random.Random, weights: tuple[tuple[str, float], ...]) -> str:
@@ -45,6 +49,9 @@ class FaultSource:
         self.counts: Counter[str] = Counter()  # cause -> faults that hit a node in service
         self._streams: dict[tuple[int, int], random.Random] = {}
         self._ids = 0
+        self._reported: set[int] = set()  # faults no rule sees that a failed job has reported to people
+        self._failures: dict[int, list[float]] = {}  # fault -> when jobs failed on it (the classifier's count)
+        self.classifier = False  # the policy's workloads.enabled
         self._rate = scenario.rate_per_node_second
         self._mix = tuple((c, w) for c, w in scenario.mix if w > 0)
         self._switch_cause = Cause(SWITCH_CAUSE, scenario.switches.alert, "node", "hang", "external",
@@ -148,16 +155,36 @@ class FaultSource:
         now, at, cause = self._queue.now, self._queue.at, fault.cause
         if fault.alert is not None:
             self._alerts.fault_seen(node, fault)
-        else:
-            override = self._pipe.detection_delay_s
-            found = override if override is not None else self._sc.job_timeout_s
-            at(now + found, self._found_by_job, node.slot, node.generation, fault)
+        elif self._pipe.detection_delay_s is not None:  # model checks: found after the fixed delay
+            at(now + self._pipe.detection_delay_s, self._found_by_job, node.slot, node.generation, fault)
         if cause.kind == "external" and cause.external_repair_s is not None:
             at(now + cause.external_repair_s, self._clears, node.slot, node.generation, fault)
         at(now + self._sc.manual_repair_s, self._manual, node.slot, node.generation, fault)
 
+    def job_failed_on(self, node: SimNode, fault: Fault) -> None:
+        """A job failed on the node. A fault no rule sees is found by people through the jobs that fail on it:
+        `detection.found_by_people` after the first, they keep the node out until it is repaired. With the
+        workload classifier on (`workloads.enabled`), WORKLOADS_ALERT fires once WORKLOADS_FAILING jobs failed on
+        the node within WORKLOADS_WINDOW_S (rules/recording/jobs.yaml), through the rules' timings and the
+        remediator's own decision (a cordon)."""
+        if fault.alert is not None or node.fault is not fault:
+            return
+        if self.classifier and WORKLOADS_ALERT in self._pipe.alerts:
+            now = self._queue.now
+            times = [t for t in self._failures.get(fault.fid, []) if t > now - WORKLOADS_WINDOW_S] + [now]
+            self._failures[fault.fid] = times
+            if len(times) >= WORKLOADS_FAILING:
+                fault.alert = WORKLOADS_ALERT  # the signal the failed jobs make: the node's alert from here on
+                self._alerts.fault_seen(node, fault)
+        if fault.fid in self._reported:
+            return
+        self._reported.add(fault.fid)
+        self._queue.at(self._queue.now + self._sc.found_by_people_s, self._found_by_job, node.slot, node.generation,
+                       fault)
+
     def _found_by_job(self, slot: int, generation: int, fault: Fault) -> None:
-        """No rule sees it: the node is found by the jobs that fail on it and kept out until a person repairs it."""
+        """No rule sees it: the node is found through the jobs that failed on it and kept out until a person
+        repairs it."""
         node = self._fleet.live(slot, generation)
         if node is not None and node.fault is fault:
             node.excluded_by_job = True

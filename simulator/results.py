@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.jobs.outcomes import BUCKETS, Outcomes, SizeTally, size_figures
 from simulator.workload import JobTally
 
 TARGETS = {"node_availability": 0.9995, "job_success_rate": 0.995, "platform_failure_rate": 0.005}
@@ -54,6 +55,7 @@ class RunResult:
     passes: int
     decisions: dict[str, int]  # action/decision -> count
     samples: list[Sample] = field(default_factory=list)
+    outcomes: Outcomes = field(default_factory=Outcomes)  # jobs by size (simulator/jobs/outcomes.py)
 
     @property
     def node_availability(self) -> float:
@@ -134,8 +136,28 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
         "breaker_open_hours": _mean_maps([r.breaker_open_hours for r in runs]),
         "max_disrupted": {p: max(r.max_disrupted.get(p, 0) for r in runs) for p in runs[0].max_disrupted},
     }
+    out["by_size"] = by_size(runs)
     out["remediator"] = {"passes": statistics.fmean(r.passes for r in runs),
                          "decisions": _mean_maps([{k: float(v) for k, v in r.decisions.items()} for r in runs])}
+    return out
+
+
+def by_size(runs: list[RunResult]) -> dict[str, dict[str, Any]]:
+    """Each job size's figures (simulator/jobs/outcomes.py) with their intervals over runs, and "512+" (Kokolis's
+    large jobs) together."""
+    sizes: list[tuple[str, list[SizeTally]]] = [
+        (name, [r.outcomes.by_size[name] for r in runs if name in r.outcomes.by_size]) for name, _ in BUCKETS]
+    sizes.append(("512+", [r.outcomes.large() for r in runs]))
+    out: dict[str, dict[str, Any]] = {}
+    for name, tallies in sizes:
+        if not tallies or not any(t.attempts for t in tallies):
+            continue
+        figs = [size_figures(t) for t in tallies]
+        entry: dict[str, Any] = {}
+        for key in figs[0]:
+            values = [v for v in (f[key] for f in figs) if v is not None]
+            entry[key] = list(interval(values)) if values else None
+        out[name] = entry
     return out
 
 
@@ -178,13 +200,25 @@ def render_text(s: dict[str, Any]) -> str:
     lines.append(f"small jobs per run: {j['submitted']:.0f} submitted, {j['completed']:.0f} completed, "
                  f"{j['failed_app']:.0f} failed (app), {j['failed_platform']:.1f} failed (platform), "
                  f"{j['preempted']:.0f} preempted")
+    lines.append("jobs by size (GPUs), mean per run: jobs ended, job success, platform-caused job failures, failed "
+                 "attempts (all causes), failed attempts (infrastructure), MTTF of an attempt (h)")
+    for name, e in s.get("by_size", {}).items():
+        cells = [f"{e[k][0]:.4f}" if e[k] is not None else "n/a" for k in (
+            "job_success_rate", "platform_failure_rate", "attempt_failure_rate", "attempt_infra_failure_rate")]
+        mttf = f"{e['mttf_hours'][0]:.1f}" if e["mttf_hours"] is not None else "n/a"
+        lines.append(f"  {name:<9} {e['jobs_ended'][0]:9.0f} ended  {'  '.join(cells)}  {mttf}")
     lines.append(f"remediator passes per run: {s['remediator']['passes']:.0f}")
     return "\n".join(lines)
 
 
 def poisson_interval(k: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Garwood) interval of a Poisson mean given one count k."""
+    """The exact (Garwood) interval of a Poisson mean given one count k (above 500, where e^-mu underflows, the
+    Wilson-Hilferty approximation of the same chi-square quantiles: within 0.1%)."""
     alpha = (1 - level) / 2
+    if k > 500:
+        z = statistics.NormalDist().inv_cdf(1 - alpha)
+        return (k * (1 - 1 / (9 * k) - z / (3 * math.sqrt(k))) ** 3,
+                (k + 1) * (1 - 1 / (9 * (k + 1)) + z / (3 * math.sqrt(k + 1))) ** 3)
 
     def cdf(n: int, mu: float) -> float:  # P(X <= n)
         term = total = math.exp(-mu)

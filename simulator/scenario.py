@@ -18,6 +18,8 @@ from simulator.failure_data import Cause, default_causes_yaml, llama3_counts, mo
 
 DAY = 86400.0
 FIX_RUNGS = ("reset_gpu", "reboot", "replace", "external")
+# Table 5 rows that are not the infrastructure's (Kokolis et al. count infra failures only in r_f): `llama3-infra`
+NOT_INFRA = ("Software Bug", "Dependency", "NCCL Watchdog Timeouts")
 
 
 class ScenarioError(ValueError):
@@ -44,6 +46,9 @@ class TrainingJobSpec:
     restart_overhead_s: float
     pool: str | None = None
     work_s: float | None = None  # compute to finish; None: runs for the whole simulation
+    resume: bool = True  # the job's own fault tolerance: a failed attempt resumes from its checkpoint (else it fails)
+    repeat: bool = False  # when the job ends (done or failed), the next job of this spec is submitted
+    localize_s: float = 1800.0  # after a fault no rule acts on: time the job needs to find the node and exclude it
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,8 @@ class SmallJobSpec:
     utilization: float = 0.8  # share of the nodes no training job holds that small jobs keep busy
     app_bug_fraction: float = 0.17  # model_parameters.csv app_failure_fraction_of_jobs (mid)
     app_failure_mean_s: float = 9 * 60.0  # exponential: 67% of failures within 10 min (early_app_failures_under_10min)
-    misclassification: float = 0.05  # infra failures the classifier calls app (not retried)
-    max_retries: int = 5  # infra-classified retries before the job is failed
+    misclassification: float = 0.05  # with the classifier on: infra failures it calls app (count to the loop guard)
+    max_retries: int = 6  # the job's own retry budget (a Kubernetes Job's backoffLimit, default 6); evictions are free
     restart_overhead_s: float = 120.0
     pool: str | None = None
 
@@ -91,6 +96,11 @@ class Scenario:
     rungs: dict[str, RungModel] = field(default_factory=dict)
     manual_repair_s: float = DAY  # a person repairs what the ladder cannot (remediation_rma_repair, low)
     exclude_after_s: float = 3600.0  # a job waiting for a sick node to be cordoned gives up and excludes it itself
+    found_by_people_s: float = 4 * 3600.0  # a fault no rule sees: people take the node out this long after a job
+    # first failed on it (judgement; detection.found_by_people)
+    other_failure_rate: float = 0.0  # training jobs' failures of other causes than the infrastructure, per 1,000
+    # node-days of a running job (jobs.other_failure_rate; Kokolis: all-cause minus infra)
+    aggregate_small: bool = True  # small jobs on a healthy node are drawn in bulk, not one event each (jobs.small)
     training: tuple[TrainingJobSpec, ...] = ()
     small: SmallJobSpec | None = None
     sample_interval_s: float = 3600.0
@@ -200,7 +210,7 @@ def _training(s: _Scenario, value: Any) -> tuple[TrainingJobSpec, ...]:
     for i, item in enumerate(value):
         key = f"jobs.training[{i}]"
         spec = r.section(key, {"name", "nodes", "pool", "checkpoint_interval", "checkpoint_cost", "restart_overhead",
-                               "work"}, item)
+                               "work", "resume", "repeat", "localize"}, item)
         for need in ("nodes", "checkpoint_interval"):
             if need not in spec:
                 raise r.fail(key, f"{need} is required")
@@ -211,7 +221,12 @@ def _training(s: _Scenario, value: Any) -> tuple[TrainingJobSpec, ...]:
             checkpoint_cost_s=s.seconds(f"{key}.checkpoint_cost", spec.get("checkpoint_cost", 0)),
             restart_overhead_s=s.seconds(f"{key}.restart_overhead", spec.get("restart_overhead", "10m")),
             pool=r.string(f"{key}.pool", spec.get("pool"), optional=True),
-            work_s=s.seconds(f"{key}.work", spec["work"]) if spec.get("work") is not None else None))
+            work_s=s.seconds(f"{key}.work", spec["work"]) if spec.get("work") is not None else None,
+            resume=r.boolean(f"{key}.resume", spec.get("resume", True)),
+            repeat=r.boolean(f"{key}.repeat", spec.get("repeat", False)),
+            localize_s=s.seconds(f"{key}.localize", spec.get("localize", "30m"))))
+        if out[-1].repeat and out[-1].work_s is None:
+            raise r.fail(f"{key}.repeat", "a repeated job needs `work` (a job that never ends is never repeated)")
         if out[-1].checkpoint_interval_s <= 0:
             raise r.fail(f"{key}.checkpoint_interval", "expected a duration above 0")
     return tuple(out)
@@ -322,8 +337,9 @@ def _failures(s: _Scenario, causes: dict[str, Any], value: Any) -> dict[str, Any
 
 def _mix(s: _Scenario, causes: dict[str, Any], mix: Any) -> tuple[tuple[str, float], ...]:
     r = s.r
-    if mix == "llama3":
-        weights: dict[str, float] = {k: float(v) for k, v in llama3_counts().items()}
+    if mix in ("llama3", "llama3-infra"):
+        weights: dict[str, float] = {k: float(v) for k, v in llama3_counts().items()
+                                     if mix == "llama3" or k not in NOT_INFRA}
     else:
         raw_mix = r.section("failures.mix", set(causes), mix)
         weights = {c: s.number(f"failures.mix.{c}", w) for c, w in raw_mix.items()}
@@ -337,7 +353,9 @@ def _mix(s: _Scenario, causes: dict[str, Any], mix: Any) -> tuple[tuple[str, flo
 
 def _detection(s: _Scenario, value: Any) -> dict[str, Any]:
     kw: dict[str, Any] = {}
-    det = s.r.section("detection", {"evaluation_interval", "job_timeout", "delay"}, value)
+    det = s.r.section("detection", {"evaluation_interval", "job_timeout", "delay", "found_by_people"}, value)
+    if "found_by_people" in det:
+        kw["found_by_people_s"] = s.seconds("detection.found_by_people", det["found_by_people"])
     if "evaluation_interval" in det:
         kw["evaluation_interval_s"] = s.seconds("detection.evaluation_interval", det["evaluation_interval"])
     if "job_timeout" in det:
@@ -349,14 +367,19 @@ def _detection(s: _Scenario, value: Any) -> dict[str, Any]:
 
 def _jobs(s: _Scenario, value: Any, pools: set[str]) -> dict[str, Any]:
     r = s.r
-    jobs = r.section("jobs", {"training", "small"}, value)
+    jobs = r.section("jobs", {"training", "small", "other_failure_rate", "aggregate_small"}, value)
     training, small = _training(s, jobs.get("training")), _small(s, jobs.get("small"))
+    extra: dict[str, Any] = {}
+    if "other_failure_rate" in jobs:
+        extra["other_failure_rate"] = s.number("jobs.other_failure_rate", jobs["other_failure_rate"])
+    if "aggregate_small" in jobs:
+        extra["aggregate_small"] = r.boolean("jobs.aggregate_small", jobs["aggregate_small"])
     for i, t in enumerate(training):
         if t.pool is not None and t.pool not in pools:
             raise r.fail(f"jobs.training[{i}].pool", f"no such pool (pools: {', '.join(sorted(pools))})")
     if small is not None and small.pool is not None and small.pool not in pools:
         raise r.fail("jobs.small.pool", f"no such pool (pools: {', '.join(sorted(pools))})")
-    return {"training": training, "small": small}
+    return {"training": training, "small": small, **extra}
 
 
 def check_alerts(scenario: Scenario, known: set[str], rules_source: str) -> None:

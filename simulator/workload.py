@@ -41,8 +41,13 @@ class FreeNodes:
     def count_in(self, allowed: set[str], pool_of: list[str]) -> int:
         return sum(1 for s in self._items if pool_of[s] in allowed)
 
-    def pick(self, rng: random.Random, k: int, allowed: set[str] | None, pool_of: list[str]) -> list[int] | None:
-        """k distinct free slots (in the allowed pools), or None if there are not enough."""
+    def pick(self, rng: random.Random, k: int, allowed: set[str] | None, pool_of: list[str],
+             exclude: set[int] | frozenset[int] = frozenset()) -> list[int] | None:
+        """k distinct free slots (in the allowed pools, none of `exclude`: the nodes the job itself excluded), or
+        None if there are not enough."""
+        if exclude:
+            cands = [s for s in self._items if s not in exclude and (allowed is None or pool_of[s] in allowed)]
+            return rng.sample(cands, k) if len(cands) >= k else None
         if allowed is None:
             if len(self._items) < k:
                 return None
@@ -69,6 +74,9 @@ class TrainingJob:
     token: int = 0
     ended: float | None = None
     interruptions: Counter[str] = field(default_factory=Counter)
+    excluded: set[int] = field(default_factory=set)  # nodes this job found broken and keeps off (its own view)
+    attempt_since: float = 0.0  # when the current attempt was placed
+    outcome: str | None = None  # completed | platform | other, once ended
 
     @property
     def cycle(self) -> float:
@@ -103,9 +111,13 @@ class SmallJob:
     nodes: list[int] = field(default_factory=list)
     attempts: int = 0
     app_failures: int = 0
-    infra_retries: int = 0
     token: int = 0
     hung: bool = False
+    failures: int = 0  # failed attempts the Job counted (its backoffLimit): not evictions
+    loop_count: int = 0  # app verdicts in a row (the restart-loop guard, with the classifier on)
+    excluded: set[int] = field(default_factory=set)  # nodes the job found broken
+    since: float = 0.0  # the current attempt's start
+    pending: tuple[str, float] = ("done", 0.0)  # how and when the current attempt ends (done | app), if nothing else
 
 
 @dataclass
@@ -115,8 +127,8 @@ class JobTally:
     submitted: int = 0
     completed: int = 0
     completed_sound: int = 0  # of them, jobs without a bug
-    failed_app: int = 0  # a buggy job stopped by the restart-loop guard (or its own failures)
-    failed_platform: int = 0  # ended by the infrastructure: misclassified as app, or out of retries
+    failed_app: int = 0  # out of retries (or stopped by the restart-loop guard) on its own bug or another cause
+    failed_platform: int = 0  # out of retries, or stopped by the guard, on an infrastructure failure
     sound_ended: int = 0  # jobs without a bug that ended (completed or failed)
     ended: int = 0
     attempts: int = 0

@@ -22,11 +22,14 @@ class Placement:
         self._queue = queue
         self._fleet = fleet
         self._on_freed = on_freed
+        # a node that is free though a fault no one has seen is on it (aggregated small jobs land on it)
+        self.on_bad_free: Callable[[SimNode], None] = lambda node: None
         self.free = FreeNodes()
         self._rng = random.Random(f"{seed}/placement")
 
-    def pick(self, need: int, allowed: set[str] | None) -> list[int] | None:
-        return self.free.pick(self._rng, need, allowed, self._fleet.pool_of)
+    def pick(self, need: int, allowed: set[str] | None,
+             exclude: set[int] | frozenset[int] = frozenset()) -> list[int] | None:
+        return self.free.pick(self._rng, need, allowed, self._fleet.pool_of, exclude)
 
     def free_count(self, allowed: set[str] | None) -> int:
         if allowed is None:
@@ -49,6 +52,8 @@ class Placement:
         """After any change to a node: its time out of service, and whether a job may now be placed on it."""
         self._fleet.avail.update(node, self._queue.now)
         if node.schedulable and node.workload is None:
+            if node.fault is not None and node.fault.cause.node_fault:
+                self.on_bad_free(node)
             if node.slot not in self.free:
                 self.free.add(node.slot)
                 self._on_freed()

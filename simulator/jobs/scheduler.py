@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simulator.detection import Pipeline
 from simulator.events import EventQueue
 from simulator.fleet import Fault, Fleet, SimNode
+from simulator.jobs.outcomes import Outcomes
 from simulator.jobs.placement import Placement
 from simulator.jobs.small import SmallJobs
 from simulator.jobs.training import TrainingJobs
@@ -15,14 +18,27 @@ from simulator.workload import JobTally, TrainingJob
 
 class JobScheduler:
     def __init__(self, queue: EventQueue, fleet: Fleet, scenario: Scenario, pipeline: Pipeline,
-                 restart_loop_threshold: int, seed: int) -> None:
+                 restart_loop_threshold: int, seed: int, classifier: bool = False, aggregate: bool = False) -> None:
         self._fleet = fleet
         self._sc = scenario
+        self.outcomes = Outcomes()
         self._placement = Placement(queue, fleet, seed, self._nodes_freed)
         self._small = SmallJobs(queue, fleet, self._placement, scenario.small, scenario.job_timeout_s,
-                                restart_loop_threshold, seed)
-        self._training = TrainingJobs(queue, fleet, self._placement, self._small, scenario, pipeline)
+                                restart_loop_threshold, seed, self.outcomes, classifier, aggregate,
+                                scenario.other_failure_rate)
+        self._placement.on_bad_free = self._small.bad_node_free
+        self._training = TrainingJobs(queue, fleet, self._placement, self._small, scenario, pipeline, self.outcomes,
+                                      seed)
         self._freeing = self._free_again = False
+
+    def on_failed(self, hook: Callable[[SimNode, Fault], None]) -> None:
+        """Who hears that a job failed on a node (people find faults no rule sees through failed jobs)."""
+        self._small.on_failed = self._training.on_failed = hook
+
+    def close(self, end: float) -> None:
+        """The run ends: the aggregated small jobs are counted up to the end, running attempts' time too."""
+        self._small.settle(end)
+        self._training.close(end)
 
     @property
     def training(self) -> list[TrainingJob]:

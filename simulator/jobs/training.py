@@ -1,16 +1,23 @@
 """Synchronous training jobs on the fleet. A fault on one of a job's nodes stops the whole job (the work since its
-last checkpoint is lost); the job learns of it at once (a crash) or by its own timeout (a hang), then waits
-until the failed node is out of its way: gpuhealth takes it out of scheduling, or the job gives up waiting and
-excludes it itself. It then restarts on spare healthy nodes, paying the restart overhead."""
+last checkpoint is lost); the job learns of it at once (a crash) or by its own timeout (a hang). A job without its
+own fault tolerance (`resume: false`) has then failed. One that resumes waits until the failed node is out of its
+way: gpuhealth takes it out of scheduling, or the job gives up waiting (`exclude_after`), or, for a fault no rule
+acts on, the job localises it (`localize`); the job's exclusion is its own (other jobs may still land on the node
+and fail). It then restarts on spare healthy nodes, paying the restart overhead. Causes other than the
+infrastructure (`jobs.other_failure_rate`) end attempts too and leave the nodes as they are."""
 
 from __future__ import annotations
+
+import random
+from collections.abc import Callable
 
 from simulator.detection import Pipeline
 from simulator.events import EventQueue
 from simulator.fleet import Fault, Fleet, SimNode
+from simulator.jobs.outcomes import Outcomes
 from simulator.jobs.placement import Placement, pools
 from simulator.jobs.small import SmallJobs
-from simulator.scenario import Scenario
+from simulator.scenario import DAY, Scenario, TrainingJobSpec
 from simulator.workload import TrainingJob
 
 # TrainingJob.failed: what the job knows of each node that failed under it
@@ -18,40 +25,95 @@ DETECTING = "detecting"  # not yet: it learns after a crash's moment or its time
 WAITING = "waiting"  # for gpuhealth to take the node out of scheduling
 RELEASED = "released"  # the job let the node go
 KEEP = "keep"  # the node is fine (the job's own failure): the job restarts on it
+LOCALIZING = "localizing"  # a fault no rule acts on: the job is finding which node it was
+OTHER = "Other causes (not infrastructure)"
 
 
 class TrainingJobs:
     def __init__(self, queue: EventQueue, fleet: Fleet, placement: Placement, small: SmallJobs, scenario: Scenario,
-                 pipeline: Pipeline) -> None:
+                 pipeline: Pipeline, outcomes: Outcomes, seed: int = 0) -> None:
         self._queue, self._fleet, self._placement, self._small = queue, fleet, placement, small
-        self._sc, self._pipe = scenario, pipeline
-        self.jobs: list[TrainingJob] = []
+        self._sc, self._pipe, self._seed = scenario, pipeline, seed
+        self.outcomes = outcomes
+        self.jobs: list[TrainingJob] = []  # every job (those ended too)
+        self._active: dict[str, TrainingJob] = {}
+        self._rngs: dict[str, random.Random] = {}
+        self._other_rate = scenario.other_failure_rate / 1000.0 / DAY  # per node-second of a running job
+        self.on_failed: Callable[[SimNode, Fault], None] = lambda node, fault: None  # a job failed on a node
 
     def start(self) -> None:
         for i, spec in enumerate(self._sc.training):
-            job = TrainingJob(spec=spec, jid=f"{spec.name}-{i}", started=0.0)
-            self.jobs.append(job)
-            self._try_place(job, first=True)
+            self._submit(spec, f"{spec.name}-{i}", first=True)
+
+    def _submit(self, spec: TrainingJobSpec, jid: str, first: bool = False) -> None:
+        job = TrainingJob(spec=spec, jid=jid, started=self._queue.now)
+        self.jobs.append(job)
+        self._active[jid] = job
+        self._rngs[jid] = random.Random(f"{self._seed}/training/{jid}")
+        self._try_place(job, first=first)
 
     def place_waiting(self) -> None:
         """Nodes came free: jobs waiting for nodes (and not for a failed node) try again."""
-        for job in self.jobs:
+        for job in list(self._active.values()):
             if job.state == "waiting" and not job.failed:
                 self._try_place(job)
 
     def _owning(self, node: SimNode) -> TrainingJob | None:
-        return next((j for j in self.jobs if j.jid == node.workload), None)
+        return self._active.get(node.workload) if node.workload is not None else None
+
+    def _gpus(self, job: TrainingJob) -> int:
+        return job.spec.nodes * self._sc.gpus_per_node
+
+    def _attempt_ends(self, job: TrainingJob, how: str) -> None:
+        """The running attempt ended: `infra`, `other`, `evicted` or `done` (its running time counts)."""
+        t = self.outcomes.of(self._gpus(job))
+        t.run_s += self._queue.now - job.attempt_since
+        if how == "infra":
+            t.attempts_failed_infra += 1
+        elif how == "other":
+            t.attempts_failed_other += 1
+        elif how == "evicted":
+            t.attempts_evicted += 1
+
+    def _end(self, job: TrainingJob, outcome: str) -> None:
+        """The job ends: completed, failed by the platform, or failed by another cause; its nodes are let go."""
+        now = self._queue.now
+        job.state, job.ended, job.outcome = "done", now, outcome
+        job.token += 1
+        t = self.outcomes.of(self._gpus(job))
+        t.jobs_ended += 1
+        t.jobs_completed += outcome == "completed"
+        t.jobs_failed_platform += outcome == "platform"
+        t.jobs_failed_other += outcome == "other"
+        job.failed.clear()
+        for s in list(job.nodes):
+            node = self._fleet.nodes[s]
+            if node.workload == job.jid:
+                self._placement.release(node)
+        job.nodes.clear()
+        del self._active[job.jid]
+        if job.spec.repeat and now < self._queue.end:
+            self._submit(job.spec, f"{job.jid.split('.')[0]}.{len(self.jobs)}")
+
+    def close(self, end: float) -> None:
+        """The run ends: the running attempts' time counts (censored: no failure)."""
+        for job in self._active.values():
+            if job.state in ("running", "restarting"):
+                self.outcomes.of(self._gpus(job)).run_s += end - job.attempt_since
 
     # --- placement and runs -----------------------------------------------------------------
     def _try_place(self, job: TrainingJob, first: bool = False) -> None:
         placement = self._placement
         need = job.spec.nodes - len(job.nodes)
         allowed = pools(job.spec.pool)
-        picked = placement.pick(need, allowed) if need > 0 else []
+        picked = placement.pick(need, allowed, job.excluded) if need > 0 else []
         if picked is None and need <= placement.free_count(allowed) + self._small.held(allowed):
-            # training comes first: small jobs give their nodes back (they are retried)
-            self._small.preempt(need - placement.free_count(allowed), allowed)
-            picked = placement.pick(need, allowed)
+            # training comes first: small jobs give their nodes back (they are retried); while they do, the nodes
+            # they free do not place this job again (it would take nodes twice)
+            state, job.state = job.state, "placing"
+            self._small.preempt(need - placement.free_count(allowed) + len(job.excluded), allowed)
+            job.state = state
+            picked = placement.pick(need, allowed, job.excluded)
         if picked is None:
             job.state = "waiting"
             return
@@ -59,6 +121,8 @@ class TrainingJobs:
         job.nodes.update(picked)
         job.token += 1
         now = self._queue.now
+        job.attempt_since = now
+        self.outcomes.of(self._gpus(job)).attempts += 1
         if first:
             job.state, job.run_since = "running", now
             self._schedule_finish(job)
@@ -81,16 +145,31 @@ class TrainingJobs:
         left = job.time_to_finish()
         if left is not None:
             self._queue.at(self._queue.now + left, self._done, job, job.token)
+        if self._other_rate > 0:
+            gap = self._rngs[job.jid].expovariate(self._other_rate * job.spec.nodes)
+            self._queue.at(self._queue.now + gap, self._other_fails, job, job.token)
 
     def _done(self, job: TrainingJob, token: int) -> None:
         if token != job.token or job.state != "running":
             return
-        now = self._queue.now
-        job.commit(now)
-        job.state, job.ended = "done", now
-        for s in list(job.nodes):
-            self._placement.release(self._fleet.nodes[s])
-        job.nodes.clear()
+        job.commit(self._queue.now)
+        self._attempt_ends(job, "done")
+        self._end(job, "completed")
+
+    def _other_fails(self, job: TrainingJob, token: int) -> None:
+        """A failure that is not the infrastructure's (the job's code, data, an NCCL timeout of its own): the
+        attempt ends, the nodes are fine."""
+        if token != job.token or job.state != "running":
+            return
+        job.commit(self._queue.now)
+        job.interruptions[OTHER] += 1
+        self._attempt_ends(job, "other")
+        if not job.spec.resume:
+            self._end(job, "other")
+            return
+        job.state = "recovering"
+        job.token += 1
+        self._try_place(job)
 
     # --- failures ---------------------------------------------------------------------------
     def hit(self, node: SimNode, fault: Fault) -> None:
@@ -102,7 +181,10 @@ class TrainingJobs:
         if node.slot in job.failed:
             return
         now = self._queue.now
-        job.commit(now)
+        if job.state == "running":
+            job.commit(now)
+        if job.state in ("running", "restarting"):
+            self._attempt_ends(job, "infra" if fault.cause.node_fault else "other")
         job.state = "recovering"
         job.token += 1
         job.interruptions[fault.cause.name] += 1
@@ -115,26 +197,38 @@ class TrainingJobs:
         if job.failed.get(slot) != DETECTING:
             return
         node = self._fleet.nodes[slot]
+        live = node.generation == generation and node.workload == job.jid
+        if live and fault.cause.node_fault:
+            self.on_failed(node, fault)
+        if not job.spec.resume:  # no fault tolerance of its own: the job has failed
+            self._end(job, "platform" if fault.cause.node_fault else "other")
+            return
         rule = self._pipe.alerts.get(fault.alert) if fault.alert else None
-        if node.generation != generation or node.workload != job.jid:
+        if not live:
             job.failed[slot] = RELEASED
         elif not fault.cause.node_fault:
             job.failed[slot] = KEEP
         elif not node.schedulable:
             self._drop_node(job, node)
-        elif rule is not None and rule.remediation != "none" and self._pipe.detection_delay_s is None:
-            job.failed[slot] = WAITING  # the job gives up waiting after a while
-            self._queue.at(self._queue.now + self._sc.exclude_after_s, self._gives_up_waiting, job, slot, generation)
-            return
-        else:
+        elif self._pipe.detection_delay_s is not None:  # model checks: the fixed delay finds and excludes it
             node.excluded_by_job = node.fault is fault
             self._drop_node(job, node)
+        else:
+            acts = rule is not None and rule.remediation != "none"
+            # an actionable alert: the job waits for the cordon, and gives up waiting after a while; else it
+            # localises the node itself
+            job.failed[slot] = WAITING if acts else LOCALIZING
+            wait = self._sc.exclude_after_s if acts else job.spec.localize_s
+            self._queue.at(self._queue.now + wait, self._excludes, job, slot, generation)
+            return
         self._maybe_restart(job)
 
-    def _gives_up_waiting(self, job: TrainingJob, slot: int, generation: int) -> None:
+    def _excludes(self, job: TrainingJob, slot: int, generation: int) -> None:
+        """The job gave up waiting for the cordon, or has localised the fault: it keeps the node off for itself."""
         node = self._fleet.nodes[slot]
-        if job.failed.get(slot) == WAITING and node.generation == generation:
-            node.excluded_by_job = node.fault is not None
+        if job.failed.get(slot) in (WAITING, LOCALIZING) and node.generation == generation:
+            if node.fault is not None:
+                job.excluded.add(slot)
             self._drop_node(job, node)
             self._maybe_restart(job)
 
@@ -162,8 +256,13 @@ class TrainingJobs:
         state = job.failed.get(node.slot)
         if state is None and node.fault is not None:
             self.hit(node, node.fault)
+            if job.state == "done":
+                return
         elif state is None:
-            job.commit(self._queue.now)
+            if job.state == "running":
+                job.commit(self._queue.now)
+            if job.state in ("running", "restarting"):
+                self._attempt_ends(job, "evicted")  # DisruptionTarget: retried, whatever the job's own tolerance
             job.state = "recovering"
             job.token += 1
             job.interruptions["drain"] += 1
@@ -171,7 +270,7 @@ class TrainingJobs:
         self._maybe_restart(job)
 
     def _maybe_restart(self, job: TrainingJob) -> None:
-        if job.state == "done" or any(v in (DETECTING, WAITING) for v in job.failed.values()):
+        if job.state == "done" or any(v in (DETECTING, WAITING, LOCALIZING) for v in job.failed.values()):
             return
         job.failed.clear()
         self._try_place(job)

@@ -24,6 +24,14 @@ def test_every_shipped_scenario_loads_and_names_only_real_alerts() -> None:
         assert sc.small is not None, name  # ... and a job success rate
 
 
+def test_rsc_scenarios_read_r_f_as_the_infrastructure_failures_only() -> None:
+    for name in ("rsc1", "rsc2"):
+        causes = {c for c, _ in load_scenario(name).mix}
+        assert "Faulty GPU" in causes and not causes & {"Software Bug", "Dependency", "NCCL Watchdog Timeouts"}
+    assert load_scenario("rsc1").other_failure_rate == pytest.approx(17.2)
+    assert "Software Bug" in {c for c, _ in load_scenario("llama3").mix}  # Llama 3's rate is all causes
+
+
 def test_llama3_scenario_is_the_papers_run() -> None:
     sc = load_scenario("llama3")
     assert sc.days == 54
@@ -45,6 +53,14 @@ def test_llama3_scenario_is_the_papers_run() -> None:
     ("days: 10\nfleet:\n  pools: {a: 4}\njobs:\n  training:\n    - {nodes: 2, checkpoint_interval: 5m, pool: b}\n",
      6, "jobs.training[0].pool: no such pool"),
     ("fleet:\n  pools: {a: 4}\n", None, "days: required"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\njobs:\n  training:\n    - {nodes: 2, checkpoint_interval: 5m, repeat: true}\n",
+     6, "jobs.training[0].repeat: a repeated job needs `work`"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\njobs:\n  training:\n    - {nodes: 2, checkpoint_interval: 5m, resume: 3}\n",
+     6, "jobs.training[0].resume: expected true or false"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\njobs:\n  other_failure_rate: -1\n", 5,
+     "jobs.other_failure_rate: expected a number >= 0"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ndetection:\n  found_by_people: later\n", 5,
+     "detection.found_by_people: expected a duration"),
 ])
 def test_bad_scenarios_name_file_line_and_why(text: str, line: int | None, fragment: str) -> None:
     with pytest.raises(ScenarioError) as err:

@@ -1,0 +1,77 @@
+"""Jobs against Kokolis et al. (HPCA 2025, "Revisiting Reliability in Large-Scale Machine Learning Research
+Clusters"; simulator/data/meta_rsc_kokolis.csv): on an RSC-1-like fleet, the infrastructure's failure rate r_f
+(6.50 per 1,000 node-days) and the all-cause 7.9 h MTTF of 1,024-GPU jobs (Fig. 7) both come out of the model,
+and the 512+-GPU job failure rate before lemon-node removal (14%). The published 4% after removal does NOT come out
+of it (docs/simulation.md, "Calibration of jobs"): that test pins the model's figure, so a better lemon model
+shows up here. Fixed seeds; each check is a count against its exact Poisson interval, as the ETTR agreement is."""
+
+from __future__ import annotations
+
+from remediator.policy import Policy, parse_policy
+from simulator.failure_data import rsc_rates
+from simulator.jobs.outcomes import SizeTally
+from simulator.results import poisson_interval
+from simulator.scenario import Scenario, parse_scenario
+from tests.simulator.sim_helpers import run
+
+FIG7_MTTF_1024_H = 7.9  # Kokolis Fig. 7 (meta_rsc_kokolis.csv mttf_1024gpu_jobs_empirical)
+OTHER_RATE = 1000.0 / (128 * FIG7_MTTF_1024_H / 24.0) - rsc_rates()["rsc1"]  # 17.2: all causes minus r_f
+LARGE_BEFORE, LARGE_AFTER = 0.14, 0.04  # 512+ GPU jobs failing, before and after lemon nodes were removed
+REPEAT_OFFENDERS_OFF = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {enabled: false}\n")
+
+
+def rsc1_like(days: int, training: str) -> Scenario:
+    """rsc1.yaml's failure model (infra at r_f by Table 5's infrastructure rows, lemons, other causes) and the
+    given training jobs, no small jobs."""
+    return parse_scenario(f"""
+days: {days}
+fleet: {{pools: {{rsc1: 2000}}}}
+failures: {{rate: rsc1, mix: llama3-infra, lemon: {{fraction: 0.012, multiplier: [5, 10]}}}}
+jobs:
+  other_failure_rate: {OTHER_RATE:.2f}
+  training: {training}
+""", "rsc1-like.yaml")
+
+
+def _pooled(tallies: list[SizeTally]) -> SizeTally:
+    out = SizeTally()
+    for t in tallies:
+        out.add(t)
+    return out
+
+
+def test_the_other_causes_rate_is_fig7_all_causes_minus_r_f() -> None:
+    assert abs(OTHER_RATE - 17.2) < 0.05
+
+
+def test_a_1024_gpu_job_meets_r_f_from_the_infrastructure_and_fig7_mttf_from_all_causes() -> None:
+    results = run(rsc1_like(90, "[{name: fig7, nodes: 128, checkpoint_interval: 30m, checkpoint_cost: 30s, "
+                                "restart_overhead: 10m}]"), runs=2)
+    t = _pooled([r.outcomes.by_size["1024-2047"] for r in results])
+    node_days = t.run_s * 128 / 86400.0
+    lo, hi = poisson_interval(t.attempts_failed_infra)
+    assert lo <= rsc_rates()["rsc1"] / 1000.0 * node_days <= hi, (t.attempts_failed_infra, node_days)
+    failures = t.attempts_failed_infra + t.attempts_failed_other
+    lo, hi = poisson_interval(failures)
+    expected = t.run_s / 3600.0 / FIG7_MTTF_1024_H
+    assert lo <= expected <= hi, (failures, expected, t.mttf_h)
+    # the infrastructure alone would give 28.9 h: the check above could not pass on r_f alone
+    assert t.mttf_h is not None and t.mttf_h < 10.0
+
+
+def _large_jobs(policy: Policy) -> SizeTally:
+    sc = rsc1_like(60, "[{name: j512, nodes: 64, checkpoint_interval: 30m, work: 90m, resume: false, repeat: true}, "
+                       "{name: j1024, nodes: 128, checkpoint_interval: 30m, work: 90m, resume: false, repeat: true}]")
+    return _pooled([r.outcomes.large() for r in run(sc, policy, seed=1, runs=1)])
+
+
+def test_512_gpu_jobs_fail_as_often_as_before_lemon_removal_and_the_repeat_offender_policy_does_not_reach_4pc() -> None:
+    before, after = _large_jobs(REPEAT_OFFENDERS_OFF), _large_jobs(Policy())
+    failed_before = before.jobs_ended - before.jobs_completed
+    lo, hi = poisson_interval(failed_before)
+    assert lo <= LARGE_BEFORE * before.jobs_ended <= hi, (failed_before, before.jobs_ended)
+    # what the model gives with the repeat-offender policy on: about the same, nowhere near Kokolis's 4% (the
+    # model's lemons, 1.2% of nodes at 5-10x, carry under a tenth of the failures; see docs/simulation.md)
+    share_after = 1 - after.jobs_completed / after.jobs_ended
+    assert share_after > 2 * LARGE_AFTER, share_after
+    assert abs(share_after - failed_before / before.jobs_ended) < 0.03
