@@ -339,7 +339,8 @@ class EventOutbox:
     lost'. Oldest first, one sender at a time (an Event is never sent twice: its name is fixed when it is
     made, and 409 AlreadyExists means an earlier try got through). At most `capacity` kept; beyond, the
     oldest is dropped, logged and counted. A 4xx other than 409 and 429 is the Event's own fault: dropped at
-    once (logged, counted), never retried."""
+    once (logged, counted), never retried. While nothing is kept, Events are sent as they come, several at once
+    from a pass's parallel writes (act/parallel.py): only Events kept while the API failed have an order to keep."""
 
     def __init__(self, create: Callable[[str, Any], None], capacity: int = 1000,
                  retry: Sequence[float] = (0.1, 0.4), patience: float = 1.0,
@@ -361,23 +362,30 @@ class EventOutbox:
         """Create the Event now if the API takes it (retried briefly), else keep it to send later. Never raises
         for the API's trouble; an Event the API refuses (4xx) is logged and dropped."""
         item = (namespace, body, what)
+        if not self._items:  # nothing kept, so no order to keep: senders (a pass's parallel writes) go side by side
+            self._send_now(item)
+            return
         if not self._sending.acquire(blocking=False):  # a flush is under way: it takes this one too
             self._keep(item, "a flush of earlier Events is under way")
             return
         try:
-            if self._items and not self._flush_locked():  # the API is still failing: one try was enough
+            if not self._flush_locked():  # the API is still failing: one try was enough
                 self._keep(item, "the API is still failing")
                 return
-            deadline = time.monotonic() + self.patience
-            attempt = 0
-            while (error := self._try(item)) is not None:
-                if attempt == len(self.retry) or time.monotonic() + self.retry[attempt] > deadline:
-                    self._keep(item, error)
-                    return
-                time.sleep(self.retry[attempt])
-                attempt += 1
+            self._send_now(item)
         finally:
             self._sending.release()
+
+    def _send_now(self, item: tuple[str, Any, str]) -> None:
+        """Created, retried briefly (within `patience`), else kept."""
+        deadline = time.monotonic() + self.patience
+        attempt = 0
+        while (error := self._try(item)) is not None:
+            if attempt == len(self.retry) or time.monotonic() + self.retry[attempt] > deadline:
+                self._keep(item, error)
+                return
+            time.sleep(self.retry[attempt])
+            attempt += 1
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what is kept, oldest first, until the API fails again; True when nothing is left."""
