@@ -353,6 +353,7 @@ class EventOutbox:
         self._lock = threading.Lock()  # guards _items and _flusher
         self._sending = threading.Lock()  # one sender at a time: order kept
         self._flusher: threading.Thread | None = None
+        self._failing = False  # the last try met the API's trouble: Events go one sender at a time until one is taken
         self._exit_hook = False
 
     def __len__(self) -> int:
@@ -362,30 +363,32 @@ class EventOutbox:
         """Create the Event now if the API takes it (retried briefly), else keep it to send later. Never raises
         for the API's trouble; an Event the API refuses (4xx) is logged and dropped."""
         item = (namespace, body, what)
-        if not self._items:  # nothing kept, so no order to keep: senders (a pass's parallel writes) go side by side
-            self._send_now(item)
+        # Nothing kept and the API not failing: no order to keep, so senders (a pass's parallel writes) go side by
+        # side, one try each; a failure goes the one-at-a-time way below (retries by one sender, the rest kept).
+        tried = not self._items and not self._failing
+        error = self._try(item) if tried else None
+        if tried and error is None:
             return
-        if not self._sending.acquire(blocking=False):  # a flush is under way: it takes this one too
-            self._keep(item, "a flush of earlier Events is under way")
+        if not self._sending.acquire(blocking=False):  # a flush (or another sender's retries) is under way
+            self._keep(item, error or "a flush of earlier Events is under way")
             return
         try:
-            if not self._flush_locked():  # the API is still failing: one try was enough
+            if self._items and not self._flush_locked():  # the API is still failing: one try was enough
                 self._keep(item, "the API is still failing")
                 return
-            self._send_now(item)
+            deadline = time.monotonic() + self.patience
+            attempt = 0
+            if not tried:
+                error = self._try(item)
+            while error is not None:
+                if attempt == len(self.retry) or time.monotonic() + self.retry[attempt] > deadline:
+                    self._keep(item, error)
+                    return
+                time.sleep(self.retry[attempt])
+                attempt += 1
+                error = self._try(item)
         finally:
             self._sending.release()
-
-    def _send_now(self, item: tuple[str, Any, str]) -> None:
-        """Created, retried briefly (within `patience`), else kept."""
-        deadline = time.monotonic() + self.patience
-        attempt = 0
-        while (error := self._try(item)) is not None:
-            if attempt == len(self.retry) or time.monotonic() + self.retry[attempt] > deadline:
-                self._keep(item, error)
-                return
-            time.sleep(self.retry[attempt])
-            attempt += 1
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what is kept, oldest first, until the API fails again; True when nothing is left."""
@@ -401,11 +404,14 @@ class EventOutbox:
         namespace, body, what = item
         try:
             self.create(namespace, body)
+            self._failing = False
             return None
         except Exception as exc:
             if isinstance(exc, ApiException) and exc.status == 409:
+                self._failing = False
                 return None  # an earlier try got through before its answer was lost
             if _retryable(exc):
+                self._failing = True
                 return f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
             log.warning("event %s refused by the API (%s): dropped", what,
                         f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else exc)
