@@ -18,7 +18,7 @@ from kubernetes import client
 from remediator.clients.rate_limit import TokenBucket
 
 LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases(/|$)")
-POOL_HEADROOM = 4  # connections beyond the parallel writes: the watches, the intake's workers, the Lease
+POOL_HEADROOM = 8  # beyond the parallel writes: 2 watches, the intake's workers, the Lease, the workload watcher
 
 
 class RateLimitedApiClient(client.ApiClient):
