@@ -368,7 +368,7 @@ def rest_rate(cluster: FakeCluster, seconds: float) -> Counter[tuple[str, str]]:
     with cluster.lock:
         calls = Counter(cluster.calls) - before
     elapsed = time.monotonic() - started
-    return Counter({k: v / elapsed for k, v in calls.items()})  # type: ignore[misc]
+    return Counter({k: v / elapsed for k, v in calls.items()})
 
 
 def run_size(nodes: int, setup: Setup, workdir: Path) -> Run:
