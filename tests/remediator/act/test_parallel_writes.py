@@ -6,6 +6,8 @@ trip's latency, so that writes really overlap), the ladder through the receiver.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -122,3 +124,24 @@ def test_a_slow_node_holds_up_no_other(cluster: FakeCluster) -> None:
     assert after_slow, "every other write was asked for before the slow one: nothing was tested"
     # one after another, a write asked for after the slow one would land after it; side by side, they all land first
     assert cordoned[-1] == "a-00"
+
+
+def test_a_pass_that_loses_its_lease_starts_no_further_node(cluster: FakeCluster) -> None:
+    h = Harness(cluster, "kube_api: {parallel_writes: 2}\nevidence: {enabled: false}\n", timeout=10.0)
+    storm(h, 4, "cordon")  # 8 cordons, 2 at a time, each a PATCH and an Event of 0.1 s
+    cluster.latency = 0.1
+    passing = threading.Thread(target=h.step)
+    passing.start()
+    while not any(cluster.taints(n) for n in cluster.nodes):  # the first writes landed: the Lease is lost now
+        assert passing.is_alive(), "the pass ended before any write"
+        time.sleep(0.005)
+    h.advance(minutes=1)  # the loop's clock past the renew deadline: this replica no longer counts as leader
+    passing.join(30)
+    aborted = sum(h.metric("gpuhealth_remediator_passes_aborted_total", reason=r)
+                  for r in ("lost the Lease", "pass ran past its deadline"))
+    assert aborted == 1
+    cordoned = [n for n in cluster.nodes if cluster.taints(n)]
+    assert 1 <= len(cordoned) <= 4  # the first two and at most the two in flight then; none started after
+    cluster.latency = 0.0
+    h.step()  # the next pass, leading again, writes the rest
+    assert len([n for n in cluster.nodes if cluster.taints(n)]) == 8
