@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes import client
 
 from remediator.clients.rate_limit import TokenBucket
 
-LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases(/|$)")
+# a Lease's path, after any prefix of the server's URL (a proxy's /k8s/clusters/<id>)
+LEASES = re.compile(r"/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases(/[^/]+)?$")
 POOL_HEADROOM = 8  # beyond the parallel writes: 2 watches, the intake's workers, the Lease, the workload watcher
 
 
@@ -29,17 +31,16 @@ class RateLimitedApiClient(client.ApiClient):
 
     def call_api(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
         bucket = self.bucket
-        if bucket is not None and not _is_lease(str(url)):
+        if bucket is not None and not is_lease(str(url)):
             waited = bucket.take()
             if waited and self.on_wait is not None:
                 self.on_wait(waited)
         return super().call_api(method, url, *args, **kwargs)
 
 
-def _is_lease(url: str) -> bool:
-    path = url.split("://", 1)[-1]
-    path = path[path.find("/"):] if "/" in path else "/"
-    return bool(LEASES.match(path.split("?", 1)[0]))
+def is_lease(url: str) -> bool:
+    """Whether a request (its full URL) is to a Lease: those go around the bucket."""
+    return LEASES.search(urlsplit(url).path) is not None
 
 
 def rate_limited(api: client.ApiClient, qps: float, burst: int, connections: int) -> RateLimitedApiClient:

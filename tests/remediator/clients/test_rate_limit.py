@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from remediator.clients.kube import Kube
-from remediator.clients.limited_client import rate_limited
+from remediator.clients.limited_client import is_lease, rate_limited
 from remediator.clients.rate_limit import TokenBucket
 from remediator.policy import PolicyError, parse_policy
 from tests.fakes.apiserver import FakeCluster
@@ -135,3 +135,16 @@ def test_the_policy_keys_and_their_limits() -> None:
         parse_policy("kube_api:\n  parallel_writes: 0\n")
     with pytest.raises(PolicyError, match=r"kube_api.burst \(line 2\)"):
         parse_policy("kube_api:\n  burst: 0\n")
+
+
+@pytest.mark.parametrize(("url", "lease"), [
+    ("https://10.0.0.1/apis/coordination.k8s.io/v1/namespaces/gpuhealth/leases/gpuhealth-remediator", True),
+    ("https://10.0.0.1/apis/coordination.k8s.io/v1/namespaces/gpuhealth/leases", True),  # its creation
+    ("https://rancher.example/k8s/clusters/c-1/apis/coordination.k8s.io/v1/namespaces/g/leases/r?x=1", True),
+    ("https://10.0.0.1/api/v1/nodes/gpu-1", False),
+    ("https://10.0.0.1/api/v1/namespaces/default/events", False),
+    ("https://10.0.0.1/apis/coordination.k8s.io/v1/namespaces/g/leases/r/status", False),
+    ("https://10.0.0.1/api/v1/namespaces/leases/pods", False),
+])
+def test_only_the_leases_requests_go_around_the_bucket(url: str, lease: bool) -> None:
+    assert is_lease(url) is lease
