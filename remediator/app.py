@@ -138,11 +138,15 @@ def config_from_env(env: dict[str, str] | None = None) -> ServeConfig:
 
 def build_remediator(config: ServeConfig) -> Remediator:
     from remediator.clients.kube import Kube, api_client_from
+    from remediator.clients.limited_client import rate_limited
 
     config.policy.check_serve(config.interval)
-    api_client = api_client_from(config.kubeconfig)
+    limits = config.policy.kube_api
+    api_client = rate_limited(api_client_from(config.kubeconfig), limits.qps, limits.burst, limits.parallel_writes)
     kube = Kube(api_client)
-    return Remediator(kube, config.policy, config.identity or leader_identity(), dry_run=config.dry_run)
+    rem = Remediator(kube, config.policy, config.identity or leader_identity(), dry_run=config.dry_run)
+    api_client.on_wait = rem.metrics.api_throttled.inc
+    return rem
 
 
 def create_app(config: ServeConfig | None = None, remediator: Remediator | None = None,

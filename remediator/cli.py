@@ -222,9 +222,10 @@ def cmd_cleanup(args: argparse.Namespace, clock: Clock) -> int:
     from remediator.act.cleanup import CleanupError, CleanupOptions, run_cleanup
     from remediator.clients.dry_run import DryRunKube
     from remediator.clients.kube import Kube, api_client_from
+    from remediator.clients.limited_client import rate_limited
 
     policy = load_policy(args.policy)
-    api = api_client_from(args.kubeconfig)
+    api = rate_limited(api_client_from(args.kubeconfig), policy.kube_api.qps, policy.kube_api.burst, 1)
     kube = DryRunKube(api) if args.dry_run else Kube(api)
     options = CleanupOptions(wait=args.wait, hold=args.hold, identity=f"cleanup_{leader_identity()}", by=args.by)
     try:

@@ -160,6 +160,8 @@ class Metrics:
                                     "after the API failed to take them", registry=r)
         self.events_sent_late = Counter("gpuhealth_remediator_events_sent_late", "Kept Events sent once the API "
                                         "took them again", registry=r)
+        self.api_throttled = Counter("gpuhealth_remediator_api_throttled_seconds", "Seconds the client's requests "
+                                     "waited for its rate limit (policy kube_api.qps and burst)", registry=r)
         self.http_rejected = Counter("gpuhealth_remediator_http_rejected", "Requests the server answered itself "
                                      "before the app (header_timeout, body_timeout: 408; too_large: 413; "
                                      "headers_too_large: 431; bad_request: 400; per_source_limit: closed "

@@ -2,7 +2,8 @@
 `evaluate`, the path `plan` and the simulator share) and hands each node's plan to the executor.
 
 Nodes and pods come from the watch cache (clients/fleet_cache.py) when one is started, else from a list per
-pass. Cordons go first: they are urgent and cheap, and must not wait behind a drain that backs off. A pass
+pass. Cordons go first: they are urgent and cheap, and must not wait behind a drain that backs off; the nodes'
+plans run policy kube_api.parallel_writes at a time (act/parallel.py), once the pass's budgets are decided. A pass
 stops at once when this replica loses the Lease or runs past its deadline (act/pass_guard.py).
 """
 
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 from remediator.act.executor import Executor
 from remediator.act.node_jobs import job_records
 from remediator.act.offender_gauge import OffenderGauge
+from remediator.act.parallel import execute_plans
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.audit import audit
 from remediator.clients.alertmanager import pass_deadline
@@ -35,7 +37,7 @@ from remediator.decide.job_start import MISSING, JobRecord
 from remediator.decide.monitoring_fault import FaultKey
 from remediator.decide.plan import evaluate
 from remediator.decide.views import DraFleet, NodeView, attach_dra, build_views, needs_dra
-from remediator.decide.vocabulary import Action, Deferral, JobStatus
+from remediator.decide.vocabulary import Deferral, JobStatus
 from remediator.decide.wake import next_decision
 from remediator.intake.alertmanager_sync import AlertmanagerSync
 from remediator.metrics import ApiOperation, Metrics
@@ -143,14 +145,8 @@ class Reconciler:
             self._report_monitoring_faults(ledger)
             self._report_correlated_faults(ledger)
             self.offenders.refresh(views, now)
-            for plan in sorted(plans, key=lambda p: not any(d.action == Action.CORDON for d in p.decisions)):
-                try:
-                    self.executor.execute(plan, view_of[plan.node], by_name[plan.node], now)
-                except PassAborted:
-                    raise
-                except Exception as exc:  # one node's trouble is not the next node's
-                    self.metrics.api_error(ApiOperation.EXECUTE)
-                    log.warning("node %s: %s", plan.node, exc)
+            # cordons first, then the rest, parallel_writes nodes at once (act/parallel.py); budgets are decided above
+            execute_plans(plans, lambda p: self._execute(p, view_of[p.node], by_name[p.node], now), self._workers())
             self._sweep_device_taints(views, plans, dra, now)
         except PassAborted as exc:
             self.metrics.pass_aborted(exc.reason)
@@ -161,6 +157,20 @@ class Reconciler:
         capped = any(d.deferral == Deferral.RATE_CAP for p in plans for d in p.decisions)
         self.next_due = next_decision((p.final_state for p in plans), self.policy, trips, now, capped)
         return plans
+
+    def _execute(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime) -> None:
+        """One node's plan; its trouble is counted and logged, and is not the next node's."""
+        try:
+            self.executor.execute(plan, view, node, now)
+        except PassAborted:
+            raise
+        except Exception as exc:
+            self.metrics.api_error(ApiOperation.EXECUTE)
+            log.warning("node %s: %s", plan.node, exc)
+
+    def _workers(self) -> int:
+        """Nodes written at once: policy kube_api.parallel_writes; a dry run's report stays in the pass's order."""
+        return 1 if self.kube.dry_run else self.policy.kube_api.parallel_writes
 
     @contextmanager
     def _read_until(self) -> Iterator[None]:

@@ -339,7 +339,8 @@ class EventOutbox:
     lost'. Oldest first, one sender at a time (an Event is never sent twice: its name is fixed when it is
     made, and 409 AlreadyExists means an earlier try got through). At most `capacity` kept; beyond, the
     oldest is dropped, logged and counted. A 4xx other than 409 and 429 is the Event's own fault: dropped at
-    once (logged, counted), never retried."""
+    once (logged, counted), never retried. While nothing is kept, Events are sent as they come, several at once
+    from a pass's parallel writes (act/parallel.py): only Events kept while the API failed have an order to keep."""
 
     def __init__(self, create: Callable[[str, Any], None], capacity: int = 1000,
                  retry: Sequence[float] = (0.1, 0.4), patience: float = 1.0,
@@ -352,6 +353,7 @@ class EventOutbox:
         self._lock = threading.Lock()  # guards _items and _flusher
         self._sending = threading.Lock()  # one sender at a time: order kept
         self._flusher: threading.Thread | None = None
+        self._failing = False  # the last try met the API's trouble: Events go one sender at a time until one is taken
         self._exit_hook = False
 
     def __len__(self) -> int:
@@ -361,8 +363,14 @@ class EventOutbox:
         """Create the Event now if the API takes it (retried briefly), else keep it to send later. Never raises
         for the API's trouble; an Event the API refuses (4xx) is logged and dropped."""
         item = (namespace, body, what)
-        if not self._sending.acquire(blocking=False):  # a flush is under way: it takes this one too
-            self._keep(item, "a flush of earlier Events is under way")
+        # Nothing kept and the API not failing: no order to keep, so senders (a pass's parallel writes) go side by
+        # side, one try each; a failure goes the one-at-a-time way below (retries by one sender, the rest kept).
+        tried = not self._items and not self._failing
+        error = self._try(item) if tried else None
+        if tried and error is None:
+            return
+        if not self._sending.acquire(blocking=False):  # a flush (or another sender's retries) is under way
+            self._keep(item, error or "a flush of earlier Events is under way")
             return
         try:
             if self._items and not self._flush_locked():  # the API is still failing: one try was enough
@@ -370,12 +378,15 @@ class EventOutbox:
                 return
             deadline = time.monotonic() + self.patience
             attempt = 0
-            while (error := self._try(item)) is not None:
+            if not tried:
+                error = self._try(item)
+            while error is not None:
                 if attempt == len(self.retry) or time.monotonic() + self.retry[attempt] > deadline:
                     self._keep(item, error)
                     return
                 time.sleep(self.retry[attempt])
                 attempt += 1
+                error = self._try(item)
         finally:
             self._sending.release()
 
@@ -393,11 +404,14 @@ class EventOutbox:
         namespace, body, what = item
         try:
             self.create(namespace, body)
+            self._failing = False
             return None
         except Exception as exc:
             if isinstance(exc, ApiException) and exc.status == 409:
+                self._failing = False
                 return None  # an earlier try got through before its answer was lost
             if _retryable(exc):
+                self._failing = True
                 return f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
             log.warning("event %s refused by the API (%s): dropped", what,
                         f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else exc)

@@ -28,6 +28,7 @@ from remediator.policy.integrations import (
     WorkloadPolicy,
 )
 from remediator.policy.keys import section, setting
+from remediator.policy.kube_api import KubeApiSettings
 from remediator.policy.quota import Quota
 from remediator.policy.reader import PolicyError
 from remediator.policy.readings import (
@@ -256,6 +257,8 @@ class Policy:
         "Who owns a fault when Karpenter's node repair watches the node too."))
     leader: LeaderSettings = field(default_factory=LeaderSettings, metadata=section(
         "Leader election (the Lease)."))
+    kube_api: KubeApiSettings = field(default_factory=KubeApiSettings, metadata=section(
+        "The client's rate limit on the Kubernetes API, and the nodes a pass writes at once."))
     workloads: WorkloadPolicy = field(default_factory=WorkloadPolicy, metadata=section(
         "Classifying failed workload pods."))
     dra: DraSettings = field(default_factory=DraSettings, metadata=section(

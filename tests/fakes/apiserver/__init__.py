@@ -23,6 +23,8 @@ and behaves like the API server where the remediator depends on it:
 - pods: merge PATCH (annotations) with a resourceVersion precondition, seen by watches;
 - fault injection: answer a matching request with an error status, or delay it (client timeouts), or kill the
   client at it (`crash_on`: the test's callback runs, the request is dropped unperformed and unanswered);
+- `latency` (seconds, default 0): every request waits that long before it is served, a real API server's round
+  trip (a watch once, at its start); `peak_in_flight` is the most requests it served at once (watches not counted);
 - watches (`?watch=true`) on nodes and pods: ADDED/MODIFIED/DELETED as newline-delimited JSON from the
   given resourceVersion (an object entering or leaving a selector is ADDED or DELETED, as on a real API
   server), BOOKMARKs when asked for (as soon as the resourceVersion moves, and every `bookmark_interval`, 60 s,

@@ -7,6 +7,8 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -16,6 +18,7 @@ from tests.fakes.apiserver.rbac import request as rbac_request
 from tests.fakes.apiserver.rbac import watching
 
 if TYPE_CHECKING:
+    from tests.fakes.apiserver.admission import Identity
     from tests.fakes.apiserver.cluster import FakeCluster
 
 
@@ -37,6 +40,19 @@ def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str]:
     if r is None:
         return method.lower(), path  # a non-resource path (discovery)
     return r.verb, f"{r.resource}/{r.subresource}" if r.subresource else r.resource
+
+
+@contextmanager
+def _in_flight(cluster: FakeCluster) -> Iterator[None]:
+    """Counts the requests served at once (cluster.in_flight, and its peak)."""
+    with cluster.lock:
+        cluster.in_flight += 1
+        cluster.peak_in_flight = max(cluster.peak_in_flight, cluster.in_flight)
+    try:
+        yield
+    finally:
+        with cluster.lock:
+            cluster.in_flight -= 1
 
 
 class ApiHandler(BaseHTTPRequestHandler):
@@ -80,14 +96,33 @@ class ApiHandler(BaseHTTPRequestHandler):
                 return self._send(403, cluster.rbac.forbidden(identity, url.path, attrs))
         if fault and fault.get("delay"):
             time.sleep(fault["delay"])
+        if method == "GET" and watching(query):  # a watch: the latency once, at its start
+            if cluster.latency:
+                time.sleep(cluster.latency)
+            if not self._fault(fault):
+                self._watch(url.path, query)
+            return None
+        with _in_flight(cluster):
+            if cluster.latency:
+                time.sleep(cluster.latency)
+            if not self._fault(fault):
+                self._answer(cluster, method, url.path, query, raw, identity)
+        return None
+
+    def _fault(self, fault: dict[str, Any] | None) -> bool:
+        """An injected error status, or the client killed as it sends: done (True), or nothing injected (False)."""
         if fault and fault.get("status"):
-            return self._send(fault["status"], api_status(fault["status"], fault.get("reason", "Injected")))
+            self._send(fault["status"], api_status(fault["status"], fault.get("reason", "Injected")))
+            return True
         if fault and fault.get("crash"):  # crash_on: the client dies as it sends; nothing done, no answer
             fault["crash"]()
             self.close_connection = True
-            return None
-        if method == "GET" and watching(query):
-            return self._watch(url.path, query)
+            return True
+        return False
+
+    def _answer(self, cluster: FakeCluster, method: str, path: str, query: dict[str, str], raw: bytes,
+                identity: Identity) -> None:
+        """A request that is not a watch: the route's answer."""
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -97,12 +132,12 @@ class ApiHandler(BaseHTTPRequestHandler):
                 if method == "GET" and "continue" in query:  # a later page of a paged list: its snapshot
                     code, out = cluster._next_page(query)
                 else:
-                    code, out = cluster._route(method, url.path, query, body,
+                    code, out = cluster._route(method, path, query, body,
                                                self.headers.get("Content-Type") or "", identity)
                     if method == "GET" and code == 200 and query.get("limit"):
                         out = cluster._first_page(out, query)
                 if method == "GET" and code == 200 and isinstance(out.get("items"), list):
-                    cluster.listed[_verb(method, url.path, query)] += len(out["items"])
+                    cluster.listed[_verb(method, path, query)] += len(out["items"])
             except ValueError as exc:
                 code, out = 400, api_status(400, "BadRequest", str(exc))
         self._send(code, out)

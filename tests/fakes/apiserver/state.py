@@ -74,6 +74,9 @@ class ClusterState:
         self._gone_at: dict[tuple[str, str], float] = {}  # terminating pods: when they disappear
         self._faults: list[dict[str, Any]] = []
         self.calls: Counter[tuple[str, str]] = Counter()  # (verb, resource) -> requests
+        self.latency = 0.0  # seconds every request waits before it is served (a real API server's round trip)
+        self.in_flight = 0  # requests being served now, watches not counted (they last)
+        self.peak_in_flight = 0  # the most requests served at once: a client's concurrency, as the server sees it
         self.listed: Counter[tuple[str, str]] = Counter()  # (verb, resource) -> objects the list answers carried
         self.watch_history = 10_000  # changes kept for watches; an older resourceVersion gets 410 Expired
         self.watch_tick = 0.05  # seconds between a watch's checks for terminating pods and its deadline

@@ -73,7 +73,9 @@ def test_a_pass_is_not_held_up_by_failing_events_and_the_outbox_is_bounded(clust
     assert [d for d in h.decisions(plans) if d[2] == "execute"] == [(f"gpu-{i}", "cordon", "execute")
                                                                     for i in range(1, 6)]
     assert elapsed < 1.5  # the first Event's retries (0.5 s), then one try for each of the others
-    assert event_posts(cluster) == 3 + 4
+    # one Event's 3 tries, then at most one try for each of the others: 3 + 4 when the nodes' plans run one after
+    # another; written side by side (kube_api.parallel_writes), an Event kept while another's retries run gets none
+    assert 3 <= event_posts(cluster) <= 3 + 4
     assert h.metric("gpuhealth_remediator_events_pending") == 3
     assert h.metric("gpuhealth_remediator_events_dropped_total", reason="outbox_full") == 2  # the oldest two
 
