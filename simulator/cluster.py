@@ -19,6 +19,7 @@ from simulator.fleet import Fleet, SimNode
 from simulator.jobs.scheduler import JobScheduler
 from simulator.passes import PassSchedule
 from simulator.scenario import Scenario
+from simulator.spares import SparePool
 
 # A diagnostic Job's run by dcgmi diag level, its pod's start included: -r 1 takes seconds, -r 2 about two minutes,
 # -r 3 up to half an hour (DESIGN.md's field facts; NVIDIA's DCGM diagnostics guide), plus about a minute to start.
@@ -36,6 +37,8 @@ class SimCluster:
                  sweep_level: int = 3) -> None:
         self._queue, self._sc, self._fleet = queue, scenario, fleet
         self._faults, self._jobs, self._passes = faults, jobs, passes
+        self.spares = SparePool(queue, scenario.replacement)
+        faults.replacer = self.replace_node
         self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": sweep_level}
         self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
             Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
@@ -174,4 +177,44 @@ class SimCluster:
     def _replaced(self, slot: int, generation: int) -> None:
         node = self._fleet.live(slot, generation)
         if node is not None and node.replacing:
-            self._faults.replace_now(node)
+            self.replace_node(node)
+
+    # --- a node swapped for a new one -------------------------------------------------------
+    def replace_node(self, node: SimNode) -> None:
+        """The node goes (its job's pod ends) and a spare of its pool takes the slot: at once when one is left,
+        else once a removed node is back from repair. The node is out of service all the while (`replacing`)."""
+        if node.awaiting_spare:
+            return
+        if node.workload is not None:
+            self._jobs.evicted(node)
+        node.replacing = node.awaiting_spare = True
+        self._jobs.node_changed(node)
+        self.spares.take(node.pool, lambda: self._swap(node.slot, node.generation))
+
+    def _swap(self, slot: int, generation: int) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None:
+            return
+        # a swap fixes what is in the node; a cable, a switch or the host's maintenance stays with the slot
+        outside = node.fault if node.fault is not None and node.fault.fix == "external" else None
+        self.spares.removed(node.pool)
+        self._faults.renew(node)
+        self.node_arrives(node)
+        if outside is not None and node.fault is None:
+            self._faults.carry_over(node, outside)
+
+    def replacement_figures(self, end: float) -> dict[str, float]:
+        self.spares.close(end)
+        return {"spares_used": float(self.spares.used), "spare_waits": float(self.spares.waits),
+                "spare_wait_hours": self.spares.wait_s / 3600.0, "new_nodes_faulty": float(self._faults.arrived_faulty)}
+
+    def node_arrives(self, node: SimNode) -> None:
+        """A new node arrives in the slot (a spare, after a replacement): the seam for what happens before it takes
+        work. Now: it is bad with the scenario's fleet.new_node_faulty (its own draw, whatever the policy: a
+        hardware fault there from its first minute) and enters service at once; burn-in would hold it here
+        (a startup taint until a diagnostic passes) and decide when it enters service."""
+        rng = self._faults.arrival_stream(node)
+        if rng.random() < self._sc.replacement.new_node_faulty:
+            self._faults.arrives_faulty(node, rng)
+        self._jobs.node_changed(node)
+        self._passes.request(self._queue.now)

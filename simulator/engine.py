@@ -109,4 +109,6 @@ class Simulation:
             deferred=dict(self.decisions.deferred), breaker_trips=self.leader.trips,
             breaker_open_hours={p: s / HOUR for p, s in self.budget.breaker_open_s.items()},
             max_disrupted=self.budget.max_disrupted, passes=self.passes.passes,
-            decisions=dict(self.decisions.decisions), samples=self.sampler.samples if self.sampler else [])
+            decisions=dict(self.decisions.decisions), samples=self.sampler.samples if self.sampler else [],
+            false_positives=dict(self.faults.noise.false_fired), flapped=self.faults.noise.flapped,
+            replacement=self.cluster.replacement_figures(end))

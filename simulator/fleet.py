@@ -33,6 +33,7 @@ class Fault:
     alert: str | None
     switch: int | None = None  # a correlated event: the switch whose failure this is
     cleared: float | None = None
+    epoch: int = 0  # changes of its signal so far (it stops when the fault ends; a flapping one comes and goes)
 
 
 @dataclass
@@ -54,7 +55,10 @@ class SimNode:
     diagnosis: Diagnosis | None = None  # the diagnostic Job's result once it has ended (None: running or none)
     evidence_status: JobStatus | None = None  # the evidence Job (decide/evidence.py): running, then succeeded
     fault: Fault | None = None
+    noise: Fault | None = None  # a false reading on the node (noise.py): its alert fires though nothing is broken
+    noise_cause: str = ""  # the last false positive's name, for the outage it may cause
     replacing: bool = False
+    awaiting_spare: bool = False  # its replacement is under way: waiting for a spare of its pool, or swapping
     excluded_by_job: bool = False  # a job found it broken (no rule saw it): not scheduled on until repaired
     workload: str | None = None  # the job holding the node
     # accounting
@@ -86,13 +90,15 @@ class SimNode:
         """The slot's node is swapped for a new one: a new name, nothing recorded, nothing running, no fault."""
         self.generation += 1
         self.state = EMPTY
-        self.unschedulable = self.our_taint = self.replacing = self.excluded_by_job = False
+        self.unschedulable = self.our_taint = self.replacing = self.awaiting_spare = self.excluded_by_job = False
         self.ready = True
         self.pods = []
         self.job_status = None
         self.diagnosis = None
         self.evidence_status = None
         self.fault = None
+        self.noise = None
+        self.noise_cause = ""
         self.fired = {}
         self.history = ()
         self.last_sweep = None
@@ -148,7 +154,7 @@ class Availability:
         up = node.in_service
         if not up and node.out_since is None:
             node.out_since = now
-            node.out_cause = node.fault.cause.name if node.fault else "remediation"
+            node.out_cause = node.fault.cause.name if node.fault else (node.noise_cause or "remediation")
             node.out_scope = node.fault.cause.scope if node.fault else "node"
             node.out_rung = rung_index(node.state.rung) if node.state.active else -1
             node.left_schedulable = None
@@ -170,6 +176,7 @@ class Availability:
         self.out.discard(node.slot)
         node.out_since = None
         node.out_rung = -1
+        node.noise_cause = ""
 
 
 class Fleet:

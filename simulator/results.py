@@ -54,6 +54,9 @@ class RunResult:
     passes: int
     decisions: dict[str, int]  # action/decision -> count
     samples: list[Sample] = field(default_factory=list)
+    false_positives: dict[str, int] = field(default_factory=dict)  # alert -> false firings on healthy nodes
+    flapped: int = 0  # alerts of persisting faults that resolved and fired again
+    replacement: dict[str, float] = field(default_factory=dict)  # spares used, waits, wait hours, new nodes faulty
 
     @property
     def node_availability(self) -> float:
@@ -134,6 +137,10 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
         "breaker_open_hours": _mean_maps([r.breaker_open_hours for r in runs]),
         "max_disrupted": {p: max(r.max_disrupted.get(p, 0) for r in runs) for p in runs[0].max_disrupted},
     }
+    out["detection"] = {"false_positives": _mean_maps([{k: float(v) for k, v in r.false_positives.items()}
+                                                       for r in runs]),
+                        "flapped": statistics.fmean(r.flapped for r in runs)}
+    out["replacement"] = _mean_maps([r.replacement for r in runs])
     out["remediator"] = {"passes": statistics.fmean(r.passes for r in runs),
                          "decisions": _mean_maps([{k: float(v) for k, v in r.decisions.items()} for r in runs])}
     return out
@@ -178,6 +185,13 @@ def render_text(s: dict[str, Any]) -> str:
     lines.append(f"small jobs per run: {j['submitted']:.0f} submitted, {j['completed']:.0f} completed, "
                  f"{j['failed_app']:.0f} failed (app), {j['failed_platform']:.1f} failed (platform), "
                  f"{j['preempted']:.0f} preempted")
+    d = s["detection"]
+    fps = ", ".join(f"{k} {v:.1f}" for k, v in d["false_positives"].items()) or "none"
+    lines.append(f"detection per run: false positives {fps}; flapping alerts fired again {d['flapped']:.1f}")
+    rep = s["replacement"]
+    lines.append(f"replacement per run: {rep.get('spares_used', 0):.1f} spares used, {rep.get('spare_waits', 0):.1f} "
+                 f"waited for one ({rep.get('spare_wait_hours', 0):.1f} h), {rep.get('new_nodes_faulty', 0):.1f} "
+                 "new nodes arrived faulty")
     lines.append(f"remediator passes per run: {s['remediator']['passes']:.0f}")
     return "\n".join(lines)
 

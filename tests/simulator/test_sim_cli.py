@@ -68,7 +68,9 @@ def test_diff_of_two_policies_on_the_same_trace(tmp_path: Path, capsys: pytest.C
     base, new, delta = out["base"], out["new"], out["delta"]
     assert isinstance(base, dict) and isinstance(new, dict) and isinstance(delta, dict)
     assert base["faults"] == new["faults"]  # the same fault trace
-    assert delta["node_availability"] < 0 and delta["mttr_hours"] > 2
+    # 2 h 45 min more for each outage the remediator ends; those a person ends (a fault no alert saw) wait no
+    # healthy delay
+    assert delta["node_availability"] < 0 and delta["mttr_hours"] > 1
     nothing = _json(capsys, ["diff", str(same), str(same), "--scenario", "rsc1", *SMALL, "--json"])
     assert all(v == 0 for v in nothing["delta"].values() if v is not None)  # type: ignore[union-attr]
 
