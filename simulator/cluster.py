@@ -12,7 +12,7 @@ from remediator.decide.decision import NodePlan
 from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.nodestate import time_text
 from remediator.decide.views import PodRef
-from remediator.decide.vocabulary import Action, JobStatus, Rung
+from remediator.decide.vocabulary import Action, JobStatus, Rung, TaintEffect
 from simulator.events import EventQueue
 from simulator.faults import FaultSource
 from simulator.fleet import Fleet, SimNode
@@ -43,7 +43,8 @@ class SimCluster:
         self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
             Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
             Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon,
-            Action.DIAGNOSE: self._diagnose, Action.COLLECT_EVIDENCE: self._collect_evidence}
+            Action.DIAGNOSE: self._diagnose, Action.COLLECT_EVIDENCE: self._collect_evidence,
+            Action.QUARANTINE_GPU: self._quarantine_gpu, Action.RELEASE_GPU: self._release_gpu}
 
     def apply(self, plan: NodePlan) -> None:
         """The plan's state on its Node, then the effect of each decision it executes (the others have none here)."""
@@ -82,6 +83,22 @@ class SimCluster:
         node.our_taint = False
         if plan.base_state.cordoned:
             node.unschedulable = False
+        node.quarantined = ()  # a node handed over from GPU scope: its device taints go at return to service
+
+    def _quarantine_gpu(self, node: SimNode, plan: NodePlan) -> None:
+        """GPU scope: device taints on the GPU (its DeviceTaintRule). NoSchedule keeps claims off it, so the
+        simulation's whole-node jobs too, while the node's other GPUs stay in service; NoExecute has
+        kube-controller-manager evict the pods that hold it (here the node's job, which holds every GPU)."""
+        for d in plan.executes():
+            if d.action != Action.QUARANTINE_GPU:
+                continue
+            node.quarantined = tuple(dict.fromkeys((*node.quarantined, *d.devices)))
+            if d.effect == TaintEffect.NO_EXECUTE and any(p.uses_gpu and not p.terminating for p in node.pods):
+                self._drain(node, plan)
+        self._jobs.excluded(node)  # no whole-node job can use it now: out of a training job's way
+
+    def _release_gpu(self, node: SimNode, plan: NodePlan) -> None:
+        node.quarantined = ()
 
     def _drain(self, node: SimNode, plan: NodePlan) -> None:
         if node.workload is not None:

@@ -43,8 +43,9 @@ class Simulation:
                  samples: bool = False) -> None:
         self.sc, self.seed = scenario, seed
         self.queue = EventQueue(scenario.duration_s)
-        self.fleet = Fleet(scenario.pools, scenario.gpus_per_node, scenario.switches.nodes_per_switch)
-        self.leader = SimLeader(as_deployed(policy), self.fleet.pool_sizes)
+        self.fleet = Fleet(scenario.pools, scenario.gpus_per_node, scenario.switches.nodes_per_switch, scenario.dra)
+        self.leader = SimLeader(as_deployed(policy), self.fleet.pool_sizes,
+                                scenario.gpus_per_node if scenario.dra else 0)
         self.passes = PassSchedule(self.queue, pipeline.pass_interval_s, self._pass)
         self.jobs = JobScheduler(self.queue, self.fleet, scenario, pipeline,
                                  policy.workloads.restart_loop_threshold, seed)
@@ -105,6 +106,7 @@ class Simulation:
             gpus_per_node=sc.gpus_per_node, ettr={j.jid: j.ettr(end) for j in training},
             interruptions={j.jid: dict(j.interruptions) for j in training}, faults=dict(self.faults.counts),
             out_hours_by_cause=out.hours_by_cause, out_hours_by_rung=out.hours_by_rung, outages=outages,
+            gpu_hours_kept=out.gpu_seconds_kept / HOUR,
             mean_outage_h=(out.node_seconds / outages / HOUR) if outages else 0.0, jobs=self.jobs.tally,
             deferred=dict(self.decisions.deferred), breaker_trips=self.leader.trips,
             breaker_open_hours={p: s / HOUR for p, s in self.budget.breaker_open_s.items()},

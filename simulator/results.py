@@ -57,6 +57,7 @@ class RunResult:
     false_positives: dict[str, int] = field(default_factory=dict)  # alert -> false firings on healthy nodes
     flapped: int = 0  # alerts of persisting faults that resolved and fired again
     replacement: dict[str, float] = field(default_factory=dict)  # spares used, waits, wait hours, new nodes faulty
+    gpu_hours_kept: float = 0.0  # GPU-hours a DRA quarantine of one GPU kept in service that node scope would not
 
     @property
     def node_availability(self) -> float:
@@ -87,6 +88,7 @@ def run_figures(r: RunResult) -> dict[str, float | None]:
         "platform_failure_rate": j.failed_platform / j.ended if j.ended else None,
         "platform_interrupted_attempts": j.attempts_by_platform / j.attempts if j.attempts else None,
         "mttr_hours": r.mean_outage_h,
+        "gpu_hours_kept": r.gpu_hours_kept,
     }
 
 
@@ -103,7 +105,7 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"scenario": runs[0].scenario, "runs": len(runs), "seeds": [r.seed for r in runs],
                            "nodes": runs[0].nodes, "days": runs[0].days}
     intervals: dict[str, list[float] | None] = {}
-    for key in (*HEADLINE, "platform_interrupted_attempts", "mttr_hours"):
+    for key in (*HEADLINE, "platform_interrupted_attempts", "mttr_hours", "gpu_hours_kept"):
         values = [v for v in (f[key] for f in figures) if v is not None]
         if values:
             mean, lo, hi = interval(values)
@@ -149,7 +151,7 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
 def _fmt(key: str, value: float | None, iv: list[float] | None) -> str:
     if value is None:
         return "n/a (no such jobs ended)"
-    digits = 5 if "availability" in key else 4
+    digits = 5 if "availability" in key else 1 if key == "gpu_hours_kept" else 4
     text = f"{value:.{digits}f}"
     if iv is not None and iv[0] != iv[1]:
         text += f"  [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
@@ -162,7 +164,8 @@ def render_text(s: dict[str, Any]) -> str:
     labels = {"node_availability": "node availability", "gpu_availability": "GPU availability",
               "ettr": "ETTR (training, mean)", "job_success_rate": "job success rate",
               "platform_failure_rate": "platform-caused failures", "platform_interrupted_attempts":
-              "attempts ended by platform", "mttr_hours": "mean outage (h)"}
+              "attempts ended by platform", "mttr_hours": "mean outage (h)",
+              "gpu_hours_kept": "GPU-hours kept (GPU scope)"}
     for key, label in labels.items():
         line = f"  {label:<28} {_fmt(key, s[key], s['intervals'][key])}"
         target = s["targets"].get(key)
