@@ -215,10 +215,8 @@ class SimCluster:
         # a swap fixes what is in the node; a cable, a switch or the host's maintenance stays with the slot
         outside = node.fault if node.fault is not None and node.fault.fix == "external" else None
         self.spares.removed(node.pool)
-        self._faults.renew(node)
+        self._faults.renew(node, outside)
         self.node_arrives(node)
-        if outside is not None and node.fault is None:
-            self._faults.carry_over(node, outside)
 
     def replacement_figures(self, end: float) -> dict[str, float]:
         self.spares.close(end)
@@ -231,7 +229,7 @@ class SimCluster:
         hardware fault there from its first minute) and enters service at once; burn-in would hold it here
         (a startup taint until a diagnostic passes) and decide when it enters service."""
         rng = self._faults.arrival_stream(node)
-        if rng.random() < self._sc.replacement.new_node_faulty:
+        if rng.random() < self._sc.replacement.new_node_faulty and node.fault is None:
             self._faults.arrives_faulty(node, rng)
         self._jobs.node_changed(node)
         self._passes.request(self._queue.now)

@@ -57,12 +57,13 @@ def named_rate(name: str) -> float | None:
 class DetectionModel:
     """How well a cause's alert sees it (causes.yaml `detection:`): the share of its faults whose signal raises the
     alert at all (the rest only jobs and people find), and the share whose signal comes and goes while the fault
-    persists (the alert resolves and fires again): on for `on_s`, quiet for `off_s`, both exponential."""
+    persists (the alert resolves and fires again): there for `signal_s`, then quiet for `quiet_s`, both exponential
+    means."""
 
     coverage: float = 1.0
     flapping: float = 0.0
-    on_s: float = 3600.0
-    off_s: float = 900.0
+    signal_s: float = 3600.0
+    quiet_s: float = 900.0
 
 
 @dataclass(frozen=True)

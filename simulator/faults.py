@@ -75,12 +75,15 @@ class FaultSource:
         assert self.replacer is not None, "SimCluster sets FaultSource.replacer"
         self.replacer(node)
 
-    def renew(self, node: SimNode) -> None:
-        """The slot's node is swapped for a new one (its job's pod ends), which draws its own rate and faults."""
+    def renew(self, node: SimNode, outside: Fault | None = None) -> None:
+        """The slot's node is swapped for a new one (its job's pod ends), which draws its own rate and faults; a
+        fault fixed outside the node (`outside`) stays with the slot."""
         if node.workload is not None:
             self._jobs.evicted(node)
         self._streams.pop((node.slot, node.generation), None)
         self._fleet.renew(node)
+        if outside is not None:
+            self.carry_over(node, outside)
         self._draw_generation(node)
         self._passes.request(self._queue.now)
 

@@ -7,8 +7,9 @@
   each alert now and then while healthy, a Poisson process of its rate. The false reading is gone once the alert
   fires; the alert then resolves after its rule's timings, and the remediator's real decisions act on it
   meanwhile (a cordon, a drain, a reset, the validation before return to service).
-- flapping (causes.yaml `detection.flapping`, `on`, `off`): the share of a cause's seen faults whose signal comes
-  and goes while the fault persists: on for an exponential time of mean `on`, then quiet for one of mean `off`.
+- flapping (causes.yaml `detection.flapping`, `signal`, `quiet`): the share of a cause's seen faults whose signal
+  comes and goes while the fault persists: there for an exponential time of mean `signal`, then quiet for one of
+  mean `quiet`.
   A quiet spell longer than the rule's resolution (its window, keep_firing_for, the next evaluation and
   group_interval tick) resolves the alert; the signal's return fires it again, a new alert to the remediator.
 
@@ -104,7 +105,7 @@ class Noise:
         rng = random.Random(f"{fault.seed}/flap")
         if rng.random() >= model.flapping:
             return
-        self._queue.at(self._queue.now + rng.expovariate(1.0 / model.on_s), self._quiet, node.slot,
+        self._queue.at(self._queue.now + rng.expovariate(1.0 / model.signal_s), self._quiet, node.slot,
                        node.generation, fault, rng)
 
     def _quiet(self, slot: int, generation: int, fault: Fault, rng: random.Random) -> None:
@@ -112,7 +113,7 @@ class Noise:
         if node is None or node.fault is not fault:
             return
         self._alerts.fault_cleared(node, fault)
-        self._queue.at(self._queue.now + rng.expovariate(1.0 / fault.cause.detection.off_s), self._back, slot,
+        self._queue.at(self._queue.now + rng.expovariate(1.0 / fault.cause.detection.quiet_s), self._back, slot,
                        generation, fault, rng)
 
     def _back(self, slot: int, generation: int, fault: Fault, rng: random.Random) -> None:
@@ -121,5 +122,5 @@ class Noise:
             return
         if self._alerts.signal_back(node, fault):
             self.flapped += 1
-        self._queue.at(self._queue.now + rng.expovariate(1.0 / fault.cause.detection.on_s), self._quiet, slot,
+        self._queue.at(self._queue.now + rng.expovariate(1.0 / fault.cause.detection.signal_s), self._quiet, slot,
                        generation, fault, rng)

@@ -199,15 +199,15 @@ def _causes(s: _Scenario, overrides: Any) -> dict[str, Cause]:
 
 
 def _cause_detection(s: _Scenario, key: str, value: Any) -> DetectionModel:
-    """A cause's `detection:` (coverage, flapping, on, off): how well its alert sees it (simulator/noise.py)."""
+    """A cause's `detection:` (coverage, flapping, signal, quiet): how well its alert sees it (simulator/noise.py)."""
     r, d = s.r, DetectionModel()
-    det = r.section(f"{key}.detection", {"coverage", "flapping", "on", "off"}, value)
+    det = r.section(f"{key}.detection", {"coverage", "flapping", "signal", "quiet"}, value)
     model = DetectionModel(
         coverage=s.number(f"{key}.detection.coverage", det.get("coverage", d.coverage), 0, 1),
         flapping=s.number(f"{key}.detection.flapping", det.get("flapping", d.flapping), 0, 1),
-        on_s=s.seconds(f"{key}.detection.on", det["on"]) if "on" in det else d.on_s,
-        off_s=s.seconds(f"{key}.detection.off", det["off"]) if "off" in det else d.off_s)
-    for part, seconds in (("on", model.on_s), ("off", model.off_s)):
+        signal_s=s.seconds(f"{key}.detection.signal", det["signal"]) if "signal" in det else d.signal_s,
+        quiet_s=s.seconds(f"{key}.detection.quiet", det["quiet"]) if "quiet" in det else d.quiet_s)
+    for part, seconds in (("signal", model.signal_s), ("quiet", model.quiet_s)):
         if seconds <= 0:
             raise r.fail(f"{key}.detection.{part}", "expected a duration above 0")
     return model
