@@ -4,10 +4,12 @@
 
 - events.py: the clock and the one heap of events (time is seconds from simulator.remediation.EPOCH);
 - faults.py: the fault trace on per-node random streams, node generations, a person's repairs;
+- noise.py: detection's coverage, false positives and flapping;
 - alerts.py: alerts as Alertmanager delivers them, recorded on the Nodes as serve's receiver does;
 - passes.py: when serve runs a pass (at once after a webhook, else on its interval when something is due);
 - remediation.py: the pass itself, the remediator's real `evaluate` on views of the simulated Nodes;
-- cluster.py: a pass's plans applied to the Nodes, and the rungs' effects and ends;
+- cluster.py: a pass's plans applied to the Nodes, and the rungs' effects and ends; replacements from the pools'
+  spares (spares.py) and the new nodes' arrival;
 - jobs/: the training and small jobs and the scheduler that places them;
 - recording.py and results.py: what a run records, and its result.
 """

@@ -35,7 +35,9 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         training = tuple(replace(t, nodes=max(1, min(round(t.nodes * o.nodes / total),
                                                      sizes[t.pool] if t.pool else o.nodes)))
                          for t in sc.training)
-        sc = replace(sc, pools=tuple(pools), training=training)
+        # each pool's spares (fleet.spares) keep their share of it
+        spares = tuple((p, round(n * sizes[p] / dict(sc.pools)[p])) for p, n in sc.replacement.spares)
+        sc = replace(sc, pools=tuple(pools), training=training, replacement=replace(sc.replacement, spares=spares))
     if o.days is not None:
         sc = replace(sc, days=o.days)
     if o.failure_rate is not None:
