@@ -300,9 +300,7 @@ def _parse(text: str, source: str) -> Scenario:
     kw["causes"] = causes = _causes(s, top.get("causes"))
     kw.update(_failures(s, causes, top.get("failures")))
     kw.update(_detection(s, top.get("detection")))
-    if kw.pop("perfect_detection", False):  # model checks: every fault seen, no false positive, no flapping
-        kw["causes"] = {n: replace(c, detection=DetectionModel()) for n, c in causes.items()}
-        kw["false_positives"] = ()
+    perfect_detection = kw.pop("perfect_detection", False)
     rungs, extra = _rung_models(s, top.get("remediation"))
     kw["rungs"] = rungs
     if "manual_repair" in extra:
@@ -314,7 +312,14 @@ def _parse(text: str, source: str) -> Scenario:
         kw["sample_interval_s"] = s.seconds("sample_interval", top["sample_interval"])
     name = r.string("name", top.get("name", Path(source).stem))
     description = r.string("description", top["description"]) if "description" in top else ""
-    return Scenario(name=name, source=source, description=description, **kw)
+    sc = Scenario(name=name, source=source, description=description, **kw)
+    return perfect(sc) if perfect_detection else sc
+
+
+def perfect(sc: Scenario) -> Scenario:
+    """Perfect detection (detection.perfect, model checks): every fault seen, no false positive, no flapping."""
+    return replace(sc, causes={n: replace(c, detection=DetectionModel()) for n, c in sc.causes.items()},
+                   false_positives=())
 
 
 def _fleet(s: _Scenario, value: Any) -> dict[str, Any]:

@@ -102,3 +102,16 @@ def test_a_reader_that_stops_early_is_not_an_error() -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
     assert b"Traceback" not in err
+
+
+def test_run_what_ifs_for_gpu_scope_and_perfect_detection(capsys: pytest.CaptureFixture[str]) -> None:
+    small = ["--nodes", "120", "--days", "20", "--runs", "1", "--json", "--failure-rate", "30"]
+    base = _json(capsys, ["run", "rsc2", *small])
+    assert base["gpu_hours_kept"] == 0
+    assert isinstance(base["detection"], dict) and base["detection"]["false_positives"]
+    dra = _json(capsys, ["run", "rsc2", *small, "--dra"])
+    assert isinstance(dra["gpu_hours_kept"], float) and dra["gpu_hours_kept"] > 0
+    assert isinstance(dra["remediator"], dict) and dra["remediator"]["decisions"].get("quarantine_gpu:execute", 0) > 0
+    perfect = _json(capsys, ["run", "rsc2", *small, "--perfect-detection"])
+    assert isinstance(perfect["detection"], dict)
+    assert perfect["detection"]["false_positives"] == {} and perfect["detection"]["flapped"] == 0
