@@ -33,9 +33,9 @@ POINTS = [(64, 5, 365), (64, 60, 365), (256, 30, 180), (512, 15, 120), (512, 60,
 def job(nodes: int, dt: int, days: int) -> str:
     return f"""
 days: {days}
-fleet: {{pools: {{p: {nodes + nodes // 10 + 8}}}}}
+fleet: {{pools: {{p: {nodes + nodes // 10 + 8}}}, new_node_faulty: 0}}
 failures: {{rate: {RATE}, mix: {{Faulty GPU: 1}}, lemon: {{fraction: 0}}}}
-detection: {{delay: {D}s}}
+detection: {{delay: {D}s, perfect: true}}
 jobs:
   training: [{{nodes: {nodes}, checkpoint_interval: {dt}m, checkpoint_cost: {W}s, restart_overhead: {U0}s}}]
 """
@@ -63,12 +63,12 @@ def main() -> int:
     for rate, repair in ((120.0, "90m"), (30.0, "6h"), (6.5, "12h")):
         sc = parse_scenario(f"""
 days: 100
-fleet: {{pools: {{p: 200}}}}
+fleet: {{pools: {{p: 200}}, new_node_faulty: 0}}
 failures: {{rate: {rate}, mix: {{Cable: 1}}, lemon: {{fraction: 0}}}}
 causes:
   Cable: {{alert: NetdevTransmitTimeout, scope: node, job: hang, kind: external, external_repair: {repair},
            fixed_by: {{external: 1.0}}}}
-detection: {{delay: 5m}}
+detection: {{delay: 5m, perfect: true}}
 remediation: {{manual_repair: 30d}}
 """, "fixed.yaml")
         for r in simulate(sc, Policy(), pipe, 1, args.runs):

@@ -51,7 +51,8 @@ def _duration(text: str) -> str:
 def _overrides(args: argparse.Namespace) -> Overrides:
     return Overrides(nodes=args.nodes, days=args.days, failure_rate=args.failure_rate, job_nodes=args.job_nodes,
                      checkpoint_interval=args.checkpoint_interval, checkpoint_cost=args.checkpoint_cost,
-                     restart_overhead=args.restart_overhead, detection_delay=args.detection_delay)
+                     restart_overhead=args.restart_overhead, detection_delay=args.detection_delay, dra=args.dra,
+                     perfect_detection=args.perfect_detection)
 
 
 def _prepare(args: argparse.Namespace, scenario_arg: str, rules: Path, policy_path: str | Path | None
@@ -152,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--restart-overhead", type=_duration, metavar="DURATION")
         sp.add_argument("--detection-delay", type=_duration, metavar="DURATION",
                         help="a fixed detection delay for every fault instead of the rule-derived one (model checks)")
+        sp.add_argument("--perfect-detection", action="store_true",
+                        help="every fault seen, no false positive, no flapping (detection.perfect: true)")
+        sp.add_argument("--dra", action="store_true",
+                        help="the GPUs published by a DRA driver, DeviceTaintRule served: GPU scope (fleet.dra)")
 
     r = sub.add_parser("run", help="simulate a scenario under a policy and rules")
     r.add_argument("scenario")

@@ -12,13 +12,14 @@ from remediator.decide.decision import NodePlan
 from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.nodestate import time_text
 from remediator.decide.views import PodRef
-from remediator.decide.vocabulary import Action, JobStatus, Rung
+from remediator.decide.vocabulary import Action, JobStatus, Rung, TaintEffect
 from simulator.events import EventQueue
 from simulator.faults import FaultSource
 from simulator.fleet import Fleet, SimNode
 from simulator.jobs.scheduler import JobScheduler
 from simulator.passes import PassSchedule
 from simulator.scenario import Scenario
+from simulator.spares import SparePool
 
 # A diagnostic Job's run by dcgmi diag level, its pod's start included: -r 1 takes seconds, -r 2 about two minutes,
 # -r 3 up to half an hour (DESIGN.md's field facts; NVIDIA's DCGM diagnostics guide), plus about a minute to start.
@@ -36,11 +37,14 @@ class SimCluster:
                  sweep_level: int = 3) -> None:
         self._queue, self._sc, self._fleet = queue, scenario, fleet
         self._faults, self._jobs, self._passes = faults, jobs, passes
+        self.spares = SparePool(queue, scenario.replacement)
+        faults.replacer = self.replace_node
         self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": sweep_level}
         self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
             Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
             Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon,
-            Action.DIAGNOSE: self._diagnose, Action.COLLECT_EVIDENCE: self._collect_evidence}
+            Action.DIAGNOSE: self._diagnose, Action.COLLECT_EVIDENCE: self._collect_evidence,
+            Action.QUARANTINE_GPU: self._quarantine_gpu, Action.RELEASE_GPU: self._release_gpu}
 
     def apply(self, plan: NodePlan) -> None:
         """The plan's state on its Node, then the effect of each decision it executes (the others have none here)."""
@@ -79,6 +83,22 @@ class SimCluster:
         node.our_taint = False
         if plan.base_state.cordoned:
             node.unschedulable = False
+        node.quarantined = ()  # a node handed over from GPU scope: its device taints go at return to service
+
+    def _quarantine_gpu(self, node: SimNode, plan: NodePlan) -> None:
+        """GPU scope: device taints on the GPU (its DeviceTaintRule). NoSchedule keeps claims off it, so the
+        simulation's whole-node jobs too, while the node's other GPUs stay in service; NoExecute has
+        kube-controller-manager evict the pods that hold it (here the node's job, which holds every GPU)."""
+        for d in plan.executes():
+            if d.action != Action.QUARANTINE_GPU:
+                continue
+            node.quarantined = tuple(dict.fromkeys((*node.quarantined, *d.devices)))
+            if d.effect == TaintEffect.NO_EXECUTE and any(p.uses_gpu and not p.terminating for p in node.pods):
+                self._drain(node, plan)
+        self._jobs.excluded(node)  # no whole-node job can use it now: out of a training job's way
+
+    def _release_gpu(self, node: SimNode, plan: NodePlan) -> None:
+        node.quarantined = ()
 
     def _drain(self, node: SimNode, plan: NodePlan) -> None:
         if node.workload is not None:
@@ -174,4 +194,42 @@ class SimCluster:
     def _replaced(self, slot: int, generation: int) -> None:
         node = self._fleet.live(slot, generation)
         if node is not None and node.replacing:
-            self._faults.replace_now(node)
+            self.replace_node(node)
+
+    # --- a node swapped for a new one -------------------------------------------------------
+    def replace_node(self, node: SimNode) -> None:
+        """The node goes (its job's pod ends) and a spare of its pool takes the slot: at once when one is left,
+        else once a removed node is back from repair. The node is out of service all the while (`replacing`)."""
+        if node.awaiting_spare:
+            return
+        if node.workload is not None:
+            self._jobs.evicted(node)
+        node.replacing = node.awaiting_spare = True
+        self._jobs.node_changed(node)
+        self.spares.take(node.pool, lambda: self._swap(node.slot, node.generation))
+
+    def _swap(self, slot: int, generation: int) -> None:
+        node = self._fleet.live(slot, generation)
+        if node is None:
+            return
+        # a swap fixes what is in the node; a cable, a switch or the host's maintenance stays with the slot
+        outside = node.fault if node.fault is not None and node.fault.fix == "external" else None
+        self.spares.removed(node.pool)
+        self._faults.renew(node, outside)
+        self.node_arrives(node)
+
+    def replacement_figures(self, end: float) -> dict[str, float]:
+        self.spares.close(end)
+        return {"spares_used": float(self.spares.used), "spare_waits": float(self.spares.waits),
+                "spare_wait_hours": self.spares.wait_s / 3600.0, "new_nodes_faulty": float(self._faults.arrived_faulty)}
+
+    def node_arrives(self, node: SimNode) -> None:
+        """A new node arrives in the slot (a spare, after a replacement): the seam for what happens before it takes
+        work. Now: it is bad with the scenario's fleet.new_node_faulty (its own draw, whatever the policy: a
+        hardware fault there from its first minute) and enters service at once; burn-in would hold it here
+        (a startup taint until a diagnostic passes) and decide when it enters service."""
+        rng = self._faults.arrival_stream(node)
+        if rng.random() < self._sc.replacement.new_node_faulty and node.fault is None:
+            self._faults.arrives_faulty(node, rng)
+        self._jobs.node_changed(node)
+        self._passes.request(self._queue.now)

@@ -4,10 +4,12 @@
 
 - events.py: the clock and the one heap of events (time is seconds from simulator.remediation.EPOCH);
 - faults.py: the fault trace on per-node random streams, node generations, a person's repairs;
+- noise.py: detection's coverage, false positives and flapping;
 - alerts.py: alerts as Alertmanager delivers them, recorded on the Nodes as serve's receiver does;
 - passes.py: when serve runs a pass (at once after a webhook, else on its interval when something is due);
 - remediation.py: the pass itself, the remediator's real `evaluate` on views of the simulated Nodes;
-- cluster.py: a pass's plans applied to the Nodes, and the rungs' effects and ends;
+- cluster.py: a pass's plans applied to the Nodes, and the rungs' effects and ends; replacements from the pools'
+  spares (spares.py) and the new nodes' arrival;
 - jobs/: the training and small jobs and the scheduler that places them;
 - recording.py and results.py: what a run records, and its result.
 """
@@ -43,8 +45,9 @@ class Simulation:
                  samples: bool = False) -> None:
         self.sc, self.seed = scenario, seed
         self.queue = EventQueue(scenario.duration_s)
-        self.fleet = Fleet(scenario.pools, scenario.gpus_per_node, scenario.switches.nodes_per_switch)
-        self.leader = SimLeader(as_deployed(policy), self.fleet.pool_sizes)
+        self.fleet = Fleet(scenario.pools, scenario.gpus_per_node, scenario.switches.nodes_per_switch, scenario.dra)
+        self.leader = SimLeader(as_deployed(policy), self.fleet.pool_sizes,
+                                scenario.gpus_per_node if scenario.dra else 0)
         self.passes = PassSchedule(self.queue, pipeline.pass_interval_s, self._pass)
         self.jobs = JobScheduler(self.queue, self.fleet, scenario, pipeline,
                                  policy.workloads.restart_loop_threshold, seed, classifier=policy.workloads.enabled,
@@ -110,9 +113,11 @@ class Simulation:
             gpus_per_node=sc.gpus_per_node, ettr={j.jid: j.ettr(end) for j in training},
             interruptions={j.jid: dict(j.interruptions) for j in training}, faults=dict(self.faults.counts),
             out_hours_by_cause=out.hours_by_cause, out_hours_by_rung=out.hours_by_rung, outages=outages,
+            gpu_hours_kept=out.gpu_seconds_kept / HOUR,
             mean_outage_h=(out.node_seconds / outages / HOUR) if outages else 0.0, jobs=self.jobs.tally,
             deferred=dict(self.decisions.deferred), breaker_trips=self.leader.trips,
             breaker_open_hours={p: s / HOUR for p, s in self.budget.breaker_open_s.items()},
             max_disrupted=self.budget.max_disrupted, passes=self.passes.passes,
             decisions=dict(self.decisions.decisions), samples=self.sampler.samples if self.sampler else [],
-            outcomes=self.jobs.outcomes)
+            outcomes=self.jobs.outcomes, false_positives=dict(self.faults.noise.false_fired),
+            flapped=self.faults.noise.flapped, replacement=self.cluster.replacement_figures(end))

@@ -4,7 +4,7 @@ Llama 3 Table 5 (interruptions by cause), Kokolis et al.'s RSC-1/RSC-2 rates, mo
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -54,6 +54,19 @@ def named_rate(name: str) -> float | None:
 
 
 @dataclass(frozen=True)
+class DetectionModel:
+    """How well a cause's alert sees it (causes.yaml `detection:`): the share of its faults whose signal raises the
+    alert at all (the rest only jobs and people find), and the share whose signal comes and goes while the fault
+    persists (the alert resolves and fires again): there for `signal_s`, then quiet for `quiet_s`, both exponential
+    means."""
+
+    coverage: float = 1.0
+    flapping: float = 0.0
+    signal_s: float = 3600.0
+    quiet_s: float = 900.0
+
+
+@dataclass(frozen=True)
 class Cause:
     name: str
     alert: str | None
@@ -62,6 +75,7 @@ class Cause:
     kind: str  # hardware | application | transient | external
     fixed_by: tuple[tuple[str, float], ...]  # (rung, probability)
     external_repair_s: float | None = None
+    detection: DetectionModel = field(default_factory=lambda: DetectionModel())
 
     @property
     def node_fault(self) -> bool:
@@ -73,3 +87,10 @@ class Cause:
 def default_causes_yaml() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(resources.files("simulator.data").joinpath("causes.yaml").read_text())
     return data
+
+
+@cache
+def default_false_positives() -> dict[str, float]:
+    """Alert -> false firings per 1,000 node-days on healthy nodes (data/false_positives.yaml)."""
+    data = yaml.safe_load(resources.files("simulator.data").joinpath("false_positives.yaml").read_text()) or {}
+    return {str(k): float(v) for k, v in data.items()}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 
 from remediator.decide.vocabulary import Rung
 from simulator.alerts import Alerting
@@ -21,6 +22,7 @@ from simulator.events import EventQueue
 from simulator.failure_data import Cause
 from simulator.fleet import Fault, Fleet, SimNode
 from simulator.jobs.scheduler import JobScheduler
+from simulator.noise import Noise, seen_by
 from simulator.passes import PassSchedule
 from simulator.scenario import Scenario
 
@@ -53,6 +55,9 @@ class FaultSource:
         self._failures: dict[int, list[float]] = {}  # fault -> when jobs failed on it (the classifier's count)
         self.classifier = False  # the policy's workloads.enabled
         self._rate = scenario.rate_per_node_second
+        self.replacer: Callable[[SimNode], None] | None = None  # the cluster's replacement (SimCluster sets it)
+        self.noise = Noise(queue, scenario, fleet, alerts, seed)
+        self.arrived_faulty = 0  # new nodes that came with a fault
         self._mix = tuple((c, w) for c, w in scenario.mix if w > 0)
         self._switch_cause = Cause(SWITCH_CAUSE, scenario.switches.alert, "node", "hang", "external",
                                    (("external", 1.0),), scenario.switches.repair_s)
@@ -61,6 +66,7 @@ class FaultSource:
         for node in self._fleet.nodes:
             self._draw_generation(node)
         self._schedule_switches()
+        self.noise.start()
 
     # --- node generations -------------------------------------------------------------------
     def _stream(self, node: SimNode) -> random.Random:
@@ -71,13 +77,57 @@ class FaultSource:
         return rng
 
     def replace_now(self, node: SimNode) -> None:
-        """The node is swapped for a new one (its job's pod ends), which draws its own rate and faults."""
+        """The node is to be swapped for a new one: the cluster's replacement (a spare of its pool, then the new
+        node's arrival: simulator/cluster.py), set by SimCluster."""
+        assert self.replacer is not None, "SimCluster sets FaultSource.replacer"
+        self.replacer(node)
+
+    def renew(self, node: SimNode, outside: Fault | None = None) -> None:
+        """The slot's node is swapped for a new one (its job's pod ends), which draws its own rate and faults; a
+        fault fixed outside the node (`outside`) stays with the slot."""
         if node.workload is not None:
             self._jobs.evicted(node)
         self._streams.pop((node.slot, node.generation), None)
         self._fleet.renew(node)
+        if outside is not None:
+            self.carry_over(node, outside)
         self._draw_generation(node)
         self._passes.request(self._queue.now)
+
+    def arrival_stream(self, node: SimNode) -> random.Random:
+        """The new node's own draws at its arrival (is it bad, and with what), apart from its fault stream."""
+        return random.Random(f"{self._seed}/arrival/{node.slot}/{node.generation}")
+
+    def arrives_faulty(self, node: SimNode, rng: random.Random) -> None:
+        """The new node came with a fault: a hardware cause of the scenario's mix, there from its first minute."""
+        hardware = tuple((c, w) for c, w in self._mix if self._sc.causes[c].kind == "hardware")
+        if not hardware:
+            return
+        cause = self._sc.causes[choose(rng, hardware)]
+        self._ids += 1
+        seed = rng.getrandbits(48)
+        fault = Fault(self._ids, cause, self._queue.now, choose(rng, cause.fixed_by) if cause.fixed_by else "",
+                      rng.randrange(self._sc.gpus_per_node), seed, seen_by(cause, seed))
+        self.arrived_faulty += 1
+        self._strike(node, fault)
+
+    def carry_over(self, node: SimNode, fault: Fault) -> None:
+        """A fault fixed outside the node (a cable, a switch, host maintenance) stays with the slot: the new node
+        meets it until its outside fix, as the old one would have."""
+        cause = fault.cause
+        ends = fault.started + (cause.external_repair_s or 0.0)
+        if ends <= self._queue.now:
+            return
+        self._ids += 1
+        carried = Fault(self._ids, cause, self._queue.now, fault.fix, fault.gpu, fault.seed + 7, fault.alert,
+                        switch=fault.switch)
+        node.fault = carried
+        self._jobs.node_changed(node)
+        if carried.alert is not None:
+            self._alerts.fault_seen(node, carried)
+        else:
+            self._unseen(node, carried)
+        self._queue.at(ends, self._clears, node.slot, node.generation, carried)
 
     def _draw_generation(self, node: SimNode) -> None:
         rng = self._stream(node)
@@ -101,7 +151,7 @@ class FaultSource:
         seed = rng.getrandbits(48)
         self._ids += 1
         now = self._queue.now
-        fault = Fault(self._ids, cause, now + gap, fix, gpu, seed, cause.alert)
+        fault = Fault(self._ids, cause, now + gap, fix, gpu, seed, seen_by(cause, seed))
         self._queue.at(now + gap, self._arrives, node.slot, node.generation, fault)
 
     # --- correlated switch failures ---------------------------------------------------------
@@ -127,7 +177,7 @@ class FaultSource:
                 continue
             self._ids += 1
             fault = Fault(self._ids, self._switch_cause, self._queue.now, "external", 0, seed + slot,
-                          self._switch_cause.alert, switch=switch)
+                          seen_by(self._switch_cause, seed + slot), switch=switch)
             self._strike(node, fault)
 
     # --- a fault's life ---------------------------------------------------------------------
@@ -155,8 +205,9 @@ class FaultSource:
         now, at, cause = self._queue.now, self._queue.at, fault.cause
         if fault.alert is not None:
             self._alerts.fault_seen(node, fault)
-        elif self._pipe.detection_delay_s is not None:  # model checks: found after the fixed delay
-            at(now + self._pipe.detection_delay_s, self._found_by_job, node.slot, node.generation, fault)
+            self.noise.flaps(node, fault)
+        else:
+            self._unseen(node, fault)
         if cause.kind == "external" and cause.external_repair_s is not None:
             at(now + cause.external_repair_s, self._clears, node.slot, node.generation, fault)
         at(now + self._sc.manual_repair_s, self._manual, node.slot, node.generation, fault)
@@ -181,6 +232,13 @@ class FaultSource:
         self._reported.add(fault.fid)
         self._queue.at(self._queue.now + self._sc.found_by_people_s, self._found_by_job, node.slot, node.generation,
                        fault)
+    def _unseen(self, node: SimNode, fault: Fault) -> None:
+        """A fault no rule sees: found by people through the jobs that fail on it (job_failed_on); in the model
+        checks (--detection-delay), after that fixed delay."""
+        if self._pipe.detection_delay_s is not None:
+            self._queue.at(self._queue.now + self._pipe.detection_delay_s, self._found_by_job, node.slot,
+                           node.generation, fault)
+
 
     def _found_by_job(self, slot: int, generation: int, fault: Fault) -> None:
         """No rule sees it: the node is found through the jobs that failed on it and kept out until a person

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from remediator.decide.devices import ClaimIndex, Device, NodeDevices
 from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.history import Episode
 from remediator.decide.nodestate import RUNGS, NodeState, rung_index
@@ -33,6 +34,7 @@ class Fault:
     alert: str | None
     switch: int | None = None  # a correlated event: the switch whose failure this is
     cleared: float | None = None
+    epoch: int = 0  # changes of its signal so far (it stops when the fault ends; a flapping one comes and goes)
 
 
 @dataclass
@@ -54,7 +56,10 @@ class SimNode:
     diagnosis: Diagnosis | None = None  # the diagnostic Job's result once it has ended (None: running or none)
     evidence_status: JobStatus | None = None  # the evidence Job (decide/evidence.py): running, then succeeded
     fault: Fault | None = None
+    noise: Fault | None = None  # a false reading on the node (noise.py): its alert fires though nothing is broken
+    noise_cause: str = ""  # the last false positive's name, for the outage it may cause
     replacing: bool = False
+    awaiting_spare: bool = False  # its replacement is under way: waiting for a spare of its pool, or swapping
     excluded_by_job: bool = False  # a job found it broken (no rule saw it): not scheduled on until repaired
     workload: str | None = None  # the job holding the node
     # accounting
@@ -66,16 +71,27 @@ class SimNode:
     fired: dict[str, datetime] = field(default_factory=dict)  # fingerprint -> startsAt of the alerts Alertmanager fires
     history: tuple[Episode, ...] = ()  # gpuhealth.io/history: its past hardware episodes (repeat offenders)
     last_sweep: datetime | None = None  # gpuhealth.io/last-sweep: when its last idle-node sweep started
+    gpus: int = 8
+    dra: bool = False  # its GPUs are published by a DRA driver and DeviceTaintRule is served (scenario fleet.dra)
+    quarantined: tuple[str, ...] = ()  # its DRA devices under gpuhealth's device taints (GPU scope)
+    quarantine_started: float | None = None  # when, in this outage, a GPU quarantine first held its GPU alone
 
     @property
     def name(self) -> str:
         return f"{self.pool}-{self.slot:05d}" + (f"-r{self.generation}" if self.generation else "")
 
     @property
-    def schedulable(self) -> bool:
-        """What the scheduler sees: a job may land here (a fault no one has seen yet does not stop it)."""
+    def takes_work(self) -> bool:
+        """Nothing keeps the whole node out (a fault no one has seen yet does not): its GPUs, but any quarantined
+        one, are in service."""
         return (not self.unschedulable and not self.our_taint and self.ready and not self.replacing
                 and not self.excluded_by_job)
+
+    @property
+    def schedulable(self) -> bool:
+        """What the scheduler sees for the simulation's jobs, which take whole nodes: the node takes work and all
+        its GPUs are free of device taints."""
+        return self.takes_work and not self.quarantined
 
     @property
     def in_service(self) -> bool:
@@ -86,13 +102,17 @@ class SimNode:
         """The slot's node is swapped for a new one: a new name, nothing recorded, nothing running, no fault."""
         self.generation += 1
         self.state = EMPTY
-        self.unschedulable = self.our_taint = self.replacing = self.excluded_by_job = False
+        self.unschedulable = self.our_taint = self.replacing = self.awaiting_spare = self.excluded_by_job = False
         self.ready = True
         self.pods = []
         self.job_status = None
         self.diagnosis = None
         self.evidence_status = None
         self.fault = None
+        self.quarantined = ()
+        self.quarantine_started = None
+        self.noise = None
+        self.noise_cause = ""
         self.fired = {}
         self.history = ()
         self.last_sweep = None
@@ -112,9 +132,22 @@ class SimNode:
             diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None,
             evidence_status=self.evidence_status if st.evidence_job and st.evidence is None else None,
             history=self.history, last_sweep=self.last_sweep)
+        if self.dra:
+            self._publish_gpus(view, policy)
         if now is not None and sweep_candidate(view, policy, now):
             view.gpu_work = [p for p in self.pods if p.uses_gpu]
         return view
+
+    def _publish_gpus(self, view: NodeView, policy: Policy) -> None:
+        """Its GPUs as NVIDIA's DRA driver publishes them (a pool named after the node, a device gpu-<index> per
+        GPU), the claims of its GPU pods (a job holds every GPU of the node), and DeviceTaintRule served (v1)."""
+        driver = policy.dra.driver
+        names = [f"gpu-{i}" for i in range(self.gpus)]
+        view.devices = NodeDevices(driver, self.name, tuple(
+            Device(n, f"GPU-{self.slot}-{self.generation}-{i}", "gpu", index=i) for i, n in enumerate(names)))
+        holders = tuple(f"{p.namespace}/{p.name}" for p in self.pods if p.uses_gpu)
+        view.claims = ClaimIndex({(driver, self.name, n): holders for n in names} if holders else {})
+        view.taint_api = "v1"
 
     def idle(self) -> bool:
         """Nothing recorded and no job on it: what an idle-node sweep may look at."""
@@ -130,6 +163,7 @@ class Outage:
     cause: str
     rung: str  # the highest rung reached ("" none: detected by no rule, or fixed before any action)
     partial_s: float = 0.0  # of it, the time a GPU-scoped fault had taken only its GPU (the node still took work)
+    quarantined_s: float = 0.0  # of that, the time a DRA quarantine held the GPU alone (GPU scope kept the rest)
 
 
 class Availability:
@@ -148,41 +182,52 @@ class Availability:
         up = node.in_service
         if not up and node.out_since is None:
             node.out_since = now
-            node.out_cause = node.fault.cause.name if node.fault else "remediation"
-            node.out_scope = node.fault.cause.scope if node.fault else "node"
+            node.out_cause = node.fault.cause.name if node.fault else (node.noise_cause or "remediation")
+            node.out_scope = node.fault.cause.scope if node.fault else ("gpu" if node.quarantined else "node")
             node.out_rung = rung_index(node.state.rung) if node.state.active else -1
             node.left_schedulable = None
             self.out.add(node.slot)
         elif up and node.out_since is not None:
             self.close(node, now)
-        if node.out_since is not None and node.left_schedulable is None and not node.schedulable:
+        if node.out_since is not None and node.left_schedulable is None and not node.takes_work:
             node.left_schedulable = now
+        if node.out_since is not None and node.quarantined and node.quarantine_started is None \
+                and node.left_schedulable is None:
+            node.quarantine_started = now
 
     def close(self, node: SimNode, now: float) -> None:
         if node.out_since is None:
             return
         rung = RUNGS[node.out_rung] if node.out_rung >= 0 else ""
-        partial = 0.0
+        partial = quarantined = 0.0
         if node.out_scope == "gpu":
-            partial = (node.left_schedulable if node.left_schedulable is not None else now) - node.out_since
-        self.outages.append(Outage(node.slot, node.pool, node.out_since, now, node.out_cause, rung, partial))
+            took = node.left_schedulable if node.left_schedulable is not None else now
+            partial = took - node.out_since
+            if node.quarantine_started is not None:
+                quarantined = max(0.0, took - node.quarantine_started)
+        self.outages.append(Outage(node.slot, node.pool, node.out_since, now, node.out_cause, rung, partial,
+                                   quarantined))
+        node.quarantine_started = None
         self.closed_s += now - node.out_since
         self.out.discard(node.slot)
         node.out_since = None
         node.out_rung = -1
+        node.noise_cause = ""
 
 
 class Fleet:
     """The nodes by slot (a slot keeps its place when its node is replaced), their names and pools, which of them
     carry something gpuhealth recorded (the nodes a pass reads), and their time out of service."""
 
-    def __init__(self, pools: tuple[tuple[str, int], ...], gpus_per_node: int, nodes_per_switch: int = 16) -> None:
+    def __init__(self, pools: tuple[tuple[str, int], ...], gpus_per_node: int, nodes_per_switch: int = 16,
+                 dra: bool = False) -> None:
         self.nodes: list[SimNode] = []
         self.pool_sizes: dict[str, int] = {}
         for pool, count in pools:
             for _ in range(count):
                 slot = len(self.nodes)
-                self.nodes.append(SimNode(slot=slot, pool=pool, switch=f"switch-{slot // nodes_per_switch}"))
+                self.nodes.append(SimNode(slot=slot, pool=pool, switch=f"switch-{slot // nodes_per_switch}",
+                                          gpus=gpus_per_node, dra=dra))
             self.pool_sizes[pool] = self.pool_sizes.get(pool, 0) + count
         self.pool_of = [n.pool for n in self.nodes]
         self.by_name = {n.name: n.slot for n in self.nodes}
@@ -216,5 +261,6 @@ class Fleet:
         for slot in list(self.tracked):
             n = self.nodes[slot]
             st = n.state
-            if not (st.active or st.alerts or n.our_taint or n.unschedulable or st.actions_since(hour_ago)):
+            if not (st.active or st.alerts or n.our_taint or n.unschedulable or n.quarantined
+                    or st.actions_since(hour_ago)):
                 self.tracked.discard(slot)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from remediator.policy import parse_duration
-from simulator.scenario import Scenario, TrainingJobSpec
+from simulator.scenario import Scenario, TrainingJobSpec, perfect
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,8 @@ class Overrides:
     checkpoint_cost: str | None = None
     restart_overhead: str | None = None
     detection_delay: str | None = None
+    dra: bool = False  # fleet.dra: true
+    perfect_detection: bool = False  # detection.perfect: true
 
 
 def seconds(text: str) -> float:
@@ -35,7 +37,9 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         training = tuple(replace(t, nodes=max(1, min(round(t.nodes * o.nodes / total),
                                                      sizes[t.pool] if t.pool else o.nodes)))
                          for t in sc.training)
-        sc = replace(sc, pools=tuple(pools), training=training)
+        # each pool's spares (fleet.spares) keep their share of it
+        spares = tuple((p, round(n * sizes[p] / dict(sc.pools)[p])) for p, n in sc.replacement.spares)
+        sc = replace(sc, pools=tuple(pools), training=training, replacement=replace(sc.replacement, spares=spares))
     if o.days is not None:
         sc = replace(sc, days=o.days)
     if o.failure_rate is not None:
@@ -55,6 +59,10 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         sc = replace(sc, training=tuple(replace(t, **changes) for t in sc.training))  # type: ignore[arg-type]
     if o.detection_delay is not None:
         sc = replace(sc, detection_delay_s=seconds(o.detection_delay))
+    if o.dra:
+        sc = replace(sc, dra=True)
+    if o.perfect_detection:
+        sc = perfect(sc)
     sizes = dict(sc.pools)
     too_big = [t.name for t in sc.training if t.nodes > (sizes[t.pool] if t.pool else sc.nodes)]
     if too_big:

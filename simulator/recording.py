@@ -109,17 +109,19 @@ class OutOfService:
     gpu_seconds: float
     hours_by_cause: dict[str, float]
     hours_by_rung: dict[str, float]  # the highest rung reached ("none": no rung)
+    gpu_seconds_kept: float = 0.0  # the node's other GPUs a DRA quarantine of one kept in service
 
 
 def out_of_service(outages: list[Outage], gpus_per_node: int) -> OutOfService:
     """The outages added up; a GPU-scoped outage took only its GPU while the node still took work."""
     by_cause: dict[str, float] = defaultdict(float)
     by_rung: dict[str, float] = defaultdict(float)
-    out_s = out_gpu = 0.0
+    out_s = out_gpu = kept = 0.0
     for o in outages:
         d = o.end - o.start
         out_s += d
         out_gpu += d * gpus_per_node - o.partial_s * (gpus_per_node - 1)
+        kept += o.quarantined_s * (gpus_per_node - 1)
         by_cause[o.cause] += d / HOUR
         by_rung[o.rung or "none"] += d / HOUR
-    return OutOfService(out_s, out_gpu, dict(by_cause), dict(by_rung))
+    return OutOfService(out_s, out_gpu, dict(by_cause), dict(by_rung), kept)

@@ -15,7 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 from remediator.decide.budget import Ledger
 from remediator.decide.decision import NodePlan
+from remediator.decide.ladder import decide
 from remediator.decide.plan import evaluate
+from remediator.decide.views import NodeView
 from remediator.decide.wake import next_decision
 from remediator.policy import Policy
 from simulator.fleet import SimNode
@@ -43,18 +45,31 @@ def as_deployed(policy: Policy) -> Policy:
 class SimLeader:
     """The leader's passes: the breaker's trips kept between passes as serve keeps them on its Lease."""
 
-    def __init__(self, policy: Policy, pool_sizes: dict[str, int]) -> None:
+    def __init__(self, policy: Policy, pool_sizes: dict[str, int], gpus_per_node: int = 0) -> None:
         self.policy = policy
         self.pool_sizes = dict(pool_sizes)
+        # the GPUs each pool's DRA driver publishes (0: no DRA): the GPU quarantine budget's base
+        self.pool_gpus = {p: n * gpus_per_node for p, n in pool_sizes.items()}
         self.breaker_trips: dict[str, str] = {}
         self.trips = 0  # closed -> open transitions
 
     def decide(self, nodes: list[SimNode], now: float) -> tuple[Ledger, list[NodePlan]]:
         views = [n.view(self.policy, to_datetime(now)) for n in nodes]
-        ledger, plans = evaluate(views, self.policy, to_datetime(now), self.breaker_trips, None, self.pool_sizes)
+        ledger, plans = self._evaluate(views, to_datetime(now))
         self.trips += len(ledger.newly_tripped)
         self.breaker_trips = ledger.breaker_trips
         return ledger, plans
+
+    def _evaluate(self, views: list[NodeView], now: datetime) -> tuple[Ledger, list[NodePlan]]:
+        """remediator.decide.plan.evaluate: the ledger, then decide. Its two steps are called here so that each pool
+        counts all its published GPUs (as pool_sizes counts all its nodes): the views hold only the tracked nodes,
+        and the GPU quarantine budget (budget.max_quarantined_gpus) is a share of the pool's GPUs."""
+        if not any(self.pool_gpus.values()):
+            return evaluate(views, self.policy, now, self.breaker_trips, None, self.pool_sizes)
+        ledger = Ledger.from_views(views, self.policy, now, self.breaker_trips, self.pool_sizes)
+        for pool, usage in ledger.pools.items():
+            usage.gpus = self.pool_gpus.get(pool, usage.gpus)
+        return ledger, decide(views, self.policy, now, ledger, None)
 
     def next_wake(self, nodes: Iterable[SimNode], now: float, rate_capped: bool) -> float | None:
         """The ladder's own next decision time (remediator.decide.wake), in simulated seconds."""

@@ -56,6 +56,10 @@ class RunResult:
     decisions: dict[str, int]  # action/decision -> count
     samples: list[Sample] = field(default_factory=list)
     outcomes: Outcomes = field(default_factory=Outcomes)  # jobs by size (simulator/jobs/outcomes.py)
+    false_positives: dict[str, int] = field(default_factory=dict)  # alert -> false firings on healthy nodes
+    flapped: int = 0  # alerts of persisting faults that resolved and fired again
+    replacement: dict[str, float] = field(default_factory=dict)  # spares used, waits, wait hours, new nodes faulty
+    gpu_hours_kept: float = 0.0  # GPU-hours a DRA quarantine of one GPU kept in service that node scope would not
 
     @property
     def node_availability(self) -> float:
@@ -86,6 +90,7 @@ def run_figures(r: RunResult) -> dict[str, float | None]:
         "platform_failure_rate": j.failed_platform / j.ended if j.ended else None,
         "platform_interrupted_attempts": j.attempts_by_platform / j.attempts if j.attempts else None,
         "mttr_hours": r.mean_outage_h,
+        "gpu_hours_kept": r.gpu_hours_kept,
     }
 
 
@@ -102,7 +107,7 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"scenario": runs[0].scenario, "runs": len(runs), "seeds": [r.seed for r in runs],
                            "nodes": runs[0].nodes, "days": runs[0].days}
     intervals: dict[str, list[float] | None] = {}
-    for key in (*HEADLINE, "platform_interrupted_attempts", "mttr_hours"):
+    for key in (*HEADLINE, "platform_interrupted_attempts", "mttr_hours", "gpu_hours_kept"):
         values = [v for v in (f[key] for f in figures) if v is not None]
         if values:
             mean, lo, hi = interval(values)
@@ -137,6 +142,10 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
         "max_disrupted": {p: max(r.max_disrupted.get(p, 0) for r in runs) for p in runs[0].max_disrupted},
     }
     out["by_size"] = by_size(runs)
+    out["detection"] = {"false_positives": _mean_maps([{k: float(v) for k, v in r.false_positives.items()}
+                                                       for r in runs]),
+                        "flapped": statistics.fmean(r.flapped for r in runs)}
+    out["replacement"] = _mean_maps([r.replacement for r in runs])
     out["remediator"] = {"passes": statistics.fmean(r.passes for r in runs),
                          "decisions": _mean_maps([{k: float(v) for k, v in r.decisions.items()} for r in runs])}
     return out
@@ -164,7 +173,7 @@ def by_size(runs: list[RunResult]) -> dict[str, dict[str, Any]]:
 def _fmt(key: str, value: float | None, iv: list[float] | None) -> str:
     if value is None:
         return "n/a (no such jobs ended)"
-    digits = 5 if "availability" in key else 4
+    digits = 5 if "availability" in key else 1 if key == "gpu_hours_kept" else 4
     text = f"{value:.{digits}f}"
     if iv is not None and iv[0] != iv[1]:
         text += f"  [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]"
@@ -177,7 +186,8 @@ def render_text(s: dict[str, Any]) -> str:
     labels = {"node_availability": "node availability", "gpu_availability": "GPU availability",
               "ettr": "ETTR (training, mean)", "job_success_rate": "job success rate",
               "platform_failure_rate": "platform-caused failures", "platform_interrupted_attempts":
-              "attempts ended by platform", "mttr_hours": "mean outage (h)"}
+              "attempts ended by platform", "mttr_hours": "mean outage (h)",
+              "gpu_hours_kept": "GPU-hours kept (GPU scope)"}
     for key, label in labels.items():
         line = f"  {label:<28} {_fmt(key, s[key], s['intervals'][key])}"
         target = s["targets"].get(key)
@@ -207,6 +217,13 @@ def render_text(s: dict[str, Any]) -> str:
             "job_success_rate", "platform_failure_rate", "attempt_failure_rate", "attempt_infra_failure_rate")]
         mttf = f"{e['mttf_hours'][0]:.1f}" if e["mttf_hours"] is not None else "n/a"
         lines.append(f"  {name:<9} {e['jobs_ended'][0]:9.0f} ended  {'  '.join(cells)}  {mttf}")
+    d = s["detection"]
+    fps = ", ".join(f"{k} {v:.1f}" for k, v in d["false_positives"].items()) or "none"
+    lines.append(f"detection per run: false positives {fps}; flapping alerts fired again {d['flapped']:.1f}")
+    rep = s["replacement"]
+    lines.append(f"replacement per run: {rep.get('spares_used', 0):.1f} spares used, {rep.get('spare_waits', 0):.1f} "
+                 f"waited for one ({rep.get('spare_wait_hours', 0):.1f} h), {rep.get('new_nodes_faulty', 0):.1f} "
+                 "new nodes arrived faulty")
     lines.append(f"remediator passes per run: {s['remediator']['passes']:.0f}")
     return "\n".join(lines)
 

@@ -7,14 +7,22 @@ unknown keys refused, durations as the policy writes them), so a bad scenario fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from remediator.decide.nodestate import RUNGS
 from remediator.policy import PolicyError, YamlReader, read_utf8
-from simulator.failure_data import Cause, default_causes_yaml, llama3_counts, model_parameters, named_rate
+from simulator.failure_data import (
+    Cause,
+    DetectionModel,
+    default_causes_yaml,
+    default_false_positives,
+    llama3_counts,
+    model_parameters,
+    named_rate,
+)
 
 DAY = 86400.0
 FIX_RUNGS = ("reset_gpu", "reboot", "replace", "external")
@@ -79,6 +87,18 @@ class SwitchModel:
 
 
 @dataclass(frozen=True)
+class ReplacementModel:
+    """Where new nodes come from (simulator/spares.py, cluster.py's replacement): each pool's spares (a pool not
+    named has as many as it needs), how long a removed node takes to come back as a spare (its RMA repair), and the
+    share of new nodes that arrive with a fault."""
+
+    spares: tuple[tuple[str, int], ...] = ()
+    spare_return_s: float = 3 * DAY  # model_parameters.csv remediation_rma_repair (mid: 3 days)
+    # SuperBench (ATC'24, fleet_failure_summary.csv): 10.36% of nodes failed proactive validation in a 90-day build-out
+    new_node_faulty: float = 0.10
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     source: str
@@ -105,6 +125,11 @@ class Scenario:
     small: SmallJobSpec | None = None
     sample_interval_s: float = 3600.0
     description: str = ""
+    # alert -> false firings per 1,000 node-days on a healthy node (data/false_positives.yaml; noise.py)
+    false_positives: tuple[tuple[str, float], ...] = field(
+        default_factory=lambda: tuple(default_false_positives().items()))
+    replacement: ReplacementModel = ReplacementModel()
+    dra: bool = False  # the GPUs are published by a DRA driver and DeviceTaintRule is served: GPU scope (fleet.dra)
 
     @property
     def nodes(self) -> int:
@@ -164,7 +189,7 @@ def _causes(s: _Scenario, overrides: Any) -> dict[str, Cause]:
     out = {}
     for name, spec in raw.items():
         key = f"causes.{name}"
-        spec = r.section(key, {"alert", "scope", "job", "kind", "fixed_by", "external_repair"}, spec)
+        spec = r.section(key, {"alert", "scope", "job", "kind", "fixed_by", "external_repair", "detection"}, spec)
         kind = r.string(f"{key}.kind", spec.get("kind", "hardware"), ("hardware", "application", "transient",
                                                                          "external"))
         fixed_raw = r.section(f"{key}.fixed_by", set(FIX_RUNGS), spec.get("fixed_by") or {})
@@ -179,8 +204,23 @@ def _causes(s: _Scenario, overrides: Any) -> dict[str, Cause]:
             scope=r.string(f"{key}.scope", spec.get("scope", "node"), ("gpu", "node")),
             job=r.string(f"{key}.job", spec.get("job", "crash"), ("crash", "hang")), kind=kind, fixed_by=fixed,
             external_repair_s=s.seconds(f"{key}.external_repair", spec["external_repair"])
-            if "external_repair" in spec else None)
+            if "external_repair" in spec else None, detection=_cause_detection(s, key, spec.get("detection")))
     return out
+
+
+def _cause_detection(s: _Scenario, key: str, value: Any) -> DetectionModel:
+    """A cause's `detection:` (coverage, flapping, signal, quiet): how well its alert sees it (simulator/noise.py)."""
+    r, d = s.r, DetectionModel()
+    det = r.section(f"{key}.detection", {"coverage", "flapping", "signal", "quiet"}, value)
+    model = DetectionModel(
+        coverage=s.number(f"{key}.detection.coverage", det.get("coverage", d.coverage), 0, 1),
+        flapping=s.number(f"{key}.detection.flapping", det.get("flapping", d.flapping), 0, 1),
+        signal_s=s.seconds(f"{key}.detection.signal", det["signal"]) if "signal" in det else d.signal_s,
+        quiet_s=s.seconds(f"{key}.detection.quiet", det["quiet"]) if "quiet" in det else d.quiet_s)
+    for part, seconds in (("signal", model.signal_s), ("quiet", model.quiet_s)):
+        if seconds <= 0:
+            raise r.fail(f"{key}.detection.{part}", "expected a duration above 0")
+    return model
 
 
 def _rung_models(s: _Scenario, value: Any) -> tuple[dict[str, RungModel], dict[str, float]]:
@@ -271,10 +311,11 @@ def _parse(text: str, source: str) -> Scenario:
     if "days" not in top:
         raise r.fail("days", "required: how many days to simulate")
     kw["days"] = s.number("days", top["days"], 0, lo_open=True)
-    kw.update(_fleet(r, top.get("fleet")))
+    kw.update(_fleet(s, top.get("fleet")))
     kw["causes"] = causes = _causes(s, top.get("causes"))
     kw.update(_failures(s, causes, top.get("failures")))
     kw.update(_detection(s, top.get("detection")))
+    perfect_detection = kw.pop("perfect_detection", False)
     rungs, extra = _rung_models(s, top.get("remediation"))
     kw["rungs"] = rungs
     if "manual_repair" in extra:
@@ -286,19 +327,43 @@ def _parse(text: str, source: str) -> Scenario:
         kw["sample_interval_s"] = s.seconds("sample_interval", top["sample_interval"])
     name = r.string("name", top.get("name", Path(source).stem))
     description = r.string("description", top["description"]) if "description" in top else ""
-    return Scenario(name=name, source=source, description=description, **kw)
+    sc = Scenario(name=name, source=source, description=description, **kw)
+    return perfect(sc) if perfect_detection else sc
 
 
-def _fleet(r: YamlReader, value: Any) -> dict[str, Any]:
+def perfect(sc: Scenario) -> Scenario:
+    """Perfect detection (detection.perfect, model checks): every fault seen, no false positive, no flapping."""
+    return replace(sc, causes={n: replace(c, detection=DetectionModel()) for n, c in sc.causes.items()},
+                   false_positives=())
+
+
+def _fleet(s: _Scenario, value: Any) -> dict[str, Any]:
+    r = s.r
     kw: dict[str, Any] = {}
-    fleet = r.section("fleet", {"pools", "gpus_per_node"}, value)
+    fleet = r.section("fleet", {"pools", "gpus_per_node", "spares", "spare_return", "new_node_faulty", "dra"}, value)
     pools_raw = r.section("fleet.pools", set(fleet.get("pools") or {}), fleet.get("pools"))
     if not pools_raw:
         raise r.fail("fleet.pools", "required: a mapping of pool name to its node count")
     kw["pools"] = tuple((str(p), r.integer(f"fleet.pools.{p}", n, minimum=1)) for p, n in pools_raw.items())
     if "gpus_per_node" in fleet:
         kw["gpus_per_node"] = r.integer("fleet.gpus_per_node", fleet["gpus_per_node"], minimum=1)
+    if "dra" in fleet:
+        kw["dra"] = r.boolean("fleet.dra", fleet["dra"])
+    kw["replacement"] = _replacement(s, fleet, {p for p, _ in kw["pools"]})
     return kw
+
+
+def _replacement(s: _Scenario, fleet: dict[str, Any], pools: set[str]) -> ReplacementModel:
+    r, d = s.r, ReplacementModel()
+    spares_raw = r.section("fleet.spares", set(fleet.get("spares") or {}), fleet.get("spares"))
+    unknown = sorted(str(p) for p in spares_raw if p not in pools)
+    if unknown:
+        raise r.fail("fleet.spares", f"no such pool {', '.join(unknown)} (pools: {', '.join(sorted(pools))})")
+    return ReplacementModel(
+        spares=tuple((str(p), r.integer(f"fleet.spares.{p}", n)) for p, n in spares_raw.items()),
+        spare_return_s=s.seconds("fleet.spare_return", fleet["spare_return"]) if "spare_return" in fleet
+        else d.spare_return_s,
+        new_node_faulty=s.number("fleet.new_node_faulty", fleet.get("new_node_faulty", d.new_node_faulty), 0, 1))
 
 
 def _failures(s: _Scenario, causes: dict[str, Any], value: Any) -> dict[str, Any]:
@@ -353,9 +418,18 @@ def _mix(s: _Scenario, causes: dict[str, Any], mix: Any) -> tuple[tuple[str, flo
 
 def _detection(s: _Scenario, value: Any) -> dict[str, Any]:
     kw: dict[str, Any] = {}
-    det = s.r.section("detection", {"evaluation_interval", "job_timeout", "delay", "found_by_people"}, value)
+    det = s.r.section("detection", {"evaluation_interval", "job_timeout", "delay", "found_by_people",
+                                    "false_positives", "perfect"}, value)
     if "found_by_people" in det:
         kw["found_by_people_s"] = s.seconds("detection.found_by_people", det["found_by_people"])
+    if "perfect" in det and s.r.boolean("detection.perfect", det["perfect"]):
+        kw["perfect_detection"] = True
+        if "false_positives" in det:
+            raise s.r.fail("detection.false_positives", "perfect detection has none (detection.perfect is true)")
+    if "false_positives" in det:
+        raw = s.r.section("detection.false_positives", set(det["false_positives"] or {}), det["false_positives"])
+        kw["false_positives"] = tuple((str(a), s.number(f"detection.false_positives.{a}", v))
+                                      for a, v in raw.items())
     if "evaluation_interval" in det:
         kw["evaluation_interval_s"] = s.seconds("detection.evaluation_interval", det["evaluation_interval"])
     if "job_timeout" in det:
@@ -388,6 +462,10 @@ def check_alerts(scenario: Scenario, known: set[str], rules_source: str) -> None
         if cause.alert is not None and cause.alert not in known:
             raise ScenarioError(scenario.source, f"causes.{cause.name}.alert", None,
                                 f"no alert {cause.alert!r} in {rules_source}")
+    for alert, rate in scenario.false_positives:
+        if rate > 0 and alert not in known:
+            raise ScenarioError(scenario.source, f"detection.false_positives.{alert}", None,
+                                f"no alert {alert!r} in {rules_source}")
     if scenario.switches.rate_per_1000_days > 0 and scenario.switches.alert not in known:
         raise ScenarioError(scenario.source, "failures.switches.alert", None,
                             f"no alert {scenario.switches.alert!r} in {rules_source}")

@@ -18,12 +18,13 @@ def pipeline(detection_delay_s: float | None = None) -> Pipeline:
 
 def model_job(nodes: int, checkpoint_min: int, days: float, rate: float = 6.5, detection_s: int = 300,
               restart_s: int = 300, cost_s: int = 0) -> Scenario:
-    """One synchronous job of `nodes` nodes, 10% spares, one hardware cause, a fixed detection delay."""
+    """One synchronous job of `nodes` nodes, 10% spares, one hardware cause, a fixed detection delay, perfect
+    detection (every fault seen, no false positive, no flapping) and sound new nodes: the closed forms' model."""
     return parse_scenario(f"""
 days: {days}
-fleet: {{pools: {{p: {nodes + nodes // 10 + 8}}}}}
+fleet: {{pools: {{p: {nodes + nodes // 10 + 8}}}, new_node_faulty: 0}}
 failures: {{rate: {rate}, mix: {{Faulty GPU: 1}}, lemon: {{fraction: 0}}}}
-detection: {{delay: {detection_s}s}}
+detection: {{delay: {detection_s}s, perfect: true}}
 jobs:
   training: [{{nodes: {nodes}, checkpoint_interval: {checkpoint_min}m, checkpoint_cost: {cost_s}s,
                restart_overhead: {restart_s}s}}]

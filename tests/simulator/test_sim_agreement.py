@@ -53,12 +53,12 @@ def test_more_frequent_checkpoints_raise_ettr() -> None:
 def _fixed_repair(nodes: int, days: int, rate: float, repair: str) -> str:
     return f"""
 days: {days}
-fleet: {{pools: {{p: {nodes}}}}}
+fleet: {{pools: {{p: {nodes}}}, new_node_faulty: 0}}
 failures: {{rate: {rate}, mix: {{Cable: 1}}, lemon: {{fraction: 0}}}}
 causes:
   Cable: {{alert: NetdevTransmitTimeout, scope: node, job: hang, kind: external, external_repair: {repair},
            fixed_by: {{external: 1.0}}}}
-detection: {{delay: 5m}}
+detection: {{delay: 5m, perfect: true}}
 """
 
 

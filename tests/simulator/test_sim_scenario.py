@@ -61,6 +61,19 @@ def test_llama3_scenario_is_the_papers_run() -> None:
      "jobs.other_failure_rate: expected a number >= 0"),
     ("days: 10\nfleet:\n  pools: {a: 4}\ndetection:\n  found_by_people: later\n", 5,
      "detection.found_by_people: expected a duration"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\n  spares: {b: 2}\n", 4, "fleet.spares: no such pool b"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\n  spares: {a: -1}\n", 4, "fleet.spares.a: expected an integer >= 0"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\n  new_node_faulty: 2\n", 4,
+     "fleet.new_node_faulty: expected a number >= 0 and <= 1"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\n  dra: maybe\n", 4, "fleet.dra: expected true or false"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ncauses:\n  X:\n    kind: hardware\n    fixed_by: {reboot: 1}\n"
+     "    detection: {coverage: 1.5}\n", 8, "causes.X.detection.coverage: expected a number >= 0 and <= 1"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ncauses:\n  X:\n    kind: hardware\n    fixed_by: {reboot: 1}\n"
+     "    detection: {flapping: 0.5, quiet: 0s}\n", 8, "causes.X.detection.quiet: expected a duration above 0"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ndetection:\n  false_positives: {HostHungTask: lots}\n", 5,
+     "detection.false_positives.HostHungTask: expected a number >= 0"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ndetection:\n  perfect: true\n  false_positives: {HostHungTask: 1}\n", 6,
+     "detection.false_positives: perfect detection has none"),
 ])
 def test_bad_scenarios_name_file_line_and_why(text: str, line: int | None, fragment: str) -> None:
     with pytest.raises(ScenarioError) as err:
@@ -84,3 +97,18 @@ def test_a_missing_or_non_utf8_file_is_refused(tmp_path: Path) -> None:
     bad.write_bytes(b"days: 1\n# caf\xe9\n")
     with pytest.raises(ScenarioError, match=r"latin1.yaml:2: <file>: not UTF-8"):
         load_scenario(bad)
+
+
+def test_a_false_positive_naming_an_alert_the_rules_lack_is_refused() -> None:
+    sc = parse_scenario("days: 1\nfleet: {pools: {a: 2}}\ndetection:\n  false_positives: {NoSuchAlert: 1}\n", "s.yaml")
+    with pytest.raises(ScenarioError, match=r"detection\.false_positives\.NoSuchAlert: no alert 'NoSuchAlert'"):
+        check_alerts(sc, set(load_rules(REPO / "rules")), "rules/")
+
+
+def test_detection_defaults_come_from_the_data_files_and_perfect_detection_drops_them() -> None:
+    sc = parse_scenario("days: 1\nfleet: {pools: {a: 2}}\n", "s.yaml")
+    assert dict(sc.false_positives)["HostHungTask"] > 0
+    assert sc.causes["SSD"].detection.coverage < 1 and sc.causes["NIC"].detection.flapping > 0
+    perfect = parse_scenario("days: 1\nfleet: {pools: {a: 2}}\ndetection: {perfect: true}\n", "s.yaml")
+    assert perfect.false_positives == ()
+    assert all(c.detection.coverage == 1 and c.detection.flapping == 0 for c in perfect.causes.values())
