@@ -52,7 +52,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
     return Overrides(nodes=args.nodes, days=args.days, failure_rate=args.failure_rate, job_nodes=args.job_nodes,
                      checkpoint_interval=args.checkpoint_interval, checkpoint_cost=args.checkpoint_cost,
                      restart_overhead=args.restart_overhead, detection_delay=args.detection_delay, dra=args.dra,
-                     perfect_detection=args.perfect_detection)
+                     perfect_detection=args.perfect_detection, no_burn_in=args.no_burn_in)
 
 
 def _prepare(args: argparse.Namespace, scenario_arg: str, rules: Path, policy_path: str | Path | None
@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="every fault seen, no false positive, no flapping (detection.perfect: true)")
         sp.add_argument("--dra", action="store_true",
                         help="the GPUs published by a DRA driver, DeviceTaintRule served: GPU scope (fleet.dra)")
+        sp.add_argument("--no-burn-in", action="store_true",
+                        help="new nodes take work at once, without the burn-in startup taint (fleet.burn_in: false)")
 
     r = sub.add_parser("run", help="simulate a scenario under a policy and rules")
     r.add_argument("scenario")

@@ -13,6 +13,7 @@ from remediator.decide.diagnosis import Diagnosis
 from remediator.decide.nodestate import time_text
 from remediator.decide.views import PodRef
 from remediator.decide.vocabulary import Action, JobStatus, Rung, TaintEffect
+from simulator.burn_in import BurnIns
 from simulator.events import EventQueue
 from simulator.faults import FaultSource
 from simulator.fleet import Fleet, SimNode
@@ -34,17 +35,20 @@ EVIDENCE_SECONDS = 60.0
 class SimCluster:
     def __init__(self, queue: EventQueue, scenario: Scenario, fleet: Fleet, faults: FaultSource, jobs: JobScheduler,
                  passes: PassSchedule, validation_level: int = 1, diagnose_level: int = 2,
-                 sweep_level: int = 3) -> None:
+                 sweep_level: int = 3, burn_in_level: int = 1) -> None:
         self._queue, self._sc, self._fleet = queue, scenario, fleet
         self._faults, self._jobs, self._passes = faults, jobs, passes
         self.spares = SparePool(queue, scenario.replacement)
         faults.replacer = self.replace_node
-        self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": sweep_level}
+        self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": sweep_level,
+                               "burn-in": burn_in_level}
+        self.burn_ins = BurnIns()
         self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
             Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
             Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon,
             Action.DIAGNOSE: self._diagnose, Action.COLLECT_EVIDENCE: self._collect_evidence,
-            Action.QUARANTINE_GPU: self._quarantine_gpu, Action.RELEASE_GPU: self._release_gpu}
+            Action.QUARANTINE_GPU: self._quarantine_gpu, Action.RELEASE_GPU: self._release_gpu,
+            Action.END_BURN_IN: self._end_burn_in}
 
     def apply(self, plan: NodePlan) -> None:
         """The plan's state on its Node, then the effect of each decision it executes (the others have none here)."""
@@ -84,6 +88,8 @@ class SimCluster:
         if plan.base_state.cordoned:
             node.unschedulable = False
         node.quarantined = ()  # a node handed over from GPU scope: its device taints go at return to service
+        if node.burn_in:  # an episode during its burn-in closed: the burn-in starts afresh on serve's next pass
+            self._passes.request(self._queue.now)
 
     def _quarantine_gpu(self, node: SimNode, plan: NodePlan) -> None:
         """GPU scope: device taints on the GPU (its DeviceTaintRule). NoSchedule keeps claims off it, so the
@@ -96,6 +102,13 @@ class SimCluster:
             if d.effect == TaintEffect.NO_EXECUTE and any(p.uses_gpu and not p.terminating for p in node.pods):
                 self._drain(node, plan)
         self._jobs.excluded(node)  # no whole-node job can use it now: out of a training job's way
+
+    def _end_burn_in(self, node: SimNode, plan: NodePlan) -> None:
+        """The burn-in taint comes off: passed (or skipped), the node enters service; failed, gpuhealth's cordon
+        (executed in the same plan) keeps it out and the ladder climbs on later passes."""
+        failed = any(d.action == Action.CORDON for d in plan.executes())
+        self.burn_ins.end(node, self._queue.now, failed)
+        self._passes.request(self._queue.now)
 
     def _release_gpu(self, node: SimNode, plan: NodePlan) -> None:
         node.quarantined = ()
@@ -214,6 +227,7 @@ class SimCluster:
             return
         # a swap fixes what is in the node; a cable, a switch or the host's maintenance stays with the slot
         outside = node.fault if node.fault is not None and node.fault.fix == "external" else None
+        self.burn_ins.gone(node, self._queue.now)
         self.spares.removed(node.pool)
         self._faults.renew(node, outside)
         self.node_arrives(node)
@@ -221,15 +235,20 @@ class SimCluster:
     def replacement_figures(self, end: float) -> dict[str, float]:
         self.spares.close(end)
         return {"spares_used": float(self.spares.used), "spare_waits": float(self.spares.waits),
-                "spare_wait_hours": self.spares.wait_s / 3600.0, "new_nodes_faulty": float(self._faults.arrived_faulty)}
+                "spare_wait_hours": self.spares.wait_s / 3600.0, "new_nodes_faulty": float(self._faults.arrived_faulty),
+                **self.burn_ins.figures(end)}
 
     def node_arrives(self, node: SimNode) -> None:
-        """A new node arrives in the slot (a spare, after a replacement): the seam for what happens before it takes
-        work. Now: it is bad with the scenario's fleet.new_node_faulty (its own draw, whatever the policy: a
-        hardware fault there from its first minute) and enters service at once; burn-in would hold it here
-        (a startup taint until a diagnostic passes) and decide when it enters service."""
+        """A new node arrives in the slot (a spare, after a replacement): it is bad with the scenario's
+        fleet.new_node_faulty (its own draw, whatever the policy: a hardware fault there from its first minute).
+        Without burn-in it enters service at once; with it (fleet.burn_in: the NodePool's startup taint) it waits,
+        Ready and out of work, for the remediator's burn-in to end (simulator/burn_in.py)."""
+        if self._sc.replacement.burn_in:
+            self.burn_ins.begin(node, self._queue.now)
+            self._fleet.tracked.add(node.slot)
         rng = self._faults.arrival_stream(node)
         if rng.random() < self._sc.replacement.new_node_faulty and node.fault is None:
             self._faults.arrives_faulty(node, rng)
+        self.burn_ins.arrived(node)
         self._jobs.node_changed(node)
         self._passes.request(self._queue.now)

@@ -24,7 +24,7 @@ from simulator.cluster import SimCluster
 from simulator.detection import Pipeline
 from simulator.events import HOUR, EventQueue
 from simulator.faults import FaultSource
-from simulator.fleet import Fleet
+from simulator.fleet import Fault, Fleet, SimNode
 from simulator.jobs.scheduler import JobScheduler
 from simulator.passes import PassSchedule
 from simulator.recording import BudgetWatch, DecisionTally, Sampler, out_of_service
@@ -56,13 +56,19 @@ class Simulation:
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
         self.faults.classifier = policy.workloads.enabled
-        self.jobs.on_failed(self.faults.job_failed_on)
+        self.jobs.on_failed(self._job_failed_on)
         self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes,
-                                  policy.diagnose.validation_level, policy.diagnose.level, policy.sweep.level)
+                                  policy.diagnose.validation_level, policy.diagnose.level, policy.sweep.level,
+                                  policy.burn_in.level)
         self.decisions = DecisionTally()
         self.budget = BudgetWatch(self.fleet.pool_sizes)
         self.sampler = (Sampler(self.queue, self.fleet, self.budget, self.jobs.tally, scenario.sample_interval_s)
                         if samples else None)
+
+    def _job_failed_on(self, node: SimNode, fault: Fault) -> None:
+        """A job failed on a node's fault: people's (and the classifier's) finding, and burn-in's tally."""
+        self.faults.job_failed_on(node, fault)
+        self.cluster.burn_ins.job_failed(node, fault)
 
     def run(self) -> RunResult:
         if self.leader.policy.sweep.enabled:

@@ -75,6 +75,7 @@ class SimNode:
     dra: bool = False  # its GPUs are published by a DRA driver and DeviceTaintRule is served (scenario fleet.dra)
     quarantined: tuple[str, ...] = ()  # its DRA devices under gpuhealth's device taints (GPU scope)
     quarantine_started: float | None = None  # when, in this outage, a GPU quarantine first held its GPU alone
+    burn_in: bool = False  # a new node with the burn-in startup taint: out of work until gpuhealth takes it off
 
     @property
     def name(self) -> str:
@@ -84,6 +85,10 @@ class SimNode:
     def takes_work(self) -> bool:
         """Nothing keeps the whole node out (a fault no one has seen yet does not): its GPUs, but any quarantined
         one, are in service."""
+        return self._free_to_work and not self.burn_in
+
+    @property
+    def _free_to_work(self) -> bool:
         return (not self.unschedulable and not self.our_taint and self.ready and not self.replacing
                 and not self.excluded_by_job)
 
@@ -98,11 +103,19 @@ class SimNode:
         """Counted available: schedulable, and not broken."""
         return self.schedulable and (self.fault is None or not self.fault.cause.node_fault)
 
+    @property
+    def sound_in_burn_in(self) -> bool:
+        """A sound new node that only its burn-in keeps out of work: it never was in service, so that time is not
+        out of service (simulator/burn_in.py counts it apart). A faulty one is out, as it would be without burn-in."""
+        return (self.burn_in and self._free_to_work and not self.quarantined
+                and (self.fault is None or not self.fault.cause.node_fault))
+
     def next_generation(self) -> None:
         """The slot's node is swapped for a new one: a new name, nothing recorded, nothing running, no fault."""
         self.generation += 1
         self.state = EMPTY
         self.unschedulable = self.our_taint = self.replacing = self.awaiting_spare = self.excluded_by_job = False
+        self.burn_in = False
         self.ready = True
         self.pods = []
         self.job_status = None
@@ -131,7 +144,7 @@ class SimNode:
             job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,
             diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None,
             evidence_status=self.evidence_status if st.evidence_job and st.evidence is None else None,
-            history=self.history, last_sweep=self.last_sweep)
+            history=self.history, last_sweep=self.last_sweep, burn_in=self.burn_in, gpus_advertised=self.ready)
         if self.dra:
             self._publish_gpus(view, policy)
         if now is not None and sweep_candidate(view, policy, now):
@@ -179,7 +192,7 @@ class Availability:
         """Open or close the node's outage after a change."""
         if node.state.rung:
             node.out_rung = max(node.out_rung, rung_index(node.state.rung))
-        up = node.in_service
+        up = node.in_service or node.sound_in_burn_in
         if not up and node.out_since is None:
             node.out_since = now
             node.out_cause = node.fault.cause.name if node.fault else (node.noise_cause or "remediation")
@@ -261,6 +274,6 @@ class Fleet:
         for slot in list(self.tracked):
             n = self.nodes[slot]
             st = n.state
-            if not (st.active or st.alerts or n.our_taint or n.unschedulable or n.quarantined
+            if not (st.active or st.alerts or n.our_taint or n.unschedulable or n.quarantined or n.burn_in
                     or st.actions_since(hour_ago)):
                 self.tracked.discard(slot)

@@ -20,6 +20,7 @@ class Overrides:
     detection_delay: str | None = None
     dra: bool = False  # fleet.dra: true
     perfect_detection: bool = False  # detection.perfect: true
+    no_burn_in: bool = False  # fleet.burn_in: false
 
 
 def seconds(text: str) -> float:
@@ -63,6 +64,8 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         sc = replace(sc, dra=True)
     if o.perfect_detection:
         sc = perfect(sc)
+    if o.no_burn_in:
+        sc = replace(sc, replacement=replace(sc.replacement, burn_in=False))
     sizes = dict(sc.pools)
     too_big = [t.name for t in sc.training if t.nodes > (sizes[t.pool] if t.pool else sc.nodes)]
     if too_big:

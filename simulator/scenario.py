@@ -96,6 +96,10 @@ class ReplacementModel:
     spare_return_s: float = 3 * DAY  # model_parameters.csv remediation_rma_repair (mid: 3 days)
     # SuperBench (ATC'24, fleet_failure_summary.csv): 10.36% of nodes failed proactive validation in a 90-day build-out
     new_node_faulty: float = 0.10
+    # the NodePool gives new nodes the burn-in startup taint (policy burn_in.taint; docs/remediation.md "Burn-in of new
+    # nodes"): gpuhealth's diagnostic runs before a new node's first pod. On by default: the chart deploys the
+    # remediator with a judge image (as_deployed), without which the real code takes the taint off untested at once
+    burn_in: bool = True
 
 
 @dataclass(frozen=True)
@@ -340,7 +344,8 @@ def perfect(sc: Scenario) -> Scenario:
 def _fleet(s: _Scenario, value: Any) -> dict[str, Any]:
     r = s.r
     kw: dict[str, Any] = {}
-    fleet = r.section("fleet", {"pools", "gpus_per_node", "spares", "spare_return", "new_node_faulty", "dra"}, value)
+    fleet = r.section("fleet", {"pools", "gpus_per_node", "spares", "spare_return", "new_node_faulty", "dra",
+                                   "burn_in"}, value)
     pools_raw = r.section("fleet.pools", set(fleet.get("pools") or {}), fleet.get("pools"))
     if not pools_raw:
         raise r.fail("fleet.pools", "required: a mapping of pool name to its node count")
@@ -363,7 +368,8 @@ def _replacement(s: _Scenario, fleet: dict[str, Any], pools: set[str]) -> Replac
         spares=tuple((str(p), r.integer(f"fleet.spares.{p}", n)) for p, n in spares_raw.items()),
         spare_return_s=s.seconds("fleet.spare_return", fleet["spare_return"]) if "spare_return" in fleet
         else d.spare_return_s,
-        new_node_faulty=s.number("fleet.new_node_faulty", fleet.get("new_node_faulty", d.new_node_faulty), 0, 1))
+        new_node_faulty=s.number("fleet.new_node_faulty", fleet.get("new_node_faulty", d.new_node_faulty), 0, 1),
+        burn_in=r.boolean("fleet.burn_in", fleet["burn_in"]) if "burn_in" in fleet else d.burn_in)
 
 
 def _failures(s: _Scenario, causes: dict[str, Any], value: Any) -> dict[str, Any]:

@@ -66,6 +66,7 @@ def test_llama3_scenario_is_the_papers_run() -> None:
     ("days: 10\nfleet:\n  pools: {a: 4}\n  new_node_faulty: 2\n", 4,
      "fleet.new_node_faulty: expected a number >= 0 and <= 1"),
     ("days: 10\nfleet:\n  pools: {a: 4}\n  dra: maybe\n", 4, "fleet.dra: expected true or false"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\n  burn_in: sometimes\n", 4, "fleet.burn_in: expected true or false"),
     ("days: 10\nfleet:\n  pools: {a: 4}\ncauses:\n  X:\n    kind: hardware\n    fixed_by: {reboot: 1}\n"
      "    detection: {coverage: 1.5}\n", 8, "causes.X.detection.coverage: expected a number >= 0 and <= 1"),
     ("days: 10\nfleet:\n  pools: {a: 4}\ncauses:\n  X:\n    kind: hardware\n    fixed_by: {reboot: 1}\n"
