@@ -146,7 +146,7 @@ def test_aggregated_small_jobs_give_the_per_event_figures() -> None:
     assert abs(a["infra"] - b["infra"]) < 0.15 * a["infra"], (a["infra"], b["infra"])
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (docs/simulation.md, 'Aggregated small jobs'): under the shipped "
+@pytest.mark.xfail(strict=True, reason="known gap (docs/simulation.md, 'Small jobs', Known gap): under the shipped "
                    "detection, per-event small jobs fail by the platform (3 infrastructure failures, max_retries 2) "
                    "about 3x as often as aggregated ones (0.00031 vs 0.00010 of jobs; under perfect detection "
                    "0.00008 vs 0.00005): per event, a job's retry lands on another unseen faulty node more often "
