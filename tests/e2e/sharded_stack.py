@@ -16,7 +16,6 @@ Durations are scaled as in stack.py (rules / TIME_SCALE). Test-only settings: re
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,6 @@ import yaml
 from tests.e2e.operator_prometheus import pod_monitor, rule_groups, service_monitor, shard
 from tests.e2e.stack import (
     NAMESPACE,
-    ROOT,
     Stack,
     _scaled,
     alertmanager_config,
@@ -40,19 +38,9 @@ from tests.e2e.stack import (
     wait_for,
 )
 from tests.support import kube_prometheus_stack as kps
+from tests.support.rule_sets import scaling_doc_yaml
 
 SHARDS = 2
-SCALING_DOC = ROOT / "docs" / "scaling.md"
-
-
-def doc_yaml(heading: str) -> list[dict[str, Any]]:
-    """The YAML blocks under a heading of docs/scaling.md (up to the next heading), as the reader copies them."""
-    text = SCALING_DOC.read_text()
-    start = text.index(heading)
-    end = text.find("\n#", start + len(heading))
-    section = text[start:end if end > 0 else len(text)]
-    return [doc for block in re.findall(r"```yaml\n(.*?)```", section, re.S) for doc in yaml.safe_load_all(block)
-            if doc]
 
 
 @dataclass
@@ -97,7 +85,7 @@ class ShardedStack(Stack):
         node_rules, fleet_rules = self._rules("gpuhealth-node"), self._rules("gpuhealth-fleet")
         alerting = {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{p}" for p in self.am_ports]}]}]}
         timing = {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"}
-        remote = doc_yaml("### The shards' remote write")[0]["remote_write"][0]
+        remote = scaling_doc_yaml("### The shards' remote write")[0]["remote_write"][0]
         remote = {**remote, "url": f"{self.prometheus}/api/v1/write",
                   "queue_config": {"batch_send_deadline": "1s"}}  # test-only: 5 s by default
         for index in range(SHARDS):
@@ -123,7 +111,7 @@ class ShardedStack(Stack):
         jobs: list[dict[str, Any]] = []
         for monitor in (d for d in self.docs if d["kind"] == "PodMonitor" and kps.selects(d)):
             jobs += pod_monitor(monitor, exporters, self._node_labels, scale)
-        for monitor in doc_yaml("### dcgm-exporter on the node's shard"):
+        for monitor in scaling_doc_yaml("### dcgm-exporter on the node's shard"):
             jobs += pod_monitor(monitor, dcgm, self._node_labels, scale)
         return jobs
 

@@ -65,6 +65,18 @@ def test_node_groups_hold_back_only_on_fleet_alerts() -> None:
     assert held == {"GpuhealthMonitoringFault"}
 
 
+def test_the_shards_remote_write_in_docs_sends_exactly_what_the_fleet_groups_read() -> None:
+    """docs/scaling.md's write_relabel_configs (the e2e's too): every series a fleet group reads that a shard has,
+    and nothing else (the remediator's series the global Prometheus scrapes itself)."""
+    from remediator.metrics import Metrics
+
+    remediator = {f"{f.name}_total" if f.type == "counter" else f.name for f in Metrics().registry.collect()}
+    (doc,) = rule_sets.scaling_doc_yaml("### The shards' remote write")
+    (keep,) = doc["remote_write"][0]["write_relabel_configs"]
+    assert keep["source_labels"] == ["__name__"] and keep["action"] == "keep"
+    assert set(keep["regex"].split("|")) == rule_sets.fleet_inputs(remediator)
+
+
 @pytest.mark.parametrize(("expr", "problem"), [
     ('max by (node, pool) (gpuhealth_gpus_visible) < 8', None),
     ('sum by (pool) (gpuhealth_gpus_visible) < 8', "by (pool) drops the node"),

@@ -79,3 +79,22 @@ def per_node_problems(expr: str, node_series: Iterable[str], fleet_alerts: Itera
     bare = rf"\b({'|'.join(_AGGREGATIONS)})\s*\("
     problems += [f"{m.group(1)}(...) aggregates over every node" for m in re.finditer(bare, text)]
     return problems
+
+
+def fleet_inputs(own_scrapes: Iterable[str]) -> set[str]:
+    """The series the fleet groups read that are not their own records nor in `own_scrapes` (what the fleet engine
+    scrapes itself): what the shards must send it."""
+    fleet = set_groups("fleet")
+    records = {r["record"] for g in fleet for r in g["rules"] if "record" in r}
+    read = set().union(*(metric_names(str(r["expr"])) for g in fleet for r in g["rules"]))
+    return read - records - set(own_scrapes)
+
+
+def scaling_doc_yaml(heading: str) -> list[Any]:
+    """The YAML blocks under a heading of docs/scaling.md (up to the next heading), as a reader copies them."""
+    text = (paths.REPO / "docs" / "scaling.md").read_text()
+    start = text.index(heading)
+    end = text.find("\n#", start + len(heading))
+    section = text[start:end if end > 0 else len(text)]
+    return [doc for block in re.findall(r"```yaml\n(.*?)```", section, re.S) for doc in yaml.safe_load_all(block)
+            if doc]
