@@ -149,6 +149,7 @@ bench: deps .stamp-apt-bench
 	$(BIN)/python bench/kmsg_parse.py --quick
 	$(BIN)/python bench/remediator_storm.py --quick
 	$(BIN)/python bench/rules_scale.py --quick
+	$(BIN)/python bench/rules_scale.py --shards 4 --quick
 	$(BIN)/python bench/sim_speed.py --quick
 	$(BIN)/python bench/gpu_scope_capacity.py
 	$(BIN)/python bench/api_requests.py --quick
