@@ -20,6 +20,11 @@ sizes run, and last `name value` lines. Figures depend on the machine's load: ch
 
     .venv/bin/python bench/rules_scale.py --quick                    # 400 nodes, about a minute on 2 cores
     .venv/bin/python bench/rules_scale.py --sizes 1000,3000,10000    # the documented figures (about 45 min)
+
+Sharded by node (bench/rules_shards.py; docs/scaling.md): one shard's node groups and the global ruler's fleet groups.
+
+    .venv/bin/python bench/rules_scale.py --shards 4 --quick                          # make bench: 1,600 nodes
+    .venv/bin/python bench/rules_scale.py --shards 10 --sizes 10000 --nodes-per-part 10000   # docs/benchmarks.md
 """
 
 from __future__ import annotations

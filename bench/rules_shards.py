@@ -19,23 +19,23 @@ import argparse
 import hashlib
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import TextIO
 
-from fleet_series import H_5M, H_KMSG, H_UP, STEP, FleetWriter, Node
+from fleet_series import H_5M, H_KMSG, FleetWriter, Node, write_slo_history
 from prom_rules import Prometheus, PromRun, merge_blocks, rule_sets, time_rules_alone
-from rules_scale import SLO_DAYS, TARGET_SECONDS, _fmt, _promtool, backfill
+from rules_scale import TARGET_SECONDS, _fmt, _promtool, backfill
 
 # The alert each synthetic fault fires (rules/), with its remediation label: what the shards' ALERTS carry.
 FAULT_ALERTS = {
     "n_app_xid": ("GPUXidApplication", "none"), "n_fatal_xid": ("GPUXidFatal", "reset_gpu"),
     "n_kernel_fatal": ("HostMachineCheck", "reboot"), "n_sxid": ("NVSwitchFatalSXid", "reboot"),
-    "n_recovery_action": ("GPURecoveryActionReset", "reset_gpu"), "n_exporter_down": ("GpuhealthExporterDown", "cordon"),
-    "n_target_missing": ("GpuhealthExporterTargetMissing", "cordon"), "n_probe_failing": ("GpuhealthProbeFailing",
-                                                                                          "cordon"),
+    "n_recovery_action": ("GPURecoveryActionReset", "reset_gpu"),
+    "n_exporter_down": ("GpuhealthExporterDown", "cordon"),
+    "n_target_missing": ("GpuhealthExporterTargetMissing", "cordon"),
+    "n_probe_failing": ("GpuhealthProbeFailing", "cordon"),
     "n_gpu_missing": ("GPUsMissing", "reboot"), "n_efa_missing": ("EFADevicesMissing", "drain"),
     "n_dcgm_fail": ("GPUDCGMHealthFailure", "reset_gpu"), "n_diag_fail": ("GPUDiagFailed", "replace"),
     "n_kmsg_missed": ("GpuhealthKmsgRecordsMissed", "none"), "g_hot": ("GPUTemperatureHigh", "none"),
@@ -104,8 +104,6 @@ class FleetInputs(FleetWriter):
 
 
 def _global_backfill(nodes: int, end: int, work: Path, data: Path, slo_days: int) -> tuple[int, int, float]:
-    from fleet_series import write_slo_history
-
     started = time.monotonic()
     writer = FleetInputs(nodes, end)
     slo = work / "slo.om"
@@ -120,7 +118,8 @@ def _global_backfill(nodes: int, end: int, work: Path, data: Path, slo_days: int
     return writer.counts.series + 2, writer.counts.samples + samples, time.monotonic() - started
 
 
-def _timed(work: Path, data: Path, end: int, groups: set[str], args: argparse.Namespace) -> tuple[PromRun, dict]:
+def _timed(work: Path, data: Path, end: int, groups: set[str],
+           args: argparse.Namespace) -> tuple[PromRun, dict[str, dict[str, float]]]:
     wait = end + 1 - time.time()
     if wait > 0:
         time.sleep(wait)
@@ -131,7 +130,8 @@ def _timed(work: Path, data: Path, end: int, groups: set[str], args: argparse.Na
     return run, alone
 
 
-def run_shard(fleet: int, shards: int, args: argparse.Namespace) -> tuple[int, int, PromRun, dict]:
+def run_shard(fleet: int, shards: int,
+              args: argparse.Namespace) -> tuple[int, int, PromRun, dict[str, dict[str, float]]]:
     keep = lambda node: hashmod(node.name, shards) == 0  # noqa: E731
     count = sum(keep(n) for n in FleetWriter(fleet, 0).nodes(0, fleet))
     with tempfile.TemporaryDirectory(prefix="rules-shard-") as tmp:
@@ -147,7 +147,7 @@ def run_shard(fleet: int, shards: int, args: argparse.Namespace) -> tuple[int, i
     return count, series, run, alone
 
 
-def run_global(fleet: int, args: argparse.Namespace) -> tuple[int, PromRun, dict]:
+def run_global(fleet: int, args: argparse.Namespace) -> tuple[int, PromRun, dict[str, dict[str, float]]]:
     with tempfile.TemporaryDirectory(prefix="rules-global-") as tmp:
         work = Path(tmp)
         data = work / "data"
@@ -160,7 +160,7 @@ def run_global(fleet: int, args: argparse.Namespace) -> tuple[int, PromRun, dict
     return series, run, alone
 
 
-def _table(title: str, run: PromRun, alone: dict, prefix: str) -> list[tuple[str, float]]:
+def _table(title: str, run: PromRun, alone: dict[str, dict[str, float]], prefix: str) -> list[tuple[str, float]]:
     print(f"\n== {title}: Prometheus RSS {run.rss_bytes / 2**20:.0f} MiB; alerts at the end: "
           f"{run.alerts.get('firing', 0)} firing, {run.alerts.get('pending', 0)} pending")
     print(f"{'group':28} {'rules':>5} {'evals':>5} {'median':>11} {'max':>11} {'alone':>11}  met  failures")
@@ -199,5 +199,3 @@ def main_sharded(args: argparse.Namespace) -> int:
         print(f"{name} {value:.6g}")
     return 0
 
-
-__all__ = ["SLO_DAYS", "STEP", "H_UP", "main_sharded", "subprocess"]
