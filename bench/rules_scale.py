@@ -236,6 +236,8 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=0,
                         help="sharded by node (bench/rules_shards.py): one shard of a fleet of --sizes nodes split "
                              "over this many shards, with the node groups, and the global ruler with the fleet groups")
+    parser.add_argument("--part", choices=("both", "shard", "global"), default="both",
+                        help="with --shards: time one shard, the global ruler, or both (default)")
     args = parser.parse_args()
     if args.shards:
         from rules_shards import main_sharded
