@@ -52,20 +52,21 @@ def test_each_shard_evaluates_its_nodes_and_the_global_ruler_the_fleet(sharded: 
              if hashmod(f"{n.pod_ip}:{n.port}", SHARDS) != hashmod(f"{n.host_ip}:9400", SHARDS)]
     assert split, "hashing by address would have kept every node's two targets together: the check proves nothing"
 
-    # A fatal Xid on one node of each shard: each shard's rules fire it, both Alertmanagers have it, the remediator
-    # cordons both nodes.
+    # A fault on one node of each shard (in different pools): its dcgmi fails, so the node's dcgm probe fails and
+    # GpuhealthProbeFailing fires on that node's shard alone; both Alertmanagers have it; the remediator cordons
+    # both nodes. Its max_rung is cordon: the nodes stay unhealthy (a fatal Xid would reboot them mid-test).
     faulty = [stack.nodes[shards[0][0]], next(stack.nodes[n] for n in shards[1]
                                               if stack.nodes[n].pool != stack.nodes[shards[0][0]].pool)]
     for node in faulty:
-        node.xid(79)
+        node.dcgmi("fail")
     for index, node in enumerate(faulty):
-        wait_for(f"GPUFallenOffBus on shard {index}", lambda i=index, n=node.name: stack.shard_query(
-            i, f'ALERTS{{alertname="GPUFallenOffBus",alertstate="firing",node="{n}"}}'), timeout=30)
+        wait_for(f"GpuhealthProbeFailing on shard {index}", lambda i=index, n=node.name: stack.shard_query(
+            i, f'ALERTS{{alertname="GpuhealthProbeFailing",alertstate="firing",node="{n}"}}'), timeout=60)
         assert not stack.shard_query(1 - index, f'ALERTS{{node="{node.name}"}}')  # the other shard never sees it
     for node in faulty:
         wait_for(f"{node.name} cordoned by the remediator", lambda n=node.name: stack.cordoned(n), timeout=30)
-        for am in (0, 1):
-            assert "GPUFallenOffBus" in _alert_names(stack.alertmanager_url(am), node.name)
+        wait_for(f"{node.name}'s alert at both Alertmanagers", lambda n=node.name: all(
+            "GpuhealthProbeFailing" in _alert_names(stack.alertmanager_url(am), n) for am in (0, 1)), timeout=10)
 
     # The fleet's SLO, computed once over both shards: the global ruler counts every node and both unhealthy ones,
     # and its burn-rate alert fires and reaches both Alertmanagers.
