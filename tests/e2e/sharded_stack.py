@@ -88,13 +88,15 @@ class ShardedStack(Stack):
         remote = scaling_doc_yaml("### The shards' remote write")[0]["remote_write"][0]
         remote = {**remote, "url": f"{self.prometheus}/api/v1/write",
                   "queue_config": {"batch_send_deadline": "1s"}}  # test-only: 5 s by default
+        # The global first: parts are stopped in the reverse order, and a shard stopped after its receiver waits
+        # for its remote-write queue to flush (up to 1 min) before it exits.
+        global_config = {"global": timing, "rule_files": [str(fleet_rules / "*.yaml")], "alerting": alerting,
+                         "scrape_configs": self._remediator_scrapes()}
+        self._prometheus("prometheus", self.prom_port, global_config, "--web.enable-remote-write-receiver")
         for index in range(SHARDS):
             config = {"global": timing, "rule_files": [str(node_rules / "*.yaml")], "alerting": alerting,
                       "scrape_configs": shard(self._node_scrapes(), SHARDS, index), "remote_write": [remote]}
             self._prometheus(f"shard-{index}", self.shard_ports[index], config)
-        global_config = {"global": timing, "rule_files": [str(fleet_rules / "*.yaml")], "alerting": alerting,
-                         "scrape_configs": self._remediator_scrapes()}
-        self._prometheus("prometheus", self.prom_port, global_config, "--web.enable-remote-write-receiver")
 
     def _prometheus(self, name: str, port: int, config: dict[str, Any], *flags: str) -> None:
         path = self.workdir / f"{name}.yml"
