@@ -22,7 +22,7 @@ A small, fixed fraction of everything is faulty (FAULTS), drawn with a seeded ge
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -153,9 +153,11 @@ class FleetWriter:
             return stamps[: max(0, len(stamps) - 10 * 60 // STEP)]
         return stamps
 
-    def write(self, out: TextIO, start: int, stop: int, fleet_series: bool) -> None:
-        """Nodes [start, stop), family by family (OpenMetrics keeps a family's samples together)."""
-        nodes = list(self.nodes(start, stop))
+    def write(self, out: TextIO, start: int, stop: int, fleet_series: bool,
+              keep: Callable[[Node], bool] | None = None) -> None:
+        """Nodes [start, stop) (those `keep` keeps: a shard's), family by family (OpenMetrics keeps a family's samples
+        together)."""
+        nodes = [n for n in self.nodes(start, stop) if keep is None or keep(n)]
         for family in (self._up, self._probes, self._node_gauges, self._gpu_gauges, self._gpu_counters,
                        self._efa, self._dcgm, self._kmsg):
             for node in nodes:

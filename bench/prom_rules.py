@@ -30,6 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
+def rule_sets() -> dict[str, set[str]]:
+    """rules/sets.yaml: the node groups (every shard of a Prometheus sharded by node) and the fleet groups (once)."""
+    doc = yaml.safe_load((ROOT / "rules" / "sets.yaml").read_text())
+    return {name: set(doc[name]) for name in ("node", "fleet")}
+
+
 def rule_files() -> list[Path]:
     """Every alert and recording rule file of the project, whoever added it."""
     return sorted([*(ROOT / "rules" / "alerts").glob("*.yaml"), *(ROOT / "rules" / "recording").glob("*.yaml")])
@@ -104,9 +110,10 @@ def merge_blocks(workdir: Path, data: Path, timeout: float = 1800.0) -> float:
 
 class Prometheus:
     def __init__(self, workdir: Path, data: Path, eval_interval: str = "15s", rules: bool = True,
-                 group_interval: str | None = None) -> None:
+                 group_interval: str | None = None, groups: set[str] | None = None) -> None:
         self.workdir, self.data, self.eval_interval, self.rules = workdir, data, eval_interval, rules
         self.group_interval = group_interval  # every group's interval, replacing the rule files' own (tests)
+        self.groups = groups  # only these rule groups (a set of rules/sets.yaml), None: every group
         workdir.mkdir(exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -117,11 +124,15 @@ class Prometheus:
         rules.mkdir(exist_ok=True)
         for src in rule_files() if self.rules else []:
             dst = rules / f"{src.parent.name}-{src.name}"
-            if self.group_interval:
+            if self.group_interval or self.groups is not None:
                 doc = yaml.safe_load(src.read_text())
+                doc["groups"] = [g for g in doc["groups"] if self.groups is None or g["name"] in self.groups]
                 for group in doc["groups"]:
-                    group["interval"] = self.group_interval
-                dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+                    group["interval"] = self.group_interval or group.get("interval")
+                    if group["interval"] is None:
+                        del group["interval"]
+                if doc["groups"]:
+                    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
             else:
                 shutil.copy(src, dst)
         config = {"global": {"evaluation_interval": self.eval_interval}, "rule_files": [str(rules / "*.yaml")]}
@@ -203,7 +214,8 @@ class Prometheus:
         return PromRun(groups, rss, startup, (first_eval or data_end) - data_end, series, alerts)
 
 
-def time_rules_alone(prom: Prometheus, at: float, repeats: int = 2) -> dict[str, dict[str, float]]:
+def time_rules_alone(prom: Prometheus, at: float, repeats: int = 2,
+                     groups: set[str] | None = None) -> dict[str, dict[str, float]]:
     """Each rule's expression run on its own through /api/v1/query at `at` (the data's end, so every window is full),
     one after another, best of `repeats` (the engine's evalTotalTime): what each group costs without other groups
     competing for the cores. Rules that read a record of their own group see that record as the timed run left it."""
@@ -211,6 +223,8 @@ def time_rules_alone(prom: Prometheus, at: float, repeats: int = 2) -> dict[str,
     out: dict[str, dict[str, float]] = {}
     for path in rule_files():
         for group in yaml.safe_load(path.read_text())["groups"]:
+            if groups is not None and group["name"] not in groups:
+                continue
             costs = out.setdefault(group["name"], {})
             for rule in group["rules"]:
                 query = urllib.parse.urlencode({"query": rule["expr"], "time": f"{at:.3f}", "stats": "all"})

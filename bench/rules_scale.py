@@ -20,6 +20,11 @@ sizes run, and last `name value` lines. Figures depend on the machine's load: ch
 
     .venv/bin/python bench/rules_scale.py --quick                    # 400 nodes, about a minute on 2 cores
     .venv/bin/python bench/rules_scale.py --sizes 1000,3000,10000    # the documented figures (about 45 min)
+
+Sharded by node (bench/rules_shards.py; docs/scaling.md): one shard's node groups and the global ruler's fleet groups.
+
+    .venv/bin/python bench/rules_scale.py --shards 4 --quick                          # make bench: 1,600 nodes
+    .venv/bin/python bench/rules_scale.py --shards 10 --sizes 10000 --nodes-per-part 10000   # docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fleet_series import H_KMSG, FleetWriter, exporter_series_per_node, write_slo_history
+from fleet_series import H_KMSG, FleetWriter, Node, exporter_series_per_node, write_slo_history
 from prom_rules import Prometheus, PromRun, merge_blocks, time_rules_alone
 
 TARGET_SECONDS = 1.0
@@ -76,9 +82,9 @@ def _promtool(path: Path, out: Path, block: str) -> None:
 
 
 def backfill(nodes: int, end: int, work: Path, data: Path, per_part: int,
-             slo_days: int = SLO_DAYS) -> tuple[int, int, float, float]:
-    """Writes and backfills the fleet; returns (series, samples, generation s, wall s). Each part file is
-    deleted once promtool has read it, so the disk holds at most two."""
+             slo_days: int = SLO_DAYS, keep: Callable[[Node], bool] | None = None) -> tuple[int, int, float, float]:
+    """Writes and backfills the fleet (its nodes that `keep` keeps: a shard's); returns (series, samples, generation
+    s, wall s). Each part file is deleted once promtool has read it, so the disk holds at most two."""
     writer = FleetWriter(nodes, end)
     started = time.monotonic()
     generating = 0.0
@@ -106,7 +112,7 @@ def backfill(nodes: int, end: int, work: Path, data: Path, per_part: int,
         path = work / f"part-{part}.om"
         t0 = time.monotonic()
         with path.open("w", buffering=1 << 20) as out:
-            writer.write(out, part * per_part, (part + 1) * per_part, fleet_series=part == 0)
+            writer.write(out, part * per_part, (part + 1) * per_part, fleet_series=part == 0, keep=keep)
         generating += time.monotonic() - t0
         pending.join()
         if errors:
@@ -227,7 +233,16 @@ def main() -> int:
                         help="evaluate every group at this interval instead of the rule files' own (smoke test)")
     parser.add_argument("--slo-days", type=int, default=SLO_DAYS,
                         help=f"days of SLO history before the rest of the data (default {SLO_DAYS}, the SLO period)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="sharded by node (bench/rules_shards.py): one shard of a fleet of --sizes nodes split "
+                             "over this many shards, with the node groups, and the global ruler with the fleet groups")
+    parser.add_argument("--part", choices=("both", "shard", "global"), default="both",
+                        help="with --shards: time one shard, the global ruler, or both (default)")
     args = parser.parse_args()
+    if args.shards:
+        from rules_shards import main_sharded
+
+        return main_sharded(args)
     sizes = [400] if args.quick else [int(s) for s in args.sizes.split(",")]
     evaluations = 2 if args.quick else args.evaluations
     if args.quick:  # a group's cost does not depend on its interval; a short one just ends the wait sooner

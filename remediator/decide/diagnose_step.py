@@ -113,21 +113,28 @@ def diagnosis_before_person(p: PlannerBase, fps: list[str]) -> bool:
         p.out(Action.NONE, Verdict.DEFERRED, f"waiting for diagnostic job {name} (since "
               f"{time_text(st.diagnosis_started)}) before the node is left for a person")
         return True
+    _record(p, found, what, "the node stays out of service, drained, for a person", f"; the ladder stops at "
+            f"{st.rung} (ladder.max_rung): the node stays out of service for a person")
+    return False
+
+
+def _record(p: PlannerBase, found: Diagnosis | str, alerts: str, kept: str, confirmed: str) -> None:
+    """A diagnosis's outcome in the state and its Event: never started, passed while `alerts` still fire (then
+    `kept`: what becomes of the node), or failed (then `confirmed`)."""
+    st = p.state
     if isinstance(found, str):
         not_started_note(p, found)
         p.state = replace(st, diagnosis_result=f"not started: {found}")
     elif found.passed:
         p.state = replace(st, diagnosis_result=CONTRADICTS)
-        p.note(Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {name} passed ({found.detail}) while "
-                    f"{what} still fire: the signal, not the hardware, is suspect; the node stays out of service, "
-                    "drained, for a person", Severity.WARNING))
+        p.note(Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnosis_job} passed ("
+                    f"{found.detail}) while {alerts} still fire: the signal, not the hardware, is suspect; {kept}",
+                    Severity.WARNING))
     else:
         cats = ", ".join(found.categories) or "failed"
         p.state = replace(st, diagnosis_result=f"failed: {cats}")
-        p.note(Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {name} confirms the fault ({cats}: "
-                    f"{found.detail}); the ladder stops at {st.rung} (ladder.max_rung): the node stays out of "
-                    "service for a person", Severity.WARNING))
-    return False
+        p.note(Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {st.diagnosis_job} confirms the fault ({cats}: "
+                    f"{found.detail}){confirmed}", Severity.WARNING))
 
 
 def diagnosis_first(p: PlannerBase, rung: str, fps: list[str]) -> bool:
@@ -165,21 +172,10 @@ def _decided(p: PlannerBase, found: Diagnosis | str | None, alerts: list[str]) -
         p.out(Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {st.diagnosis_job} (since "
               f"{time_text(st.diagnosis_started)})")
         return True
-    if isinstance(found, str):
-        not_started_note(p, found)
-        p.state = replace(st, diagnosis_result=f"not started: {found}")
-        return False  # no evidence either way: replaced as the persisting alerts asked
     what = ", ".join(alerts)
-    if found.passed:
-        p.state = replace(st, diagnosis_result=CONTRADICTS)
-        p.note(Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnosis_job} passed ("
-                    f"{found.detail}) while {what} still fire: the signal, not the hardware, is suspect; the node is "
-                    "not replaced and stays out of service, drained, for a person", Severity.WARNING))
-        p.out(Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {what} still fire: not replaced; needs a "
-              "person")
-        return True
-    cats = ", ".join(found.categories) or "failed"
-    p.state = replace(st, diagnosis_result=f"failed: {cats}")
-    p.note(Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {st.diagnosis_job} confirms the fault ({cats}: "
-                f"{found.detail}): replacing the node", Severity.WARNING))
-    return False
+    _record(p, found, what, "the node is not replaced and stays out of service, drained, for a person",
+            ": replacing the node")
+    if isinstance(found, str) or not found.passed:
+        return False  # failed: replaced; not started: no evidence either way, replaced as the persisting alerts asked
+    p.out(Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {what} still fire: not replaced; needs a person")
+    return True

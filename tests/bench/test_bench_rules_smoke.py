@@ -51,3 +51,30 @@ def test_rules_evaluate_without_failures_over_the_synthetic_fleet(bench_output: 
     assert pairs["rules_4_evaluation_failures"] == 0
     assert pairs["rules_4_series"] > 4 * 300  # every family the rules read, 8 GPUs and 32 EFA devices per node
     assert pairs["rules_4_samples"] > pairs["rules_4_series"]
+
+
+@pytest.fixture(scope="module")
+def sharded_output() -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "rules_scale.py"), "--shards", "2", "--sizes", "12", "--evaluations",
+         "2", "--lead", "2", "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, f"bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def _groups(pairs: dict[str, float], prefix: str) -> set[str]:
+    return {name[len(prefix) + 1:-len("_max_seconds")] for name in pairs
+            if name.startswith(f"{prefix}_gpuhealth") and name.endswith("_max_seconds")}
+
+
+def test_sharded_bench_times_the_node_groups_on_a_shard_and_the_fleet_groups_on_the_global_ruler(
+        sharded_output: str) -> None:
+    pairs = {line.split()[0]: float(line.split()[1]) for line in sharded_output.splitlines()
+             if len(line.split()) == 2 and line.split()[0].startswith(("shard_", "global_"))}
+    sets = yaml.safe_load((ROOT / "rules" / "sets.yaml").read_text())
+    assert _groups(pairs, "shard") == set(sets["node"])
+    assert _groups(pairs, "global") == set(sets["fleet"])
+    assert pairs["shard_evaluation_failures"] == pairs["global_evaluation_failures"] == 0
+    assert 0 < pairs["shard_nodes"] < 12  # the shard's share of the fleet, by the node label's hash
+    assert pairs["shard_ms_per_node"] > 0

@@ -11,6 +11,7 @@ fail, never pass silently. Meta labels are dropped by Prometheus after relabelin
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -146,3 +147,23 @@ def rule_groups(rule: Obj) -> list[Obj]:
     spec = rule["spec"]
     _only(f"PrometheusRule {rule['metadata']['name']}", spec, {"groups"})
     return list(spec["groups"])
+
+
+def shard(jobs: list[Obj], shards: int, index: int) -> list[Obj]:
+    """The scrape jobs as shard `index` of a Prometheus with `shards` shards runs them: the operator appends, after
+    the monitor's relabelings, its sharding rules (prometheus-operator pkg/prometheus promcfg.go,
+    appendShardingRelabelingWithLabel): __tmp_hash is the target's address unless a relabeling set it, hashed modulo
+    the shard count, and the shard keeps the targets whose hash is its number ($(SHARD), here substituted) or that
+    set __tmp_disable_sharding."""
+    rules = [
+        {"source_labels": ["__address__", "__tmp_hash"], "target_label": "__tmp_hash", "regex": "(.+);",
+         "replacement": "$1", "action": "replace"},
+        {"source_labels": ["__tmp_hash"], "target_label": "__tmp_hash", "modulus": shards, "action": "hashmod"},
+        {"source_labels": ["__tmp_hash", "__tmp_disable_sharding"], "regex": f"{index};|.+;.+", "action": "keep"},
+    ]
+    return [{**job, "relabel_configs": [*job.get("relabel_configs", []), *rules]} for job in jobs]
+
+
+def hashmod(value: str, modulus: int) -> int:
+    """Prometheus' relabel action hashmod: the MD5 of the value, its last 8 bytes as a big-endian integer, modulo."""
+    return int.from_bytes(hashlib.md5(value.encode()).digest()[8:], "big") % modulus

@@ -14,6 +14,7 @@ from gpuhealth_contract.diagnosis import Check, Failure, Verdict
 from remediator.decide.nodestate import TAINT_KEY, fmt_time
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
+from tests.remediator.scenarios.test_validation_before_return import judge_ends
 from tests.support import chart_rbac
 from tests.support.remediator_harness import T0, Harness
 
@@ -50,14 +51,6 @@ def taints(cluster: FakeCluster, node: str) -> set[str]:
 
 def burn_ins(cluster: FakeCluster) -> list[str]:
     return sorted(name for (_, name) in cluster.jobs if name.startswith("gpuhealth-burn-in-"))
-
-
-def judge_ends(cluster: FakeCluster, job: str, verdict: Verdict) -> None:
-    pod = cluster.job_pod(NS, job, exit_code=0 if verdict.passed else 1)
-
-    def write(p: dict[str, Any]) -> None:
-        p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = verdict.to_json()
-    cluster.update_pod(NS, pod["metadata"]["name"], write)
 
 
 GPU_MISSING = Verdict((Failure(Check.GPU_COUNT, "7 GPUs on the bus, 8 expected", ()),), level=2)
