@@ -84,6 +84,23 @@ def _diagnosable(p: PlannerBase, fps: list[str]) -> list[AlertRecord]:
     return firing
 
 
+def _rung_diagnosis(p: PlannerBase) -> str:
+    """The name of the diagnostic Job for the rung the state is at (one per rung: a restart finds the same Job)."""
+    return job_name(p.v.name, Purpose.DIAGNOSE, p.state.rung_done or p.state.episode)
+
+
+def _asked(p: PlannerBase, name: str, waiting: Action, what: str, why: str) -> bool:
+    """Job `name` asked for now, unless the state names it already (False) or another diagnostic still runs on the
+    GPUs (then `waiting` deferred until it ends). True: the pass is said."""
+    if p.state.diagnosis_job == name:
+        return False
+    if running := other_diagnosis_running(p, name):
+        p.out(waiting, Verdict.DEFERRED, f"diagnostic job {running} still runs: {what} waits for it")
+        return True
+    start_diagnosis(p, Purpose.DIAGNOSE, name, why)
+    return True
+
+
 def diagnosis_before_person(p: PlannerBase, fps: list[str]) -> bool:
     """The ladder stops at its top (ladder.max_rung, below replace) with a GPU fault persisting on the drained node:
     before the node is left for a person, the diagnostic runs once (diagnose.level), so that the person finds the
@@ -95,16 +112,10 @@ def diagnosis_before_person(p: PlannerBase, fps: list[str]) -> bool:
         return False  # a failed rung (a drain that left pods, a reboot that never came back) is no drained node
     if not p.full.pods_known or p.full.evictable:
         return False  # not the whole node drained (a fault on one GPU drains that GPU's pods): others use the GPUs
-    name = job_name(p.v.name, Purpose.DIAGNOSE, st.rung_done or st.episode)
-    level = p.policy.diagnose.level
-    if st.diagnosis_job != name and (running := other_diagnosis_running(p, name)):
-        p.out(Action.NONE, Verdict.DEFERRED, f"diagnostic job {running} still runs: the diagnosis for the person "
-              "waits for it")
-        return True
-    if st.diagnosis_job != name:
-        start_diagnosis(p, Purpose.DIAGNOSE, name, f"the fault persists at {st.rung}, the top of the ladder "
-                        f"(ladder.max_rung): diagnosing the drained node before it is left for a person (diagnostic "
-                        f"job {name}, dcgmi diag -r {level}, GPU and EFA counts)")
+    name, level = _rung_diagnosis(p), p.policy.diagnose.level
+    if _asked(p, name, Action.NONE, "the diagnosis for the person", f"the fault persists at {st.rung}, the top of "
+              f"the ladder (ladder.max_rung): diagnosing the drained node before it is left for a person (diagnostic "
+              f"job {name}, dcgmi diag -r {level}, GPU and EFA counts)"):
         return True
     if st.diagnosis_result is not None:
         return False
@@ -146,16 +157,12 @@ def diagnosis_first(p: PlannerBase, rung: str, fps: list[str]) -> bool:
     if rung != Rung.REPLACE or st.repeat_offender is not None or not firing \
             or max(rung_index(a.remediation) for a in firing) >= rung_index(Rung.REPLACE):
         return False
-    name = job_name(p.v.name, Purpose.DIAGNOSE, st.rung_done or st.episode)
-    level = policy.diagnose.level
-    if st.diagnosis_job != name and (running := other_diagnosis_running(p, name)):
-        p.out(Action.REPLACE, Verdict.DEFERRED, f"diagnostic job {running} still runs: the diagnosis before the "
-              "replacement waits for it")
-        return True
-    if st.diagnosis_job != name:
-        start_diagnosis(p, Purpose.DIAGNOSE, name, f"before replace: diagnosing the drained node (diagnostic job "
-                        f"{name}, dcgmi diag -r {level}, GPU and EFA counts): it is replaced only if that fails")
-        p.out(Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {name}")
+    name, level = _rung_diagnosis(p), policy.diagnose.level
+    if _asked(p, name, Action.REPLACE, "the diagnosis before the replacement", f"before replace: diagnosing the "
+              f"drained node (diagnostic job {name}, dcgmi diag -r {level}, GPU and EFA counts): it is replaced only "
+              "if that fails"):
+        if p.state.diagnosis_job == name:  # asked for now (not waiting for another): the replacement waits for it
+            p.out(Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {name}")
         return True
     if st.diagnosis_result is None:
         return _decided(p, read_diagnosis(p, level), [a.name for a in firing])
