@@ -30,6 +30,8 @@ class Alerting:
         self._passes = passes
         # a false positive's alert fired (noise.py sets it): its false reading is gone
         self.false_fired: Callable[[SimNode, Fault], None] | None = None
+        # a peer's watcher of firing alerts (simulator/peers.py: people, Karpenter): node, fault, fingerprint, startsAt
+        self.on_fired: Callable[[SimNode, Fault, str, datetime], None] | None = None
 
     def fault_seen(self, node: SimNode, fault: Fault) -> None:
         """The fault's alert fires after its rule's delay (shorter when the node's alert group is already open)."""
@@ -91,6 +93,8 @@ class Alerting:
         self._record(node, fp, self._firing(fault, starts))
         self._send_again(node, fp, starts, fault)
         self._passes.request(self._queue.now, wake=True)
+        if self.on_fired is not None:
+            self.on_fired(node, fault, fp, starts)
         if node.noise is fault and self.false_fired is not None:
             self.false_fired(node, fault)
 

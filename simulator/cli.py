@@ -27,6 +27,7 @@ from simulator.detection import (
 )
 from simulator.engine import Simulation
 from simulator.overrides import Overrides, apply
+from simulator.peers import MODES
 from simulator.results import HEADLINE, RunResult, render_text, summarize
 from simulator.revisions import DEFAULT_POLICY_PATH, resolve
 from simulator.scenario import Scenario, ScenarioError, check_alerts, load_scenario, shipped_scenarios
@@ -52,7 +53,8 @@ def _overrides(args: argparse.Namespace) -> Overrides:
     return Overrides(nodes=args.nodes, days=args.days, failure_rate=args.failure_rate, job_nodes=args.job_nodes,
                      checkpoint_interval=args.checkpoint_interval, checkpoint_cost=args.checkpoint_cost,
                      restart_overhead=args.restart_overhead, detection_delay=args.detection_delay, dra=args.dra,
-                     perfect_detection=args.perfect_detection, no_burn_in=args.no_burn_in)
+                     perfect_detection=args.perfect_detection, no_burn_in=args.no_burn_in,
+                     remediation=args.remediation)
 
 
 def _prepare(args: argparse.Namespace, scenario_arg: str, rules: Path, policy_path: str | Path | None
@@ -70,6 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     runs = simulate(scenario, policy, pipeline, args.seed, args.runs, samples=bool(args.html))
     summary = summarize(runs)
     summary["policy"] = args.policy or "built-in defaults"
+    summary["remediation"] = scenario.remediation
     summary["rules"] = str(args.rules)
     if args.html:
         from simulator.html_report import write_report
@@ -159,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the GPUs published by a DRA driver, DeviceTaintRule served: GPU scope (fleet.dra)")
         sp.add_argument("--no-burn-in", action="store_true",
                         help="new nodes take work at once, without the burn-in startup taint (fleet.burn_in: false)")
+
+        sp.add_argument("--remediation", choices=MODES,
+                        help="who repairs: gpuhealth (default), none (people only) or karpenter (Karpenter's node "
+                             "repair alone); docs/simulation.md 'Side by side'")
 
     r = sub.add_parser("run", help="simulate a scenario under a policy and rules")
     r.add_argument("scenario")

@@ -27,6 +27,7 @@ from simulator.faults import FaultSource
 from simulator.fleet import Fault, Fleet, SimNode
 from simulator.jobs.scheduler import JobScheduler
 from simulator.passes import PassSchedule
+from simulator.peers import GPUHEALTH, KARPENTER, Karpenter, People, for_peer
 from simulator.recording import BudgetWatch, DecisionTally, Sampler, out_of_service
 from simulator.remediation import SimLeader, as_deployed, to_datetime
 from simulator.results import RunResult
@@ -43,27 +44,42 @@ def _cordons_last(plan: NodePlan) -> bool:
 class Simulation:
     def __init__(self, scenario: Scenario, policy: Policy, pipeline: Pipeline, seed: int,
                  samples: bool = False) -> None:
+        scenario = for_peer(scenario)
         self.sc, self.seed = scenario, seed
+        classifier = policy.workloads.enabled and scenario.remediation == GPUHEALTH
         self.queue = EventQueue(scenario.duration_s)
         self.fleet = Fleet(scenario.pools, scenario.gpus_per_node, scenario.switches.nodes_per_switch, scenario.dra)
         self.leader = SimLeader(as_deployed(policy), self.fleet.pool_sizes,
                                 scenario.gpus_per_node if scenario.dra else 0)
         self.passes = PassSchedule(self.queue, pipeline.pass_interval_s, self._pass)
         self.jobs = JobScheduler(self.queue, self.fleet, scenario, pipeline,
-                                 policy.workloads.restart_loop_threshold, seed, classifier=policy.workloads.enabled,
+                                 policy.workloads.restart_loop_threshold, seed, classifier=classifier,
                                  aggregate=scenario.aggregate_small and not samples)
         self.alerts = Alerting(self.queue, pipeline, self.fleet, self.passes)
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
-        self.faults.classifier = policy.workloads.enabled
+        self.faults.classifier = classifier
         self.jobs.on_failed(self._job_failed_on)
         self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes,
                                   policy.diagnose.validation_level, policy.diagnose.level, policy.sweep.level,
                                   policy.burn_in.level)
+        self.peer = self._peer()
         self.decisions = DecisionTally()
         self.budget = BudgetWatch(self.fleet.pool_sizes)
         self.sampler = (Sampler(self.queue, self.fleet, self.budget, self.jobs.tally, scenario.sample_interval_s)
                         if samples else None)
+
+    def _peer(self) -> People | None:
+        """Under a peer (scenario.remediation none or karpenter) no pass runs; people, or Karpenter and people,
+        act on the alerts instead (simulator/peers.py)."""
+        mode = self.sc.remediation
+        if mode == GPUHEALTH:
+            return None
+        peer = (Karpenter(self.queue, self.sc, self.fleet, self.jobs, self.faults) if mode == KARPENTER
+                else People(self.queue, self.sc, self.fleet, self.jobs))
+        self.passes.off = True
+        self.alerts.on_fired = peer.fired
+        return peer
 
     def _job_failed_on(self, node: SimNode, fault: Fault) -> None:
         """A job failed on a node's fault: people's (and the classifier's) finding, and burn-in's tally."""

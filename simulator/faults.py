@@ -119,7 +119,8 @@ class FaultSource:
         if ends <= self._queue.now:
             return
         self._ids += 1
-        carried = Fault(self._ids, cause, self._queue.now, fault.fix, fault.gpu, fault.seed + 7, fault.alert,
+        # it keeps its own start: the outside repair ends when it would have, however often the slot's node is swapped
+        carried = Fault(self._ids, cause, fault.started, fault.fix, fault.gpu, fault.seed + 7, fault.alert,
                         switch=fault.switch)
         node.fault = carried
         self._jobs.node_changed(node)

@@ -21,6 +21,7 @@ class Overrides:
     dra: bool = False  # fleet.dra: true
     perfect_detection: bool = False  # detection.perfect: true
     no_burn_in: bool = False  # fleet.burn_in: false
+    remediation: str | None = None  # gpuhealth | none | karpenter (simulator/peers.py)
 
 
 def seconds(text: str) -> float:
@@ -66,6 +67,8 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         sc = perfect(sc)
     if o.no_burn_in:
         sc = replace(sc, replacement=replace(sc.replacement, burn_in=False))
+    if o.remediation is not None:
+        sc = replace(sc, remediation=o.remediation)
     sizes = dict(sc.pools)
     too_big = [t.name for t in sc.training if t.nodes > (sizes[t.pool] if t.pool else sc.nodes)]
     if too_big:

@@ -21,9 +21,12 @@ class PassSchedule:
         self._at: float | None = None
         self._token = 0
         self.passes = 0
+        self.off = False  # no remediator runs (simulator/peers.py): no pass is ever run
 
     def request(self, t: float, wake: bool = False) -> None:
         """A pass at t (a webhook wakes serve at once), or at the first tick of serve's interval from t."""
+        if self.off:
+            return
         interval = self._interval_s
         if not wake and self._last > -math.inf:
             t = self._last + math.ceil((t - self._last) / interval - 1e-9) * interval

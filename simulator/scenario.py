@@ -128,6 +128,7 @@ class Scenario:
     training: tuple[TrainingJobSpec, ...] = ()
     small: SmallJobSpec | None = None
     sample_interval_s: float = 3600.0
+    remediation: str = "gpuhealth"  # gpuhealth | none | karpenter: who repairs (simulator/peers.py; --remediation)
     description: str = ""
     # alert -> false firings per 1,000 node-days on a healthy node (data/false_positives.yaml; noise.py)
     false_positives: tuple[tuple[str, float], ...] = field(

@@ -1,0 +1,86 @@
+"""The peers on the same fault traces (simulator/peers.py): no automated remediation (people only), and Karpenter's
+node repair alone (the EKS agent's conditions, their tolerations, the 20% guard)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from remediator.policy import Policy
+from simulator.engine import Simulation
+from simulator.fleet import SimNode
+from simulator.peers import KARPENTER, NONE, Karpenter
+from simulator.remediation import to_seconds
+from simulator.scenario import Scenario, parse_scenario
+from tests.simulator.sim_helpers import pipeline, run
+
+_XID = "GPU fault: {alert: GPUXidFatal, scope: gpu, job: crash, kind: hardware, fixed_by: {reboot: 1.0}}"
+_THERMAL = "Hot GPU: {alert: GPUThermalViolation, scope: gpu, job: crash, kind: hardware, fixed_by: {reboot: 1.0}}"
+
+
+def _scenario(cause: str = _XID, mix: str = "{GPU fault: 1}", rate: float = 20.0, switches: str = "") -> Scenario:
+    return parse_scenario(f"""
+days: 20
+fleet: {{pools: {{p: 32}}, new_node_faulty: 0}}
+failures: {{rate: {rate}, mix: {mix}, lemon: {{fraction: 0}}{switches}}}
+causes:
+  {cause}
+detection: {{perfect: true}}
+""", "peers.yaml")
+
+
+def test_no_remediation_runs_no_pass_and_its_outages_last_until_a_person_repairs() -> None:
+    sc = _scenario()
+    shipped = run(sc)[0]
+    people = run(replace(sc, remediation=NONE))[0]
+    assert shipped.decisions and shipped.passes > 0
+    assert people.decisions == {} and people.passes == 0  # no decide() at all
+    assert people.faults == shipped.faults  # the same trace
+    assert shipped.mean_outage_h < 2
+    assert people.mean_outage_h > 20  # out from the fault to a person's repair a day later
+    assert people.node_availability < shipped.node_availability
+
+
+def _karpenter(sc: Scenario) -> tuple[Simulation, list[tuple[str, float]]]:
+    """The run, and each Karpenter replacement: the alert it was for and how long its condition had been False."""
+    sim = Simulation(replace(sc, remediation=KARPENTER), Policy(), pipeline(), 1)
+    peer = sim.peer
+    assert isinstance(peer, Karpenter)
+    seen: list[tuple[str, float]] = []
+    replace_now = sim.faults.replace_now
+
+    def watched(node: SimNode) -> None:
+        fp, starts = min(node.fired.items(), key=lambda kv: kv[1])
+        seen.append((fp.split("/")[0], sim.queue.now - to_seconds(starts)))
+        replace_now(node)
+
+    sim.faults.replace_now = watched  # type: ignore[method-assign]
+    sim.run()
+    return sim, seen
+
+
+def test_karpenter_replaces_a_gpu_fault_ten_minutes_after_its_condition_turns_false() -> None:
+    sim, seen = _karpenter(_scenario())
+    assert len(seen) > 10
+    assert all(alert == "GPUXidFatal" and abs(waited - 600.0) < 1.0 for alert, waited in seen)
+    assert not sim.passes.passes
+
+
+def test_karpenter_leaves_a_fault_the_agent_sets_no_condition_for_to_people() -> None:
+    sim, seen = _karpenter(_scenario(_THERMAL, "{Hot GPU: 1}"))
+    assert sim.faults.counts["Hot GPU"] > 10
+    assert seen == []
+
+
+def _storm(nodes_per_switch: int) -> str:
+    return f", switches: {{nodes_per_switch: {nodes_per_switch}, rate: 300, repair: 2h, alert: NetdevTransmitTimeout}}"
+
+
+def test_karpenter_replaces_nothing_while_more_than_a_fifth_of_the_pool_is_unhealthy() -> None:
+    storm, seen = _karpenter(_scenario(rate=0.0, switches=_storm(16)))  # a switch takes half of the pool
+    assert storm.faults.counts["Network switch (correlated)"] >= 16
+    assert isinstance(storm.peer, Karpenter) and storm.peer.guarded > 0
+    # none while the switch is down (2 h); the guard lifts as the pool's conditions turn True again
+    assert all(waited >= 7200.0 for _, waited in seen)
+    _, seen = _karpenter(_scenario(rate=0.0, switches=_storm(4)))  # 4 of 32: 12.5%, under the guard
+    assert seen and all(alert == "NetdevTransmitTimeout" for alert, _ in seen)
+    assert min(waited for _, waited in seen) < 1801.0  # NetworkingReady's 30 minutes
