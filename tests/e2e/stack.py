@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -935,6 +935,15 @@ def scale_route(route: dict[str, Any]) -> None:
 def log_tail(stack: Stack, name: str, lines: int = 40) -> str:
     path = stack.workdir / f"{name}.log"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def print_logs_if_failed(test: object, stack: Stack, parts: Iterable[str], lines: int = 40) -> None:
+    """The last `lines` of each part's log, printed when the test (its pytest item) failed in its call phase
+    (tests/e2e/conftest.py keeps the report on the item): a fixture's teardown shows what the processes said."""
+    report = getattr(test, "rep_call", None)
+    if report is not None and report.failed:
+        for part in parts:
+            print(f"--- {part} log ---\n{log_tail(stack, part, lines)}")
 
 
 __all__ = ["FIXTURES", "TIME_SCALE", "NodeOptions", "SimNode", "Stack", "http_json", "log_tail",

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.stack import NAMESPACE, Stack, http_get, log_tail, wait_for
+from tests.e2e.stack import NAMESPACE, Stack, http_get, print_logs_if_failed, wait_for
 from tests.e2e.test_pipeline import POLICY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -25,10 +25,7 @@ POOL = {"pool-a": 2}
 def _running(request: pytest.FixtureRequest, **kwargs: object) -> Iterator[Stack]:
     with Stack(pools=POOL, policy=POLICY, **kwargs) as s:  # type: ignore[arg-type]
         yield s
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for part in (*s.remediators, "alertmanager"):
-                print(f"--- {part} log ---\n{log_tail(s, part, 40)}")
+        print_logs_if_failed(request.node, s, (*s.remediators, "alertmanager"), 40)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from tests.e2e.stack import (
     Stack,
     http_get,
     http_json,
-    log_tail,
+    print_logs_if_failed,
     wait_for,
 )
 
@@ -45,10 +45,7 @@ replace: {method: condition}
 def _running(request: pytest.FixtureRequest, **kwargs: Any) -> Iterator[Stack]:
     with Stack(policy=POLICY, **kwargs) as s:
         yield s
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for part in (*s.remediators, "alertmanager", "prometheus"):
-                print(f"--- {part} log ---\n{log_tail(s, part, 60)}")
+        print_logs_if_failed(request.node, s, (*s.remediators, "alertmanager", "prometheus"), 60)
 
 
 @pytest.fixture
@@ -368,10 +365,7 @@ workloads: {enabled: true, namespaces: [research], look_ahead: 2s}
 def dashboard_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     with Stack(policy=WORKLOADS_POLICY) as s:
         yield s
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for part in (*s.remediators, "alertmanager", "prometheus"):
-                print(f"--- {part} log ---\n{log_tail(s, part, 60)}")
+        print_logs_if_failed(request.node, s, (*s.remediators, "alertmanager", "prometheus"), 60)
 
 
 def _stamp(t: float) -> str:

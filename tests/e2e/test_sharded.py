@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.operator_prometheus import hashmod
 from tests.e2e.sharded_stack import SHARDS, ShardedStack
-from tests.e2e.stack import http_json, log_tail, wait_for
+from tests.e2e.stack import http_json, print_logs_if_failed, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -26,10 +26,8 @@ POOLS = {"pool-a": 2, "pool-b": 2}
 def sharded(request: pytest.FixtureRequest) -> Iterator[ShardedStack]:
     with ShardedStack(pools=POOLS) as s:
         yield s
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for part in (*s.remediators, "alertmanager", "alertmanager-1", "prometheus", "shard-0", "shard-1"):
-                print(f"--- {part} log ---\n{log_tail(s, part, 40)}")
+        parts = (*s.remediators, "alertmanager", "alertmanager-1", "prometheus", "shard-0", "shard-1")
+        print_logs_if_failed(request.node, s, parts)
 
 
 def _alert_names(url: str, node: str | None = None) -> set[str]:
