@@ -28,14 +28,15 @@ LARGE_BEFORE, LARGE_AFTER = 0.14, 0.04  # 512+ GPU jobs failing, before and afte
 REPEAT_OFFENDERS_OFF = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {enabled: false}\n")
 
 
-def rsc1_like(days: int, training: str, perfect: bool = True) -> Scenario:
-    """rsc1.yaml's failure model (infra at r_f by Table 5's infrastructure rows, lemons, other causes) and the
-    given training jobs, no small jobs; perfect detection unless `perfect` is False (the shipped causes.yaml's)."""
+def rsc1_like(days: int, training: str, perfect: bool = True, lemon: str = "[5, 10]") -> Scenario:
+    """rsc1.yaml's failure model (infra at r_f by Table 5's infrastructure rows, lemons at `lemon` times the rate,
+    other causes) and the given training jobs, no small jobs; perfect detection unless `perfect` is False (the
+    shipped causes.yaml's)."""
     return parse_scenario(f"""
 days: {days}
 detection: {{perfect: {str(perfect).lower()}}}
 fleet: {{pools: {{rsc1: 2000}}}}
-failures: {{rate: rsc1, mix: llama3-infra, lemon: {{fraction: 0.012, multiplier: [5, 10]}}}}
+failures: {{rate: rsc1, mix: llama3-infra, lemon: {{fraction: 0.012, multiplier: {lemon}}}}}
 jobs:
   other_failure_rate: {OTHER_RATE:.2f}
   training: {training}
