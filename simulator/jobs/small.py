@@ -28,6 +28,7 @@ from simulator.scenario import SmallJobSpec
 from simulator.workload import JobTally, SmallJob
 
 OWNER_PREFIX = "small-"
+LANDING_TRIES = 256  # running jobs looked at for one with the drawn failures before a landing takes any
 
 
 class SmallJobs:
@@ -49,6 +50,8 @@ class SmallJobs:
         self._ran_s, self._ran_n = 0.0, 0  # small jobs' attempts: their running time and count
         self._landing: set[int] = set()  # faults a stream is due to land on (aggregated)
         self._landing_rng = random.Random(f"{seed}/small/landing")
+        # attempts begun, by the failures their job had before (aggregated: who the next start on a free node is)
+        self._begun_after = [0] * ((spec.max_retries if spec else 0) + 1)
         self._other_rate = other_failure_rate / 1000.0 / 86400.0 * (spec.nodes if spec else 1)  # per second
         self._ids = 0
         # a job failed on a node: people find faults no rule sees through it
@@ -93,6 +96,7 @@ class SmallJobs:
         job.attempts += 1
         job.since = at
         job.hung = False
+        self._begun_after[min(job.failures, len(self._begun_after) - 1)] += 1
         self.tally.attempts += 1
         self._size.attempts += 1
         rng = job.rng
@@ -197,7 +201,7 @@ class SmallJobs:
         return True
 
     def _done(self, job: SmallJob, token: int) -> None:
-        if token != job.token:
+        if token != job.token or job.hung:  # a hung attempt ends at the job's timeout, not when its work would have
             return
         self._ran(job, self._queue.now)
         self._leave(job)
@@ -205,7 +209,7 @@ class SmallJobs:
         self.submit(job.stream)
 
     def _app_fails(self, job: SmallJob, token: int, how: str = "app") -> None:
-        if token != job.token:
+        if token != job.token or job.hung:
             return
         self._ran(job, self._queue.now)
         self._leave(job)
@@ -266,8 +270,8 @@ class SmallJobs:
                 or spec is None or (spec.pool is not None and node.pool != spec.pool) or not self.jobs):
             return
         now = self._queue.now
-        job = self._roll(self._landing_rng.choice(list(self.jobs.values())), now)
-        if not job.nodes or job.hung or job.since > now or slot in job.excluded:
+        job = self._landing_job(slot, now)
+        if job is None:
             self.bad_node_free(node)
             return
         self._ran(job, now)  # its attempt so far; it starts again on the new node
@@ -280,6 +284,32 @@ class SmallJobs:
         job.token += 1
         job.pending = self._begin(job, now)
         self.hit(node, fault)
+
+    def _landing_job(self, slot: int, now: float) -> SmallJob | None:
+        """The job whose next attempt lands on the free node, None if the landing does not happen now (a job picked
+        at random is between attempts, hung, or keeps off the node: as often as per event a start is not one that
+        could land). Per event the node is taken by the next start of any job, and a retry starts as often as
+        retries do: a job that failed before (its own bug, another cause), its retry budget partly spent, meets the
+        bad node as often as it would per event, and may fail by the platform there. So the failures the landing
+        job had before are drawn as attempts begin, and a running job with that many is looked for among
+        LANDING_TRIES (the first pick if none is)."""
+        rng, jobs = self._landing_rng, list(self.jobs.values())
+        first = self._roll(rng.choice(jobs), now)
+        if not self._movable(first, slot, now):
+            return None
+        last = len(self._begun_after) - 1
+        want = rng.choices(range(last + 1), weights=self._begun_after)[0] if any(self._begun_after) else 0
+        if min(first.failures, last) == want:
+            return first
+        for _ in range(LANDING_TRIES):
+            job = self._roll(rng.choice(jobs), now)
+            if min(job.failures, last) == want and self._movable(job, slot, now):
+                return job
+        return first
+
+    @staticmethod
+    def _movable(job: SmallJob, slot: int, now: float) -> bool:
+        return bool(job.nodes) and not job.hung and job.since <= now and slot not in job.excluded
 
     def settle(self, now: float) -> None:
         """Count what the aggregated jobs did up to `now` (the run's end)."""

@@ -9,8 +9,6 @@ import statistics
 from dataclasses import replace
 from functools import cache
 
-import pytest
-
 from remediator.policy import parse_policy
 from simulator.results import RunResult, run_figures
 from simulator.scenario import Scenario, parse_scenario
@@ -146,12 +144,6 @@ def test_aggregated_small_jobs_give_the_per_event_figures() -> None:
     assert abs(a["infra"] - b["infra"]) < 0.15 * a["infra"], (a["infra"], b["infra"])
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (docs/simulation.md, 'Small jobs', Known gap): under the shipped "
-                   "detection, per-event small jobs fail by the platform (3 infrastructure failures, max_retries 2) "
-                   "about 3x as often as aggregated ones (0.00031 vs 0.00010 of jobs; under perfect detection "
-                   "0.00008 vs 0.00005): per event, a job's retry lands on another unseen faulty node more often "
-                   "than aggregation's stream landing gives. The attempts failed agree (above); the jobs failed "
-                   "by the platform of small jobs in aggregated scenarios are an underestimate until this passes")
 def test_aggregated_small_jobs_fail_by_the_platform_as_often_as_per_event_ones() -> None:
     a, b = _aggregation()
     assert abs(a["platform_failure_rate"] - b["platform_failure_rate"]) < 0.0001, (a["platform_failure_rate"],
