@@ -107,11 +107,14 @@ class TrainingJobs:
         need = job.spec.nodes - len(job.nodes)
         allowed = pools(job.spec.pool)
         picked = placement.pick(need, allowed, job.excluded) if need > 0 else []
-        if picked is None and need <= placement.free_count(allowed) + self._small.held(allowed):
+        if picked is None and need <= placement.free_count(allowed, job.excluded) + self._small.held(allowed,
+                                                                                                  job.excluded):
             # training comes first: small jobs give their nodes back (they are retried); while they do, the nodes
-            # they free do not place this job again (it would take nodes twice)
+            # they free do not place this job again (it would take nodes twice). Only nodes the job may use count,
+            # and only their small jobs are preempted: else they would be preempted for nothing, restart on the
+            # nodes they freed, and preempted again at the same instant, without end (a livelock)
             state, job.state = job.state, "placing"
-            self._small.preempt(need - placement.free_count(allowed) + len(job.excluded), allowed)
+            self._small.preempt(need - placement.free_count(allowed) + len(job.excluded), allowed, job.excluded)
             job.state = state
             picked = placement.pick(need, allowed, job.excluded)
         if picked is None:
