@@ -6,7 +6,7 @@ Karpenter and people did in each (the "peer" figures of `--json`), for the parag
     .venv/bin/python bench/sim_peers.py --runs 3                       # the four shipped scenarios, seeds 1-3
     .venv/bin/python bench/sim_peers.py --runs 1 --scenarios rsc1      # one scenario, one seed
 
-Runs one simulation at a time (about 5 minutes for the whole table with --runs 3 on one core).
+Runs one simulation at a time (about 3 minutes for the whole table with --runs 3 on one core).
 """
 
 from __future__ import annotations
