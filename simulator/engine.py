@@ -142,4 +142,5 @@ class Simulation:
             max_disrupted=self.budget.max_disrupted, passes=self.passes.passes,
             decisions=dict(self.decisions.decisions), samples=self.sampler.samples if self.sampler else [],
             outcomes=self.jobs.outcomes, false_positives=dict(self.faults.noise.false_fired),
-            flapped=self.faults.noise.flapped, replacement=self.cluster.replacement_figures(end))
+            flapped=self.faults.noise.flapped, replacement=self.cluster.replacement_figures(end),
+            peer=self.peer.figures() if self.peer is not None else {})

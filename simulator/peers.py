@@ -67,6 +67,10 @@ class People:
         self._queue, self._sc, self._fleet, self._jobs = queue, scenario, fleet, jobs
         self.taken_out = 0
 
+    def figures(self) -> dict[str, float]:
+        """What the peer did in the run (RunResult.peer; `gpuhealth-sim run --json`: "peer")."""
+        return {"people_took_out": float(self.taken_out)}
+
     def fired(self, node: SimNode, fault: Fault, fp: str, starts: datetime) -> None:
         if node.fault is fault:
             self._queue.at(self._queue.now + self._sc.found_by_people_s, self._take_out, node.slot, node.generation,
@@ -88,13 +92,26 @@ class Karpenter(People):
                  faults: FaultSource) -> None:
         super().__init__(queue, scenario, fleet, jobs)
         self._faults = faults
+        self.conditions = 0  # watched conditions turned False (a mapped alert fired, false positives too)
         self.replaced = 0
         self.guarded = 0  # checks the 20% guard blocked
+        self.cleared = 0  # conditions True again (the alert resolved) before Karpenter replaced the node
+        self._held: dict[tuple[int, int, str], float] = {}  # replacements the guard holds back: since when
+        self.held = 0  # replacements the guard held back at least once
+        self.held_s = 0.0  # time they were held back, to their replacement or their condition's clearing
+
+    def figures(self) -> dict[str, float]:
+        return {**super().figures(), "karpenter_conditions": float(self.conditions),
+                "karpenter_replaced": float(self.replaced), "karpenter_cleared": float(self.cleared),
+                "karpenter_guard_blocked_checks": float(self.guarded), "karpenter_guard_held": float(self.held),
+                "karpenter_guard_held_hours": (self.held_s + sum(self._queue.now - t for t in self._held.values()))
+                / 3600.0}
 
     def fired(self, node: SimNode, fault: Fault, fp: str, starts: datetime) -> None:
         super().fired(node, fault, fp, starts)
         condition = KARPENTER_CONDITIONS.get(fault.alert or "")
         if condition is not None:
+            self.conditions += 1
             self._queue.at(self._queue.now + TOLERATION_S[condition], self._check, node.slot, node.generation, fp,
                            starts)
 
@@ -106,11 +123,24 @@ class Karpenter(People):
 
     def _check(self, slot: int, generation: int, fp: str, starts: datetime) -> None:
         node = self._fleet.live(slot, generation)
+        key = (slot, generation, fp)
         if node is None or node.fired.get(fp) != starts or node.replacing:
-            return  # the condition turned True (the alert resolved), or the node is gone
+            # the condition turned True (the alert resolved), or the node is gone or being replaced already
+            self.cleared += node is not None and node.fired.get(fp) != starts
+            self._release(key)
+            return
         if self.unhealthy(node.pool) > UNHEALTHY_GUARD * self._fleet.pool_sizes[node.pool]:
             self.guarded += 1
+            if key not in self._held:
+                self.held += 1
+                self._held[key] = self._queue.now
             self._queue.at(self._queue.now + KARPENTER_RECHECK_S, self._check, slot, generation, fp, starts)
             return
+        self._release(key)
         self.replaced += 1
         self._faults.replace_now(node)
+
+    def _release(self, key: tuple[int, int, str]) -> None:
+        since = self._held.pop(key, None)
+        if since is not None:
+            self.held_s += self._queue.now - since

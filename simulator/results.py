@@ -60,6 +60,7 @@ class RunResult:
     flapped: int = 0  # alerts of persisting faults that resolved and fired again
     replacement: dict[str, float] = field(default_factory=dict)  # spares used, waits, wait hours, new nodes faulty
     gpu_hours_kept: float = 0.0  # GPU-hours a DRA quarantine of one GPU kept in service that node scope would not
+    peer: dict[str, float] = field(default_factory=dict)  # what a peer did (simulator/peers.py); {}: gpuhealth
 
     @property
     def node_availability(self) -> float:
@@ -146,6 +147,7 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
                                                        for r in runs]),
                         "flapped": statistics.fmean(r.flapped for r in runs)}
     out["replacement"] = _mean_maps([r.replacement for r in runs])
+    out["peer"] = {k: statistics.fmean(r.peer.get(k, 0.0) for r in runs) for k in runs[0].peer}
     out["remediator"] = {"passes": statistics.fmean(r.passes for r in runs),
                          "decisions": _mean_maps([{k: float(v) for k, v in r.decisions.items()} for r in runs])}
     return out
@@ -230,7 +232,22 @@ def render_text(s: dict[str, Any]) -> str:
                      f"{rep.get('burn_in_passed_faulty', 0):.1f} let through, {rep.get('burn_in_failed', 0):.1f} "
                      "failed in all")
     lines.append(f"remediator passes per run: {s['remediator']['passes']:.0f}")
+    lines += _peer_lines(s.get("peer", {}))
     return "\n".join(lines)
+
+
+def _peer_lines(p: dict[str, float]) -> list[str]:
+    """What a peer of gpuhealth did (`--remediation none|karpenter`), mean per run."""
+    lines = []
+    if "karpenter_replaced" in p:
+        lines.append(f"Karpenter per run: {p['karpenter_conditions']:.1f} watched conditions turned False, "
+                     f"{p['karpenter_replaced']:.1f} nodes replaced, {p['karpenter_cleared']:.1f} conditions True "
+                     f"again before a replacement; its 20% guard blocked {p['karpenter_guard_blocked_checks']:.1f} "
+                     f"checks, holding back {p['karpenter_guard_held']:.1f} replacements for "
+                     f"{p['karpenter_guard_held_hours']:.1f} h in all")
+    if "people_took_out" in p:
+        lines.append(f"people per run: {p['people_took_out']:.1f} nodes taken out of work through their alerts")
+    return lines
 
 
 def poisson_interval(k: int, level: float = 0.95) -> tuple[float, float]:

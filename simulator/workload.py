@@ -38,8 +38,9 @@ class FreeNodes:
             self._items[i] = last
             self._index[last] = i
 
-    def count_in(self, allowed: set[str], pool_of: list[str]) -> int:
-        return sum(1 for s in self._items if pool_of[s] in allowed)
+    def count_in(self, allowed: set[str] | None, pool_of: list[str],
+                 exclude: set[int] | frozenset[int] = frozenset()) -> int:
+        return sum(1 for s in self._items if (allowed is None or pool_of[s] in allowed) and s not in exclude)
 
     def pick(self, rng: random.Random, k: int, allowed: set[str] | None, pool_of: list[str],
              exclude: set[int] | frozenset[int] = frozenset()) -> list[int] | None:

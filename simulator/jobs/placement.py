@@ -31,10 +31,11 @@ class Placement:
              exclude: set[int] | frozenset[int] = frozenset()) -> list[int] | None:
         return self.free.pick(self._rng, need, allowed, self._fleet.pool_of, exclude)
 
-    def free_count(self, allowed: set[str] | None) -> int:
-        if allowed is None:
+    def free_count(self, allowed: set[str] | None, exclude: set[int] | frozenset[int] = frozenset()) -> int:
+        """Free nodes in the allowed pools, but those in `exclude` (the nodes a job excluded)."""
+        if allowed is None and not exclude:
             return len(self.free)
-        return self.free.count_in(allowed, self._fleet.pool_of)
+        return self.free.count_in(allowed, self._fleet.pool_of, exclude)
 
     def take(self, slots: list[int], owner: str) -> None:
         for s in slots:

@@ -373,19 +373,20 @@ class SmallJobs:
                 return
         self._queue.at(now + job.spec.restart_overhead_s, self.start, job)
 
-    def held(self, allowed: set[str] | None) -> int:
-        """Nodes small jobs hold that a training job could have (in its pools, schedulable)."""
+    def held(self, allowed: set[str] | None, exclude: set[int] | frozenset[int] = frozenset()) -> int:
+        """Nodes small jobs hold that a training job could have (in its pools, schedulable, not one it excluded)."""
         nodes, pool_of = self._fleet.nodes, self._fleet.pool_of
         return sum(1 for j in self.jobs.values() for s in j.nodes
-                   if (allowed is None or pool_of[s] in allowed) and nodes[s].schedulable)
+                   if (allowed is None or pool_of[s] in allowed) and nodes[s].schedulable and s not in exclude)
 
-    def preempt(self, count: int, allowed: set[str] | None) -> None:
-        """Training comes first: `count` small jobs in its pools give their nodes back and wait to be retried."""
+    def preempt(self, count: int, allowed: set[str] | None, exclude: set[int] | frozenset[int] = frozenset()) -> None:
+        """Training comes first: `count` small jobs in its pools, on none of the nodes it excluded (`exclude`), give
+        their nodes back and wait to be retried."""
         if count <= 0:
             return
         nodes, pool_of, now = self._fleet.nodes, self._fleet.pool_of, self._queue.now
         victims = [j for j in self.jobs.values() if j.nodes and (
-            allowed is None or all(pool_of[s] in allowed for s in j.nodes))]
+            allowed is None or all(pool_of[s] in allowed for s in j.nodes)) and not any(s in exclude for s in j.nodes)]
         for job in victims[:count]:
             if job.jid not in self.jobs or not all(nodes[s].schedulable for s in job.nodes):
                 continue

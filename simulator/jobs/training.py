@@ -1,10 +1,11 @@
-"""Synchronous training jobs on the fleet. A fault on one of a job's nodes stops the whole job (the work since its
-last checkpoint is lost); the job learns of it at once (a crash) or by its own timeout (a hang). A job without its
-own fault tolerance (`resume: false`) has then failed. One that resumes waits until the failed node is out of its
-way: gpuhealth takes it out of scheduling, or the job gives up waiting (`exclude_after`), or, for a fault no rule
-acts on, the job localises it (`localize`); the job's exclusion is its own (other jobs may still land on the node
-and fail). It then restarts on spare healthy nodes, paying the restart overhead. Causes other than the
-infrastructure (`jobs.other_failure_rate`) end attempts too and leave the nodes as they are."""
+"""Synchronous training jobs on the fleet. A fault on one of a job's nodes stops the whole job (the work since its last
+checkpoint is lost); the job learns of it at once (a crash) or by its own timeout (a hang). A job without its own
+fault tolerance (`resume: false`) has then failed. One that resumes waits until the failed node is out of its way:
+gpuhealth takes it out of scheduling, or the job gives up waiting (`exclude_after`), or, for a fault no rule acts on,
+the job localises it (`localize`); the job's exclusion is its own (other jobs may still land on the node and fail)
+and lasts while the fault is there (a repaired or replaced node is the job's again). It then restarts on spare
+healthy nodes, paying the restart overhead. Causes other than the infrastructure (`jobs.other_failure_rate`) end
+attempts too and leave the nodes as they are."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class TrainingJobs:
         self.jobs: list[TrainingJob] = []  # every job (those ended too)
         self._active: dict[str, TrainingJob] = {}
         self._rngs: dict[str, random.Random] = {}
+        self._excluded_for: dict[str, dict[int, Fault]] = {}  # job -> node it excluded -> the fault it excluded it for
         self._other_rate = scenario.other_failure_rate / 1000.0 / DAY  # per node-second of a running job
         self.on_failed: Callable[[SimNode, Fault], None] = lambda node, fault: None  # a job failed on a node
 
@@ -92,6 +94,7 @@ class TrainingJobs:
                 self._placement.release(node)
         job.nodes.clear()
         del self._active[job.jid]
+        self._excluded_for.pop(job.jid, None)
         if job.spec.repeat and now < self._queue.end:
             self._submit(job.spec, f"{job.jid.split('.')[0]}.{len(self.jobs)}")
 
@@ -102,16 +105,28 @@ class TrainingJobs:
                 self.outcomes.of(self._gpus(job)).run_s += end - job.attempt_since
 
     # --- placement and runs -----------------------------------------------------------------
+    def _lapse_exclusions(self, job: TrainingJob) -> None:
+        """A job keeps a node off while the fault it excluded the node for is there: repaired (or its slot's node
+        replaced), the node is one the job may use again, as people return a repaired node to the job's pool."""
+        why, nodes = self._excluded_for.get(job.jid, {}), self._fleet.nodes
+        for slot in [s for s in job.excluded if nodes[s].fault is not why.get(s)]:
+            job.excluded.discard(slot)
+            why.pop(slot, None)
+
     def _try_place(self, job: TrainingJob, first: bool = False) -> None:
+        self._lapse_exclusions(job)
         placement = self._placement
         need = job.spec.nodes - len(job.nodes)
         allowed = pools(job.spec.pool)
         picked = placement.pick(need, allowed, job.excluded) if need > 0 else []
-        if picked is None and need <= placement.free_count(allowed) + self._small.held(allowed):
+        if picked is None and need <= placement.free_count(allowed, job.excluded) + self._small.held(allowed,
+                                                                                                  job.excluded):
             # training comes first: small jobs give their nodes back (they are retried); while they do, the nodes
-            # they free do not place this job again (it would take nodes twice)
+            # they free do not place this job again (it would take nodes twice). Only nodes the job may use count,
+            # and only their small jobs are preempted: else they would be preempted for nothing, restart on the
+            # nodes they freed, and preempted again at the same instant, without end (a livelock)
             state, job.state = job.state, "placing"
-            self._small.preempt(need - placement.free_count(allowed) + len(job.excluded), allowed)
+            self._small.preempt(need - placement.free_count(allowed) + len(job.excluded), allowed, job.excluded)
             job.state = state
             picked = placement.pick(need, allowed, job.excluded)
         if picked is None:
@@ -229,6 +244,7 @@ class TrainingJobs:
         if job.failed.get(slot) in (WAITING, LOCALIZING) and node.generation == generation:
             if node.fault is not None:
                 job.excluded.add(slot)
+                self._excluded_for.setdefault(job.jid, {})[slot] = node.fault
             self._drop_node(job, node)
             self._maybe_restart(job)
 

@@ -1,11 +1,18 @@
 """The peers on the same fault traces (simulator/peers.py): no automated remediation (people only), and Karpenter's
-node repair alone (the EKS agent's conditions, their tolerations, the 20% guard)."""
+node repair alone (the EKS agent's conditions, their tolerations, the 20% guard), and what each did in the run's
+figures."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from remediator.policy import Policy
+from simulator.cli import main
 from simulator.engine import Simulation
 from simulator.fleet import SimNode
 from simulator.peers import KARPENTER, NONE, Karpenter
@@ -84,3 +91,59 @@ def test_karpenter_replaces_nothing_while_more_than_a_fifth_of_the_pool_is_unhea
     _, seen = _karpenter(_scenario(rate=0.0, switches=_storm(4)))  # 4 of 32: 12.5%, under the guard
     assert seen and all(alert == "NetdevTransmitTimeout" for alert, _ in seen)
     assert min(waited for _, waited in seen) < 1801.0  # NetworkingReady's 30 minutes
+
+
+def _switches(nodes_per_switch: int) -> str:
+    """Ten nodes, no fault but their switches' (50 per 1,000 switch-days, 2 h each): an outage makes 2 or 3 of the
+    ten nodes unhealthy at once, 20% (not more than the guard) or 30%."""
+    return f"""
+days: 30
+fleet: {{pools: {{p: 10}}, new_node_faulty: 0}}
+failures: {{rate: 0, mix: {{GPU fault: 1}}, lemon: {{fraction: 0}},
+            switches: {{nodes_per_switch: {nodes_per_switch}, rate: 50, repair: 2h, alert: NetdevTransmitTimeout}}}}
+causes:
+  {_XID}
+detection: {{perfect: true}}
+"""
+
+
+def _run_json(capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str) -> dict[str, Any]:
+    path = tmp_path / "switches.yaml"
+    path.write_text(body)
+    assert main(["run", str(path), "--runs", "1", "--remediation", KARPENTER, "--json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_karpenter_counts_its_replacements_and_what_its_guard_held_back(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    under = _run_json(capsys, tmp_path, _switches(2))["peer"]  # 2 of 10: not more than 20%
+    assert under["karpenter_conditions"] > 10
+    assert under["karpenter_replaced"] == under["karpenter_conditions"]  # each replaced at its toleration
+    assert under["karpenter_guard_blocked_checks"] == under["karpenter_guard_held"] == 0
+    over = _run_json(capsys, tmp_path, _switches(3))["peer"]  # 3 of 10: the guard holds
+    assert over["karpenter_guard_held"] >= 3 and over["karpenter_guard_blocked_checks"] > over["karpenter_guard_held"]
+    # held until the switch's repair (2 h) ends: then the condition clears, or the last ones are replaced
+    assert 0 < over["karpenter_guard_held_hours"] <= 2.0 * over["karpenter_guard_held"]
+    assert over["karpenter_replaced"] + over["karpenter_cleared"] == over["karpenter_conditions"]
+    assert over["karpenter_cleared"] > 0
+    assert over["people_took_out"] == 0  # perfect detection, every fault's alert mapped: nothing left to people
+
+
+def test_karpenters_replacements_in_the_figures_are_the_nodes_it_replaced() -> None:
+    sim, seen = _karpenter(_scenario())
+    assert sim.peer is not None and sim.peer.figures()["karpenter_replaced"] == len(seen) > 10
+
+
+def test_the_text_report_says_what_karpenter_and_people_did(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    path = tmp_path / "switches.yaml"
+    path.write_text(_switches(3))
+    assert main(["run", str(path), "--runs", "1", "--remediation", KARPENTER]) == 0
+    text = capsys.readouterr().out
+    assert "Karpenter per run:" in text and "its 20% guard blocked" in text and "people per run:" in text
+    assert main(["run", str(path), "--runs", "1", "--remediation", NONE]) == 0
+    text = capsys.readouterr().out
+    assert "Karpenter per run:" not in text and "people per run:" in text
+    assert main(["run", str(path), "--runs", "1"]) == 0
+    assert "people per run:" not in capsys.readouterr().out
