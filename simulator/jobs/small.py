@@ -28,7 +28,6 @@ from simulator.scenario import SmallJobSpec
 from simulator.workload import JobTally, SmallJob
 
 OWNER_PREFIX = "small-"
-LANDING_TRIES = 256  # running jobs looked at for one with the drawn failures before a landing takes any
 
 
 class SmallJobs:
@@ -291,8 +290,9 @@ class SmallJobs:
         could land). Per event the node is taken by the next start of any job, and a retry starts as often as
         retries do: a job that failed before (its own bug, another cause), its retry budget partly spent, meets the
         bad node as often as it would per event, and may fail by the platform there. So the failures the landing
-        job had before are drawn as attempts begin, and a running job with that many is looked for among
-        LANDING_TRIES (the first pick if none is)."""
+        job had before are drawn as attempts begin, and one of the running jobs with that many is taken at random
+        (all of them are looked at: a job with its budget nearly spent is rare among running jobs, a few in a
+        thousand, where it starts as often as a first attempt does; the first pick if there is none)."""
         rng, jobs = self._landing_rng, list(self.jobs.values())
         first = self._roll(rng.choice(jobs), now)
         if not self._movable(first, slot, now):
@@ -301,11 +301,9 @@ class SmallJobs:
         want = rng.choices(range(last + 1), weights=self._begun_after)[0] if any(self._begun_after) else 0
         if min(first.failures, last) == want:
             return first
-        for _ in range(LANDING_TRIES):
-            job = self._roll(rng.choice(jobs), now)
-            if min(job.failures, last) == want and self._movable(job, slot, now):
-                return job
-        return first
+        fits = [job for job in (self._roll(j, now) for j in jobs)
+                if min(job.failures, last) == want and self._movable(job, slot, now)]
+        return rng.choice(fits) if fits else first
 
     @staticmethod
     def _movable(job: SmallJob, slot: int, now: float) -> bool:
