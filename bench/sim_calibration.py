@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from remediator.policy import Policy
 from simulator.cli import simulate
 from simulator.detection import Pipeline, load_pipeline
+from simulator.failure_data import rsc_rates
 from simulator.jobs.outcomes import SizeTally
 from simulator.overrides import Overrides, apply
 from simulator.results import poisson_interval
@@ -48,7 +49,7 @@ def main() -> int:
     pipe = load_pipeline()
     if not args.large_only:
         fig7(pipe, args.runs)
-    large_jobs(pipe, args.runs, f"[{args.lemon[0]:g}, {args.lemon[1]:g}]")
+    large_jobs(pipe, args.runs, (args.lemon[0], args.lemon[1]))
     return 0
 
 
@@ -75,23 +76,35 @@ def fig7(pipe: Pipeline, runs: int) -> None:
           f"{small.jobs_failed_platform / small.jobs_ended:.4%} (Kokolis: 0.2% of jobs hardware-attributed)")
 
 
-def large_jobs(pipe: Pipeline, runs: int, lemon: str) -> None:
-    """512+-GPU jobs failing, the repeat-offender policy off and on, lemons at `lemon` times the others' rate."""
-    print(f"512+-GPU jobs, lemons (1.2% of nodes) at {lemon} times the others' rate:")
-    for label, policy, perfect in (("off", REPEAT_OFFENDERS_OFF, True), ("on", Policy(), True),
-                                   ("off, shipped detection", REPEAT_OFFENDERS_OFF, False)):
-        sc = rsc1_like(60, "[{name: j512, nodes: 64, checkpoint_interval: 30m, work: 90m, resume: false, "
-                           "repeat: true}, {name: j1024, nodes: 128, checkpoint_interval: 30m, work: 90m, "
-                           "resume: false, repeat: true}]", perfect, lemon)
-        runs_ = simulate(sc, policy, pipe, 1, runs)
+LARGE = ("[{name: j512, nodes: 64, checkpoint_interval: 30m, work: 90m, resume: false, repeat: true}, "
+         "{name: j1024, nodes: 128, checkpoint_interval: 30m, work: 90m, resume: false, repeat: true}]")
+
+
+def large_jobs(pipe: Pipeline, runs: int, lemon: tuple[float, float]) -> None:
+    """512+-GPU jobs failing, the repeat-offender policy off and on, lemons at `lemon` times the others' rate; with
+    other lemons than rsc1.yaml's, also the lemons kept in service (before removal) and none (after)."""
+    lo, hi = lemon
+    drawn = f"rate: rsc1, mix: llama3-infra, lemon: {{fraction: 0.012, multiplier: [{lo:g}, {hi:g}]}}"
+    print(f"512+-GPU jobs, lemons (1.2% of nodes) at {lo:g}-{hi:g} times the others' rate:")
+    arms: list[tuple[str, Policy, bool, str]] = [
+        ("repeat offenders off", REPEAT_OFFENDERS_OFF, True, drawn), ("repeat offenders on", Policy(), True, drawn),
+        ("repeat offenders off, shipped detection", REPEAT_OFFENDERS_OFF, False, drawn)]
+    if (lo, hi) != (5.0, 10.0):
+        others = rsc_rates()["rsc1"] / (1.0 + 0.012 * ((lo + hi) / 2 - 1.0))  # the others' rate: faults.py
+        arms += [("lemons kept with their slot (repaired in place: before removal)", REPEAT_OFFENDERS_OFF, True,
+                  drawn.replace("]}", "], kept: true}")),
+                 (f"no lemons, the others' rate {others:.2f} (after removal)", REPEAT_OFFENDERS_OFF, True,
+                  f"rate: {others:.4f}, mix: llama3-infra, lemon: {{fraction: 0}}")]
+    for label, policy, perfect, failures in arms:
+        runs_ = simulate(rsc1_like(60, LARGE, perfect, failures), policy, pipe, 1, runs)
         large = pooled([r.outcomes.large() for r in runs_])
         failed = large.jobs_ended - large.jobs_completed
-        lo, hi = poisson_interval(failed)
-        print(f"512+ GPU jobs, repeat offenders {label}: {failed} of {large.jobs_ended} failed = "
-              f"{failed / large.jobs_ended:.3f} [{lo / large.jobs_ended:.3f}, {hi / large.jobs_ended:.3f}], "
+        lo_, hi_ = poisson_interval(failed)
+        print(f"512+ GPU jobs, {label}: {failed} of {large.jobs_ended} failed = "
+              f"{failed / large.jobs_ended:.3f} [{lo_ / large.jobs_ended:.3f}, {hi_ / large.jobs_ended:.3f}], "
               f"by the platform {large.jobs_failed_platform / large.jobs_ended:.3f} (Kokolis: 0.14 before lemon "
               f"removal, 0.04 after); node availability "
-              f"{sum(r.node_availability for r in runs_) / len(runs_):.5f}")
+              f"{sum(r.node_availability for r in runs_) / len(runs_):.5f}", flush=True)
 
 
 if __name__ == "__main__":

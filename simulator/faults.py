@@ -51,6 +51,7 @@ class FaultSource:
         self.counts: Counter[str] = Counter()  # cause -> faults that hit a node in service
         self._streams: dict[tuple[int, int], random.Random] = {}
         self._ids = 0
+        self._kept_lemons: dict[int, tuple[bool, float]] = {}  # failures.lemon.kept: slot -> (lemon, multiplier)
         self._reported: set[int] = set()  # faults no rule sees that a failed job has reported to people
         self._failures: dict[int, list[float]] = {}  # fault -> when jobs failed on it (the classifier's count)
         self.classifier = False  # the policy's workloads.enabled
@@ -135,6 +136,8 @@ class FaultSource:
         lemon = self._sc.lemon
         node.lemon = rng.random() < lemon.fraction
         mult = rng.uniform(*lemon.multiplier) if node.lemon else 1.0
+        if lemon.kept:  # the slot's first node decides: a replacement is the same lemon, repaired and returned
+            node.lemon, mult = self._kept_lemons.setdefault(node.slot, (node.lemon, mult))
         # lemons are drawn on top of the fleet's rate: the fleet's mean rate stays the scenario's
         base = self._rate / (1.0 + lemon.fraction * (sum(lemon.multiplier) / 2 - 1.0))
         node.rate = base * mult

@@ -76,6 +76,7 @@ class SmallJobSpec:
 class LemonModel:
     fraction: float = 0.012  # Kokolis: 1.2% of RSC-1 nodes
     multiplier: tuple[float, float] = (5.0, 10.0)
+    kept: bool = False  # a lemon stays with its slot through a replacement (repaired in place and returned)
 
 
 @dataclass(frozen=True)
@@ -387,7 +388,7 @@ def _failures(s: _Scenario, causes: dict[str, Any], value: Any) -> dict[str, Any
     else:
         kw["rate_per_1000_node_days"] = s.number("failures.rate", rate)
     kw["mix"] = _mix(s, causes, failures.get("mix", "llama3"))
-    lemon = r.section("failures.lemon", {"fraction", "multiplier"}, failures.get("lemon"))
+    lemon = r.section("failures.lemon", {"fraction", "multiplier", "kept"}, failures.get("lemon"))
     if lemon:
         mult = lemon.get("multiplier", [5, 10])
         if not (isinstance(mult, list) and len(mult) == 2):
@@ -395,7 +396,11 @@ def _failures(s: _Scenario, causes: dict[str, Any], value: Any) -> dict[str, Any
         lo, hi = (s.number("failures.lemon.multiplier", m, 1) for m in mult)
         if hi < lo:
             raise r.fail("failures.lemon.multiplier", f"expected [low, high] with low <= high, got {mult!r}")
-        kw["lemon"] = LemonModel(s.number("failures.lemon.fraction", lemon.get("fraction", 0.012), 0, 1), (lo, hi))
+        kept = lemon.get("kept", False)
+        if not isinstance(kept, bool):
+            raise r.fail("failures.lemon.kept", f"expected true or false, got {kept!r}")
+        kw["lemon"] = LemonModel(s.number("failures.lemon.fraction", lemon.get("fraction", 0.012), 0, 1), (lo, hi),
+                                 kept)
     sw = r.section("failures.switches", {"nodes_per_switch", "rate", "repair", "alert"}, failures.get("switches"))
     if sw:
         d = SwitchModel()

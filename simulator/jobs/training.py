@@ -126,7 +126,7 @@ class TrainingJobs:
             # and only their small jobs are preempted: else they would be preempted for nothing, restart on the
             # nodes they freed, and preempted again at the same instant, without end (a livelock)
             state, job.state = job.state, "placing"
-            self._small.preempt(need - placement.free_count(allowed) + len(job.excluded), allowed, job.excluded)
+            self._small.preempt(need - placement.free_count(allowed, job.excluded), allowed, job.excluded)
             job.state = state
             picked = placement.pick(need, allowed, job.excluded)
         if picked is None:

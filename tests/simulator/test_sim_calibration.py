@@ -16,11 +16,12 @@ runs give 15.2% [14.2%, 16.2%] failing over seeds 1-3 (17.1% with seed 1 alone) 
 from __future__ import annotations
 
 from remediator.policy import Policy, parse_policy
+from simulator.engine import Simulation
 from simulator.failure_data import rsc_rates
 from simulator.jobs.outcomes import SizeTally
 from simulator.results import poisson_interval
 from simulator.scenario import Scenario, parse_scenario
-from tests.simulator.sim_helpers import run
+from tests.simulator.sim_helpers import pipeline, run
 
 FIG7_MTTF_1024_H = 7.9  # Kokolis Fig. 7 (meta_rsc_kokolis.csv mttf_1024gpu_jobs_empirical)
 OTHER_RATE = 1000.0 / (128 * FIG7_MTTF_1024_H / 24.0) - rsc_rates()["rsc1"]  # 17.2: all causes minus r_f
@@ -28,15 +29,18 @@ LARGE_BEFORE, LARGE_AFTER = 0.14, 0.04  # 512+ GPU jobs failing, before and afte
 REPEAT_OFFENDERS_OFF = parse_policy("alertmanager: {url: none}\nrepeat_offenders: {enabled: false}\n")
 
 
-def rsc1_like(days: int, training: str, perfect: bool = True, lemon: str = "[5, 10]") -> Scenario:
-    """rsc1.yaml's failure model (infra at r_f by Table 5's infrastructure rows, lemons at `lemon` times the rate,
-    other causes) and the given training jobs, no small jobs; perfect detection unless `perfect` is False (the
-    shipped causes.yaml's)."""
+RSC1_FAILURES = "rate: rsc1, mix: llama3-infra, lemon: {fraction: 0.012, multiplier: [5, 10]}"  # as rsc1.yaml
+
+
+def rsc1_like(days: int, training: str, perfect: bool = True, failures: str = RSC1_FAILURES) -> Scenario:
+    """rsc1.yaml's failure model (infra at r_f by Table 5's infrastructure rows, lemons, other causes; `failures`:
+    the scenario's failures mapping) and the given training jobs, no small jobs; perfect detection unless `perfect`
+    is False (the shipped causes.yaml's)."""
     return parse_scenario(f"""
 days: {days}
 detection: {{perfect: {str(perfect).lower()}}}
 fleet: {{pools: {{rsc1: 2000}}}}
-failures: {{rate: rsc1, mix: llama3-infra, lemon: {{fraction: 0.012, multiplier: {lemon}}}}}
+failures: {{{failures}}}
 jobs:
   other_failure_rate: {OTHER_RATE:.2f}
   training: {training}
@@ -85,3 +89,27 @@ def test_512_gpu_jobs_fail_as_often_as_before_lemon_removal_and_the_repeat_offen
     share_after = 1 - after.jobs_completed / after.jobs_ended
     assert share_after > 2 * LARGE_AFTER, share_after
     assert abs(share_after - failed_before / before.jobs_ended) < 0.03
+
+
+def _lemon_slots(kept: bool) -> tuple[set[int], set[int], int]:
+    """Lemons at the start and at the end of a month on 100 nodes whose every fault is fixed by a new node."""
+    sc = parse_scenario(f"""
+days: 30
+fleet: {{pools: {{p: 100}}}}
+failures: {{rate: 30, mix: {{Dead GPU: 1}}, lemon: {{fraction: 0.3, multiplier: [5, 10], kept: {str(kept).lower()}}}}}
+causes:
+  Dead GPU: {{alert: GPUXidFatal, scope: gpu, job: crash, kind: hardware, fixed_by: {{replace: 1.0}}}}
+""", "lemons.yaml")
+    first = Simulation(sc, Policy(), pipeline(), 1)
+    first.faults.start()  # the first nodes only: the same draws as the run's
+    sim = Simulation(sc, Policy(), pipeline(), 1)
+    sim.run()
+    return ({n.slot for n in first.fleet.nodes if n.lemon}, {n.slot for n in sim.fleet.nodes if n.lemon},
+            sum(n.generation > 0 for n in sim.fleet.nodes))
+
+
+def test_a_replacement_draws_a_new_node_unless_lemons_are_kept_with_their_slot() -> None:
+    before, after, replaced = _lemon_slots(kept=False)
+    assert replaced > 20 and before and after != before  # new nodes are lemons 30% of the time, not where they were
+    before, after, replaced = _lemon_slots(kept=True)
+    assert replaced > 20 and after == before  # failures.lemon.kept: the slot's lemon comes back repaired
