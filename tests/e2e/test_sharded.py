@@ -15,7 +15,7 @@ from tests.e2e.operator_prometheus import hashmod
 from tests.e2e.sharded_stack import SHARDS, ShardedStack
 from tests.e2e.stack import http_json, print_logs_if_failed, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 # Two pools of two nodes: a fault on one node of each pool stays under the breaker and the cordon budget. Their
 # names hash (on node) to shards 0, 1, 0, 1 (checked below against what the shards scrape).
