@@ -3,9 +3,9 @@
 Every alert must carry the labels and annotations the remediator and on-call rely on, have a runbook
 page, be tested both firing and not firing (and on both sides of its `for` and keep_firing_for, checked
 by mutating the rule and requiring the promtool tests to fail), read only metrics the exporter serves
-(exporter.catalog), recording rules of its own group evaluated before it (a fleet group: or a node group's record
-the shards forward, read by alerts with a `for`), `up` or ALERTS, and match its
-row in docs/alerts.md and its runbook header.
+(exporter.catalog), recording rules of its own group evaluated before it (in a fleet group also a node group's record,
+which the shards forward, read by alerts with a `for`), `up` or ALERTS, and match its row in docs/alerts.md and its
+runbook header.
 """
 
 from __future__ import annotations
@@ -270,19 +270,21 @@ def test_alerts_reading_a_forwarded_record_wait_a_for() -> None:
     """A forwarded record is this or the previous evaluation's (one Prometheus) or a few seconds late (remote write):
     an alert that reads it, or reads its group's records made from it, must have a `for`, so lateness delays it by
     an evaluation and never makes it fire on a value that was never there for long."""
-    where, fleet = _recorded_where(), set(rule_sets.sets()["fleet"])
-    node = set(rule_sets.sets()["node"])
+    where, sets = _recorded_where(), rule_sets.sets()
+    readers: dict[str, str] = {}  # alert: its `for`
     for _, group in _groups():
-        if group["name"] not in fleet:
+        if group["name"] not in sets["fleet"]:
             continue
-        tainted: set[str] = set()
+        tainted: set[str] = set()  # records of this group made from a forwarded record
         for rule in group["rules"]:
             reads = metric_names(rule["expr"]) & RECORDS
-            if any(where[n][0] in node for n in reads) or reads & tainted:
+            if any(where[n][0] in sets["node"] for n in reads) or reads & tainted:
                 if "record" in rule:
                     tainted.add(rule["record"])
                 else:
-                    assert _minutes(rule.get("for", "0s")) > 0, f"{rule['alert']} reads a forwarded record, no for"
+                    readers[rule["alert"]] = rule.get("for", "0s")
+    assert set(readers) == {"TrainingRankSlow", "GpuhealthMonitoringFault"}
+    assert not [alert for alert, wait in readers.items() if _minutes(wait) == 0], "alerts with no for"
 
 
 def test_promtool_tests_see_forwarded_records_one_evaluation_late() -> None:
