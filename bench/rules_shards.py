@@ -3,11 +3,13 @@ for a fleet of N nodes x 8 GPUs split over S shards. `bench/rules_scale.py --sha
 
 1. One shard: the fleet's nodes whose name hashes to shard 0 (Prometheus' hashmod of the node label, as the chart's
    PodMonitor makes the Prometheus Operator's shards split them), about N / S nodes, every family the rules read
-   (bench/fleet_series.py, as rules_scale.py writes it), backfilled; Prometheus evaluates the node groups of
+   (bench/fleet_series.py, as rules_scale.py writes it) and a training rank on every GPU (the raw step times the
+   node group gpuhealth-training-ranks reduces), backfilled; Prometheus evaluates the node groups of
    rules/sets.yaml. Cost per node per shard: a round of every node group (the medians) over the shard's nodes.
-2. The global ruler: what docs/scaling.md's remote write sends it for the whole fleet (`up`, the probe series, the
-   ALERTS of the nodes whose alerts fire or are pending, every GPU's training rank), the SLO's 30 days of fleet
-   counts and the remediator's leader series, backfilled; Prometheus evaluates the fleet groups of rules/sets.yaml.
+2. The global ruler: what docs/scaling.md's remote write sends it for the whole fleet (`up`, the ALERTS of the nodes
+   whose alerts fire or are pending, and the node groups' records the fleet groups read: every GPU's training rank
+   as its 5-minute record, the failing probes as theirs), the SLO's 30 days of fleet counts and the remediator's
+   leader series, backfilled; Prometheus evaluates the fleet groups of rules/sets.yaml.
    Left out: the remediator's workload counters (per namespace: their cost follows namespaces, not nodes).
 
 Target: every group under 1 s per evaluation, on the shard and on the global ruler.
@@ -21,6 +23,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -57,7 +60,7 @@ class FleetInputs(FleetWriter):
 
     def write_inputs(self, out: TextIO, start: int, stop: int) -> None:
         nodes = list(self.nodes(start, stop))
-        for family in (self._up, self._probe_inputs, self._alerts, self._training):
+        for family in (self._up, self._failing_probes, self._alerts, self._rank_records):
             for node in nodes:
                 family(out, node)
         if start == 0:
@@ -67,17 +70,13 @@ class FleetInputs(FleetWriter):
                         "1", stamps)
         out.write("# EOF\n")
 
-    def _probe_inputs(self, out: TextIO, node: Node) -> None:
-        self._probes_success(out, node)
+    def _failing_probes(self, out: TextIO, node: Node) -> None:
+        """The shard's record of a failing probe (gpuhealth-probe): a series only for the probes that fail, as the
+        shard evaluates it every STEP and remote write forwards it (no target labels: a record keeps its `by`)."""
         if "n_probe_failing" in node.faults:
-            self._const(out, "gpuhealth_probe_error", f'{node.labels},probe="dcgm",reason="timeout"', "1",
-                        self._live(node, 12 * 60))
-
-    def _probes_success(self, out: TextIO, node: Node) -> None:
-        for probe in ("kmsg", "nvml", "dcgm", "diag", "efa", "exporter"):
-            failing = probe == "dcgm" and "n_probe_failing" in node.faults
-            self._const(out, "gpuhealth_probe_success", f'{node.labels},probe="{probe}"', "0" if failing else "1",
-                        self._live(node, 12 * 60))
+            self._const(out, "node_probe_reason:gpuhealth_probe_success:avg10m",
+                        f'node="{node.name}",pool="{node.pool}",probe="dcgm",reason="timeout"', "0",
+                        self._live(node, H_5M))
 
     def _alerts(self, out: TextIO, node: Node) -> None:
         faults = set(node.faults) | {f for found in node.gpu_faults.values() for f in found}
@@ -89,18 +88,31 @@ class FleetInputs(FleetWriter):
                       f'severity="warning",remediation="{remediation}"')
             self._const(out, "ALERTS", labels, "1", stamps)
 
-    def _training(self, out: TextIO, node: Node) -> None:
-        """Every GPU runs a rank of a 1,024-rank job (the largest training series count per node)."""
+    def training(self, out: TextIO, node: Node, name: str = "gpuhealth_training_step_seconds",
+                 target: bool = True) -> None:
+        """Every GPU runs a rank of a 1,024-rank job (the largest training series count per node): its raw step
+        times (a shard's scrape), or with target False the shard's 5-minute record of them (`name`; what it
+        forwards, with the record's labels only)."""
         stamps = self._live(node, H_5M)
         rng = random.Random(node.index)
         for g in range(self.gpus):
             rank = node.index * self.gpus + g
             slow = 1.6 if g in node.gpu_faults else 1.0
             labels = (f'job="train-{rank // RANKS_PER_JOB:03d}",rank="{rank % RANKS_PER_JOB}",node="{node.name}",'
-                      f'pool="{node.pool}",namespace="ml",instance="10.2.{node.index >> 8 & 255}.{node.index & 255}:'
-                      f'{9100 + g}"')
-            self._values(out, "gpuhealth_training_step_seconds", labels,
-                         [slow * (1 + 0.02 * rng.random()) for _ in stamps], stamps)
+                      f'pool="{node.pool}",namespace="ml"')
+            if target:
+                labels += f',instance="10.2.{node.index >> 8 & 255}.{node.index & 255}:{9100 + g}"'
+            self._values(out, name, labels, [slow * (1 + 0.02 * rng.random()) for _ in stamps], stamps)
+
+    def _rank_records(self, out: TextIO, node: Node) -> None:
+        self.training(out, node, "namespace_job_rank_node:gpuhealth_training_step_seconds:avg5m", target=False)
+
+    def write_ranks(self, out: TextIO, keep: Callable[[Node], bool]) -> None:
+        """A shard's training ranks: the raw step times of its nodes' GPUs."""
+        for node in self.nodes(0, self.n_nodes):
+            if keep(node):
+                self.training(out, node)
+        out.write("# EOF\n")
 
 
 def _global_backfill(nodes: int, end: int, work: Path, data: Path, slo_days: int) -> tuple[int, int, float]:
@@ -141,6 +153,11 @@ def run_shard(fleet: int, shards: int,
         end = int(time.time() + plan)
         print(f"[shard 0 of {shards}, fleet {fleet}] {count} nodes: writing and backfilling", flush=True)
         series, samples, _, wall = backfill(fleet, end, work, data, args.nodes_per_part, args.slo_days, keep=keep)
+        ranks = FleetInputs(fleet, end)
+        with (work / "ranks.om").open("w", buffering=1 << 20) as out:
+            ranks.write_ranks(out, keep)
+        _promtool(work / "ranks.om", data, "24h")
+        series, samples = series + ranks.counts.series, samples + ranks.counts.samples
         print(f"[shard] {series} series, {samples} samples, backfilled in {wall:.0f} s", flush=True)
         merge_blocks(work, data)
         run, alone = _timed(work, data, end, rule_sets()["node"], args)

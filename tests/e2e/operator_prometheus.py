@@ -63,8 +63,11 @@ def pod_monitor(monitor: Obj, pods: list[Any], node_labels: Callable[[str], dict
     name, namespace = monitor["metadata"]["name"], monitor["metadata"]["namespace"]
     spec = monitor["spec"]
     _only(f"PodMonitor {name}", spec, _POD_MONITOR)
-    namespaces = (spec.get("namespaceSelector") or {}).get("matchNames") or [namespace]
-    picked = [p for p in pods if p.namespace in namespaces and _selected(spec["selector"], p.labels)]
+    chosen = spec.get("namespaceSelector") or {}
+    _only(f"PodMonitor {name}.namespaceSelector", chosen, {"matchNames", "any"})
+    namespaces = chosen.get("matchNames") or [namespace]
+    picked = [p for p in pods if (chosen.get("any") or p.namespace in namespaces)
+              and _selected(spec["selector"], p.labels)]
     if not picked:
         raise UnknownField(f"PodMonitor {name}: its selector picks none of the pods")
     jobs = []

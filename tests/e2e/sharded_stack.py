@@ -4,11 +4,12 @@
   exporters and docs/scaling.md's PodMonitor for dcgm-exporter, translated as the Prometheus Operator does with
   `shards: 2` (its sharding relabelings appended; the monitors hash the node label); each evaluates the chart's node
   rule groups (monitoring.prometheusRule.sets: split, gpuhealth-node) and remote-writes the series the fleet groups
-  read (docs/scaling.md's write_relabel_configs) to
+  read (docs/scaling.md's write_relabel_configs: `up`, the alerts, and the node groups' records they read) to
 - a global Prometheus with its remote-write receiver on, which scrapes the remediator (the ServiceMonitor) and
   evaluates the fleet rule groups (gpuhealth-fleet) over both shards' series;
 - an HA pair of Alertmanagers (Debian's), clustered with --cluster.peer, both sent every alert by all three;
-- the remediator, exporters and fake API server of tests/e2e/stack.py.
+- the remediator, exporters and fake API server of tests/e2e/stack.py, and (start_training_job) a training job's ranks,
+  each scraped by its node's shard with docs/scaling.md's training PodMonitor.
 
 Durations are scaled as in stack.py (rules / TIME_SCALE). Test-only settings: remote write sends every 1 s
 (batch_send_deadline; 5 s by default) and the Alertmanagers gossip every 50 ms, so the test stays short.
@@ -16,7 +17,9 @@ Durations are scaled as in stack.py (rules / TIME_SCALE). Test-only settings: re
 
 from __future__ import annotations
 
+import sys
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,23 @@ class DcgmExporterPod:
 
 
 @dataclass
+class TrainingPod:
+    """A training job's rank pod (tests/e2e/training_rank.py) as Kubernetes SD sees it: what pod_monitor reads."""
+
+    node: str
+    port: int
+    name: str
+    namespace: str = "ml"
+    ip: str = "127.0.0.1"
+    labels: dict[str, str] = field(default_factory=lambda: {"gpuhealth.io/training": "true"})
+    container: dict[str, Any] = field(default_factory=lambda: {"name": "train"})
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return {"gpuhealth": self.port}
+
+
+@dataclass
 class ShardedStack(Stack):
     def __post_init__(self) -> None:
         self.values = deep_merge({"monitoring": {"prometheusRule": {"sets": "split"}}}, self.values)
@@ -64,6 +84,7 @@ class ShardedStack(Stack):
         self.shard_ports = [free_port() for _ in range(SHARDS)]
         self.am_ports = [self.am_port, free_port()]
         self.cluster_ports = [free_port(), free_port()]
+        self.training_pods: list[TrainingPod] = []
 
     # --- URLs: `prometheus` (Stack's queries and alerts) is the global one ---
     def shard_url(self, index: int) -> str:
@@ -83,6 +104,7 @@ class ShardedStack(Stack):
 
     def _start_prometheus(self) -> None:
         node_rules, fleet_rules = self._rules("gpuhealth-node"), self._rules("gpuhealth-fleet")
+        self._shard_configs: list[Path] = []
         alerting = {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{p}" for p in self.am_ports]}]}]}
         timing = {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"}
         remote = scaling_doc_yaml("### The shards' remote write")[0]["remote_write"][0]
@@ -96,7 +118,8 @@ class ShardedStack(Stack):
         for index in range(SHARDS):
             config = {"global": timing, "rule_files": [str(node_rules / "*.yaml")], "alerting": alerting,
                       "scrape_configs": shard(self._node_scrapes(), SHARDS, index), "remote_write": [remote]}
-            self._prometheus(f"shard-{index}", self.shard_ports[index], config)
+            self._prometheus(f"shard-{index}", self.shard_ports[index], config, "--web.enable-lifecycle")  # reload
+            self._shard_configs.append(self.workdir / f"shard-{index}.yml")
 
     def _prometheus(self, name: str, port: int, config: dict[str, Any], *flags: str) -> None:
         path = self.workdir / f"{name}.yml"
@@ -115,7 +138,27 @@ class ShardedStack(Stack):
             jobs += pod_monitor(monitor, exporters, self._node_labels, scale)
         for monitor in scaling_doc_yaml("### dcgm-exporter on the node's shard"):
             jobs += pod_monitor(monitor, dcgm, self._node_labels, scale)
+        if self.training_pods:
+            for monitor in scaling_doc_yaml("### Training ranks on their node's shard"):
+                jobs += pod_monitor(monitor, list(self.training_pods), self._node_labels, scale)
         return jobs
+
+    def start_training_job(self, job: str, ranks: list[tuple[str, float]], namespace: str = "ml") -> None:
+        """A training job's ranks (node, step seconds each), each a process serving gpuhealth_training's metrics,
+        scraped by docs/scaling.md's training PodMonitor: each rank by its node's shard, which reloads."""
+        for rank, (node, seconds) in enumerate(ranks):
+            port = free_port()
+            self._spawn(f"train-{job}-{rank}", [sys.executable, str(Path(__file__).with_name("training_rank.py")),
+                                                "--job", job, "--rank", str(rank), "--node", node,
+                                                "--port", str(port), "--step-seconds", str(seconds)])
+            self.training_pods.append(TrainingPod(node, port, f"{job}-{rank}", namespace))
+        for index, path in enumerate(self._shard_configs):
+            config = yaml.safe_load(path.read_text())
+            config["scrape_configs"] = shard(self._node_scrapes(), SHARDS, index)
+            path.write_text(yaml.safe_dump(config))
+            request = urllib.request.Request(f"{self.shard_url(index)}/-/reload", method="POST")
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 200
 
     def _remediator_scrapes(self) -> list[dict[str, Any]]:
         jobs: list[dict[str, Any]] = []
@@ -155,9 +198,8 @@ class ShardedStack(Stack):
                 http_json(f"{u}/api/v1/alertmanagers")["data"]["activeAlertmanagers"]) == 2)
         wait_for("every exporter scraped by one shard", lambda: sorted(
             node for i in range(SHARDS) for node in self.shard_nodes(i)) == sorted(self.nodes), timeout=90)
-        wait_for("every node's probes healthy at the global Prometheus (remote write)", lambda: self.query_value(
-            'min(gpuhealth_probe_success)') == 1 and self.query_value(
-            'count(gpuhealth_probe_success{probe="kmsg"})') == len(self.nodes), timeout=60)
+        wait_for("every node's exporter up at the global Prometheus (remote write)", lambda: self.query_value(
+            'count(up{job="gpuhealth-exporter"} == 1)') == len(self.nodes), timeout=60)
 
     def shard_query(self, index: int, promql: str) -> list[dict[str, Any]]:
         url = f"{self.shard_url(index)}/api/v1/query?query={urllib.parse.quote(promql)}"

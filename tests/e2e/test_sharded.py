@@ -74,6 +74,13 @@ def test_each_shard_evaluates_its_nodes_and_the_global_ruler_the_fleet(sharded: 
         wait_for(f"{node.name}'s alert at both Alertmanagers", lambda n=node.name: all(
             "GpuhealthProbeFailing" in _alert_names(stack.alertmanager_url(am), n) for am in (0, 1)), timeout=10)
 
+    # What the fleet groups read reaches the global ruler as the shards' records, not as raw series: each shard's
+    # record of its failing probe (what GpuhealthMonitoringFault counts), and no probe series at all.
+    failing = "node_probe_reason:gpuhealth_probe_success:avg10m"
+    wait_for("both shards' failing-probe records at the global ruler", lambda: sorted(
+        r["metric"]["node"] for r in stack.query(failing)) == sorted(n.name for n in faulty), timeout=20)
+    assert not stack.query("gpuhealth_probe_success") and not stack.query("gpuhealth_probe_error")
+
     # The fleet's SLO, computed once over both shards: the global ruler counts every node and both unhealthy ones,
     # and its burn-rate alert fires and reaches both Alertmanagers.
     wait_for("the fleet SLO over both shards", lambda: stack.query_value("fleet:gpuhealth_nodes:count") == 4
@@ -87,3 +94,18 @@ def test_each_shard_evaluates_its_nodes_and_the_global_ruler_the_fleet(sharded: 
         assert len(stack.shard_query(index, 'up{job="gpuhealth-exporter"}')) < len(stack.nodes)
     # the remediator's own series reach the fleet ruler (it scrapes the remediator): its leader's count of actions
     assert stack.query_value('sum(gpuhealth_remediator_leader)') == 1
+
+    # A training job with a rank on every node, so on both shards, the one on the node of shard 0 that is already
+    # cordoned twice as slow (no other node is taken out): each shard records its ranks' 5-minute step times
+    # (gpuhealth-training-ranks), the global ruler gets those records alone and scores the job over both shards.
+    ranks = [(name, 0.4 if name == faulty[0].name else 0.2) for name in sorted(stack.nodes)]
+    stack.start_training_job("llm", ranks)
+    record = "namespace_job_rank_node:gpuhealth_training_step_seconds:avg5m"
+    wait_for("every rank's record at the global ruler", lambda: sorted(
+        r["metric"]["node"] for r in stack.query(record)) == sorted(stack.nodes), timeout=60)
+    for index, nodes in enumerate(shards):  # each shard records its own nodes' ranks only
+        assert sorted(r["metric"]["node"] for r in stack.shard_query(index, record)) == nodes
+    assert not stack.query("gpuhealth_training_step_seconds")  # the raw step times stay on the shards
+    wait_for("TrainingRankSlow on the slow rank's node, from the global ruler", lambda: stack.firing(
+        "TrainingRankSlow", faulty[0].name), timeout=90)
+    assert [a["labels"]["node"] for a in stack.firing("TrainingRankSlow")] == [faulty[0].name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 
 from exporter.catalog import FAMILIES
 from tests.support import rule_sets
@@ -25,8 +26,9 @@ def _fleet_alerts() -> set[str]:
     return {r["alert"] for name in SETS["fleet"] for r in GROUPS[name]["rules"] if "alert" in r}
 
 
-# What a node's targets serve (the exporter's families, and `up` of its target) and what node groups record from them.
-NODE_SERIES = {f.exposed_name for f in FAMILIES.values()} | {"up"} | _records(SETS["node"])
+# What a node's targets serve (the exporter's families, `up` of its target, and the training ranks running on it, whose
+# PodMonitor hashes on the node too: docs/scaling.md) and what node groups record from them.
+NODE_SERIES = {f.exposed_name for f in FAMILIES.values()} | {"up"} | set(TRAINING_METRICS) | _records(SETS["node"])
 
 
 def _problems(group: dict[str, Any]) -> list[str]:

@@ -3,8 +3,9 @@
 Every alert must carry the labels and annotations the remediator and on-call rely on, have a runbook
 page, be tested both firing and not firing (and on both sides of its `for` and keep_firing_for, checked
 by mutating the rule and requiring the promtool tests to fail), read only metrics the exporter serves
-(exporter.catalog), recording rules of its own group evaluated before it, `up` or ALERTS, and match its
-row in docs/alerts.md and its runbook header.
+(exporter.catalog), recording rules of its own group evaluated before it (in a fleet group also a node group's record,
+which the shards forward, read by alerts with a `for`), `up` or ALERTS, and match its row in docs/alerts.md and its
+runbook header.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 
 from exporter.catalog import FAMILIES
 from exporter.probes.registry import filled_by
-from tests.support import paths
+from tests.support import paths, rule_sets
 from tests.support.promql_names import metric_names
 
 ROOT = paths.REPO
@@ -208,30 +209,98 @@ def test_health_inputs_never_read_cordon_state() -> None:
         assert not {n for n in names if n.startswith("kube_")}, f"{path}: {rule.get('alert') or rule['record']}"
 
 
-# --- evaluation order: no alert reads another group's record ---
+# --- evaluation order: no alert reads another group's record, but a fleet group reads what the shards forward ---
 
 def _groups() -> list[tuple[Path, dict[str, Any]]]:
     return [(path, group) for path in RULE_FILES for group in _load(path)["groups"]]
 
 
-def test_rules_read_only_records_of_their_own_group_evaluated_before_them() -> None:
-    """Prometheus evaluates a group's rules in order but runs groups concurrently (promtool: in random order), so a
-    rule reading another group's record sees this or the previous evaluation's value at random (flaky tests, and
-    alerts that fire or resolve one evaluation late at random in production)."""
-    where = {}
-    for path, group in _groups():
+def _recorded_where() -> dict[str, tuple[str, int]]:
+    where: dict[str, tuple[str, int]] = {}
+    for _, group in _groups():
         for index, rule in enumerate(group["rules"]):
             if "record" in rule:
                 assert rule["record"] not in where, f"{rule['record']} is recorded twice"
-                where[rule["record"]] = (path, group["name"], index)
+                where[rule["record"]] = (group["name"], index)
+    return where
+
+
+def _forwarded_reads() -> dict[str, set[str]]:
+    """Fleet group -> the node groups whose records it reads (rules/sets.yaml): records computed where the raw series
+    are (the shards), forwarded, aggregated once over the fleet, as Thanos Ruler and Mimir ruler setups do."""
+    sets, where = rule_sets.sets(), _recorded_where()
+    reads: dict[str, set[str]] = {}
+    for _, group in _groups():
+        for rule in group["rules"]:
+            for name in metric_names(rule["expr"]) & RECORDS:
+                if group["name"] in sets["fleet"] and where[name][0] in sets["node"]:
+                    reads.setdefault(group["name"], set()).add(where[name][0])
+    return reads
+
+
+def test_rules_read_only_records_of_their_own_group_evaluated_before_them() -> None:
+    """Prometheus evaluates a group's rules in order but runs groups concurrently (promtool: in random order), so a
+    rule reading another group's record sees this or the previous evaluation's value at random (flaky tests, and
+    alerts that fire or resolve one evaluation late at random in production). The one exception: a fleet group may
+    read a node group's record (the shards forward it; the tests below bound what that lateness may do)."""
+    sets, where = rule_sets.sets(), _recorded_where()
     problems = []
     for path, group in _groups():
         for index, rule in enumerate(group["rules"]):
             for name in sorted(metric_names(rule["expr"]) & RECORDS):
-                _, rec_group, rec_index = where[name]
+                rec_group, rec_index = where[name]
+                if group["name"] in sets["fleet"] and rec_group in sets["node"]:
+                    continue
                 if rec_group != group["name"] or rec_index >= index:
                     problems.append(f"{path.name}: {rule.get('alert') or rule['record']} (group {group['name']}) reads "
                                     f"{name}, recorded in group {rec_group} at position {rec_index}, not before it")
+    assert not problems, "\n".join(problems)
+
+
+def test_fleet_groups_read_forwarded_records_instead_of_every_nodes_raw_series() -> None:
+    """The global ruler's cost at 10,000 nodes (docs/benchmarks.md): the slow ranks and the monitoring fault read the
+    shards' records, not the 80,000 ranks' and 60,000 probes' raw series."""
+    assert _forwarded_reads() == {"gpuhealth-training": {"gpuhealth-training-ranks"},
+                                  "gpuhealth-probe-fleet": {"gpuhealth-probe"}}
+    fleet_reads = set().union(*(metric_names(r["expr"]) for g in rule_sets.set_groups("fleet") for r in g["rules"]))
+    assert not fleet_reads & {"gpuhealth_training_step_seconds", "gpuhealth_probe_success", "gpuhealth_probe_error"}
+
+
+def test_alerts_reading_a_forwarded_record_wait_a_for() -> None:
+    """A forwarded record is this or the previous evaluation's (one Prometheus) or a few seconds late (remote write):
+    an alert that reads it, or reads its group's records made from it, must have a `for`, so lateness delays it by
+    an evaluation and never makes it fire on a value that was never there for long."""
+    where, sets = _recorded_where(), rule_sets.sets()
+    readers: dict[str, str] = {}  # alert: its `for`
+    for _, group in _groups():
+        if group["name"] not in sets["fleet"]:
+            continue
+        tainted: set[str] = set()  # records of this group made from a forwarded record
+        for rule in group["rules"]:
+            reads = metric_names(rule["expr"]) & RECORDS
+            if any(where[n][0] in sets["node"] for n in reads) or reads & tainted:
+                if "record" in rule:
+                    tainted.add(rule["record"])
+                else:
+                    readers[rule["alert"]] = rule.get("for", "0s")
+    assert set(readers) == {"TrainingRankSlow", "GpuhealthMonitoringFault"}
+    assert not [alert for alert, wait in readers.items() if _minutes(wait) == 0], "alerts with no for"
+
+
+def test_promtool_tests_see_forwarded_records_one_evaluation_late() -> None:
+    """promtool runs groups in random order unless told: every test file that loads a fleet group and the node group
+    whose record it reads evaluates the fleet group first, so its expectations hold at the later of the two cases
+    (and the same on every run)."""
+    loaded = {path.name: {g["name"] for f in _load(path)["rule_files"]
+                          for g in _load((path.parent / f).resolve())["groups"]} for path in TEST_FILES}
+    problems = []
+    for name, groups in loaded.items():
+        order = _load(RULES / "tests" / name).get("group_eval_order") or []
+        for fleet_group, node_groups in _forwarded_reads().items():
+            for node_group in sorted(node_groups & groups if fleet_group in groups else set()):
+                if not (fleet_group in order and node_group in order
+                        and order.index(fleet_group) < order.index(node_group)):
+                    problems.append(f"{name}: group_eval_order must list {fleet_group} before {node_group}")
     assert not problems, "\n".join(problems)
 
 
