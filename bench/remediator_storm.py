@@ -3,8 +3,8 @@
 A fake Kubernetes API server (tests/fakes/apiserver/, in this process) holds N nodes in 20 pools,
 each node with a GPU training pod (one PodDisruptionBudget per pool), a DaemonSet pod and a
 ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (waitress,
-one process, four threads) in its own process, with the shipped example policy
-(remediator/policy.example.yaml) and only these changes: no Alertmanager silence checks, the
+four threads, and the reconcile loop in a process of its own: remediator/loop_process.py), with the
+shipped example policy (remediator/policy.example.yaml) and only these changes: no Alertmanager silence checks, the
 fleet-wide action rate cap raised (the storm is meant to hit the per-pool budgets, not the 20
 actions an hour), a 2 s pass interval.
 
@@ -269,7 +269,7 @@ def replay_budgets(cluster: FakeCluster, cordon_limit: dict[str, int], disrupt_l
 
 
 def family(pid: int) -> list[int]:
-    """The remediator's process and any children it has (one process serves and runs the loop)."""
+    """The remediator's process and its children (serve's receiver, and the reconcile loop's process)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [pid, *(int(c) for c in children)]
 
@@ -283,13 +283,13 @@ def proc_cpu(pid: int) -> float:
 
 
 def proc_rss_mb(pid: int) -> float:
-    """The worker's resident memory (the largest of the family)."""
+    """The remediator's resident memory: its processes' together (what the container's memory limit counts)."""
     rss = []
     for p in family(pid):
         for line in Path(f"/proc/{p}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 rss.append(int(line.split()[1]) / 1024)
-    return max(rss, default=0.0)
+    return sum(rss)
 
 
 def metric(port: int, name: str) -> float:

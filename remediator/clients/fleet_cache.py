@@ -102,3 +102,25 @@ class FleetCache:
 
     def pods_on(self, node: str) -> list[RawPod]:
         return self.pods.indexed(node)
+
+
+class NodeCache(FleetCache):
+    """The Nodes alone: the webhook receiver's process (remediator/loop_process.py) checks a post's nodes and records
+    on them, and never reads pods; the loop's process keeps the whole FleetCache."""
+
+    def start(self, stop: threading.Event) -> None:
+        self.nodes.start(stop)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.nodes.wait_synced(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes.synced
+
+    @property
+    def healthy(self) -> bool:
+        return self.nodes.healthy
+
+    def wait_for(self, resource_version: str, timeout: float) -> bool:
+        return self.nodes.wait_for(resource_version, timeout)
