@@ -7,6 +7,7 @@ leaves no loop running behind it)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -44,11 +45,19 @@ def cluster() -> Iterator[FakeCluster]:
         yield c
 
 
-def _serve(cluster: FakeCluster, tmp_path: Path) -> ServeProcess:
+@pytest.fixture
+def serve(cluster: FakeCluster, tmp_path: Path) -> Iterator[ServeProcess]:
+    """`serve` started and ready; at the end its whole process group is killed, whichever of its processes the test
+    left (ServeProcess.kill does nothing once the first has ended)."""
     (tmp_path / "token").write_text(TOKEN)
-    serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY)
-    serve.start(60)
-    return serve
+    process = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY)
+    proc = process.start(60)
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _children(pid: int) -> list[int]:
@@ -90,65 +99,47 @@ def _samples(text: str) -> dict[str, float]:
 
 
 def test_an_alert_posted_to_the_receiver_is_acted_on_by_the_loop_in_its_own_process(
-        cluster: FakeCluster, tmp_path: Path) -> None:
-    serve = _serve(cluster, tmp_path)
-    try:
-        assert serve.proc is not None
-        loop = _loop_pid(serve)
-        status, _ = _request(serve.port, "POST", "/alerts", json.dumps(webhook("gpu-1", "cordon")).encode())
-        assert status == 202
-        assert wait_for(lambda: any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1")), 20)
-        status, text = _request(serve.port, "GET", "/metrics")
-        assert status == 200
-        names = [f.name for f in text_string_to_metric_families(text)]
-        assert len(names) == len(set(names))  # every family once, though both processes have each
-        samples = _samples(text)
-        assert samples['gpuhealth_remediator_webhook_requests_total{"result": "202"}'] == 1  # the receiver's count
-        assert samples["gpuhealth_remediator_reconcile_passes_total{}"] >= 1  # the loop's
-        assert samples["gpuhealth_remediator_leader{}"] == 1  # the loop holds the Lease, not the receiver
-        assert samples['gpuhealth_remediator_actions_total{"action": "cordon", "result": "executed"}'] == 1
-        assert _request(serve.port, "GET", "/healthz") == (200, '{"loop":"running","ok":true}\n')
-        assert f"the reconcile loop runs in process {loop}" in serve.log.read_text()
-    finally:
-        serve.stop()
+        cluster: FakeCluster, serve: ServeProcess) -> None:
+    assert serve.proc is not None
+    loop = _loop_pid(serve)
+    status, _ = _request(serve.port, "POST", "/alerts", json.dumps(webhook("gpu-1", "cordon")).encode())
+    assert status == 202
+    assert wait_for(lambda: any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1")), 20)
+    status, text = _request(serve.port, "GET", "/metrics")
+    assert status == 200
+    names = [f.name for f in text_string_to_metric_families(text)]
+    assert len(names) == len(set(names))  # every family once, though both processes have each
+    samples = _samples(text)
+    assert samples['gpuhealth_remediator_webhook_requests_total{"result": "202"}'] == 1  # the receiver's count
+    assert samples["gpuhealth_remediator_reconcile_passes_total{}"] >= 1  # the loop's
+    assert samples["gpuhealth_remediator_leader{}"] == 1  # the loop holds the Lease, not the receiver
+    assert samples['gpuhealth_remediator_actions_total{"action": "cordon", "result": "executed"}'] == 1
+    assert _request(serve.port, "GET", "/healthz") == (200, '{"loop":"running","ok":true}\n')
+    assert f"the reconcile loop runs in process {loop}" in serve.log.read_text()
 
 
-def test_sigterm_to_the_receiver_alone_stops_both_processes_and_exits_0(cluster: FakeCluster, tmp_path: Path) -> None:
-    serve = _serve(cluster, tmp_path)
+def test_sigterm_to_the_receiver_alone_stops_both_processes_and_exits_0(serve: ServeProcess) -> None:
     assert serve.proc is not None
     loop = _loop_pid(serve)
     os.kill(serve.proc.pid, signal.SIGTERM)  # as the kubelet does: PID 1 of the container only
-    try:
-        assert serve.proc.wait(20) == 0
-        assert wait_for(lambda: _gone(loop), 5)
-        assert "the reconcile loop's process ended (exit code 0)" in serve.log.read_text()
-    finally:
-        serve.kill()
+    assert serve.proc.wait(20) == 0
+    assert wait_for(lambda: _gone(loop), 5)
+    assert "the reconcile loop's process ended (exit code 0)" in serve.log.read_text()
 
 
-def test_a_loop_process_that_dies_stops_the_receiver_with_exit_code_1(cluster: FakeCluster, tmp_path: Path) -> None:
-    serve = _serve(cluster, tmp_path)
+def test_a_loop_process_that_dies_stops_the_receiver_with_exit_code_1(serve: ServeProcess) -> None:
     assert serve.proc is not None
-    try:
-        os.kill(_loop_pid(serve), signal.SIGKILL)  # the OOM killer, a crash
-        assert serve.proc.wait(20) == 1  # fail closed: the pod restarts, no webhook taken with no loop to act
-        assert "the reconcile loop's process ended (exit code -9): stopping the receiver" in serve.log.read_text()
-    finally:
-        serve.kill()
+    os.kill(_loop_pid(serve), signal.SIGKILL)  # the OOM killer, a crash
+    assert serve.proc.wait(20) == 1  # fail closed: the pod restarts, no webhook taken with no loop to act
+    assert "the reconcile loop's process ended (exit code -9): stopping the receiver" in serve.log.read_text()
 
 
-def test_a_receiver_killed_outright_leaves_no_loop_running_behind_it(cluster: FakeCluster, tmp_path: Path) -> None:
-    serve = _serve(cluster, tmp_path)
+def test_a_receiver_killed_outright_leaves_no_loop_running_behind_it(serve: ServeProcess) -> None:
     assert serve.proc is not None
     loop = _loop_pid(serve)
-    try:
-        os.kill(serve.proc.pid, signal.SIGKILL)  # the receiver alone: its pipe closes, the loop sees it
-        serve.proc.wait(5)
-        assert wait_for(lambda: _gone(loop), 15)  # a loop left running would hold the Lease and act unseen
-    finally:
-        serve.kill()
-        if not _gone(loop):
-            os.kill(loop, signal.SIGKILL)
+    os.kill(serve.proc.pid, signal.SIGKILL)  # the receiver alone: its pipe closes, the loop sees it
+    serve.proc.wait(5)
+    assert wait_for(lambda: _gone(loop), 15)  # a loop left running would hold the Lease and act unseen
 
 
 def test_healthz_fails_once_the_loop_process_has_ended(cluster: FakeCluster, tmp_path: Path) -> None:
