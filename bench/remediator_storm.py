@@ -102,6 +102,10 @@ class Run:
     cpu_s: float = 0.0
     passes: float = 0.0
     rss_mb: float = 0.0
+    # the receiver's (serve's first process's) threads over the storm, from /proc/PID/task/*/schedstat: seconds on a
+    # CPU, and seconds runnable but waiting for one (the machine's cores taken; waiting for the GIL is not in it)
+    receiver_cpu_s: float = 0.0
+    receiver_queued_s: float = 0.0
     pass_ms: float = 0.0  # the decisions of one pass over the whole fleet (views, budget, ladder), CPU ms
 
 
@@ -292,6 +296,16 @@ def proc_rss_mb(pid: int) -> float:
     return sum(rss)
 
 
+def run_queue(pid: int) -> tuple[float, float]:
+    """A process's threads, summed: (seconds on a CPU, seconds runnable waiting for a CPU) (/proc schedstat)."""
+    on_cpu = waiting = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            ran, waited, _ = (task / "schedstat").read_text().split()
+            on_cpu, waiting = on_cpu + int(ran), waiting + int(waited)
+    return on_cpu / 1e9, waiting / 1e9
+
+
 def metric(port: int, name: str) -> float:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", "/metrics")
@@ -402,6 +416,7 @@ def storm(cluster: FakeCluster, port: int, proc: subprocess.Popen[bytes], log: P
         calls_before = Counter(cluster.calls)
         cluster.peak_in_flight = 0
     cpu_before = proc_cpu(proc.pid)
+    queue_before = run_queue(proc.pid)
     passes_before = metric(port, "gpuhealth_remediator_reconcile_passes_total")
     throttled_before = metric(port, "gpuhealth_remediator_api_throttled_seconds_total")
     started = progress.started = time.monotonic()
@@ -422,6 +437,9 @@ def storm(cluster: FakeCluster, port: int, proc: subprocess.Popen[bytes], log: P
     wait_until("every resolution recorded", progress.resolved, timeout, proc, log)
     run.resolved_s = time.monotonic() - started
     run.rss_mb = proc_rss_mb(proc.pid)
+    queue_after = run_queue(proc.pid)
+    run.receiver_cpu_s = queue_after[0] - queue_before[0]
+    run.receiver_queued_s = queue_after[1] - queue_before[1]
 
 
 def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
@@ -474,6 +492,8 @@ def report(run: Run) -> None:
     print(f"{'remediator CPU until decided (s)':<44} {run.cpu_s:>12.2f}   -")
     print(f"{'reconcile passes until decided':<44} {run.passes:>12.0f}   -")
     print(f"{'remediator RSS at the end (MB)':<44} {run.rss_mb:>12.0f}   -")
+    print(f"{'receiver threads on a CPU / waiting for one (s)':<44} "
+          f"{f'{run.receiver_cpu_s:.1f} / {run.receiver_queued_s:.1f}':>12}   (the whole storm)")
     print(f"{'decisions of one pass over the fleet (CPU ms)':<44} {run.pass_ms:>12.0f}   < interval (10 s)")
     actions = sum(run.actions[a] for a in ("cordon", "drain", "reboot_job"))
     print(f"actions: {dict(run.actions)} (cordon + drain + reboot Job = {actions})")
