@@ -213,3 +213,59 @@ def test_the_receivers_watch_keeps_each_nodes_metadata_only(cluster: FakeCluster
         assert node["metadata"]["resourceVersion"] == cluster.node("gpu-9")["metadata"]["resourceVersion"]
     finally:
         stop.set()
+
+
+def test_while_cleanup_holds_the_lease_the_receiver_records_nothing(cluster: FakeCluster, tmp_path: Path) -> None:
+    """Only the loop's process reads the Lease; the receiver learns of the cleanup's mark from its status."""
+    from datetime import UTC, datetime
+
+    from kubernetes import client
+
+    from remediator.clients.leader import CLEANUP_ANNOTATION
+    from remediator.decide.nodestate import STATE_ANNOTATION
+
+    (tmp_path / "token").write_text(TOKEN)
+    serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY)  # the chart's RBAC, an admin
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.CoordinationV1Api(chart_rbac.admin(cluster)).create_namespaced_lease("gpuhealth", {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "gpuhealth-remediator", "namespace": "gpuhealth",
+                     "annotations": {CLEANUP_ANNOTATION: json.dumps({"by": "helm uninstall gpuhealth", "at": now})}},
+        "spec": {"holderIdentity": "gpuhealth-cleanup-x7k2p", "leaseDurationSeconds": 300, "renewTime": now}})
+    proc = serve.start(60)
+    try:
+        assert wait_for(lambda: "acting and recording alerts stop" in serve.log.read_text(), 10)
+        status, _ = _request(serve.port, "POST", "/alerts", json.dumps(webhook("gpu-2", "cordon")).encode())
+        assert status == 202  # answered (queued), then not recorded
+        ignored = 'gpuhealth_remediator_alerts_ignored_total{"reason": "cleanup"}'
+        assert wait_for(lambda: _samples(_request(serve.port, "GET", "/metrics")[1]).get(ignored) == 1, 10)
+        assert STATE_ANNOTATION not in cluster.annotations("gpu-2")
+        assert not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-2"))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_recorded_alert_wakes_the_loop_in_the_other_process_before_its_interval(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    """The pass after a recording starts on the receiver's word (and once the loop's own watch shows the write), not
+    an --interval later."""
+    import time
+
+    (tmp_path / "token").write_text(TOKEN)
+    serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY, args=("--interval", "12"))
+    proc = serve.start(60)
+    try:
+        passes = "gpuhealth_remediator_reconcile_passes_total{}"
+        assert wait_for(lambda: _samples(_request(serve.port, "GET", "/metrics")[1]).get(passes, 0) >= 1, 20)
+        time.sleep(1)  # the first pass over: the next is 12 s away unless woken
+        posted = time.monotonic()
+        status, _ = _request(serve.port, "POST", "/alerts", json.dumps(webhook("gpu-3", "cordon")).encode())
+        assert status == 202
+        assert wait_for(lambda: any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-3")), 8)
+        assert time.monotonic() - posted < 8
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
