@@ -316,7 +316,7 @@ def _add_serve(sub: _Commands) -> None:
     s.add_argument("--dry-run", action="store_true", help="decide, log and report; change nothing")
     s.add_argument("--loop", choices=("process", "thread"), default="process",
                    help="where the reconcile loop runs: a process of its own, so that its work never delays a "
-                   "webhook's answer (default), or a thread of the server's process (one process, ~100 MB less); "
+                   "webhook's answer (default), or a thread of the server's process (one process, ~125 MB less); "
                    "a dry run always runs it in a thread")
     s.add_argument("--kubeconfig")
     s.set_defaults(func=cmd_serve)

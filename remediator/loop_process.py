@@ -127,9 +127,10 @@ class LoopProcess:
 
     def _watch(self) -> None:
         self._proc.join()
-        code = int(self._proc.exitcode)
-        if self._stopping.is_set():  # asked to: join() says how it ended
+        if self._stopping.is_set():  # asked to: join() says how it ended (and may have reaped it first)
             return
+        exitcode = self._proc.exitcode
+        code = -1 if exitcode is None else int(exitcode)
         if code == 0:
             log.warning("the reconcile loop's process stopped (a signal): stopping the receiver too")
         else:
