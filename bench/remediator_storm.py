@@ -3,8 +3,8 @@
 A fake Kubernetes API server (tests/fakes/apiserver/, in this process) holds N nodes in 20 pools,
 each node with a GPU training pod (one PodDisruptionBudget per pool), a DaemonSet pod and a
 ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (waitress,
-one process, four threads) in its own process, with the shipped example policy
-(remediator/policy.example.yaml) and only these changes: no Alertmanager silence checks, the
+four threads, and the reconcile loop in a process of its own: remediator/loop_process.py), with the
+shipped example policy (remediator/policy.example.yaml) and only these changes: no Alertmanager silence checks, the
 fleet-wide action rate cap raised (the storm is meant to hit the per-pool budgets, not the 20
 actions an hour), a 2 s pass interval.
 
@@ -102,6 +102,10 @@ class Run:
     cpu_s: float = 0.0
     passes: float = 0.0
     rss_mb: float = 0.0
+    # the receiver's (serve's first process's) threads over the storm, from /proc/PID/task/*/schedstat: seconds on a
+    # CPU, and seconds runnable but waiting for one (the machine's cores taken; waiting for the GIL is not in it)
+    receiver_cpu_s: float = 0.0
+    receiver_queued_s: float = 0.0
     pass_ms: float = 0.0  # the decisions of one pass over the whole fleet (views, budget, ladder), CPU ms
 
 
@@ -269,7 +273,7 @@ def replay_budgets(cluster: FakeCluster, cordon_limit: dict[str, int], disrupt_l
 
 
 def family(pid: int) -> list[int]:
-    """The remediator's process and any children it has (one process serves and runs the loop)."""
+    """The remediator's process and its children (serve's receiver, and the reconcile loop's process)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [pid, *(int(c) for c in children)]
 
@@ -283,13 +287,23 @@ def proc_cpu(pid: int) -> float:
 
 
 def proc_rss_mb(pid: int) -> float:
-    """The worker's resident memory (the largest of the family)."""
+    """The remediator's resident memory: its processes' together (what the container's memory limit counts)."""
     rss = []
     for p in family(pid):
         for line in Path(f"/proc/{p}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 rss.append(int(line.split()[1]) / 1024)
-    return max(rss, default=0.0)
+    return sum(rss)
+
+
+def run_queue(pid: int) -> tuple[float, float]:
+    """A process's threads, summed: (seconds on a CPU, seconds runnable waiting for a CPU) (/proc schedstat)."""
+    on_cpu = waiting = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            ran, waited, _ = (task / "schedstat").read_text().split()
+            on_cpu, waiting = on_cpu + int(ran), waiting + int(waited)
+    return on_cpu / 1e9, waiting / 1e9
 
 
 def metric(port: int, name: str) -> float:
@@ -402,6 +416,7 @@ def storm(cluster: FakeCluster, port: int, proc: subprocess.Popen[bytes], log: P
         calls_before = Counter(cluster.calls)
         cluster.peak_in_flight = 0
     cpu_before = proc_cpu(proc.pid)
+    queue_before = run_queue(proc.pid)
     passes_before = metric(port, "gpuhealth_remediator_reconcile_passes_total")
     throttled_before = metric(port, "gpuhealth_remediator_api_throttled_seconds_total")
     started = progress.started = time.monotonic()
@@ -422,6 +437,9 @@ def storm(cluster: FakeCluster, port: int, proc: subprocess.Popen[bytes], log: P
     wait_until("every resolution recorded", progress.resolved, timeout, proc, log)
     run.resolved_s = time.monotonic() - started
     run.rss_mb = proc_rss_mb(proc.pid)
+    queue_after = run_queue(proc.pid)
+    run.receiver_cpu_s = queue_after[0] - queue_before[0]
+    run.receiver_queued_s = queue_after[1] - queue_before[1]
 
 
 def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
@@ -474,6 +492,8 @@ def report(run: Run) -> None:
     print(f"{'remediator CPU until decided (s)':<44} {run.cpu_s:>12.2f}   -")
     print(f"{'reconcile passes until decided':<44} {run.passes:>12.0f}   -")
     print(f"{'remediator RSS at the end (MB)':<44} {run.rss_mb:>12.0f}   -")
+    print(f"{'receiver threads on a CPU / waiting for one (s)':<44} "
+          f"{f'{run.receiver_cpu_s:.1f} / {run.receiver_queued_s:.1f}':>12}   (the whole storm)")
     print(f"{'decisions of one pass over the fleet (CPU ms)':<44} {run.pass_ms:>12.0f}   < interval (10 s)")
     actions = sum(run.actions[a] for a in ("cordon", "drain", "reboot_job"))
     print(f"actions: {dict(run.actions)} (cordon + drain + reboot Job = {actions})")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -28,7 +29,9 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from remediator.audit import audit
 from remediator.clients.leader import leader_identity
 from remediator.intake.webhook import WebhookError, parse_webhook
+from remediator.loop_process import LoopProcess
 from remediator.metrics import AlertIgnoredReason, WebhookErrorReason
+from remediator.metrics_merge import merged_exposition
 from remediator.policy import Policy, load_policy
 from remediator.service import Remediator
 
@@ -47,6 +50,8 @@ class ServeConfig:
     kubeconfig: str | None = None
     identity: str = ""
     allow_no_auth: bool = False
+    # the reconcile loop in a process of its own (loop_process.py; serve's default), not a thread of this one
+    loop_process: bool = False
 
 
 class TokenFile:
@@ -250,18 +255,32 @@ def _webhook_route(app: Flask, config: ServeConfig, rem: Remediator, reject: Rej
 
 
 def _probe_routes(app: Flask, rem: Remediator) -> None:
+    def loop() -> LoopProcess | None:
+        return app.extensions.get("remediator_process")
+
     @app.get("/healthz")
     def healthz() -> tuple[Response, int]:
-        return jsonify({"ok": True}), 200
+        process = loop()
+        if process is None:
+            return jsonify({"ok": True}), 200
+        ok, why = process.health()  # the loop's process runs and speaks (fail closed: a dead loop restarts the pod)
+        return jsonify({"ok": ok, "loop": why}), 200 if ok else 503
 
     @app.get("/readyz")
     def readyz() -> tuple[Response, int]:
-        ok = rem.ready()
+        process = loop()
+        ok = rem.ready() and (process is None or process.ready())
         return jsonify({"ready": ok, "kubernetes_api": "ok" if ok else "failing"}), 200 if ok else 503
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(generate_latest(rem.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+        process = loop()
+        if process is None:
+            return Response(generate_latest(rem.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+        theirs = process.metrics_text()
+        if theirs is None:  # never half the metrics: the loop's would read as zeros
+            return Response("the reconcile loop's process did not answer: no metrics\n", 503, mimetype="text/plain")
+        return Response(merged_exposition(rem.metrics.registry, theirs), mimetype=CONTENT_TYPE_LATEST)
 
 
 def _start_loop(app: Flask, config: ServeConfig, rem: Remediator) -> None:
@@ -271,6 +290,9 @@ def _start_loop(app: Flask, config: ServeConfig, rem: Remediator) -> None:
     # A pass over 10,000 nodes holds the GIL for ~0.4 s; at the default 5 ms switch interval a webhook
     # thread waits up to 5 ms each time it wants it back. 1 ms keeps the answer fast (bench/remediator_storm.py).
     sys.setswitchinterval(0.001)
+    if config.loop_process and not rem.kube.dry_run:  # a dry run's writes live in this process: the loop too
+        _start_loop_process(app, config, rem, stop)
+        return
     rem.start(stop)  # the watches of Nodes and Pods, the intake's workers: answered first, then recorded
     thread = threading.Thread(target=rem.run_forever, args=(stop, config.interval), name="remediator",
                               daemon=True)
@@ -278,3 +300,14 @@ def _start_loop(app: Flask, config: ServeConfig, rem: Remediator) -> None:
     app.extensions["remediator_loop"] = thread
     if rem.policy.workloads.enabled:  # classify failed workload pods (docs/jobs.md)
         app.extensions["workload_watcher"] = rem.start_workload_watcher(stop, config.interval)
+
+
+def _start_loop_process(app: Flask, config: ServeConfig, rem: Remediator, stop: threading.Event) -> None:
+    """This process: the watch of the Nodes (a post's nodes checked, the recording's reads) and the intake's workers;
+    the loop (its watches, passes, writes, the workload watcher) in a process of its own (loop_process.py). When that
+    process ends unasked, this one stops too (SIGTERM to itself: serve's graceful stop); serve exits 1 if it died."""
+    process = LoopProcess(config, on_end=lambda code: os.kill(os.getpid(), signal.SIGTERM))
+    process.start(stop)
+    rem.start_receiver(stop, process.wake, lambda: process.stopped_by)
+    app.extensions["remediator_process"] = process
+    app.extensions["remediator_loop"] = process  # what serve joins on the way out

@@ -253,13 +253,16 @@ def cmd_serve(args: argparse.Namespace, clock: Clock) -> int:
     token = read_token(args.token_file, dict(os.environ))
     config = ServeConfig(policy=policy, token=token, max_body_bytes=args.max_body_bytes, dry_run=args.dry_run,
                          interval=args.interval, kubeconfig=args.kubeconfig, identity=leader_identity(),
-                         allow_no_auth=args.allow_no_auth)
+                         allow_no_auth=args.allow_no_auth, loop_process=args.loop == "process")
     limits = ServerLimits(threads=args.threads, max_connections=args.max_connections,
                           header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                           idle_timeout=args.idle_timeout, max_connections_per_source=args.max_connections_per_source)
-    # One process (one reconcile loop per replica), waitress in it: slow clients never hold the threads.
-    serve(create_app(config), args.listen, args.max_body_bytes, limits, args.metrics_listen)
-    return 0
+    # waitress serves the webhook (slow clients never hold its threads); the reconcile loop runs in a process of its
+    # own (remediator/loop_process.py), or a thread with --loop thread and in a dry run.
+    app = create_app(config)
+    serve(app, args.listen, args.max_body_bytes, limits, args.metrics_listen)
+    died = getattr(app.extensions.get("remediator_process"), "died", None)
+    return 0 if died is None else 1  # the loop's process died: exit 1, the pod restarts (fail closed)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -284,7 +287,8 @@ def _policy_arg(sp: argparse.ArgumentParser) -> None:
 
 
 def _add_serve(sub: _Commands) -> None:
-    s = sub.add_parser("serve", help="run the webhook receiver and the remediation loop (one process, waitress)")
+    s = sub.add_parser("serve", help="run the webhook receiver (waitress) and the remediation loop (a process of "
+                       "its own)")
     _policy_arg(s)
     s.add_argument("--listen", default="0.0.0.0:9095")
     s.add_argument("--metrics-listen", metavar="HOST:PORT",
@@ -310,6 +314,10 @@ def _add_serve(sub: _Commands) -> None:
     s.add_argument("--interval", type=float, default=10.0,
                    help="seconds between reconcile passes (less than leader.lease_duration)")
     s.add_argument("--dry-run", action="store_true", help="decide, log and report; change nothing")
+    s.add_argument("--loop", choices=("process", "thread"), default="process",
+                   help="where the reconcile loop runs: a process of its own, so that its work never delays a "
+                   "webhook's answer (default), or a thread of the server's process (one process, ~125 MB less); "
+                   "a dry run always runs it in a thread")
     s.add_argument("--kubeconfig")
     s.set_defaults(func=cmd_serve)
 

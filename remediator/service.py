@@ -104,6 +104,17 @@ class Remediator:
         if self.receiver.intake is None:
             self.start_intake(stop)
 
+    def start_receiver(self, stop: threading.Event, wake: Callable[[str], None],
+                       stopped_by: Callable[[], str | None]) -> None:
+        """What `serve` runs beside the receiver when the loop has a process of its own (loop_process.py): the watch
+        of the Nodes alone (a post's nodes checked, the recording's reads) and the intake's workers. Each recording
+        wakes the loop there (`wake`, with the newest resourceVersion written), and the cleanup's mark on the Lease
+        is read from there (`stopped_by`): this process takes no part in the election."""
+        self.recorder.on_write = lambda: wake(self.kube.written_rv)
+        self.recorder.stopped = stopped_by
+        self.kube.start_cache(stop, pods=False)
+        self.start_intake(stop)
+
     def start_workload_watcher(self, stop: threading.Event, interval: float) -> WorkloadWatcher:
         """Classify failed workload pods (docs/jobs.md); only the leader writes."""
         from remediator.workloads.watcher import start_watcher

@@ -102,3 +102,40 @@ class FleetCache:
 
     def pods_on(self, node: str) -> list[RawPod]:
         return self.pods.indexed(node)
+
+
+def node_metadata(node: RawNode) -> RawNode:
+    """What the receiver reads of a Node: its name, resourceVersion and annotations (the state it records on)."""
+    meta = api_objects.meta(node)
+    kept: RawMeta = {"name": api_objects.name(node), "resourceVersion": api_objects.resource_version(node) or ""}
+    if meta.get("annotations"):
+        kept["annotations"] = dict(api_objects.annotations(node))
+    return {"metadata": kept}
+
+
+class NodeCache(FleetCache):
+    """The Nodes alone, their metadata only: the webhook receiver's process (remediator/loop_process.py) checks a
+    post's nodes and records on them, and reads neither pods nor a Node's spec and status (a real Node's status, with
+    its images, is most of its size); the loop's process keeps the whole FleetCache."""
+
+    def __init__(self, core: client.CoreV1Api, request_timeout: float = 10.0, watch_timeout: int = 300) -> None:
+        super().__init__(core, request_timeout, watch_timeout)
+        self.nodes = WatchCache(core.list_node, name="nodes", transform=node_metadata, request_timeout=request_timeout,
+                                timeout_seconds=watch_timeout)
+
+    def start(self, stop: threading.Event) -> None:
+        self.nodes.start(stop)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.nodes.wait_synced(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes.synced
+
+    @property
+    def healthy(self) -> bool:
+        return self.nodes.healthy
+
+    def wait_for(self, resource_version: str, timeout: float) -> bool:
+        return self.nodes.wait_for(resource_version, timeout)

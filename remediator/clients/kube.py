@@ -34,8 +34,10 @@ from urllib3.exceptions import HTTPError as TransportError
 from remediator.clients.dra_api import DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES, DraApi
 from remediator.clients.dra_api import GROUP as DRA_GROUP
 from remediator.clients.errors import Conflict, NotFound, api_call
-from remediator.clients.fleet_cache import FleetCache
+from remediator.clients.fleet_cache import FleetCache, NodeCache
 from remediator.clients.pager import PAGE_SIZE, list_pages
+from remediator.clients.watch_cache import newer_rv
+from remediator.decide import api_objects
 from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawJob, RawNode, RawObject, RawPod
 from remediator.decide.node_patches import state_body
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
@@ -94,9 +96,11 @@ class Kube:
         self.health = ApiHealth()
         self.dra_api = DraApi(api_client, request_timeout)  # which resource.k8s.io version serves what
         self.page_size = PAGE_SIZE  # objects a page of the fleet-wide DRA lists
+        self.written_rv = ""  # the newest resourceVersion of a Node this client wrote (loop_process.py's wake)
 
-    def start_cache(self, stop: threading.Event) -> FleetCache:
-        self.cache = FleetCache(self.core, self.timeout)
+    def start_cache(self, stop: threading.Event, pods: bool = True) -> FleetCache:
+        """pods=False: the Nodes alone (the receiver's process, loop_process.py; the loop's process watches both)."""
+        self.cache = FleetCache(self.core, self.timeout) if pods else NodeCache(self.core, self.timeout)
         self.cache.start(stop)
         return self.cache
 
@@ -269,6 +273,7 @@ class Kube:
                 name, {**body}, _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.timeout))
         if self.cache is not None:  # read our own writes before the watch brings them
             self.cache.nodes.apply(node)
+        self.written_rv = newer_rv(self.written_rv, api_objects.resource_version(node) or "")
         return node
 
     def patch_node_status(self, name: str, body: NodeStatusPatch, resource_version: str) -> RawNode:

@@ -61,6 +61,11 @@ def _older(candidate: str, current: str) -> bool:
         return False
 
 
+def newer_rv(current: str, candidate: str) -> str:
+    """The newer of two resourceVersions (`candidate` when they cannot be compared: the latest one seen)."""
+    return current if candidate and _older(candidate, current or "0") else (candidate or current)
+
+
 class WatchCache(Generic[Obj]):
     def __init__(self, list_fn: Callable[..., Any], *, field_selector: str | None = None,
                  label_selector: str | None = None, on_change: OnChange[Obj] | None = None, name: str = "",
