@@ -73,7 +73,13 @@ class LoopProcess:
         self._ctx = multiprocessing.get_context("spawn")
         self._proc: Any = None
         self._commands: Connection | None = None
-        self._send_lock = threading.Lock()
+        # What the receiver's threads ask of the loop, sent by one thread (_sender): a request thread or an intake
+        # worker never blocks on the pipe, whose buffer fills when the loop's process is frozen or not reading.
+        self._outbox = threading.Condition()
+        self._wake_rv: str | None = None  # a wake not sent yet: the newest resourceVersion recorded (coalesced)
+        self._asks: list[int] = []  # metrics asks not sent yet
+        self._stop_asked = False
+        self._ended = threading.Event()  # the process has ended (reaped by _watch)
         self._status: LoopStatus | None = None
         self._status_at = time.monotonic()
         self._answers: dict[int, list[str]] = {}
@@ -95,6 +101,7 @@ class LoopProcess:
         log.info("the reconcile loop runs in process %d", self._proc.pid)
         threading.Thread(target=self._read, args=(reports_in,), name="loop-reports", daemon=True).start()
         threading.Thread(target=self._watch, name="loop-watch", daemon=True).start()
+        threading.Thread(target=self._sender, args=(commands_out,), name="loop-commands", daemon=True).start()
         if stop is not None:
             threading.Thread(target=self._stop_with, args=(stop,), name="loop-stop", daemon=True).start()
 
@@ -105,7 +112,9 @@ class LoopProcess:
     def stop(self) -> None:
         """Ask the loop to end after the pass under way."""
         self._stopping.set()
-        self._send(("stop",))
+        with self._outbox:
+            self._stop_asked = True
+            self._outbox.notify()
 
     def _stop_with(self, stop: threading.Event) -> None:
         stop.wait()
@@ -127,6 +136,9 @@ class LoopProcess:
 
     def _watch(self) -> None:
         self._proc.join()
+        self._ended.set()
+        with self._outbox:
+            self._outbox.notify()
         if self._stopping.is_set():  # asked to: join() says how it ended (and may have reaped it first)
             return
         exitcode = self._proc.exitcode
@@ -140,20 +152,31 @@ class LoopProcess:
         self.on_end(code)
 
     # --- messages --------------------------------------------------------------------------------------
-    def _send(self, message: tuple[Any, ...]) -> bool:
-        conn = self._commands
-        if conn is None or self._proc is None or self._proc.exitcode is not None:
-            return False
-        try:
-            with self._send_lock:
-                conn.send(message)
-            return True
-        except (OSError, ValueError):  # it ended meanwhile: _watch says so
-            return False
+    def _sender(self, conn: Connection) -> None:
+        """The one thread that writes to the loop's pipe (and the only one a full pipe holds up): a stop first, then
+        the metrics asks, then one wake for every recording since the last (the newest resourceVersion)."""
+        while True:
+            with self._outbox:
+                self._outbox.wait_for(lambda: self._ended.is_set() or self._stop_asked or bool(self._asks)
+                                      or self._wake_rv is not None)
+                if self._ended.is_set():
+                    return
+                messages: list[tuple[Any, ...]] = [("stop",)] if self._stop_asked else []
+                messages += [("metrics", ask) for ask in self._asks]
+                if self._wake_rv is not None:
+                    messages.append(("wake", self._wake_rv))
+                self._stop_asked, self._asks, self._wake_rv = False, [], None
+            try:
+                for message in messages:
+                    conn.send(message)
+            except (OSError, ValueError):  # it ended meanwhile: _watch says so
+                return
 
     def wake(self, resource_version: str = "") -> None:
         """Something was recorded (at `resource_version`): a pass now, once the loop's watch has seen it."""
-        self._send(("wake", resource_version))
+        with self._outbox:
+            self._wake_rv = newer_rv(self._wake_rv or "", resource_version)
+            self._outbox.notify()
 
     def _read(self, conn: Connection) -> None:
         while True:
@@ -175,8 +198,11 @@ class LoopProcess:
         with self._answered:
             self._answers[ask] = []
         try:
-            if not self._send(("metrics", ask)):
+            if self._proc is None or self._ended.is_set():
                 return None
+            with self._outbox:
+                self._asks.append(ask)
+                self._outbox.notify()
             with self._answered:
                 self._answered.wait_for(lambda: bool(self._answers[ask]), timeout)
                 answer = self._answers[ask]

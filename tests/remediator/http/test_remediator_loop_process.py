@@ -269,3 +269,41 @@ def test_a_recorded_alert_wakes_the_loop_in_the_other_process_before_its_interva
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_a_frozen_loop_process_blocks_neither_the_recordings_wakes_nor_a_scrape(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    """The loop's process alive but not reading its pipe (SIGSTOP here: a frozen process): the intake's wakes, more
+    than the pipe's buffer holds, return at once, a scrape's ask for the loop's metrics ends within its timeout
+    (503, never a hung request thread), and stopping it still escalates to SIGKILL."""
+    import time
+
+    policy = parse_policy(POLICY)
+    chart_rbac.enforce(cluster, chart_rbac.policy_values(policy))
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(chart_rbac.kubeconfig(cluster)))
+    config = ServeConfig(policy, TOKEN, interval=1, kubeconfig=str(tmp_path / "kubeconfig"), identity="test-pod")
+    process = LoopProcess(config)
+    stop = threading.Event()
+    process.start(stop)
+    try:
+        assert wait_for(process.ready, 30)
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGSTOP)
+        woken = threading.Thread(target=lambda: [process.wake(str(10**9 + i)) for i in range(5000)], daemon=True)
+        woken.start()
+        woken.join(5)
+        assert not woken.is_alive()  # ~1,700 wakes fill a 64 KiB pipe: an intake worker must not wait on it
+        asked = time.monotonic()
+        answers: list[str | None] = []
+        scrape = threading.Thread(target=lambda: answers.append(process.metrics_text(1.0)), daemon=True)
+        scrape.start()
+        scrape.join(5)
+        assert answers == [None] and time.monotonic() - asked < 3
+        ended = time.monotonic()
+        process.join(1.0)  # stop, then SIGTERM (held: the process is stopped), then SIGKILL
+        assert wait_for(lambda: process.health()[0] is False, 5) and time.monotonic() - ended < 10
+        assert process.health() == (False, "the reconcile loop's process ended (exit code -9)")
+    finally:
+        stop.set()
+        with contextlib.suppress(ProcessLookupError, TypeError):
+            os.kill(process.pid, signal.SIGKILL)  # type: ignore[arg-type]
