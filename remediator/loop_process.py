@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpuhealth.remediator")
 
 STATUS_EVERY = 1.0  # seconds between the loop process's status messages
+STATUS_POLL_S = 0.02  # a changed status (the cleanup's mark seen, readiness) is sent this soon
 STATUS_STALE_S = 60.0  # no status for this long (the process frozen): /healthz fails
 READY_STALE_S = 15.0  # no status for this long: /readyz fails
 METRICS_TIMEOUT_S = 5.0  # a scrape waits this long for the loop's metrics, else 503
@@ -289,9 +290,16 @@ class _Child:
             self.rem.wake.set()
 
     def statuses(self) -> None:
+        """Every STATUS_EVERY seconds, and within STATUS_POLL_S of a change: the receiver stops recording as soon as
+        this process has seen the cleanup's mark, not up to a period later."""
+        sent: LoopStatus | None = None
+        sent_at = 0.0
         while not self.stop.is_set():
-            self.report(("status", LoopStatus(self.rem.ready(), self.rem.elector.stopped_by)))
-            self.stop.wait(STATUS_EVERY)
+            status = LoopStatus(self.rem.ready(), self.rem.elector.stopped_by)
+            if status != sent or time.monotonic() - sent_at >= STATUS_EVERY:
+                self.report(("status", status))
+                sent, sent_at = status, time.monotonic()
+            self.stop.wait(STATUS_POLL_S)
 
 
 def child_main(config: ServeConfig, commands: Connection, reports: Connection) -> None:

@@ -217,6 +217,7 @@ def test_the_receivers_watch_keeps_each_nodes_metadata_only(cluster: FakeCluster
 
 def test_while_cleanup_holds_the_lease_the_receiver_records_nothing(cluster: FakeCluster, tmp_path: Path) -> None:
     """Only the loop's process reads the Lease; the receiver learns of the cleanup's mark from its status."""
+    import time
     from datetime import UTC, datetime
 
     from kubernetes import client
@@ -235,6 +236,7 @@ def test_while_cleanup_holds_the_lease_the_receiver_records_nothing(cluster: Fak
     proc = serve.start(60)
     try:
         assert wait_for(lambda: "acting and recording alerts stop" in serve.log.read_text(), 10)
+        time.sleep(0.2)  # the loop logs the mark, then notes it; its status reaches the receiver within STATUS_POLL_S
         status, _ = _request(serve.port, "POST", "/alerts", json.dumps(webhook("gpu-2", "cordon")).encode())
         assert status == 202  # answered (queued), then not recorded
         ignored = 'gpuhealth_remediator_alerts_ignored_total{"reason": "cleanup"}'
