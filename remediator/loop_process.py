@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from remediator.clients.watch_cache import newer_rv
 
 if TYPE_CHECKING:
-    from remediator.app import ServeConfig
+    from remediator.serve_config import ServeConfig
     from remediator.service import Remediator
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -304,7 +304,7 @@ class _Child:
 
 def child_main(config: ServeConfig, commands: Connection, reports: Connection) -> None:
     """The loop process: the watches of Nodes and Pods, the loop (and the workload watcher), until told to stop."""
-    from remediator.app import build_remediator
+    from remediator.serve_config import build_remediator
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.nice(LOOP_NICE)
