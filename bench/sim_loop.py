@@ -12,7 +12,6 @@ at a time (about 2 minutes for the whole table with --runs 3 on one core).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,9 +19,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.sim_peers import ORDER, revision, row, summary
+from bench.sim_peers import provenance, row, summary, table_args
 from simulator.peers import GPUHEALTH
-from simulator.scenario import shipped_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 OPEN_LOOP = ROOT / "examples" / "policies" / "open-loop.yaml"
@@ -48,16 +46,8 @@ def by_cause(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="seeded runs per row (default 3)")
-    ap.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
-    shipped = shipped_scenarios()
-    default = [n for n in ORDER if n in shipped] + [n for n in shipped if n not in ORDER]
-    ap.add_argument("--scenarios", nargs="+", default=default, metavar="SCENARIO",
-                    help="default: every shipped scenario (gpuhealth-sim list)")
-    args = ap.parse_args()
-    print(f"<!-- python bench/sim_loop.py {' '.join(sys.argv[1:])}  (seeds {args.seed}-{args.seed + args.runs - 1}, "
-          f"git {revision()}) -->")
+    args = table_args(__doc__)
+    print(provenance(args))
     print(HEADER)
     causes = []
     for scenario in args.scenarios:

@@ -114,17 +114,27 @@ def revision() -> str:
         return "unknown"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def table_args(doc: str | None) -> argparse.Namespace:
+    """The options of the scripts that print a table of docs/simulation.md: --runs, --seed, --scenarios."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="seeded runs per row (default 3)")
     ap.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
     shipped = shipped_scenarios()
     default = [n for n in ORDER if n in shipped] + [n for n in shipped if n not in ORDER]
     ap.add_argument("--scenarios", nargs="+", default=default, metavar="SCENARIO",
                     help="default: every shipped scenario (gpuhealth-sim list)")
-    args = ap.parse_args()
-    print(f"<!-- python bench/sim_peers.py {' '.join(sys.argv[1:])}  (seeds {args.seed}-{args.seed + args.runs - 1}, "
-          f"git {revision()}) -->")
+    return ap.parse_args()
+
+
+def provenance(args: argparse.Namespace) -> str:
+    """The comment line above a table's rows: the command, the seeds and the commit."""
+    return (f"<!-- python bench/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}  (seeds {args.seed}-"
+            f"{args.seed + args.runs - 1}, git {revision()}) -->")
+
+
+def main() -> int:
+    args = table_args(__doc__)
+    print(provenance(args))
     print(HEADER)
     notes = []
     for scenario in args.scenarios:
