@@ -32,13 +32,6 @@ from simulator.scenario import load_scenario
 from tests.simulator.test_sim_calibration import REPEAT_OFFENDERS_OFF, rsc1_like
 
 
-def pooled(tallies: list[SizeTally]) -> SizeTally:
-    out = SizeTally()
-    for t in tallies:
-        out.add(t)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -57,7 +50,7 @@ def fig7(pipe: Pipeline, runs: int) -> None:
     """r_f and the all-cause MTTF of a 1,024-GPU job; the one-node jobs of rsc1.yaml."""
     sc = rsc1_like(90, "[{name: fig7, nodes: 128, checkpoint_interval: 30m, checkpoint_cost: 30s, "
                        "restart_overhead: 10m}]")
-    t = pooled([r.outcomes.by_size["1024-2047"] for r in simulate(sc, Policy(), pipe, 1, runs)])
+    t = SizeTally.pooled([r.outcomes.by_size["1024-2047"] for r in simulate(sc, Policy(), pipe, 1, runs)])
     node_days = t.run_s * 128 / 86400.0
     lo, hi = poisson_interval(t.attempts_failed_infra)
     print(f"1,024-GPU job, 90 days x {runs}: {t.attempts_failed_infra} infrastructure failures in "
@@ -69,7 +62,7 @@ def fig7(pipe: Pipeline, runs: int) -> None:
     print(f"  all causes: {failures} failures in {hours:.0f} h = MTTF {hours / failures:.2f} h "
           f"[{hours / hi:.2f}, {hours / lo:.2f}] (Kokolis Fig. 7: 7.9 h; r_f alone: 28.9 h)")
     rsc1 = apply(load_scenario("rsc1"), Overrides(days=90))
-    small = pooled([r.outcomes.by_size["1-8"] for r in simulate(rsc1, Policy(), pipe, 1, runs)])
+    small = SizeTally.pooled([r.outcomes.by_size["1-8"] for r in simulate(rsc1, Policy(), pipe, 1, runs)])
     print(f"rsc1.yaml 8-GPU (one-node) jobs: MTTF {small.mttf_h / 24 if small.mttf_h else 0:.1f} days "
           f"(Kokolis Fig. 7: 47.7 days); attempts failed by the infrastructure "
           f"{small.attempts_failed_infra / small.attempts:.4%}, jobs failed by the platform "
@@ -97,7 +90,7 @@ def large_jobs(pipe: Pipeline, runs: int, lemon: tuple[float, float]) -> None:
                   f"rate: {others:.4f}, mix: llama3-infra, lemon: {{fraction: 0}}")]
     for label, policy, perfect, failures in arms:
         runs_ = simulate(rsc1_like(60, LARGE, perfect, failures), policy, pipe, 1, runs)
-        large = pooled([r.outcomes.large() for r in runs_])
+        large = SizeTally.pooled([r.outcomes.large() for r in runs_])
         failed = large.jobs_ended - large.jobs_completed
         lo_, hi_ = poisson_interval(failed)
         print(f"512+ GPU jobs, {label}: {failed} of {large.jobs_ended} failed = "

@@ -6,6 +6,7 @@ follows (running time / failed attempts)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # (label, lowest GPUs) of each size, ascending: 1 node, up to 8 nodes, up to 63 nodes, Kokolis's 512+ GPUs split
@@ -43,6 +44,14 @@ class SizeTally:
         for k, v in vars(other).items():
             setattr(self, k, getattr(self, k) + v)
 
+    @staticmethod
+    def pooled(tallies: Iterable[SizeTally]) -> SizeTally:
+        """The tallies added together (one size over several runs, or several sizes)."""
+        out = SizeTally()
+        for t in tallies:
+            out.add(t)
+        return out
+
     @property
     def mttf_h(self) -> float | None:
         """Mean running time between failed attempts, the job's own bugs left out (Kokolis et al.'s Fig. 7 counts
@@ -65,11 +74,8 @@ class Outcomes:
 
     def large(self) -> SizeTally:
         """The 512+ GPU jobs together."""
-        out = SizeTally()
-        for name, low in BUCKETS:
-            if low >= LARGE_GPUS and name in self.by_size:
-                out.add(self.by_size[name])
-        return out
+        return SizeTally.pooled(self.by_size[name] for name, low in BUCKETS
+                                if low >= LARGE_GPUS and name in self.by_size)
 
 
 def size_figures(t: SizeTally) -> dict[str, float | None]:

@@ -47,13 +47,6 @@ jobs:
 """, "rsc1-like.yaml")
 
 
-def _pooled(tallies: list[SizeTally]) -> SizeTally:
-    out = SizeTally()
-    for t in tallies:
-        out.add(t)
-    return out
-
-
 def test_the_other_causes_rate_is_fig7_all_causes_minus_r_f() -> None:
     assert abs(OTHER_RATE - 17.2) < 0.05
 
@@ -61,7 +54,7 @@ def test_the_other_causes_rate_is_fig7_all_causes_minus_r_f() -> None:
 def test_a_1024_gpu_job_meets_r_f_from_the_infrastructure_and_fig7_mttf_from_all_causes() -> None:
     results = run(rsc1_like(90, "[{name: fig7, nodes: 128, checkpoint_interval: 30m, checkpoint_cost: 30s, "
                                 "restart_overhead: 10m}]"), runs=2)
-    t = _pooled([r.outcomes.by_size["1024-2047"] for r in results])
+    t = SizeTally.pooled([r.outcomes.by_size["1024-2047"] for r in results])
     node_days = t.run_s * 128 / 86400.0
     lo, hi = poisson_interval(t.attempts_failed_infra)
     assert lo <= rsc_rates()["rsc1"] / 1000.0 * node_days <= hi, (t.attempts_failed_infra, node_days)
@@ -76,7 +69,7 @@ def test_a_1024_gpu_job_meets_r_f_from_the_infrastructure_and_fig7_mttf_from_all
 def _large_jobs(policy: Policy) -> SizeTally:
     sc = rsc1_like(60, "[{name: j512, nodes: 64, checkpoint_interval: 30m, work: 90m, resume: false, repeat: true}, "
                        "{name: j1024, nodes: 128, checkpoint_interval: 30m, work: 90m, resume: false, repeat: true}]")
-    return _pooled([r.outcomes.large() for r in run(sc, policy, seed=1, runs=1)])
+    return SizeTally.pooled([r.outcomes.large() for r in run(sc, policy, seed=1, runs=1)])
 
 
 def test_512_gpu_jobs_fail_as_often_as_before_lemon_removal_and_the_repeat_offender_policy_does_not_reach_4pc() -> None:
