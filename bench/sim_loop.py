@@ -13,7 +13,6 @@ at a time (about 2 minutes for the whole table with --runs 3 on one core).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +52,9 @@ def main() -> int:
     for scenario in args.scenarios:
         pair = []
         for label, extra in POLICIES:
-            started = time.monotonic()
             s = summary(scenario, GPUHEALTH, args.runs, args.seed, extra)
             print(row(s, label, budget(s)), flush=True)
             pair.append(s)
-            print(f"{scenario} {label}: {time.monotonic() - started:.0f} s", file=sys.stderr)
         causes.append(by_cause(*pair))
     print()
     print("\n".join(causes))

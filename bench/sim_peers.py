@@ -38,13 +38,16 @@ HEADER = ("| scenario | repairer | node availability | GPU availability | ETTR |
 
 
 def summary(scenario: str, mode: str, runs: int, seed: int, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """`gpuhealth-sim run SCENARIO --runs R --seed S --remediation MODE --json [EXTRA]`, in this process."""
+    """`gpuhealth-sim run SCENARIO --runs R --seed S --remediation MODE --json [EXTRA]`, in this process (how long
+    it took on standard error)."""
     out = io.StringIO()
     args = ["run", scenario, "--runs", str(runs), "--seed", str(seed), "--remediation", mode, "--json", *extra]
+    started = time.monotonic()
     with contextlib.redirect_stdout(out):
         rc = sim_main(args)
     if rc != 0:
         raise SystemExit(f"gpuhealth-sim {' '.join(args)}: exit {rc}")
+    print(f"{scenario} {mode} {' '.join(extra)}: {time.monotonic() - started:.0f} s", file=sys.stderr)
     result: dict[str, Any] = json.loads(out.getvalue())
     return result
 
@@ -139,11 +142,9 @@ def main() -> int:
     notes = []
     for scenario in args.scenarios:
         for mode, label in REPAIRERS:
-            started = time.monotonic()
             s = summary(scenario, mode, args.runs, args.seed)
             print(row(s, label), flush=True)
             notes.append(peer_line(s, mode))
-            print(f"{scenario} {mode}: {time.monotonic() - started:.0f} s", file=sys.stderr)
     print()
     print("\n".join(notes))
     return 0
