@@ -95,7 +95,7 @@ class SmallJobs:
         job.attempts += 1
         job.since = at
         job.hung = False
-        self._begun_after[min(job.failures, len(self._begun_after) - 1)] += 1
+        self._begun_after[self._failures_bin(job)] += 1
         self.tally.attempts += 1
         self._size.attempts += 1
         rng = job.rng
@@ -297,13 +297,17 @@ class SmallJobs:
         first = self._roll(rng.choice(jobs), now)
         if not self._movable(first, slot, now):
             return None
-        last = len(self._begun_after) - 1
-        want = rng.choices(range(last + 1), weights=self._begun_after)[0] if any(self._begun_after) else 0
-        if min(first.failures, last) == want:
+        bins = self._begun_after
+        want = rng.choices(range(len(bins)), weights=bins)[0] if any(bins) else 0
+        if self._failures_bin(first) == want:
             return first
         fits = [job for job in (self._roll(j, now) for j in jobs)
-                if min(job.failures, last) == want and self._movable(job, slot, now)]
+                if self._failures_bin(job) == want and self._movable(job, slot, now)]
         return rng.choice(fits) if fits else first
+
+    def _failures_bin(self, job: SmallJob) -> int:
+        """The job's failures so far, as `_begun_after` counts them (the last bin: that many or more)."""
+        return min(job.failures, len(self._begun_after) - 1)
 
     @staticmethod
     def _movable(job: SmallJob, slot: int, now: float) -> bool:
