@@ -51,13 +51,29 @@ def serve(cluster: FakeCluster, tmp_path: Path) -> Iterator[ServeProcess]:
     left (ServeProcess.kill does nothing once the first has ended)."""
     (tmp_path / "token").write_text(TOKEN)
     process = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY)
+    with _serving(process):
+        yield process
+
+
+@contextlib.contextmanager
+def _serving(process: ServeProcess) -> Iterator[None]:
+    """`process` started and ready; at the end its whole process group is killed, whichever of its processes the
+    test left (ServeProcess.kill does nothing once the first has ended)."""
     proc = process.start(60)
     try:
-        yield process
+        yield
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _loop_config(cluster: FakeCluster, tmp_path: Path) -> ServeConfig:
+    """serve's configuration for a loop process of the test's own, under the chart's RBAC."""
+    policy = parse_policy(POLICY)
+    chart_rbac.enforce(cluster, chart_rbac.policy_values(policy))
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(chart_rbac.kubeconfig(cluster)))
+    return ServeConfig(policy, TOKEN, interval=1, kubeconfig=str(tmp_path / "kubeconfig"), identity="test-pod")
 
 
 def _children(pid: int) -> list[int]:
@@ -144,10 +160,7 @@ def test_a_receiver_killed_outright_leaves_no_loop_running_behind_it(serve: Serv
 
 def test_healthz_fails_once_the_loop_process_has_ended(cluster: FakeCluster, tmp_path: Path) -> None:
     """The probe itself (serve also stops on the loop's end; here the receiver is the test's, and stays)."""
-    policy = parse_policy(POLICY)
-    chart_rbac.enforce(cluster, chart_rbac.policy_values(policy))
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(chart_rbac.kubeconfig(cluster)))
-    config = ServeConfig(policy, TOKEN, interval=1, kubeconfig=str(tmp_path / "kubeconfig"), identity="test-pod")
+    config = _loop_config(cluster, tmp_path)
     app = create_app(config, remediator=build_remediator(config), start_loop=False)
     ended: list[int] = []
     process = LoopProcess(config, on_end=ended.append)
@@ -233,8 +246,7 @@ def test_while_cleanup_holds_the_lease_the_receiver_records_nothing(cluster: Fak
         "metadata": {"name": "gpuhealth-remediator", "namespace": "gpuhealth",
                      "annotations": {CLEANUP_ANNOTATION: json.dumps({"by": "helm uninstall gpuhealth", "at": now})}},
         "spec": {"holderIdentity": "gpuhealth-cleanup-x7k2p", "leaseDurationSeconds": 300, "renewTime": now}})
-    proc = serve.start(60)
-    try:
+    with _serving(serve):
         assert wait_for(lambda: "acting and recording alerts stop" in serve.log.read_text(), 10)
         time.sleep(0.2)  # the loop logs the mark, then notes it; its status reaches the receiver within STATUS_POLL_S
         status, _ = _request(serve.port, "POST", "/alerts", json.dumps(webhook("gpu-2", "cordon")).encode())
@@ -243,10 +255,6 @@ def test_while_cleanup_holds_the_lease_the_receiver_records_nothing(cluster: Fak
         assert wait_for(lambda: _samples(_request(serve.port, "GET", "/metrics")[1]).get(ignored) == 1, 10)
         assert STATE_ANNOTATION not in cluster.annotations("gpu-2")
         assert not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-2"))
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_a_recorded_alert_wakes_the_loop_in_the_other_process_before_its_interval(
@@ -257,8 +265,7 @@ def test_a_recorded_alert_wakes_the_loop_in_the_other_process_before_its_interva
 
     (tmp_path / "token").write_text(TOKEN)
     serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY, args=("--interval", "12"))
-    proc = serve.start(60)
-    try:
+    with _serving(serve):
         passes = "gpuhealth_remediator_reconcile_passes_total{}"
         assert wait_for(lambda: _samples(_request(serve.port, "GET", "/metrics")[1]).get(passes, 0) >= 1, 20)
         time.sleep(1)  # the first pass over: the next is 12 s away unless woken
@@ -267,10 +274,6 @@ def test_a_recorded_alert_wakes_the_loop_in_the_other_process_before_its_interva
         assert status == 202
         assert wait_for(lambda: any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-3")), 8)
         assert time.monotonic() - posted < 8
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_a_frozen_loop_process_blocks_neither_the_recordings_wakes_nor_a_scrape(
@@ -280,10 +283,7 @@ def test_a_frozen_loop_process_blocks_neither_the_recordings_wakes_nor_a_scrape(
     (503, never a hung request thread), and stopping it still escalates to SIGKILL."""
     import time
 
-    policy = parse_policy(POLICY)
-    chart_rbac.enforce(cluster, chart_rbac.policy_values(policy))
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(chart_rbac.kubeconfig(cluster)))
-    config = ServeConfig(policy, TOKEN, interval=1, kubeconfig=str(tmp_path / "kubeconfig"), identity="test-pod")
+    config = _loop_config(cluster, tmp_path)
     process = LoopProcess(config)
     stop = threading.Event()
     process.start(stop)
