@@ -43,9 +43,12 @@ def test_each_shard_evaluates_its_nodes_and_the_global_ruler_the_fleet(sharded: 
     assert all(shards) and sorted(shards[0] + shards[1]) == sorted(stack.nodes)
     for index, nodes in enumerate(shards):
         assert all(hashmod(node, SHARDS) == index for node in nodes)
-        dcgm = stack.shard_query(index, 'count by (node) (DCGM_FI_DEV_GPU_TEMP) and on (node) '
-                                        'count by (node) (up{job="gpuhealth-exporter"})')
-        assert sorted(r["metric"]["node"] for r in dcgm) == nodes  # both families of each of its nodes meet here
+        # both families of each of its nodes meet here (dcgm-exporter is its own target: its first scrape may come a
+        # second after the exporter's, which is all the stack waited for)
+        joined = ('count by (node) (DCGM_FI_DEV_GPU_TEMP) and on (node) '
+                  'count by (node) (up{job="gpuhealth-exporter"})')
+        wait_for(f"both families of shard {index}'s nodes on shard {index}", lambda i=index, n=nodes: sorted(
+            r["metric"]["node"] for r in stack.shard_query(i, joined)) == n, timeout=20)
     # By address instead, a node's two targets (its exporter at the pod IP, dcgm-exporter at the host IP's port 9400)
     # would split across the shards for some node. The stack's loopback block is drawn afresh each run, and with four
     # nodes one run in sixteen keeps every pair together by chance: so the layout is checked over every block.
