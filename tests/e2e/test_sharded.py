@@ -30,6 +30,10 @@ def sharded(request: pytest.FixtureRequest) -> Iterator[ShardedStack]:
         print_logs_if_failed(request.node, s, parts)
 
 
+# A node's two scrape families on one shard: its dcgm-exporter's GPU temperature and its exporter's `up`.
+JOINED = 'count by (node) (DCGM_FI_DEV_GPU_TEMP) and on (node) count by (node) (up{job="gpuhealth-exporter"})'
+
+
 def _alert_names(url: str, node: str | None = None) -> set[str]:
     alerts = http_json(f"{url}/api/v2/alerts?active=true")
     return {a["labels"]["alertname"] for a in alerts if node is None or a["labels"].get("node") == node}
@@ -45,10 +49,8 @@ def test_each_shard_evaluates_its_nodes_and_the_global_ruler_the_fleet(sharded: 
         assert all(hashmod(node, SHARDS) == index for node in nodes)
         # both families of each of its nodes meet here (dcgm-exporter is its own target: its first scrape may come a
         # second after the exporter's, which is all the stack waited for)
-        joined = ('count by (node) (DCGM_FI_DEV_GPU_TEMP) and on (node) '
-                  'count by (node) (up{job="gpuhealth-exporter"})')
         wait_for(f"both families of shard {index}'s nodes on shard {index}", lambda i=index, n=nodes: sorted(
-            r["metric"]["node"] for r in stack.shard_query(i, joined)) == n, timeout=20)
+            r["metric"]["node"] for r in stack.shard_query(i, JOINED)) == n, timeout=20)
     # By address instead, a node's two targets (its exporter at the pod IP, dcgm-exporter at the host IP's port 9400)
     # would split across the shards for some node. The stack's loopback block is drawn afresh each run, and with four
     # nodes one run in sixteen keeps every pair together by chance: so the layout is checked over every block.
