@@ -8,8 +8,8 @@ for a fleet of N nodes x 8 GPUs split over S shards. `bench/rules_scale.py --sha
    rules/sets.yaml. Cost per node per shard: a round of every node group (the medians) over the shard's nodes.
 2. The global ruler: what docs/scaling.md's remote write sends it for the whole fleet (`up`, the ALERTS of the nodes
    whose alerts fire or are pending, and the node groups' records the fleet groups read: every GPU's training rank
-   as its 5-minute record, the failing probes as theirs), the SLO's 30 days of fleet counts and the remediator's
-   leader series, backfilled; Prometheus evaluates the fleet groups of rules/sets.yaml.
+   as its 5-minute record, each node's count of its ranks, the failing probes as theirs), the SLO's 30 days of fleet
+   counts and the remediator's leader series, backfilled; Prometheus evaluates the fleet groups of rules/sets.yaml.
    Left out: the remediator's workload counters (per namespace: their cost follows namespaces, not nodes).
 
 Target: every group under 1 s per evaluation, on the shard and on the global ruler.
@@ -60,7 +60,7 @@ class FleetInputs(FleetWriter):
 
     def write_inputs(self, out: TextIO, start: int, stop: int) -> None:
         nodes = list(self.nodes(start, stop))
-        for family in (self._up, self._failing_probes, self._alerts, self._rank_records):
+        for family in (self._up, self._failing_probes, self._alerts, self._rank_records, self._rank_counts):
             for node in nodes:
                 family(out, node)
         if start == 0:
@@ -106,6 +106,13 @@ class FleetInputs(FleetWriter):
 
     def _rank_records(self, out: TextIO, node: Node) -> None:
         self.training(out, node, "namespace_job_rank_node:gpuhealth_training_step_seconds:avg5m", target=False)
+
+    def _rank_counts(self, out: TextIO, node: Node) -> None:
+        """The shard's count of each job's ranks on the node (gpuhealth-training-ranks): one job, a rank a GPU."""
+        job = f"train-{node.index * self.gpus // RANKS_PER_JOB:03d}"
+        self._const(out, "namespace_job_node:gpuhealth_training_ranks:count",
+                    f'job="{job}",node="{node.name}",pool="{node.pool}",namespace="ml"', str(self.gpus),
+                    self._live(node, H_5M))
 
     def write_ranks(self, out: TextIO, keep: Callable[[Node], bool]) -> None:
         """A shard's training ranks: the raw step times of its nodes' GPUs."""

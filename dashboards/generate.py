@@ -589,7 +589,9 @@ def jobs() -> Dash:
                       "Median of each rank's recent compute steps (warm-up, checkpoint and eval steps excluded).",
                       min=0),
                 Panel("timeseries", "Rank speed score", "percentunit", [
-                    q(f"namespace_job_rank_node:gpuhealth_training_rank_speed:ratio{{{tj}}}",
+                    q(f"namespace_job:gpuhealth_training_step_seconds:median5m{{{tj}}} / on (namespace, job) "
+                      f"group_right () max by (namespace, job, rank, node, pool) "
+                      f"(namespace_job_rank_node:gpuhealth_training_step_seconds:avg5m{{{tj}}})",
                       "{{job}} rank {{rank}} ({{node}})")],
                       "The job's median step time / the rank's own: below 0.75 for three windows of about "
                       "5 minutes flags the rank's node.", min=0),

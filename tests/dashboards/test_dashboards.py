@@ -142,7 +142,8 @@ def test_job_reliability_dashboard_shows_what_on_call_asks() -> None:
     exprs = " ".join(expr for name, _, expr in QUERIES if name == "job-reliability.json")
     for needed in (":gpuhealth_workload_success:ratio_rate1h", ":gpuhealth_workload_platform_failures:ratio_rate30d",
                    "sum by (class, reason) (increase(gpuhealth_workload_failures_total",
-                   "gpuhealth_workload_restart_loop", "namespace_job_rank_node:gpuhealth_training_rank_speed:ratio",
+                   "gpuhealth_workload_restart_loop", "namespace_job:gpuhealth_training_step_seconds:median5m",
+                   "group_right () max by (namespace, job, rank, node, pool)",
                    "gpuhealth_workload_lost_seconds_total"):
         assert needed in exprs, f"the job-reliability dashboard has no query on {needed}"
 

@@ -111,6 +111,9 @@ def test_each_shard_evaluates_its_nodes_and_the_global_ruler_the_fleet(sharded: 
     for index, nodes in enumerate(shards):  # each shard records its own nodes' ranks only
         assert sorted(r["metric"]["node"] for r in stack.shard_query(index, record)) == nodes
     assert not stack.query("gpuhealth_training_step_seconds")  # the raw step times stay on the shards
+    # each shard counts its nodes' ranks of the job; the global ruler sums the forwarded counts over both shards
+    wait_for("the job's ranks counted over both shards", lambda: stack.query_value(
+        'namespace_job:gpuhealth_training_ranks:count{job="llm"}') == len(stack.nodes), timeout=30)
     wait_for("TrainingRankSlow on the slow rank's node, from the global ruler", lambda: stack.firing(
         "TrainingRankSlow", faulty[0].name), timeout=90)
     assert [a["labels"]["node"] for a in stack.firing("TrainingRankSlow")] == [faulty[0].name]
