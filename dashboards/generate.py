@@ -589,7 +589,8 @@ def jobs() -> Dash:
                       "Median of each rank's recent compute steps (warm-up, checkpoint and eval steps excluded).",
                       min=0),
                 Panel("timeseries", "Rank speed score", "percentunit", [
-                    q(f"namespace_job:gpuhealth_training_step_seconds:median5m{{{tj}}} / on (namespace, job) "
+                    q(f"max by (namespace, job) (namespace_job:gpuhealth_training_step_seconds:median5m{{{tj}}}) "
+                      f"/ on (namespace, job) "
                       f"group_right () max by (namespace, job, rank, node, pool) "
                       f"(namespace_job_rank_node:gpuhealth_training_step_seconds:avg5m{{{tj}}})",
                       "{{job}} rank {{rank}} ({{node}})")],
