@@ -1,6 +1,7 @@
 """Debian's Prometheus over a backfilled data dir with the project's rule files, and what its rule groups cost.
 
-Nothing is scraped: the rules read only the backfilled blocks. Compaction is held off (min = max block
+Nothing is scraped (the rules read only the backfilled blocks) unless a scrape config is given: the global ruler's
+bench serves it what the shards forward, so that it is in the head, as remote write puts it. Compaction is held off (min = max block
 duration 2h, so backfilled blocks are never merged while rules are timed) and retention covers the SLO's 30
 days. Evaluation costs are read from /api/v1/rules (each group's and rule's last evaluation time, polled so
 every evaluation is seen) and from /metrics (prometheus_rule_group_last_duration_seconds,
@@ -20,6 +21,7 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +112,10 @@ def merge_blocks(workdir: Path, data: Path, timeout: float = 1800.0) -> float:
 
 class Prometheus:
     def __init__(self, workdir: Path, data: Path, eval_interval: str = "15s", rules: bool = True,
-                 group_interval: str | None = None, groups: set[str] | None = None) -> None:
+                 group_interval: str | None = None, groups: set[str] | None = None,
+                 scrape: dict[str, Any] | None = None) -> None:
         self.workdir, self.data, self.eval_interval, self.rules = workdir, data, eval_interval, rules
+        self.scrape = scrape  # one scrape config (the global ruler's forwarded series, served live), None: none
         self.group_interval = group_interval  # every group's interval, replacing the rule files' own (tests)
         self.groups = groups  # only these rule groups (a set of rules/sets.yaml), None: every group
         workdir.mkdir(exist_ok=True)
@@ -135,7 +139,10 @@ class Prometheus:
                     dst.write_text(yaml.safe_dump(doc, sort_keys=False))
             else:
                 shutil.copy(src, dst)
-        config = {"global": {"evaluation_interval": self.eval_interval}, "rule_files": [str(rules / "*.yaml")]}
+        config: dict[str, Any] = {"global": {"evaluation_interval": self.eval_interval},
+                                  "rule_files": [str(rules / "*.yaml")]}
+        if self.scrape is not None:
+            config["scrape_configs"] = [self.scrape]
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         log = open(self.workdir / "prometheus.log", "ab")
         self.proc = subprocess.Popen(
@@ -169,9 +176,24 @@ class Prometheus:
     def metrics(self) -> str:
         return _get(f"{self.url}/metrics", timeout=30).decode()
 
+    def last_scrape(self) -> float:
+        """When the scrape (self.scrape) last read its target, as a Unix time."""
+        return _unix(self.api("/api/v1/targets")["activeTargets"][0]["lastScrape"])
+
     def time_rules(self, evaluations: int, data_end: float, timeout: float = 900.0) -> PromRun:
-        """Polls /api/v1/rules until every group was evaluated `evaluations` times."""
+        """Polls /api/v1/rules until every group was evaluated `evaluations` times (with a scrape, the evaluations
+        that begin after its first scrape ended)."""
         startup = self.wait_ready()
+        if self.scrape is not None:
+            deadline = time.monotonic() + 120
+            while True:
+                targets = self.api("/api/v1/targets")["activeTargets"]
+                if targets and targets[0]["health"] == "up":
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the scrape never succeeded: {targets}\n{self.log_tail()}")
+                time.sleep(0.25)
+            scraped = _unix(targets[0]["lastScrape"]) + float(targets[0]["lastScrapeDuration"])
         groups: dict[str, GroupTimes] = {}
         seen: dict[str, str] = {}
         first_eval: float | None = None
@@ -183,6 +205,9 @@ class Prometheus:
                                                           len(g["rules"])))
                 last = g.get("lastEvaluation", "")
                 if last.startswith("0001-") or last == seen.get(key):
+                    continue
+                if self.scrape is not None and _unix(last) < scraped:
+                    seen[key] = last  # evaluated before the forwarded series were in
                     continue
                 seen[key] = last
                 if first_eval is None:
@@ -212,6 +237,12 @@ class Prometheus:
         for alert in self.api("/api/v1/alerts")["alerts"]:
             alerts[alert["state"]] = alerts.get(alert["state"], 0) + 1
         return PromRun(groups, rss, startup, (first_eval or data_end) - data_end, series, alerts)
+
+
+def _unix(rfc3339: str) -> float:
+    """Prometheus' API times (nanoseconds, Z) as Unix seconds."""
+    head, _, frac = rfc3339.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{frac or 0}")
 
 
 def time_rules_alone(prom: Prometheus, at: float, repeats: int = 2,

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.server
 import random
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from fleet_series import H_5M, H_KMSG, FleetWriter, Node, write_slo_history
 from prom_rules import Prometheus, PromRun, merge_blocks, rule_sets, time_rules_alone
@@ -58,11 +60,14 @@ def hashmod(value: str, modulus: int) -> int:
 class FleetInputs(FleetWriter):
     """What the shards remote-write to the global ruler for nodes [start, stop) (docs/scaling.md)."""
 
-    def write_inputs(self, out: TextIO, start: int, stop: int) -> None:
+    def write_inputs(self, out: TextIO, start: int, stop: int, forwarded: TextIO | None = None) -> None:
+        """The global ruler's inputs; the series the shards forward go to `forwarded` where given (served live)."""
         nodes = list(self.nodes(start, stop))
         for family in (self._up, self._failing_probes, self._alerts, self._rank_records, self._rank_counts):
             for node in nodes:
-                family(out, node)
+                family(forwarded or out, node)
+        if forwarded is not None:
+            forwarded.write("# EOF\n")
         if start == 0:
             self._fleet_recent(out)
             stamps = self._stamps(nodes[0], H_5M)
@@ -122,30 +127,76 @@ class FleetInputs(FleetWriter):
         out.write("# EOF\n")
 
 
-def _global_backfill(nodes: int, end: int, work: Path, data: Path, slo_days: int) -> tuple[int, int, float]:
+def _global_backfill(nodes: int, end: int, work: Path, data: Path,
+                     slo_days: int) -> tuple[int, int, float, bytes]:
+    """Backfills what the global ruler reads over time (the SLO's fleet counts, the remediator's series); returns
+    (series, samples, wall s, the forwarded series' exposition). What the shards forward is read as instant values
+    only, and a global ruler has it in its head (remote write appends it): it is served to the timed Prometheus'
+    scrape instead (live_exposition), not backfilled into a block, where each read costs about twice as much."""
     started = time.monotonic()
     writer = FleetInputs(nodes, end)
     slo = work / "slo.om"
     with slo.open("w") as out:
         samples = write_slo_history(out, nodes, end - slo_days * 86400 - 3600, end - H_KMSG)
     _promtool(slo, data, "144h")
-    path = work / "inputs.om"
-    with path.open("w", buffering=1 << 20) as out:
-        writer.write_inputs(out, 0, nodes)
+    path, forwarded = work / "inputs.om", work / "forwarded.om"
+    with path.open("w", buffering=1 << 20) as out, forwarded.open("w", buffering=1 << 20) as fwd:
+        writer.write_inputs(out, 0, nodes, forwarded=fwd)
     _promtool(path, data, "24h")
     path.unlink()
-    return writer.counts.series + 2, writer.counts.samples + samples, time.monotonic() - started
+    exposition = live_exposition(forwarded, end)
+    forwarded.unlink()
+    return writer.counts.series + 2, writer.counts.samples + samples, time.monotonic() - started, exposition
 
 
-def _timed(work: Path, data: Path, end: int, groups: set[str],
-           args: argparse.Namespace) -> tuple[PromRun, dict[str, dict[str, float]]]:
+def live_exposition(history: Path, end: int) -> bytes:
+    """The newest value of each series of an OpenMetrics history that still has a sample in the last 5 minutes (the
+    lookback: a series that stopped before is gone), as the text a scrape reads, without timestamps."""
+    newest: dict[str, tuple[int, str]] = {}
+    with history.open() as lines:
+        for line in lines:
+            if line.startswith("#"):
+                continue
+            series, value, stamp = line.rsplit(" ", 2)
+            newest[series] = (int(stamp), value)
+    return "".join(f"{series} {value}\n" for series, (stamp, value) in newest.items()
+                   if stamp > end - 300).encode()
+
+
+class Exposition:
+    """Serves fixed exposition text on /metrics: what a shard's remote write would keep appending."""
+
+    def __init__(self, body: bytes) -> None:
+        handler = type("Handler", (http.server.BaseHTTPRequestHandler,), {
+            "do_GET": lambda h: (h.send_response(200), h.send_header("Content-Length", str(len(body))),
+                                 h.end_headers(), h.wfile.write(body)),
+            "log_message": lambda h, *a: None})
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.target = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> Exposition:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _timed(work: Path, data: Path, end: int, groups: set[str], args: argparse.Namespace,
+           scrape: dict[str, Any] | None = None) -> tuple[PromRun, dict[str, dict[str, float]]]:
+    """The groups' live evaluations, then each rule alone. With `scrape`, the timed Prometheus scrapes it (the
+    forwarded series, into its head) and evaluations count from its first scrape; alone reads them at the last
+    scrape, from the head the timed run's WAL leaves."""
     wait = end + 1 - time.time()
     if wait > 0:
         time.sleep(wait)
-    with Prometheus(work, data, args.eval_interval, group_interval=args.group_interval, groups=groups) as prom:
+    with Prometheus(work, data, args.eval_interval, group_interval=args.group_interval, groups=groups,
+                    scrape=scrape) as prom:
         run = prom.time_rules(args.evaluations, float(end))
+        at = float(end) if scrape is None else prom.last_scrape()
     with Prometheus(work / "alone", data, rules=False) as prom:
-        alone = time_rules_alone(prom, float(end), groups=groups)
+        alone = time_rules_alone(prom, at, groups=groups)
     return run, alone
 
 
@@ -178,9 +229,13 @@ def run_global(fleet: int, args: argparse.Namespace) -> tuple[int, PromRun, dict
         data.mkdir()
         end = int(time.time() + (args.lead if args.lead is not None else 10 + 0.02 * fleet))
         print(f"[global ruler, fleet {fleet}] writing and backfilling what the shards send", flush=True)
-        series, samples, wall = _global_backfill(fleet, end, work, data, args.slo_days)
-        print(f"[global] {series} series, {samples} samples, backfilled in {wall:.0f} s", flush=True)
-        run, alone = _timed(work, data, end, rule_sets()["fleet"], args)
+        series, samples, wall, exposition = _global_backfill(fleet, end, work, data, args.slo_days)
+        print(f"[global] {series} series, {samples} samples, backfilled in {wall:.0f} s; the forwarded series "
+              f"served live ({len(exposition) / 2**20:.0f} MiB a scrape)", flush=True)
+        with Exposition(exposition) as shards:
+            scrape = {"job_name": "shards-remote-write", "honor_labels": True, "scrape_interval": "15s",
+                      "scrape_timeout": "14s", "static_configs": [{"targets": [shards.target]}]}
+            run, alone = _timed(work, data, end, rule_sets()["fleet"], args, scrape=scrape)
     return series, run, alone
 
 
