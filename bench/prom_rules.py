@@ -1,9 +1,9 @@
 """Debian's Prometheus over a backfilled data dir with the project's rule files, and what its rule groups cost.
 
 Nothing is scraped (the rules read only the backfilled blocks) unless a scrape config is given: the global ruler's
-bench serves it what the shards forward, so that it is in the head, as remote write puts it. Compaction is held off (min = max block
-duration 2h, so backfilled blocks are never merged while rules are timed) and retention covers the SLO's 30
-days. Evaluation costs are read from /api/v1/rules (each group's and rule's last evaluation time, polled so
+bench serves it what the shards forward, so that it is in the head, as remote write puts it. Compaction is held
+off (min = max block duration 2h, so backfilled blocks are never merged while rules are timed) and retention covers
+the SLO's 30 days. Evaluation costs are read from /api/v1/rules (each group's and rule's last evaluation time, polled so
 every evaluation is seen) and from /metrics (prometheus_rule_group_last_duration_seconds,
 prometheus_rule_evaluation_failures_total, process_resident_memory_bytes).
 """
