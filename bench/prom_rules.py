@@ -75,6 +75,7 @@ class PromRun:
     first_eval_lag_seconds: float  # first evaluation's time after the last backfilled sample
     head_series: int  # series the rules wrote (records, ALERTS)
     alerts: dict[str, int]  # alertstate: alerts, at the end
+    jobs_scored: int = 0  # training jobs with a median at the end (the global ruler's bench sets it)
 
 
 def overlapping_blocks(data: Path) -> int:

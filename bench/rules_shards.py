@@ -195,6 +195,9 @@ def _timed(work: Path, data: Path, end: int, groups: set[str], args: argparse.Na
                     scrape=scrape) as prom:
         run = prom.time_rules(args.evaluations, float(end))
         at = float(end) if scrape is None else prom.last_scrape()
+        # what the fleet groups made of the forwarded series: the jobs scored (the training median's series)
+        run.jobs_scored = len(prom.api("/api/v1/query?query=namespace_job%3Agpuhealth_training_step_seconds"
+                                       "%3Amedian5m")["result"])
     with Prometheus(work / "alone", data, rules=False) as prom:
         alone = time_rules_alone(prom, at, groups=groups)
     return run, alone
@@ -268,7 +271,7 @@ def main_sharded(args: argparse.Namespace) -> int:
     if args.part in ("both", "global"):
         global_series, grun, galone = run_global(fleet, args)
         pairs += _table(f"global ruler: fleet {fleet} nodes, {global_series:,} series", grun, galone, "global")
-        pairs.append(("global_series", float(global_series)))
+        pairs += [("global_series", float(global_series)), ("global_jobs_scored", float(grun.jobs_scored))]
     print()
     for name, value in pairs:
         print(f"{name} {value:.6g}")

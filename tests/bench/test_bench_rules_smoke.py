@@ -76,5 +76,7 @@ def test_sharded_bench_times_the_node_groups_on_a_shard_and_the_fleet_groups_on_
     assert _groups(pairs, "shard") == set(sets["node"])
     assert _groups(pairs, "global") == set(sets["fleet"])
     assert pairs["shard_evaluation_failures"] == pairs["global_evaluation_failures"] == 0
+    # the forwarded series reach the fleet groups (served live to the global ruler's scrape): a job is scored
+    assert pairs["global_jobs_scored"] >= 1
     assert 0 < pairs["shard_nodes"] < 12  # the shard's share of the fleet, by the node label's hash
     assert pairs["shard_ms_per_node"] > 0
