@@ -76,6 +76,7 @@ class PromRun:
     head_series: int  # series the rules wrote (records, ALERTS)
     alerts: dict[str, int]  # alertstate: alerts, at the end
     jobs_scored: int = 0  # training jobs with a median at the end (the global ruler's bench sets it)
+    scrape_seconds: float = 0.0  # the last scrape of the forwarded series (the global ruler's bench), seconds
 
 
 def overlapping_blocks(data: Path) -> int:
@@ -114,9 +115,10 @@ def merge_blocks(workdir: Path, data: Path, timeout: float = 1800.0) -> float:
 class Prometheus:
     def __init__(self, workdir: Path, data: Path, eval_interval: str = "15s", rules: bool = True,
                  group_interval: str | None = None, groups: set[str] | None = None,
-                 scrape: dict[str, Any] | None = None) -> None:
+                 scrape: dict[str, Any] | None = None, scraped_series: int = 0) -> None:
         self.workdir, self.data, self.eval_interval, self.rules = workdir, data, eval_interval, rules
         self.scrape = scrape  # one scrape config (the global ruler's forwarded series, served live), None: none
+        self.scraped_series = scraped_series  # the series that scrape serves: timing waits until all are readable
         self.group_interval = group_interval  # every group's interval, replacing the rule files' own (tests)
         self.groups = groups  # only these rule groups (a set of rules/sets.yaml), None: every group
         workdir.mkdir(exist_ok=True)
@@ -177,24 +179,48 @@ class Prometheus:
     def metrics(self) -> str:
         return _get(f"{self.url}/metrics", timeout=30).decode()
 
+    def scrape_target(self) -> dict[str, Any]:
+        """The scrape's target as /api/v1/targets reports it (health, lastScrape, lastScrapeDuration, lastError)."""
+        targets = self.api("/api/v1/targets")["activeTargets"]
+        if not targets:
+            raise RuntimeError(f"no scrape target:\n{self.log_tail()}")
+        return dict(targets[0])
+
     def last_scrape(self) -> float:
         """When the scrape (self.scrape) last read its target, as a Unix time."""
-        return _unix(self.api("/api/v1/targets")["activeTargets"][0]["lastScrape"])
+        return _unix(self.scrape_target()["lastScrape"])
+
+    def _wait_scraped(self, timeout: float = 180.0) -> float:
+        """Until every series the scrape serves can be read; when. A target reported up is not yet committed; the
+        scrape's own scrape_samples_scraped is appended and committed with its samples."""
+        deadline = time.monotonic() + timeout
+        job = self.scrape["job_name"]  # type: ignore[index]
+        query = urllib.parse.urlencode({"query": f'scrape_samples_scraped{{job="{job}"}}'})
+        while time.monotonic() < deadline:
+            result = self.api(f"/api/v1/query?{query}")["result"]
+            if result and int(float(result[0]["value"][1])) >= self.scraped_series:
+                return time.time()
+            time.sleep(0.25)
+        raise RuntimeError(f"the scraped series not all readable after {timeout} s: {self.scrape_target()}\n"
+                           f"{self.log_tail()}")
+
+    def check_scrapes(self) -> float:
+        """Raises unless every scrape so far succeeded (a failed one marks every forwarded series stale: the fleet
+        groups would read nothing and time as fast); the last scrape's duration."""
+        target = self.scrape_target()
+        job = self.scrape["job_name"]  # type: ignore[index]
+        query = urllib.parse.urlencode({"query": f'min_over_time(up{{job="{job}"}}[1h])'})
+        worst = self.api(f"/api/v1/query?{query}")["result"]
+        if target["health"] != "up" or target.get("lastError") or not worst or float(worst[0]["value"][1]) < 1:
+            raise RuntimeError(f"a scrape of the forwarded series failed: {target}")
+        return float(target["lastScrapeDuration"])
 
     def time_rules(self, evaluations: int, data_end: float, timeout: float = 900.0) -> PromRun:
-        """Polls /api/v1/rules until every group was evaluated `evaluations` times (with a scrape, the evaluations
-        that begin after its first scrape ended)."""
+        """Polls /api/v1/rules until every group was evaluated `evaluations` times (with a scrape, counting the
+        evaluations that begin once every scraped series can be read)."""
         startup = self.wait_ready()
         if self.scrape is not None:
-            deadline = time.monotonic() + 120
-            while True:
-                targets = self.api("/api/v1/targets")["activeTargets"]
-                if targets and targets[0]["health"] == "up":
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the scrape never succeeded: {targets}\n{self.log_tail()}")
-                time.sleep(0.25)
-            scraped = _unix(targets[0]["lastScrape"]) + float(targets[0]["lastScrapeDuration"])
+            scraped = self._wait_scraped()
         groups: dict[str, GroupTimes] = {}
         seen: dict[str, str] = {}
         first_eval: float | None = None
@@ -241,9 +267,8 @@ class Prometheus:
 
 
 def _unix(rfc3339: str) -> float:
-    """Prometheus' API times (nanoseconds, Z) as Unix seconds."""
-    head, _, frac = rfc3339.rstrip("Z").partition(".")
-    return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{frac or 0}")
+    """Prometheus' API times (RFC 3339, nanoseconds, Z or the machine's offset) as Unix seconds."""
+    return datetime.fromisoformat(rfc3339).timestamp()
 
 
 def time_rules_alone(prom: Prometheus, at: float, repeats: int = 2,

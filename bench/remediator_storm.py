@@ -15,9 +15,8 @@ then the same posts again (Alertmanager's repeats); then every alert resolved.
 Every request to the fake API server waits --latency-ms first (default 10 ms: a real API server's round trip
 in a busy cluster), so that the remediator's client is measured as it would be against one, not against a
 server in the same machine answering in a fraction of a millisecond. Its request threads (and watch streams) run
-at niceness --api-niceness (default 10): a real API server runs on the control plane's machines, so its CPU is not
-taken from the remediator's cores, where this one, a Python server in this process, would otherwise compete with
-the remediator as an equal (--api-niceness 0 measures that).
+at niceness --api-niceness (default 0: as an equal of the remediator's processes on the same cores; 10 stands for
+a real API server on the control plane's machines, whose CPU is not taken from the remediator's cores).
 
 Reported, beside the targets:
 - webhook response time, median and p99, per phase (target p99 < 50 ms);
@@ -545,9 +544,9 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=10.0,
                         help="milliseconds every API request waits before it is served (default 10)")
     parser.add_argument("--api-niceness", type=int, default=API_NICENESS,
-                        help=f"niceness of the fake API server's request threads (default {API_NICENESS}: it stands "
-                        "for an API server on the control plane's machines; 0: it competes for the remediator's cores "
-                        "as an equal)")
+                        help=f"niceness of the fake API server's request threads (default {API_NICENESS}: they "
+                        "compete for the remediator's cores as equals; 10 stands for an API server on the control "
+                        "plane's machines)")
     parser.add_argument("--rest-seconds", type=float, help="seconds at rest measured before the storm "
                         "(default 30; --quick 10)")
     parser.add_argument("--parallel-writes", type=int, help="policy kube_api.parallel_writes (default: the policy's)")

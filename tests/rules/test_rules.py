@@ -225,16 +225,16 @@ def _recorded_where() -> dict[str, tuple[str, int]]:
     return where
 
 
-# Fleet groups that read another fleet group's record (group: the groups it reads), each one evaluation late at most
-# like a forwarded record, with the same guards: the alerts reading it wait a `for`, promtool tests order the reader
-# first. gpuhealth-training's alert reads the job's median from its own group (docs/benchmarks.md: each read of every
-# rank at 10,000 nodes takes about half a second, one read a group).
+# Fleet groups that read another fleet group's record (group: the groups it reads), one more evaluation late at most
+# than what that group read (itself a forwarded record, so two in all), with the same guards: the alerts reading it
+# wait a `for`, promtool tests order the reader first. gpuhealth-training's alert reads the job's median from its own
+# group (docs/benchmarks.md: each read of every rank at 10,000 nodes takes about half a second, one read a group).
 LATE_FLEET_READS = {"gpuhealth-training": {"gpuhealth-training-median"}}
 
 
 def _late_reads() -> dict[str, set[str]]:
-    """Group -> the groups whose records it reads an evaluation late at most: forwarded node groups' records and the
-    fleet reads LATE_FLEET_READS allows."""
+    """Group -> the groups whose records it reads late (of this or the previous evaluation): forwarded node groups'
+    records and the fleet reads LATE_FLEET_READS allows."""
     reads = {group: set(groups) for group, groups in _forwarded_reads().items()}
     for group, groups in LATE_FLEET_READS.items():
         reads.setdefault(group, set()).update(groups)
