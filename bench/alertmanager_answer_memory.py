@@ -22,14 +22,11 @@ Last lines: `name value` pairs (MiB).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import subprocess
 import sys
-import threading
 import urllib.request
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +34,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from static_answer import StaticAnswer  # noqa: E402
 
 from tests.support.real_alertmanager import RealAlertmanager, stamp  # noqa: E402
 
@@ -101,25 +100,6 @@ def measure(root: Path, url: str) -> dict[str, tuple[float, str]]:
     return out
 
 
-class StaticAnswer:
-    def __init__(self, body: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                with contextlib.suppress(OSError):  # a reader that stops at its byte cap hangs up
-                    self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alerts", type=int, default=100_000)
@@ -131,10 +111,10 @@ def main() -> int:
     results: dict[str, dict[str, tuple[float, str]]] = {}
 
     body = json.dumps([gpuhealth_alert(i, now) for i in range(count)]).encode()
-    static = StaticAnswer(body)
+    static = StaticAnswer(body, "application/json")
     print(f"gpuhealth: {count} alerts, an answer of {len(body) / 2**20:.1f} MiB", flush=True)
     results["gpuhealth"] = measure(args.remediator_root, static.url)
-    static.server.shutdown()
+    static.close()
     del body
 
     with RealAlertmanager() as am:

@@ -176,6 +176,10 @@ class Prometheus:
     def api(self, path: str) -> Any:
         return json.loads(_get(f"{self.url}{path}", timeout=30))["data"]
 
+    def query(self, promql: str, **params: str) -> Any:
+        """An instant query's data (result, and stats where asked), now or at params' `time`."""
+        return self.api(f"/api/v1/query?{urllib.parse.urlencode({'query': promql, **params})}")
+
     def metrics(self) -> str:
         return _get(f"{self.url}/metrics", timeout=30).decode()
 
@@ -195,9 +199,8 @@ class Prometheus:
         scrape's own scrape_samples_scraped is appended and committed with its samples."""
         deadline = time.monotonic() + timeout
         job = self.scrape["job_name"]  # type: ignore[index]
-        query = urllib.parse.urlencode({"query": f'scrape_samples_scraped{{job="{job}"}}'})
         while time.monotonic() < deadline:
-            result = self.api(f"/api/v1/query?{query}")["result"]
+            result = self.query(f'scrape_samples_scraped{{job="{job}"}}')["result"]
             if result and int(float(result[0]["value"][1])) >= self.scraped_series:
                 return time.time()
             time.sleep(0.25)
@@ -209,8 +212,7 @@ class Prometheus:
         groups would read nothing and time as fast); the last scrape's duration."""
         target = self.scrape_target()
         job = self.scrape["job_name"]  # type: ignore[index]
-        query = urllib.parse.urlencode({"query": f'min_over_time(up{{job="{job}"}}[1h])'})
-        worst = self.api(f"/api/v1/query?{query}")["result"]
+        worst = self.query(f'min_over_time(up{{job="{job}"}}[1h])')["result"]
         if target["health"] != "up" or target.get("lastError") or not worst or float(worst[0]["value"][1]) < 1:
             raise RuntimeError(f"a scrape of the forwarded series failed: {target}")
         return float(target["lastScrapeDuration"])
@@ -284,10 +286,9 @@ def time_rules_alone(prom: Prometheus, at: float, repeats: int = 2,
                 continue
             costs = out.setdefault(group["name"], {})
             for rule in group["rules"]:
-                query = urllib.parse.urlencode({"query": rule["expr"], "time": f"{at:.3f}", "stats": "all"})
                 best = math.inf
                 for _ in range(repeats):
-                    data = prom.api(f"/api/v1/query?{query}")
+                    data = prom.query(rule["expr"], time=f"{at:.3f}", stats="all")
                     best = min(best, float(data["stats"]["timings"]["evalTotalTime"]))
                 costs[rule.get("alert") or rule["record"]] = best
     return out

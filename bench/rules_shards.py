@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.server
 import random
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import Any, TextIO
 from fleet_series import H_5M, H_KMSG, FleetWriter, Node, write_slo_history
 from prom_rules import Prometheus, PromRun, merge_blocks, rule_sets, time_rules_alone
 from rules_scale import TARGET_SECONDS, _fmt, _promtool, backfill
+from static_answer import StaticAnswer
 
 # The alert each synthetic fault fires (rules/), with its remediation label: what the shards' ALERTS carry.
 FAULT_ALERTS = {
@@ -165,27 +164,6 @@ def live_exposition(history: Path, end: int) -> bytes:
                    if stamp > end - 300).encode()
 
 
-class Exposition:
-    """Serves fixed exposition text on /metrics: what a shard's remote write would keep appending."""
-
-    def __init__(self, body: bytes) -> None:
-        handler = type("Handler", (http.server.BaseHTTPRequestHandler,), {
-            "do_GET": lambda h: (h.send_response(200), h.send_header("Content-Length", str(len(body))),
-                                 h.send_header("Content-Type", "text/plain; version=0.0.4"),
-                                 h.end_headers(), h.wfile.write(body)),
-            "log_message": lambda h, *a: None})
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.target = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def __enter__(self) -> Exposition:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def _timed(work: Path, data: Path, end: int, groups: set[str], args: argparse.Namespace,
            scrape: dict[str, Any] | None = None,
            scraped_series: int = 0) -> tuple[PromRun, dict[str, dict[str, float]]]:
@@ -203,9 +181,8 @@ def _timed(work: Path, data: Path, end: int, groups: set[str], args: argparse.Na
         if scrape is not None:
             run.scrape_seconds = prom.check_scrapes()
             at = prom.last_scrape()
-        # what the fleet groups made of the forwarded series: the jobs scored (the training median's series)
-        run.jobs_scored = len(prom.api("/api/v1/query?query=namespace_job%3Agpuhealth_training_step_seconds"
-                                       "%3Amedian5m")["result"])
+            # what the fleet groups made of the forwarded series: the jobs scored (the training median's series)
+            run.jobs_scored = len(prom.query("namespace_job:gpuhealth_training_step_seconds:median5m")["result"])
     with Prometheus(work / "alone", data, rules=False) as prom:
         alone = time_rules_alone(prom, at, groups=groups)
     return run, alone
@@ -244,9 +221,10 @@ def run_global(fleet: int, args: argparse.Namespace) -> tuple[int, PromRun, dict
         forwarded = exposition.count(b"\n")
         print(f"[global] {series} series, {samples} samples, backfilled in {wall:.0f} s; the forwarded series "
               f"served live ({forwarded:,} series, {len(exposition) / 2**20:.0f} MiB a scrape)", flush=True)
-        with Exposition(exposition) as shards:
+        # what a shard's remote write would keep appending, served to the timed Prometheus' scrape
+        with StaticAnswer(exposition, "text/plain; version=0.0.4") as shards:
             scrape = {"job_name": "shards-remote-write", "honor_labels": True, "scrape_interval": "15s",
-                      "scrape_timeout": "14s", "static_configs": [{"targets": [shards.target]}]}
+                      "scrape_timeout": "14s", "static_configs": [{"targets": [shards.address]}]}
             run, alone = _timed(work, data, end, rule_sets()["fleet"], args, scrape=scrape,
                                 scraped_series=forwarded)
     return series, run, alone

@@ -260,15 +260,13 @@ def test_rules_read_only_records_of_their_own_group_evaluated_before_them() -> N
     alerts that fire or resolve one evaluation late at random in production). The exceptions: a fleet group may
     read a node group's record (the shards forward it), and the fleet reads LATE_FLEET_READS lists; the tests below
     bound what that lateness may do."""
-    sets, where = rule_sets.sets(), _recorded_where()
+    late, where = _late_reads(), _recorded_where()
     problems = []
     for path, group in _groups():
         for index, rule in enumerate(group["rules"]):
             for name in sorted(metric_names(rule["expr"]) & RECORDS):
                 rec_group, rec_index = where[name]
-                if group["name"] in sets["fleet"] and rec_group in sets["node"]:
-                    continue
-                if rec_group in LATE_FLEET_READS.get(group["name"], set()):
+                if rec_group in late.get(group["name"], set()):
                     continue
                 if rec_group != group["name"] or rec_index >= index:
                     problems.append(f"{path.name}: {rule.get('alert') or rule['record']} (group {group['name']}) reads "
@@ -290,15 +288,15 @@ def test_alerts_reading_a_forwarded_record_wait_a_for() -> None:
     """A forwarded record is this or the previous evaluation's (one Prometheus) or a few seconds late (remote write):
     an alert that reads it, or reads its group's records made from it, must have a `for`, so lateness delays it by
     an evaluation and never makes it fire on a value that was never there for long."""
-    where, sets = _recorded_where(), rule_sets.sets()
+    where, sets, late_reads = _recorded_where(), rule_sets.sets(), _late_reads()
     readers: dict[str, str] = {}  # alert: its `for`
     for _, group in _groups():
         if group["name"] not in sets["fleet"]:
             continue
         tainted: set[str] = set()  # records of this group made from a forwarded record
+        late = late_reads.get(group["name"], set())
         for rule in group["rules"]:
             reads = metric_names(rule["expr"]) & RECORDS
-            late = set(sets["node"]) | LATE_FLEET_READS.get(group["name"], set())
             if any(where[n][0] in late for n in reads) or reads & tainted:
                 if "record" in rule:
                     tainted.add(rule["record"])
