@@ -75,7 +75,7 @@ def webhook(node: str, remediation: str = "cordon", status: str = "firing", fing
 
 class Harness:
     def __init__(self, cluster: FakeCluster, policy: Policy | str | None = None, identity: str = "replica-a",
-                 dry_run: bool = False, silences: SilenceCheck | None = None, timeout: float = 2.0,
+                 dry_run: bool = False, silences: SilenceCheck | None = None, timeout: float = 10.0,
                  start: datetime = T0) -> None:
         if isinstance(policy, str):
             policy = parse_policy(policy)
