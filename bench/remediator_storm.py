@@ -15,8 +15,12 @@ then the same posts again (Alertmanager's repeats); then every alert resolved.
 Every request to the fake API server waits --latency-ms first (default 10 ms: a real API server's round trip
 in a busy cluster), so that the remediator's client is measured as it would be against one, not against a
 server in the same machine answering in a fraction of a millisecond. Its request threads (and watch streams) run
-at niceness --api-niceness (default 0: as an equal of the remediator's processes on the same cores; 10 stands for
-a real API server on the control plane's machines, whose CPU is not taken from the remediator's cores).
+at niceness --api-niceness (default 0).
+
+Where the processes run (--remediator-cpus, default 1): the remediator's processes (the receiver and the loop) on
+that many CPUs of their own, the fake API server (this process) and the posting process (Alertmanager's stand-in) on
+the others, as in a cluster, where neither takes the remediator pod's CPU. One CPU is less than a pod at the
+chart's default gets on a busy node; 0 puts every process on every CPU, as the figures before did.
 
 Reported, beside the targets:
 - webhook response time, median and p99, per phase (target p99 < 50 ms);
@@ -38,6 +42,7 @@ Reported, beside the targets:
     .venv/bin/python bench/remediator_storm.py --quick    # 500, 1,000 and 2,000 nodes (about 1.5 min)
     .venv/bin/python bench/remediator_storm.py --sizes 100 --pools 4   # a single small run
     .venv/bin/python bench/remediator_storm.py --sizes 10000 --parallel-writes 1 --qps 0   # one after another
+    .venv/bin/python bench/remediator_storm.py --sizes 10000 --remediator-cpus 0   # every process on every CPU
 """
 
 from __future__ import annotations
@@ -110,6 +115,7 @@ class Run:
     receiver_cpu_s: float = 0.0
     receiver_queued_s: float = 0.0
     pass_ms: float = 0.0  # the decisions of one pass over the whole fleet (views, budget, ladder), CPU ms
+    cpus: str = ""  # the CPUs the remediator's processes may run on, as they report it (Cpus_allowed_list)
 
 
 def policy_text(kube_api: dict[str, int] | None = None) -> str:
@@ -299,6 +305,16 @@ def proc_rss_mb(pid: int) -> float:
     return sum(rss)
 
 
+def allowed_cpus(pid: int) -> str:
+    """The CPUs each of the remediator's processes may run on, as the kernel reports them (one entry if all agree)."""
+    lists = set()
+    for p in family(pid):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                lists.add(line.split(":", 1)[1].strip())
+    return " / ".join(sorted(lists))
+
+
 def run_queue(pid: int) -> tuple[float, float]:
     """A process's threads, summed: (seconds on a CPU, seconds runnable waiting for a CPU) (/proc schedstat)."""
     on_cpu = waiting = 0
@@ -339,6 +355,7 @@ class Setup:
     rest_s: float
     kube_api: dict[str, int]
     api_niceness: int = API_NICENESS
+    remediator_cpus: frozenset[int] | None = None  # None: every CPU, shared with the API server
 
 
 def start_remediator(cluster: FakeCluster, setup: Setup, workdir: Path, nodes: int) -> tuple[subprocess.Popen[bytes],
@@ -355,6 +372,8 @@ def start_remediator(cluster: FakeCluster, setup: Setup, workdir: Path, nodes: i
                                  "--token-file", str(workdir / "token"),
                                  "--kubeconfig", str(workdir / "kubeconfig"), "--interval", "2"],
                                 stdout=out, stderr=out, start_new_session=True,
+                                preexec_fn=None if setup.remediator_cpus is None
+                                else lambda: os.sched_setaffinity(0, setup.remediator_cpus or ()),
                                 env={**os.environ, "POD_NAME": "storm",
                                      "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
 
@@ -442,6 +461,7 @@ def storm(cluster: FakeCluster, port: int, proc: subprocess.Popen[bytes], log: P
     wait_until("every resolution recorded", progress.resolved, timeout, proc, log)
     run.resolved_s = time.monotonic() - started
     run.rss_mb = proc_rss_mb(proc.pid)
+    run.cpus = allowed_cpus(proc.pid)
     queue_after = run_queue(proc.pid)
     run.receiver_cpu_s = queue_after[0] - queue_before[0]
     run.receiver_queued_s = queue_after[1] - queue_before[1]
@@ -497,6 +517,7 @@ def report(run: Run) -> None:
     print(f"{'remediator CPU until decided (s)':<44} {run.cpu_s:>12.2f}   -")
     print(f"{'reconcile passes until decided':<44} {run.passes:>12.0f}   -")
     print(f"{'remediator RSS at the end (MB)':<44} {run.rss_mb:>12.0f}   -")
+    print(f"{'remediator processes may run on CPUs':<44} {run.cpus:>12}   -")
     print(f"{'receiver threads on a CPU / waiting for one (s)':<44} "
           f"{f'{run.receiver_cpu_s:.1f} / {run.receiver_queued_s:.1f}':>12}   (the whole storm)")
     print(f"{'decisions of one pass over the fleet (CPU ms)':<44} {run.pass_ms:>12.0f}   < interval (10 s)")
@@ -535,6 +556,20 @@ def growth(runs: list[Run]) -> None:
               f"{per_pass / max(0.01, base_pass):>6.1f} {sum(r.calls.values()) / max(1, actions):>13.2f} {p99:>7.1f}")
 
 
+def place(cpus: int) -> tuple[frozenset[int] | None, str]:
+    """The remediator's CPUs: the first `cpus` of those this process may use; this process (and the posting process
+    it starts) keeps the rest. None where `cpus` is 0 or no CPU would be left; and what was done, in words."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpus <= 0:
+        return None, f"every process on every CPU ({len(allowed)})"
+    if len(allowed) <= cpus:
+        return None, (f"every process on every CPU: {len(allowed)} CPU(s) leave none for the API server beside "
+                      f"{cpus} for the remediator")
+    mine, rest = frozenset(allowed[:cpus]), frozenset(allowed[cpus:])
+    os.sched_setaffinity(0, rest)  # before the API server's threads and the posting process start: they inherit it
+    return mine, f"the remediator on CPU(s) {sorted(mine)}, the API server and the posts on {sorted(rest)}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="500, 1,000 and 2,000 nodes (make bench)")
@@ -547,6 +582,9 @@ def main() -> int:
                         help=f"niceness of the fake API server's request threads (default {API_NICENESS}: they "
                         "compete for the remediator's cores as equals; 10 stands for an API server on the control "
                         "plane's machines)")
+    parser.add_argument("--remediator-cpus", type=int, default=1,
+                        help="CPUs of the remediator's own (default 1); this process (the fake API server) and the "
+                        "posting process get the others. 0: every process on every CPU")
     parser.add_argument("--rest-seconds", type=float, help="seconds at rest measured before the storm "
                         "(default 30; --quick 10)")
     parser.add_argument("--parallel-writes", type=int, help="policy kube_api.parallel_writes (default: the policy's)")
@@ -558,13 +596,14 @@ def main() -> int:
         parser.error("every size needs at least 5 nodes per pool (one alert per pool)")
     kube_api = {k: v for k, v in (("parallel_writes", args.parallel_writes), ("qps", args.qps),
                                   ("burst", args.burst)) if v is not None}
+    remediator_cpus, placement = place(args.remediator_cpus)
     setup = Setup(args.pools, args.timeout, args.latency_ms / 1000,
                   args.rest_seconds if args.rest_seconds is not None else (10.0 if args.quick else 30.0), kube_api,
-                  args.api_niceness)
+                  args.api_niceness, remediator_cpus)
     effective = parse_policy(policy_text(kube_api)).kube_api
     print(f"remediator storm: sizes {sizes}, {args.pools} pools, {args.latency_ms:g} ms a request (API server "
-          f"threads at niceness {args.api_niceness}), kube_api qps "
-          f"{effective.qps} burst {effective.burst} parallel_writes {effective.parallel_writes}, load average "
+          f"threads at niceness {args.api_niceness}), kube_api qps {effective.qps} burst {effective.burst} "
+          f"parallel_writes {effective.parallel_writes}; {placement}; load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (figures are noisy when other work shares the machine)")
     runs = []
     with tempfile.TemporaryDirectory(prefix="storm-") as tmp:

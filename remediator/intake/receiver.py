@@ -5,6 +5,7 @@ reported in the answer, not queued."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -47,6 +48,7 @@ class Receiver:
             self.metrics.webhook_error(WebhookErrorReason.RECORD_FAILED)
             audit("record_dropped", node=node, error=error)
 
+        self.recorder.pause = time.sleep  # recorded behind the answer: the workers make way for it
         self.intake = Intake(record, self.clock, retry=retry, on_drop=dropped, hold_off=hold_off)
         self.intake.start(stop)
         return self.intake

@@ -3,6 +3,7 @@ API server, and it prints its figures beside their targets. No timing is asserte
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -20,3 +21,9 @@ def test_storm_bench_runs_tiny_and_reports_no_budget_violation() -> None:
                    "Kubernetes API calls until decided", "patch nodes"):
         assert figure in out
     assert "VIOLATION" not in out
+    cpus = sorted(os.sched_getaffinity(0))
+    placed = next(line for line in out.splitlines() if line.startswith("remediator processes may run on CPUs"))
+    if len(cpus) > 1:  # the default: the remediator on a CPU of its own, the API server and the posts on the others
+        assert f"the remediator on CPU(s) [{cpus[0]}]" in out and placed.split()[-2] == str(cpus[0]), placed
+    else:
+        assert "every process on every CPU" in out

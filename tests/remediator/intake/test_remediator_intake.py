@@ -3,6 +3,7 @@ node's posts wait. Real parts: the official client against the fake API server, 
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
 from collections.abc import Iterator
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from remediator.intake.queue import Intake
+from remediator.intake.recorder import UNCHANGED_PAUSE_S, Recorder
+from remediator.intake.webhook import parse_webhook
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness, webhook
 
@@ -106,3 +109,29 @@ def test_an_api_failure_that_outlasts_the_retries_is_dropped_counted_and_the_que
     assert intake.join(3) and intake.pending() == 0
     assert patches(cluster, A) == 3 and not h.state(A).alerts and h.state(B).active
     assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1
+
+
+def test_a_worker_lets_go_of_the_interpreter_after_each_node_it_need_not_write_and_only_then(
+        cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    assert h.rem.recorder.pause is time.sleep, "the intake's workers record with the pause"
+    pauses: list[float] = []
+    h.rem.recorder.pause = pauses.append
+    h.fire(A, "reboot")  # new: written (the worker let go while its PATCH was under way)
+    assert (pauses, patches(cluster, A)) == ([], 1)
+    h.advance(seconds=30)
+    h.fire(A, "reboot")  # Alertmanager's repeat within a minute: nothing to write, and the worker lets go
+    h.fire(B, "reboot")
+    assert (pauses, patches(cluster, A), patches(cluster, B)) == ([UNCHANGED_PAUSE_S], 1, 1)
+    h.advance(minutes=2)
+    h.fire(A, "reboot")  # seen again after a minute: last_seen is written
+    assert (pauses, patches(cluster, A)) == ([UNCHANGED_PAUSE_S], 2)
+
+
+def test_recording_before_the_answer_never_pauses(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    recorder = Recorder(h.kube, h.rem.metrics, lambda: h.now, on_write=lambda: None)
+    assert recorder.pause is None  # without the intake the answer waits for the recording: nothing to make way for
+    batch = parse_webhook(json.dumps(webhook(A, "reboot")), h.policy)
+    assert recorder.record(batch).recorded == [A]
+    assert recorder.record(batch).recorded == [A] and patches(cluster, A) == 1
