@@ -36,7 +36,8 @@ Reported, beside the targets:
   at no moment more nodes of a pool cordoned or disrupted than the policy allows);
 - the remediator's CPU seconds and reconcile passes until then, the CPU of one pass's decisions
   over the whole fleet (measured here, in this process, with the remediator's own functions), and
-  how each figure grows with the fleet.
+  how each figure grows with the fleet;
+- the CPUs the remediator's processes may run on, as the kernel reports them (--remediator-cpus).
 
     .venv/bin/python bench/remediator_storm.py            # 1,000, 3,000 and 10,000 nodes (about 3 min)
     .venv/bin/python bench/remediator_storm.py --quick    # 500, 1,000 and 2,000 nodes (about 1.5 min)
@@ -366,16 +367,22 @@ def start_remediator(cluster: FakeCluster, setup: Setup, workdir: Path, nodes: i
     write_kubeconfig(workdir / "kubeconfig", cluster.url, "storm")
     port = free_port()
     log = workdir / f"remediator-{nodes}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(BIN / "gpuhealth-remediator"), "serve",
-                                 "--policy", str(workdir / "policy.yaml"), "--listen", f"127.0.0.1:{port}",
-                                 "--token-file", str(workdir / "token"),
-                                 "--kubeconfig", str(workdir / "kubeconfig"), "--interval", "2"],
-                                stdout=out, stderr=out, start_new_session=True,
-                                preexec_fn=None if setup.remediator_cpus is None
-                                else lambda: os.sched_setaffinity(0, setup.remediator_cpus or ()),
-                                env={**os.environ, "POD_NAME": "storm",
-                                     "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    # The CPUs are the calling thread's (Linux keeps them per thread) while it starts the remediator, which inherits
+    # them; the API server's threads keep theirs. (No preexec_fn: it is unsafe while other threads run.)
+    mine = os.sched_getaffinity(0)
+    if setup.remediator_cpus is not None:
+        os.sched_setaffinity(0, setup.remediator_cpus)
+    try:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([str(BIN / "gpuhealth-remediator"), "serve",
+                                     "--policy", str(workdir / "policy.yaml"), "--listen", f"127.0.0.1:{port}",
+                                     "--token-file", str(workdir / "token"),
+                                     "--kubeconfig", str(workdir / "kubeconfig"), "--interval", "2"],
+                                    stdout=out, stderr=out, start_new_session=True,
+                                    env={**os.environ, "POD_NAME": "storm",
+                                         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    finally:
+        os.sched_setaffinity(0, mine)
 
     def ready() -> bool:
         with contextlib.suppress(OSError):
@@ -579,9 +586,8 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=10.0,
                         help="milliseconds every API request waits before it is served (default 10)")
     parser.add_argument("--api-niceness", type=int, default=API_NICENESS,
-                        help=f"niceness of the fake API server's request threads (default {API_NICENESS}: they "
-                        "compete for the remediator's cores as equals; 10 stands for an API server on the control "
-                        "plane's machines)")
+                        help=f"niceness of the fake API server's request threads (default {API_NICENESS}; with "
+                        "--remediator-cpus 0 they compete for the remediator's CPUs, as equals at 0)")
     parser.add_argument("--remediator-cpus", type=int, default=1,
                         help="CPUs of the remediator's own (default 1); this process (the fake API server) and the "
                         "posting process get the others. 0: every process on every CPU")

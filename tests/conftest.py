@@ -26,7 +26,7 @@ def cluster() -> Iterator[FakeCluster]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `fixed_clock` every test whose module takes its start time from the harness (T0, Harness, webhook
-    bodies): `make clock-shift` runs those again with T0 a year back and a year ahead."""
+    bodies): `make clock-shift` runs those with T0 a year back and a year ahead (make test: there only)."""
     from tests.support import remediator_harness as harness
 
     clocked = (harness.T0, harness.Harness, harness.webhook)

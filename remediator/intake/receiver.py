@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -37,18 +38,18 @@ class Receiver:
         self.kube, self.recorder, self.metrics, self.clock = kube, recorder, metrics, clock
         self.intake: Intake | None = None  # None: webhooks are recorded before they are answered
         self._readable: dict[tuple[str, str], str | None] = {}  # (node, resourceVersion) -> state parse error
+        self.pause: Callable[[float], None] = time.sleep  # the intake's workers make way for the answers with it
 
     def start_intake(self, stop: threading.Event | None = None, retry: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0),
                      hold_off: float = 5.0) -> Intake:
         def record(batch: Batch, received: datetime) -> Outcome:
-            result = self.recorder.record(batch, received)
+            result = self.recorder.record(batch, received, pause=self.pause)  # recorded behind the answer
             return Outcome(result.recorded, result.failed, result.api_failing, frozenset(result.rejected))
 
         def dropped(node: str, error: str) -> None:
             self.metrics.webhook_error(WebhookErrorReason.RECORD_FAILED)
             audit("record_dropped", node=node, error=error)
 
-        self.recorder.pause = time.sleep  # recorded behind the answer: the workers make way for it
         self.intake = Intake(record, self.clock, retry=retry, on_drop=dropped, hold_off=hold_off)
         self.intake.start(stop)
         return self.intake

@@ -37,9 +37,9 @@ SEEN_AGAIN_WRITE_EVERY = timedelta(minutes=1)
 ATTEMPTS = 3  # a 409 (the Node changed since it was read) is tried again with a fresh read, this many times
 # How long the intake's workers let go of the interpreter after each node whose alerts were only seen again. Such a
 # node costs ~0.1 ms of CPU and no API call, so a burst of Alertmanager's repeats (2,000 alerts in 50 posts in a
-# third of a second) would keep the two workers on the interpreter's lock back to back, and every answer waited up
-# to its 5 ms switch interval at each step it takes the lock (docs/benchmarks.md, "The intake lets the answers
-# in"). A written node lets go anyway, while its PATCH is under way.
+# third of a second) would keep the two workers on the interpreter's lock back to back, and every answer waited for
+# it at each step it takes the lock (docs/benchmarks.md, "The intake lets the answers in"). A node written to the API
+# server lets go anyway, while its PATCH is under way.
 UNCHANGED_PAUSE_S = 0.0002
 
 
@@ -57,13 +57,15 @@ class Recorder:
 
     def __init__(self, kube: Kube, metrics: Metrics, clock: Clock, on_write: Callable[[], None],
                  stopped: Callable[[], str | None] = lambda: None) -> None:
-        self.pause: Callable[[float], None] | None = None  # set while recording behind the answer (the intake)
         # Concurrent writers of one Node (the intake's workers, the loop's sync) are guarded by resourceVersion:
         # the API server's, or a dry run's overlay versions (clients/dry_run.py), so a lost update is a 409.
         self.kube, self.metrics, self.clock, self.on_write = kube, metrics, clock, on_write
         self.stopped = stopped
 
-    def record(self, batch: Batch, now: datetime | None = None) -> RecordResult:
+    def record(self, batch: Batch, now: datetime | None = None,
+               pause: Callable[[float], None] | None = None) -> RecordResult:
+        """`pause`: called with UNCHANGED_PAUSE_S after each node with nothing to write (the intake's workers, which
+        record behind the answer; never where the answer or a pass waits for the recording)."""
         now = now or self.clock()
         result = RecordResult()
         cleanup = self.stopped()
@@ -77,8 +79,8 @@ class Recorder:
         wrote = False
         for node, alerts in batch.by_node().items():
             outcome = self._attempts(node, alerts, now)
-            if outcome is not None and outcome[0] == "unchanged" and self.pause is not None:
-                self.pause(UNCHANGED_PAUSE_S)  # let the answering threads in (UNCHANGED_PAUSE_S)
+            if outcome is not None and outcome[0] == "unchanged" and pause is not None:
+                pause(UNCHANGED_PAUSE_S)  # let the answering threads in
             if outcome is None or outcome[0] == "unchanged":
                 result.recorded.append(node)
                 wrote = wrote or outcome is None

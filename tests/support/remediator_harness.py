@@ -29,7 +29,7 @@ TOKEN = "s3cret-token"
 
 
 def _start() -> datetime:
-    """The tests' start time. `make clock-shift` runs the tests that fix a start time again with it a year
+    """The tests' start time. `make clock-shift` runs the tests that fix a start time with it a year
     back and a year ahead (GPUHEALTH_TEST_T0): nothing may depend on the wall clock being near it."""
     raw = os.environ.get("GPUHEALTH_TEST_T0")
     if not raw:

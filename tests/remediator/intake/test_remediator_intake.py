@@ -3,7 +3,9 @@ node's posts wait. Real parts: the official client against the fake API server, 
 
 from __future__ import annotations
 
+import gc
 import json
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -11,8 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from remediator.intake.queue import Intake
-from remediator.intake.recorder import UNCHANGED_PAUSE_S, Recorder
+from remediator.intake.receiver import Receiver
+from remediator.intake.recorder import UNCHANGED_PAUSE_S
 from remediator.intake.webhook import parse_webhook
+from remediator.service import _freeze_when_synced
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness, webhook
 
@@ -111,12 +115,13 @@ def test_an_api_failure_that_outlasts_the_retries_is_dropped_counted_and_the_que
     assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1
 
 
+
 def test_a_worker_lets_go_of_the_interpreter_after_each_node_it_need_not_write_and_only_then(
         cluster: FakeCluster) -> None:
     h = Harness(cluster)
-    assert h.rem.recorder.pause is time.sleep, "the intake's workers record with the pause"
+    assert h.rem.receiver.pause is time.sleep, "the intake's workers record with the pause"
     pauses: list[float] = []
-    h.rem.recorder.pause = pauses.append
+    h.rem.receiver.pause = pauses.append
     h.fire(A, "reboot")  # new: written (the worker let go while its PATCH was under way)
     assert (pauses, patches(cluster, A)) == ([], 1)
     h.advance(seconds=30)
@@ -128,10 +133,49 @@ def test_a_worker_lets_go_of_the_interpreter_after_each_node_it_need_not_write_a
     assert (pauses, patches(cluster, A)) == ([UNCHANGED_PAUSE_S], 2)
 
 
-def test_recording_before_the_answer_never_pauses(cluster: FakeCluster) -> None:
+def test_recording_before_the_answer_and_the_alertmanager_sync_never_pause(cluster: FakeCluster) -> None:
+    """Where the answer (no intake) or the loop's pass (the Alertmanager sync) waits for the recording, there is no
+    answer to make way for."""
     h = Harness(cluster)
-    recorder = Recorder(h.kube, h.rem.metrics, lambda: h.now, on_write=lambda: None)
-    assert recorder.pause is None  # without the intake the answer waits for the recording: nothing to make way for
+    pauses: list[float] = []
+    receiver = Receiver(h.kube, h.rem.recorder, h.rem.metrics, lambda: h.now)  # no intake: recorded, then answered
+    receiver.pause = h.rem.receiver.pause = pauses.append
     batch = parse_webhook(json.dumps(webhook(A, "reboot")), h.policy)
-    assert recorder.record(batch).recorded == [A]
-    assert recorder.record(batch).recorded == [A] and patches(cluster, A) == 1
+    assert receiver.accept(batch).queued == [A] and patches(cluster, A) == 1
+    h.advance(seconds=30)
+    assert receiver.accept(batch).queued == [A] and patches(cluster, A) == 1  # seen again: nothing written
+    assert h.rem.recorder.record(batch).recorded == [A] and patches(cluster, A) == 1  # as the sync records
+    assert pauses == []
+
+
+def test_the_receiver_freezes_what_it_holds_once_the_nodes_are_listed_and_not_before(cluster: FakeCluster) -> None:
+    """A full collection walked every object the receiver's process holds (its modules, 10,000 nodes' metadata) and
+    stopped the answering threads for 120-160 ms: once the Nodes are listed those leave the collector's walk."""
+    h = Harness(cluster)
+    stop = threading.Event()
+    assert gc.get_freeze_count() == 0
+    try:
+        gate = threading.Event()
+        synced = h.kube.cache.wait_synced  # type: ignore[union-attr]
+        h.kube.cache.wait_synced = lambda timeout: gate.is_set() and synced(timeout)  # type: ignore[union-attr,method-assign]
+        freezer = threading.Thread(target=_freeze_when_synced, args=(h.kube, stop))
+        freezer.start()
+        time.sleep(0.05)
+        assert freezer.is_alive() and gc.get_freeze_count() == 0  # not listed yet: nothing frozen
+        gate.set()
+        freezer.join(5)
+        assert not freezer.is_alive() and gc.get_freeze_count() > 1000
+    finally:
+        stop.set()
+        gc.unfreeze()  # the other tests of this worker run with the collector as it was
+
+
+def test_the_freeze_waits_for_nothing_without_a_cache_and_ends_with_the_process(cluster: FakeCluster) -> None:
+    h = Harness(cluster)
+    stop = threading.Event()
+    cache, h.kube.cache = h.kube.cache, None
+    _freeze_when_synced(h.kube, stop)  # returns at once: no cache to wait for
+    h.kube.cache = cache
+    stop.set()
+    _freeze_when_synced(h.kube, stop)  # stopped: returns without freezing
+    assert gc.get_freeze_count() == 0
