@@ -296,24 +296,24 @@ def proc_cpu(pid: int) -> float:
     return total
 
 
-def proc_rss_mb(pid: int) -> float:
-    """The remediator's resident memory: its processes' together (what the container's memory limit counts)."""
-    rss = []
+def status_fields(pid: int, key: str) -> list[str]:
+    """One field of /proc/PID/status (`VmRSS`, `Cpus_allowed_list`) for each of the remediator's processes."""
+    out = []
     for p in family(pid):
         for line in Path(f"/proc/{p}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss.append(int(line.split()[1]) / 1024)
-    return sum(rss)
+            if line.startswith(f"{key}:"):
+                out.append(line.split(":", 1)[1].strip())
+    return out
+
+
+def proc_rss_mb(pid: int) -> float:
+    """The remediator's resident memory: its processes' together (what the container's memory limit counts)."""
+    return sum(int(value.split()[0]) / 1024 for value in status_fields(pid, "VmRSS"))
 
 
 def allowed_cpus(pid: int) -> str:
     """The CPUs each of the remediator's processes may run on, as the kernel reports them (one entry if all agree)."""
-    lists = set()
-    for p in family(pid):
-        for line in Path(f"/proc/{p}/status").read_text().splitlines():
-            if line.startswith("Cpus_allowed_list:"):
-                lists.add(line.split(":", 1)[1].strip())
-    return " / ".join(sorted(lists))
+    return " / ".join(sorted(set(status_fields(pid, "Cpus_allowed_list"))))
 
 
 def run_queue(pid: int) -> tuple[float, float]:

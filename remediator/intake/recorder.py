@@ -79,11 +79,11 @@ class Recorder:
         wrote = False
         for node, alerts in batch.by_node().items():
             outcome = self._attempts(node, alerts, now)
-            if outcome is not None and outcome[0] == "unchanged" and pause is not None:
-                pause(UNCHANGED_PAUSE_S)  # let the answering threads in
             if outcome is None or outcome[0] == "unchanged":
                 result.recorded.append(node)
                 wrote = wrote or outcome is None
+                if outcome is not None and pause is not None:  # nothing written: let the answering threads in
+                    pause(UNCHANGED_PAUSE_S)
             elif outcome[0] == "ignored":
                 result.ignored.append((node, outcome[1]))
             else:

@@ -115,7 +115,6 @@ def test_an_api_failure_that_outlasts_the_retries_is_dropped_counted_and_the_que
     assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1
 
 
-
 def test_a_worker_lets_go_of_the_interpreter_after_each_node_it_need_not_write_and_only_then(
         cluster: FakeCluster) -> None:
     h = Harness(cluster)
