@@ -33,17 +33,19 @@ if TYPE_CHECKING:
     from remediator.workloads.watcher import WorkloadWatcher
 
 
-def _freeze_when_synced(kube: Kube, stop: threading.Event) -> None:
+def _freeze_when_synced(kube: Kube, stop: threading.Event) -> bool:
     """Once the Nodes are listed, what this process holds (its modules, the fleet's first versions) leaves the
     garbage collector's oldest generation: a full collection walked all of it, ~160,000 objects at 10,000 nodes,
     and stopped every answering thread for 120-160 ms (docs/benchmarks.md, "The intake lets the answers in").
-    Objects made later are collected as before."""
+    Objects made later are collected as before. True once it froze; False when there was no cache or it was stopped
+    first."""
     cache = kube.cache
     while cache is not None and not stop.is_set():
         if cache.wait_synced(1.0):
             gc.collect()  # what startup left as garbage is not frozen with the rest
             gc.freeze()
-            return
+            return True
+    return False
 
 
 class Remediator:

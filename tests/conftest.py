@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,3 +39,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = getattr(item, "module", None)
         if module is not None and any(any(v is c for c in clocked) for v in vars(module).values()):
             item.add_marker(pytest.mark.fixed_clock)
+
+
+@pytest.fixture(autouse=True)
+def _end_process_trees() -> Iterator[None]:
+    """Whatever process tree this test (or its function-scoped fixtures) started through tests/support/process_tree
+    ends with it, on failure and timeout too; broader fixtures' processes end at the session's end."""
+    from tests.support import process_tree
+
+    started = process_tree.mark()
+    yield
+    process_tree.end_since(started)
+
+
+@pytest.fixture(autouse=True)
+def _collector_not_left_frozen() -> Iterator[None]:
+    """A test that runs serve's receiver in this process may freeze the garbage collector (remediator/service.py):
+    the next test of the worker starts with it as it was."""
+    yield
+    gc.unfreeze()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from tests.support import process_tree
+
+    process_tree.end_all()

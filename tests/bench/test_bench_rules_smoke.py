@@ -5,13 +5,12 @@ runnable and checks that the rules evaluate without errors over the series it sy
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 
 import pytest
 import yaml
 
-from tests.support import paths
+from tests.support import paths, process_tree
 
 ROOT = paths.REPO
 RULE_FILES = sorted([*ROOT.glob("rules/alerts/*.yaml"), *ROOT.glob("rules/recording/*.yaml")])
@@ -30,10 +29,10 @@ def _pairs(stdout: str) -> dict[str, float]:
 def bench_output() -> str:
     if not (shutil.which("promtool") and shutil.which("prometheus")):
         pytest.fail("promtool and prometheus are needed: apt-get install prometheus (make test does)")
-    result = subprocess.run(
+    result = process_tree.run(
         [sys.executable, str(ROOT / "bench" / "rules_scale.py"), "--sizes", "4", "--evaluations", "2", "--lead", "2",
          "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
 
@@ -55,10 +54,10 @@ def test_rules_evaluate_without_failures_over_the_synthetic_fleet(bench_output: 
 
 @pytest.fixture(scope="module")
 def sharded_output() -> str:
-    result = subprocess.run(
+    result = process_tree.run(
         [sys.executable, str(ROOT / "bench" / "rules_scale.py"), "--shards", "2", "--sizes", "12", "--evaluations",
          "2", "--lead", "2", "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180)
+        cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, f"bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
 

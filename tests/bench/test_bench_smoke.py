@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
-from tests.support import paths
+from tests.support import paths, process_tree
 
 BENCH = paths.REPO / "bench"
 
 
 def run_bench(script: str) -> dict[str, str]:
-    result = subprocess.run([sys.executable, str(BENCH / script), "--smoke"], capture_output=True, text=True,
-                            timeout=90, check=False)
+    result = process_tree.run([sys.executable, str(BENCH / script), "--smoke"], capture_output=True, text=True,
+                            timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     pairs = dict(line.split(" ", 1) for line in result.stdout.splitlines() if line.count(" ") == 1)
     return pairs

@@ -48,7 +48,7 @@ from tests.e2e.operator_prometheus import pod_monitor, rule_groups, service_moni
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.apiserver.dra import recorded_mig_layout
 from tests.fakes.apiserver.objects import rfc3339
-from tests.support import chart_rbac
+from tests.support import chart_rbac, process_tree
 from tests.support import kube_prometheus_stack as kps
 from tests.support.chart_render import render_fresh as render
 from tests.support.operator_alertmanager import generate
@@ -665,7 +665,7 @@ class Stack:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True,
+        self.procs[name] = process_tree.spawn(argv, stdout=log, stderr=log, start_new_session=True,
                                             preexec_fn=_die_with_parent,
                                             env=env if env is not None else {**os.environ, "POD_NAME": f"e2e-{name}"})
         log.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter.recorded_node import EXPORTER, fixture_node_args, run_exporter
-from tests.support import paths
+from tests.support import paths, process_tree
 
 ROOT = paths.REPO
 run = run_exporter
@@ -168,7 +168,7 @@ def test_a_served_exporter_answers_scrapes_and_stops_on_sigterm(fixtures: Path, 
         port = s.getsockname()[1]
     log = tmp_path / "kern.log"
     log.write_text("")
-    proc = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log),
+    proc = process_tree.spawn([EXPORTER, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log),
                              "--state-file", str(tmp_path / "state.json"), "--disable", "nvml,dcgm,diag,efa"],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "NODE_NAME": ""})
     try:
@@ -214,7 +214,7 @@ def _serve_and_scrape(*args: str) -> tuple[dict[str, dict[tuple[tuple[str, str],
     import urllib.request
 
     port = _free_port()
-    proc = subprocess.Popen([EXPORTER, "--listen", f"127.0.0.1:{port}", *args], stderr=subprocess.PIPE, text=True,
+    proc = process_tree.spawn([EXPORTER, "--listen", f"127.0.0.1:{port}", *args], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "NODE_NAME": ""})
     try:
         deadline, body = time.monotonic() + 20, ""

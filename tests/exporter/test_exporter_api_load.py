@@ -22,6 +22,7 @@ import pytest
 from exporter.gpu_reset import ANNOTATION, RELEASED_REASON
 from tests.exporter.node_identity import NODE
 from tests.fakes.apiserver import FakeCluster
+from tests.support import process_tree
 from tests.support.polling import wait_for
 
 
@@ -41,7 +42,7 @@ def exporter(api: FakeCluster, sa_dir: Path, tmp_path: Path) -> Iterator[Callabl
         (tmp_path / "exporter.yaml").write_text("condition_interval: 0.5\n")
         exe = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent))
         assert exe
-        proc = subprocess.Popen(
+        proc = process_tree.spawn(
             [exe, "--config", str(tmp_path / "exporter.yaml"), "--listen", f"127.0.0.1:{_free_port()}",
              "--kmsg-file", str(tmp_path / "kern.log"), "--node", NODE, "--kube-api", api.url,
              "--service-account-dir", str(sa_dir), "--state-file", str(tmp_path / "s.json"),

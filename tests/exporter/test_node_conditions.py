@@ -19,7 +19,7 @@ from exporter.samples import GpuIdentity, ProbeResult, Sample
 from exporter.snapshot import Snapshot
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.probe import FakeProbe
-from tests.support import chart_rbac
+from tests.support import chart_rbac, process_tree
 
 TYPES = ["GpuhealthGPUHealthy", "GpuhealthNVLinkHealthy", "GpuhealthEFAHealthy", "GpuhealthKernelHealthy",
          "GpuhealthProbesHealthy"]
@@ -215,7 +215,7 @@ def test_the_served_agent_learns_its_instance_type_from_its_node(api: FakeCluste
     log.write_text("")
     exe = shutil.which("gpuhealth-exporter", path=str(Path(sys.executable).parent))
     assert exe
-    proc = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log), "--node", "gpu-node-1",
+    proc = process_tree.spawn([exe, "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log), "--node", "gpu-node-1",
                              "--kube-api", api.url, "--service-account-dir", str(tmp_path / "sa"),
                              "--state-file", str(tmp_path / "s.json"), "--disable", "nvml,dcgm,diag,efa"],
                             stderr=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ import yaml
 
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
-from tests.support import chart_rbac
+from tests.support import chart_rbac, process_tree
 from tests.support.real_alertmanager import free_port
 
 BIN = Path(sys.executable).parent
@@ -43,7 +43,7 @@ class ServeProcess:
 
     def start(self, timeout: float = 60.0) -> subprocess.Popen[bytes]:
         with open(self.log, "ab") as out:
-            self.proc = proc = subprocess.Popen(self.argv, stdout=out, stderr=out, start_new_session=True,
+            self.proc = proc = process_tree.spawn(self.argv, stdout=out, stderr=out, start_new_session=True,
                                                 env=None if self.env is None else {**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while True:
@@ -57,11 +57,10 @@ class ServeProcess:
             time.sleep(0.05)
 
     def kill(self) -> None:
-        """SIGKILL to the whole process group: a crash, nothing runs on the way out."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        """SIGKILL to the whole process group: a crash, nothing runs on the way out. Sent whether or not serve itself
+        has ended: its loop process may have outlived it."""
+        if self.proc is not None:
+            process_tree.end_group(self.proc)
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM (a rolling update), SIGKILL if it is not gone within `grace` seconds."""

@@ -45,7 +45,7 @@ jobs:
 """
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(180)  # a hang guard: the run never ended before the fix; ~2 s on a quiet machine
 def test_a_training_job_preempts_no_small_job_for_nodes_it_excluded() -> None:
     """Counting the free nodes it excluded, the job preempted small jobs it could not use; they restarted on the
     nodes they freed and were preempted again at the same instant, without end (this run, and llama3 under

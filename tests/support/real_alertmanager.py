@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tests.support import paths
+from tests.support import paths, process_tree
 
 ROOT = paths.REPO
 
@@ -105,7 +105,7 @@ class RealAlertmanager:
 
     def __enter__(self) -> RealAlertmanager:
         log = open(self.workdir / "alertmanager.log", "ab")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log)
+        self.proc = process_tree.spawn(self.argv, stdout=log, stderr=log)
         log.close()
         deadline = time.monotonic() + 30
         while True:

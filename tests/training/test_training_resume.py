@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from gpuhealth_training import MANIFEST, checkpoint_dir, find_latest_healthy
 
-from tests.support import paths
+from tests.support import paths, process_tree
 
 ROOT = paths.REPO
 SCRIPT = ROOT / "examples" / "training" / "train_elastic.py"
@@ -49,7 +49,7 @@ def _start(run_dir: Path, log: Path) -> subprocess.Popen[bytes]:
            str(SCRIPT), "--dir", str(run_dir), "--steps", str(STEPS), "--checkpoint-every", str(EVERY),
            "--step-sleep", "0.1"]
     with log.open("wb") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return process_tree.spawn(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _finish(proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> dict[str, object]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.exporter.probes.live_processes import with_argv_word
+from tests.support import process_tree
 from tests.support.polling import wait_for
 from tests.support.real_alertmanager import free_port
 
@@ -64,7 +65,7 @@ def exporter(tmp_path: Path, dcgmi: str, deadline: float) -> Iterator[tuple[subp
     port = free_port()
     config = tmp_path / "exporter.yaml"
     config.write_text(f"probes:\n  dcgm: {{interval: 1, deadline: {deadline}}}\n")
-    proc = subprocess.Popen(
+    proc = process_tree.spawn(
         [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", "--config", str(config),
          "--no-conditions", "--no-pod-resources", "--disable", "kmsg,nvml,diag,efa", "--dcgmi", dcgmi],
         # Not run from the checkout: the code imported is the installed one, or the one on PYTHONPATH.

@@ -27,7 +27,7 @@ from exporter.probes.dcgm import DcgmDiagProbe, DcgmHealthProbe
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 from tests.exporter.probes.live_processes import with_argv_word as with_marker
-from tests.support import paths
+from tests.support import paths, process_tree
 from tests.support.polling import wait_for
 from tests.support.real_alertmanager import free_port
 
@@ -160,7 +160,7 @@ def serve(tmp_path: Path, dcgmi: str) -> Iterator[tuple[subprocess.Popen[str], i
     port = free_port()
     config = tmp_path / "exporter.yaml"
     config.write_text("probes:\n  dcgm: {interval: 1, deadline: 30}\n")
-    proc = subprocess.Popen(
+    proc = process_tree.spawn(
         [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", "--config", str(config),
          "--no-conditions", "--disable", "kmsg,nvml,diag,efa", "--dcgmi", dcgmi],
         cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "NODE_NAME": ""})

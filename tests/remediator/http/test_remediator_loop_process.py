@@ -30,6 +30,7 @@ from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.real_remediator import ServeProcess
 from tests.support import chart_rbac
+from tests.support.headroom import HEADROOM
 from tests.support.polling import wait_for
 from tests.support.remediator_harness import webhook
 
@@ -264,16 +265,18 @@ def test_a_recorded_alert_wakes_the_loop_in_the_other_process_before_its_interva
     import time
 
     (tmp_path / "token").write_text(TOKEN)
-    serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY, args=("--interval", "12"))
+    interval = 60  # an answer within a third of it was woken, not the next interval's pass
+    policy = POLICY + "leader: {lease_duration: 120s}\n"  # the interval must be shorter than the Lease
+    serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=policy, args=("--interval", str(interval)))
     with _serving(serve):
         passes = "gpuhealth_remediator_reconcile_passes_total{}"
         assert wait_for(lambda: _samples(_request(serve.port, "GET", "/metrics")[1]).get(passes, 0) >= 1, 20)
-        time.sleep(1)  # the first pass over: the next is 12 s away unless woken
+        time.sleep(1)  # the first pass over: the next is an interval away unless woken
         posted = time.monotonic()
         status, _ = _request(serve.port, "POST", "/alerts", json.dumps(webhook("gpu-3", "cordon")).encode())
         assert status == 202
-        assert wait_for(lambda: any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-3")), 8)
-        assert time.monotonic() - posted < 8
+        assert wait_for(lambda: any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-3")), interval / HEADROOM)
+        assert time.monotonic() - posted < interval / HEADROOM
 
 
 def test_a_frozen_loop_process_blocks_neither_the_recordings_wakes_nor_a_scrape(

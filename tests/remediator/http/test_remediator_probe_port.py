@@ -31,6 +31,7 @@ from tests.fakes.apiserver import FakeCluster
 from tests.remediator.http.socket_reads import until_closed
 from tests.remediator.real_remediator import ServeProcess
 from tests.support.chart_render import render
+from tests.support.headroom import HEADROOM
 from tests.support.polling import wait_for
 from tests.support.real_alertmanager import free_port
 from tests.support.remediator_harness import webhook
@@ -223,13 +224,21 @@ def test_each_port_serves_only_its_own_paths(chart_serve: Remediator) -> None:
     assert post_webhook(webhook_port, 5) == 202
 
 
+# The header and body deadlines of the idle-timeout test: an answer within a third of them came from the idle timeout.
+SLOW_DEADLINE_S = 60
+
+
 def test_a_request_that_goes_silent_part_way_is_answered_408_at_the_idle_timeout(tmp_path: Path) -> None:
     with FakeCluster() as cluster:
         (tmp_path / "token").write_text(TOKEN)
         serve = ServeProcess(cluster, tmp_path, tmp_path / "token", ready="/healthz",
-                             args=["--idle-timeout=1", "--header-timeout=20", "--body-timeout=20"])
+                             args=["--idle-timeout=1", f"--header-timeout={SLOW_DEADLINE_S}",
+                                   f"--body-timeout={SLOW_DEADLINE_S}"])
         serve.start(30)
         try:
+            # the loop's process answers for its half of /metrics a moment after /healthz: read the counters once
+            # both halves are there (on a busy machine that moment was longer than the test's first read)
+            assert wait_for(lambda: get(serve.port, "/metrics", 5)[0] == 200, 60)
             short_body = socket.create_connection(("127.0.0.1", serve.port), timeout=5)
             short_body.sendall(b"POST /alerts HTTP/1.1\r\nHost: remediator\r\nAuthorization: Bearer "
                                + TOKEN.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
@@ -240,12 +249,13 @@ def test_a_request_that_goes_silent_part_way_is_answered_408_at_the_idle_timeout
             with short_body, half_headers:
                 for s, what, reason in ((short_body, "body", "body_timeout"),
                                         (half_headers, "headers", "header_timeout")):
-                    data = until_closed(s, 10)
+                    data = until_closed(s, SLOW_DEADLINE_S / HEADROOM)
                     assert data.startswith(b"HTTP/1.1 408 "), data[:200]  # not closed without a word
                     error = json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
                     assert error == f"408 Request Timeout: request {what} not received: nothing sent for 1 s"
                     _, body = get(serve.port, "/metrics", 5)
                     assert f'gpuhealth_remediator_http_rejected_total{{reason="{reason}"}} 1.0' in body.decode()
-            assert time.monotonic() - started < 5  # at the idle timeout, long before the header and body deadlines
+            # at the idle timeout (1 s, swept every second), long before the header and body deadlines
+            assert time.monotonic() - started < SLOW_DEADLINE_S / HEADROOM
         finally:
             serve.stop()

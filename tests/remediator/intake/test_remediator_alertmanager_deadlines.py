@@ -17,6 +17,7 @@ import yaml
 from remediator.decide.decision import NodePlan
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.dripping_server import DrippingServer
+from tests.support.headroom import HEADROOM
 from tests.support.polling import wait_for
 from tests.support.remediator_harness import Harness
 
@@ -65,7 +66,7 @@ def test_the_passs_deadline_bounds_a_call_whose_own_timeout_is_longer(cluster: F
     plans, took = timed_pass(h, 15)
     assert ("gpu-1", "cordon", "execute") in h.decisions(plans)
     assert h.metric("gpuhealth_remediator_alertmanager_calls_cut_total", reason="deadline") == 1
-    assert 1.5 < took < 5, f"the pass took {took:.1f}s"
+    assert 1.5 < took < 2 * HEADROOM, f"the pass took {took:.1f}s"  # cut at the renew deadline, 2 s
 
 
 class LiveHarness(Harness):

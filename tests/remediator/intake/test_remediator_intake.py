@@ -18,6 +18,7 @@ from remediator.intake.recorder import UNCHANGED_PAUSE_S
 from remediator.intake.webhook import parse_webhook
 from remediator.service import _freeze_when_synced
 from tests.fakes.apiserver import FakeCluster
+from tests.support.headroom import HEADROOM
 from tests.support.remediator_harness import Harness, webhook
 
 A, B = "gpu-a", "gpu-b"
@@ -38,6 +39,11 @@ def slow_retries(h: Harness, retry: tuple[float, ...], hold_off: float = 0.5) ->
     h.intake = h.rem.start_intake(retry=retry, hold_off=hold_off)
     h.cluster.on_close.append(h.intake.stop)
     return h.intake
+
+
+# The retry delay these tests give the intake: what is asserted is that an answer did not wait for it (under a third
+# of it) or did (over it, under three times it): a busy CI machine's delays stay inside both bounds.
+RETRY_S = 6.0
 
 
 def patches(cluster: FakeCluster, node: str) -> int:
@@ -62,12 +68,12 @@ def wait_until(check: object, timeout: float) -> float:
 def test_a_nodes_permanent_rejection_is_not_retried_and_does_not_delay_the_next_node(cluster: FakeCluster,
                                                                                       status: int) -> None:
     h = Harness(cluster)
-    intake = slow_retries(h, (2.0, 2.0, 2.0))
+    intake = slow_retries(h, (RETRY_S, RETRY_S, RETRY_S))
     cluster.fail("PATCH", f"/api/v1/nodes/{A}$", status, times=100)  # an admission webhook refuses this node
     started = time.monotonic()
     post(h, A)
     post(h, B)
-    assert intake.join(1.5) and time.monotonic() - started < 1.0  # no 2 s retry was waited for
+    assert intake.join(RETRY_S) and time.monotonic() - started < RETRY_S / HEADROOM  # no retry was waited for
     assert h.state(B).active and not h.state(A).alerts
     assert patches(cluster, A) == 1  # tried once: retrying a 4xx cannot help
     assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 1  # counted, logged
@@ -76,16 +82,16 @@ def test_a_nodes_permanent_rejection_is_not_retried_and_does_not_delay_the_next_
 
 def test_a_retried_node_waits_alone_while_the_next_node_is_recorded_at_once(cluster: FakeCluster) -> None:
     h = Harness(cluster)
-    intake = slow_retries(h, (1.5, 1.5), hold_off=0.0)  # no hold-off: B's post is taken while A's failure is fresh
+    intake = slow_retries(h, (RETRY_S, RETRY_S), hold_off=0.0)  # no hold-off: B is taken while A's failure is fresh
     cluster.fail("PATCH", f"/api/v1/nodes/{A}$", 500, times=1)  # the API fails A's write once
     started = time.monotonic()
     post(h, A)
-    wait_until(lambda: patches(cluster, A) == 1, 2)
+    wait_until(lambda: patches(cluster, A) == 1, RETRY_S / HEADROOM)
     post(h, B)  # queued on the same worker, behind A's retry
-    assert wait_until(lambda: h.state(B).active, 1.0) < 0.5  # not behind A's 1.5 s
+    assert wait_until(lambda: h.state(B).active, RETRY_S / HEADROOM) < RETRY_S / HEADROOM  # not behind A's retry
     assert not h.state(A).alerts  # A is still waiting for its retry
-    assert intake.join(5)
-    assert h.state(A).active and 1.4 < time.monotonic() - started < 4  # recorded by its retry
+    assert intake.join(RETRY_S * HEADROOM)
+    assert h.state(A).active and RETRY_S - 0.1 < time.monotonic() - started < RETRY_S * HEADROOM  # by its retry
     assert patches(cluster, A) == 2
     assert h.metric("gpuhealth_remediator_webhook_errors_total", reason="record_failed") == 0
 
@@ -149,21 +155,23 @@ def test_recording_before_the_answer_and_the_alertmanager_sync_never_pause(clust
 
 def test_the_receiver_freezes_what_it_holds_once_the_nodes_are_listed_and_not_before(cluster: FakeCluster) -> None:
     """A full collection walked every object the receiver's process holds (its modules, 10,000 nodes' metadata) and
-    stopped the answering threads for 120-160 ms: once the Nodes are listed those leave the collector's walk."""
+    stopped the answering threads for 120-160 ms: once the Nodes are listed those leave the collector's walk.
+    The process-wide freeze count is not this test's to read before the end: another test of the same worker may
+    have frozen (or may yet freeze) the collector, so what is asserted is what this freezer did and when."""
     h = Harness(cluster)
     stop = threading.Event()
-    assert gc.get_freeze_count() == 0
+    froze: list[bool] = []
     try:
         gate = threading.Event()
         synced = h.kube.cache.wait_synced  # type: ignore[union-attr]
         h.kube.cache.wait_synced = lambda timeout: gate.is_set() and synced(timeout)  # type: ignore[union-attr,method-assign]
-        freezer = threading.Thread(target=_freeze_when_synced, args=(h.kube, stop))
+        freezer = threading.Thread(target=lambda: froze.append(_freeze_when_synced(h.kube, stop)))
         freezer.start()
         time.sleep(0.05)
-        assert freezer.is_alive() and gc.get_freeze_count() == 0  # not listed yet: nothing frozen
+        assert freezer.is_alive() and froze == []  # not listed yet: still waiting, nothing frozen by it
         gate.set()
-        freezer.join(5)
-        assert not freezer.is_alive() and gc.get_freeze_count() > 1000
+        freezer.join(15)
+        assert not freezer.is_alive() and froze == [True] and gc.get_freeze_count() > 1000
     finally:
         stop.set()
         gc.unfreeze()  # the other tests of this worker run with the collector as it was
@@ -173,8 +181,7 @@ def test_the_freeze_waits_for_nothing_without_a_cache_and_ends_with_the_process(
     h = Harness(cluster)
     stop = threading.Event()
     cache, h.kube.cache = h.kube.cache, None
-    _freeze_when_synced(h.kube, stop)  # returns at once: no cache to wait for
+    assert _freeze_when_synced(h.kube, stop) is False  # returns at once: no cache to wait for
     h.kube.cache = cache
     stop.set()
-    _freeze_when_synced(h.kube, stop)  # stopped: returns without freezing
-    assert gc.get_freeze_count() == 0
+    assert _freeze_when_synced(h.kube, stop) is False  # stopped: returns without freezing
