@@ -1,7 +1,8 @@
 """The remediator's ServiceAccount may create Jobs in a privileged namespace: the chart's ValidatingAdmissionPolicy
-admits from it only Jobs of the three templates' shape (reset, reboot, diagnose). The fake API server enforces the
-rendered policy with its own CEL (tests/fakes/apiserver/admission.py), against Jobs rendered by the real
-remediator/act/node_jobs.py and diagnose_job.py and sent by the official client with the remediator's token."""
+admits from it only Jobs of the four templates' shape (reset, reboot, evidence, diagnose; the forgeries of each:
+test_node_action_jobs_forgery.py). The fake API server enforces the rendered policy with its own CEL
+(tests/fakes/apiserver/admission.py), against Jobs rendered by the real remediator/act/node_jobs.py and
+diagnose_job.py and sent by the official client with the remediator's token."""
 
 from __future__ import annotations
 
