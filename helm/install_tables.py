@@ -24,7 +24,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,7 +119,8 @@ def _row_grants(row: dict[str, Any]) -> set[tuple[str, str, str, str]]:
 
 def _check_rows(rows: list[dict[str, Any]], on: Grants) -> list[str]:
     """Every grant the chart renders is in one row of helm/grants.yaml, and every row is rendered."""
-    problems, seen = [], set()
+    problems: list[str] = []
+    seen: set[tuple[str, str, str, str]] = set()
     for row in rows:
         mine = _row_grants(row)
         if mine & seen:
@@ -178,7 +179,8 @@ JOB_PURPOSE = {
     "diagnose": "before a replacement, after a reset or reboot (validation), and the idle sweeps: DCGM's diagnostic "
                 "and an all-reduce, judged by gpuhealth",
 }
-IMAGE_VALUE = {  # which value sets each container's image (checked against the render below)
+ImageOf = Callable[[Policy], str | None]
+IMAGE_VALUE: dict[str, tuple[str, ImageOf]] = {  # which value sets each container's image (checked below)
     "reset": ("`remediator.jobs.image`", lambda p: p.jobs.image),
     "reboot": ("`remediator.jobs.image`", lambda p: p.jobs.image),
     "evidence": ("`remediator.policy.evidence.image`, else `remediator.jobs.image`",

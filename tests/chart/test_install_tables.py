@@ -70,7 +70,8 @@ def _rows_without(tmp_path: Path, drop: tuple[str, str]) -> Path:
 def test_a_grant_the_chart_renders_without_a_reason_fails_the_run(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gen, "GRANTS", _rows_without(tmp_path, ("gpuhealth-remediator", "configmaps")))
-    with pytest.raises(ValueError, match=r"the chart grants \('gpuhealth-remediator', 'jobs', 'configmaps', 'create'\)"):
+    unexplained = r"the chart grants \('gpuhealth-remediator', 'jobs', 'configmaps', 'create'\)"
+    with pytest.raises(ValueError, match=unexplained):
         gen.grants_table()
 
 

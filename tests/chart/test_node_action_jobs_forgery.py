@@ -27,6 +27,8 @@ from remediator.act.node_jobs import render_job
 from remediator.decide.diagnosis import Provisioned, Purpose
 from remediator.policy import Policy
 from tests.fakes.apiserver import FakeCluster
+from tests.fakes.apiserver.admission import attributes, service_account
+from tests.fakes.apiserver.defaults import default_job
 from tests.support import chart_rbac
 
 NS = "gpuhealth"
@@ -197,19 +199,50 @@ def test_an_evidence_job_without_an_episode_is_the_remediators_and_admitted(clus
     _admitted(cluster, job)
 
 
+def _invalid(cluster: FakeCluster, job: Job) -> str:
+    with pytest.raises(ApiException) as err:
+        _batch(cluster).create_namespaced_job(NS, job)
+    status: dict[str, Any] = json.loads(err.value.body)
+    assert (err.value.status, status["reason"]) == (422, "Invalid"), status
+    assert (NS, job["metadata"]["name"]) not in cluster.jobs
+    message: str = status["message"]
+    return message
+
+
+def _policy_alone(cluster: FakeCluster, job: Job) -> str:
+    """What the chart's policy says of a Job the API server's validation would refuse first: the policy's own word,
+    should a Job ever reach it unvalidated (a policy is evaluated on the object as it is, not as it should be)."""
+    assert cluster.admission is not None
+    path = f"/apis/batch/v1/namespaces/{NS}/jobs"
+    remediator = service_account(NS, chart_rbac.REMEDIATOR_SA, pod="gpuhealth-remediator-0")
+    denial = cluster.admission.admit(attributes("POST", path, job), remediator, default_job(job), None)
+    assert denial is not None and denial.code == 403
+    message: str = denial.status["message"]
+    return message
+
+
+TWICE = "names each container, volume, environment variable and mount once"
+
+
 def test_names_held_twice_are_refused_in_every_list_of_the_pod(cluster: FakeCluster, policy: Policy) -> None:
-    """A second volume or mount of one name or path, a second variable of one name, even when both entries agree."""
-    control, volume = _pair("reset_gpu", "names", policy)
+    """A variable of one name twice the API server admits (with a warning): the policy refuses it. A volume, container
+    or mount path twice the API server refuses itself (422), and the policy would too."""
+    control, env = _pair("diagnose", "env", policy)
     _admitted(cluster, control)
-    _pod(volume)["volumes"].append({"name": "persistenced", "hostPath": {"path": "/"}})
-    assert "names each container, volume, environment variable and mount once" in _refused(cluster, volume)
-    _, mount = _pair("diagnose", "names", policy)
-    _pod(mount)["containers"][0]["volumeMounts"].append({"name": "diag", "mountPath": "/diag", "readOnly": True})
-    _refused(cluster, mount)
-    _, env = _pair("diagnose", "env", policy)
     collect = _privileged(env)
     collect["env"] = [collect["env"][0], dict(collect["env"][0])]  # NVIDIA_VISIBLE_DEVICES=all twice
-    _refused(cluster, env)
+    assert TWICE in _refused(cluster, env)
+    _, volume = _pair("reset_gpu", "volume", policy)
+    _pod(volume)["volumes"].append({"name": "persistenced", "hostPath": {"path": "/"}})
+    _, mount = _pair("diagnose", "mount", policy)
+    _pod(mount)["containers"][0]["volumeMounts"].append({"name": "host-sys", "mountPath": "/diag", "readOnly": True})
+    _, container = _pair("diagnose", "container", policy)
+    _pod(container)["containers"][0]["name"] = "collect"  # the judge under the collect step's name
+    for job, said in ((volume, 'volumes[1].name: Duplicate value: "persistenced"'),
+                      (mount, 'volumeMounts[2].mountPath: Invalid value: "/diag": must be unique'),
+                      (container, 'containers[0].name: Duplicate value: "collect"')):
+        assert said in _invalid(cluster, job)
+        assert TWICE in _policy_alone(cluster, job)
 
 
 @pytest.mark.parametrize("shape", ["reset_gpu", "reboot"])
