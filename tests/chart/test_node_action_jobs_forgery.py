@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +31,7 @@ from tests.fakes.apiserver import FakeCluster
 from tests.fakes.apiserver.admission import attributes, service_account
 from tests.fakes.apiserver.defaults import default_job
 from tests.support import chart_rbac
+from tests.support.chart_render import render
 
 NS = "gpuhealth"
 POLICY_NAME = "gpuhealth-remediator-node-action-jobs"
@@ -273,3 +275,17 @@ def test_without_evidence_the_evidence_shape_is_not_admitted() -> None:
         _admitted(c, _render("reboot", "gpuhealth-reboot-no-evidence", policy))
         message = _refused(c, _render("evidence", "gpuhealth-evidence-disabled", policy))
         assert "policy evidence.enabled is false" in message
+
+
+KEYED = r"(env|containers|initContainers|allContainers|ephemeralContainers|volumes|volumeMounts|imagePullSecrets)"
+
+
+def test_the_policy_never_compares_a_list_the_api_server_keys_whole() -> None:
+    """The API server compares a keyed list (listType map) by key in any order, the fake in order: a policy that
+    compared one whole could refuse a forgery here and admit it there. Every check is per entry instead."""
+    vap = next(d for d in render(VALUES) if d["kind"] == "ValidatingAdmissionPolicy"
+               and d["metadata"]["name"] == POLICY_NAME)
+    expressions = [v["expression"] for v in vap["spec"]["validations"] + vap["spec"]["variables"]]
+    whole = re.compile(rf"\.{KEYED}\s*[!=]=|[!=]=\s*(variables|object|c|i)\.([A-Za-z.]*\.)?{KEYED}\b")
+    assert [e for e in expressions if whole.search(e)] == []
+    assert whole.search("has(c.env) && c.env == [{'name': 'A', 'value': 'b'}]")  # the check can fail
