@@ -234,7 +234,9 @@ def _container_row(component: str, pod: dict[str, Any], c: dict[str, Any], polic
         mounts.append(f"{what} at `{m['mountPath']}`" + (" read-only" if m.get("readOnly") else ""))
     node = ", ".join([*(["privileged"] if (c.get("securityContext") or {}).get("privileged") else []),
                       *(["hostPID"] if pod.get("hostPID") else [])]) or "unprivileged"
-    return (f"| `{component}` | `{c['name']}` | `{c['image']}` ({value}) | {_code(c['command'])} | {env} | "
+    app_version = str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
+    image = re.sub(rf":{re.escape(app_version)}$", ":<appVersion>", c["image"])  # no table to re-make per release
+    return (f"| `{component}` | `{c['name']}` | `{image}` ({value}) | {_code(c['command'])} | {env} | "
             f"{', '.join(mounts) or 'none'} | {node} |")
 
 
