@@ -371,7 +371,7 @@ FORGED_DIAGNOSE: dict[str, Callable[[dict[str, Any]], object]] = {
     "the emptyDir in memory": lambda j: _volume(j, "diag").update(emptyDir={"medium": "Memory", "sizeLimit": "1Ti"}),
     "the emptyDir as a hostPath": lambda j: _volume(j, "diag").update(emptyDir=None, hostPath={"path": "/var/lib"}),
     "a mount with propagation": lambda j: _collect(j)["volumeMounts"][0].update(mountPropagation="Bidirectional"),
-    "a second init container": lambda j: _pod(j)["initContainers"].append(copy.deepcopy(_collect(j))),
+    "a second init container": lambda j: _pod(j)["initContainers"].append(copy.deepcopy(_collect(j)) | {"name": "c2"}),
     "no collect step": lambda j: _pod(j).pop("initContainers"),
     "a privileged extra container": lambda j: _pod(j)["containers"].append(
         {"name": "shell", "image": chart_policy().diagnose.image, "command": ["sleep", "inf"],
