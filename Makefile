@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards runbooks golden-metrics deps apt clean bench image chart \
+.PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards runbooks install-tables golden-metrics deps apt clean bench image chart \
 	podresources-stubs schema image-lock
 
 # Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
@@ -81,6 +81,12 @@ dashboards: deps
 # stale). Run it after adding an alert or changing a policy default.
 runbooks: deps
 	$(BIN)/python docs/runbooks/generate.py
+
+# Regenerate docs/install.md's tables of the node-action Jobs and of every grant from the rendered chart (the reasons
+# for the grants: helm/grants.yaml; tests/chart/test_install_tables.py fails while a table is stale). Run it after
+# changing the chart's RBAC, the Jobs' templates or their admission policy.
+install-tables: deps
+	$(BIN)/python helm/install_tables.py
 
 # Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from the policy reader (remediator/policy/)
 # (tests/chart/test_policy_schema.py fails while it is stale), so `helm template` (Argo CD's diff) refuses a policy the

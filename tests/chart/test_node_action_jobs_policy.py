@@ -1,7 +1,8 @@
 """The remediator's ServiceAccount may create Jobs in a privileged namespace: the chart's ValidatingAdmissionPolicy
-admits from it only Jobs of the three templates' shape (reset, reboot, diagnose). The fake API server enforces the
-rendered policy with its own CEL (tests/fakes/apiserver/admission.py), against Jobs rendered by the real
-remediator/act/node_jobs.py and diagnose_job.py and sent by the official client with the remediator's token."""
+admits from it only Jobs of the four templates' shape (reset, reboot, evidence, diagnose; the forgeries of each:
+test_node_action_jobs_forgery.py). The fake API server enforces the rendered policy with its own CEL
+(tests/fakes/apiserver/admission.py), against Jobs rendered by the real remediator/act/node_jobs.py and
+diagnose_job.py and sent by the official client with the remediator's token."""
 
 from __future__ import annotations
 
@@ -370,7 +371,7 @@ FORGED_DIAGNOSE: dict[str, Callable[[dict[str, Any]], object]] = {
     "the emptyDir in memory": lambda j: _volume(j, "diag").update(emptyDir={"medium": "Memory", "sizeLimit": "1Ti"}),
     "the emptyDir as a hostPath": lambda j: _volume(j, "diag").update(emptyDir=None, hostPath={"path": "/var/lib"}),
     "a mount with propagation": lambda j: _collect(j)["volumeMounts"][0].update(mountPropagation="Bidirectional"),
-    "a second init container": lambda j: _pod(j)["initContainers"].append(copy.deepcopy(_collect(j))),
+    "a second init container": lambda j: _pod(j)["initContainers"].append(copy.deepcopy(_collect(j)) | {"name": "c2"}),
     "no collect step": lambda j: _pod(j).pop("initContainers"),
     "a privileged extra container": lambda j: _pod(j)["containers"].append(
         {"name": "shell", "image": chart_policy().diagnose.image, "command": ["sleep", "inf"],

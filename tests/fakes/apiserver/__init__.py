@@ -16,7 +16,8 @@ and behaves like the API server where the remediator depends on it:
 - events (create, list by involvedObject.name; 422 when the Event's namespace is not the involved
   object's, or "default" for cluster-scoped objects, as the API server validates);
 - coordination.k8s.io/v1 Leases (create, get, replace with a resourceVersion precondition);
-  batch/v1 Jobs (create, defaulted as the API server does before admission: tests/fakes/apiserver/defaults.py; get,
+  batch/v1 Jobs (create, defaulted as the API server does before admission: tests/fakes/apiserver/defaults.py, and
+  validated: 422 for a container, volume or mount path named twice, tests/fakes/apiserver/validation.py; get,
   list by label; 409 AlreadyExists; merge PATCH); a created Job counts one active pod, and
   the pod itself exists (with the kubelet's status: an image pull backing off, a refusal) only when a test plays the
   Job controller and the kubelet (`job_pod`, `job_makes_no_pod`); karpenter.sh/v1 NodeClaims (list, delete);

@@ -15,6 +15,11 @@
   (tests/fakes/apiserver/quantity.py). Anything the fake cannot evaluate
   (paramKind, label selectors, audit annotations) is refused when the policy is loaded, so it is never
   silently ignored.
+- Lists reach the CEL as the API server decodes them: every entry, duplicates included (two `env` entries of one
+  name are valid, and the kubelet sets the last). One difference: `==` compares a list in order here, where the API
+  server compares a list its schema keys (`x-kubernetes-list-type: map`: containers, volumes, env, volumeMounts by
+  name or path) by key, in any order; the chart's policy never compares such a list whole
+  (tests/chart/test_node_action_jobs_forgery.py checks it), so the two agree on it.
 - A denial has the shape of the API server's: a Status with the validation's reason (Invalid when
   unset) and its HTTP code, and the message
   `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with binding '<binding>'

@@ -13,7 +13,7 @@ from tests.fakes.apiserver.objects import TEXT_BODY, Obj, api_status, rfc3339
 from tests.fakes.apiserver.patches import merge_patch, strategic_merge_patch
 from tests.fakes.apiserver.selectors import selected
 from tests.fakes.apiserver.state import ClusterState
-from tests.fakes.apiserver.validation import invalid_annotations
+from tests.fakes.apiserver.validation import invalid_annotations, invalid_job
 
 
 class Routes(ClusterState):
@@ -34,6 +34,9 @@ class Routes(ClusterState):
             return self._nodes(method, parts[3:], body, content_type, fs, ls, attrs, identity)
         if method == "POST" and parts[:2] == ["apis", "batch"] and parts[5:6] == ["jobs"] and isinstance(body, dict):
             body = default_job(body)  # as the API server: defaulted before admission sees it, and stored so
+            invalid = invalid_job(body)  # and validated before validating admission
+            if invalid is not None:
+                return 422, invalid
         # Other writes are admitted before their object is looked up: `object` is the body sent (CREATE,
         # PUT) or null (PATCH, DELETE). The chart's policies are about Nodes, admitted exactly below.
         denied = self._admit(attrs, identity, body if method in ("POST", "PUT") else None, None)
