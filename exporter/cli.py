@@ -24,8 +24,8 @@ from exporter import __version__
 from exporter.collector import Expectations, GpuhealthCollector, RefusedSettingsCollector
 from exporter.conditions import evaluate
 from exporter.config import ConfigError, Settings, UnknownSetting, expand_placeholders, listen_in, load_file
-from exporter.efa_expected import LABEL as EFA_LABEL
 from exporter.efa_expected import EFA_COUNTS_FILE, EfaExpectation, Node
+from exporter.efa_expected import LABEL as EFA_LABEL
 from exporter.exposition import start_server
 from exporter.gpu_reset import ANNOTATION, GpuResetRelease
 from exporter.instance_types import lookup

@@ -30,9 +30,9 @@ import json
 import logging
 import os
 import threading
-from pathlib import Path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
