@@ -276,8 +276,11 @@ def expectations(s: Settings, node: Callable[[], Node | None] | None = None, *, 
     most EFA devices advertised and seen on the host, beside the kernel log's state (serving; never --once)."""
     known = lookup(s.instance_type) if s.instance_type else None
     gpus = s.gpus_expected if s.gpus_expected is not None else (known.gpus if known else None)
-    # the most EFA devices advertised and seen, kept beside the kernel log's state (the host's state directory)
-    remembered = os.path.join(os.path.dirname(s.state_file), EFA_COUNTS_FILE) if remember and s.state_file else None
+    # the most EFA devices advertised and seen, kept beside the kernel log's state: only where that is kept (the chart
+    # mounts the host's state directory for the kernel log alone), else in memory
+    kmsg = s.probes.get("kmsg")
+    keeps_state = remember and bool(s.state_file) and kmsg is not None and kmsg.enabled
+    remembered = os.path.join(os.path.dirname(s.state_file), EFA_COUNTS_FILE) if keeps_state else None
     efa = EfaExpectation(s.efa_expected, node, maximum=known.efa_devices if known else None, remembered=remembered)
     return Expectations(gpus=gpus, efa=efa)
 

@@ -21,12 +21,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.cli import expectations
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
-from exporter.efa_expected import CAPACITY, EFA_COUNTS_FILE, LABEL, EfaExpectation
+from exporter.config import DEFAULT_PROBES, Settings
+from exporter.efa_expected import CAPACITY, EFA_COUNTS_FILE, LABEL, EfaExpectation, Expected
 from exporter.instance_types import lookup
 from exporter.node_watch import NodeWatch
 from exporter.probes.efa import EfaProbe
+from exporter.probes.settings import ProbeSettings
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 from tests.fakes.apiserver import FakeCluster
@@ -258,3 +261,19 @@ def test_an_unreadable_counts_file_is_counted_afresh_with_a_warning(cluster: Fak
     assert agent.expected() == {"capacity": 2} and agent.efa_condition()[:2] == ("True", "EFAHealthy")
     assert any("unreadable" in r.getMessage() and str(state) in r.getMessage() for r in caplog.records)
     assert json.loads(state.read_text()) == {"capacity": 2, "attached": 2}
+
+
+def test_the_serving_exporter_keeps_the_counts_beside_the_kernel_logs_state_and_only_there(tmp_path: Path) -> None:
+    """As `gpuhealth-exporter` builds its expectations (exporter/cli.py): the file sits in the state file's directory
+    (the chart's hostStateDir, mounted for the kernel log); without the kernel log, or for --once, nothing is
+    written."""
+    state = tmp_path / "host" / "kmsg-state.json"
+    served = expectations(Settings(state_file=str(state)), remember=True)
+    assert served.efa.expected(4) == Expected(4, "attached")
+    assert json.loads((state.parent / EFA_COUNTS_FILE).read_text()) == {"attached": 4}
+    no_kmsg = Settings(state_file=str(tmp_path / "off" / "kmsg-state.json"),
+                       probes={**DEFAULT_PROBES, "kmsg": ProbeSettings(enabled=False)})
+    once = Settings(state_file=str(tmp_path / "once" / "kmsg-state.json"))
+    for settings, remember in ((no_kmsg, True), (once, False)):
+        assert expectations(settings, remember=remember).efa.expected(4) == Expected(4, "attached")
+    assert not (tmp_path / "off").exists() and not (tmp_path / "once").exists()
