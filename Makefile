@@ -10,22 +10,30 @@ APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
 .PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards runbooks install-tables golden-metrics deps apt clean bench image chart \
-	podresources-stubs schema image-lock
+	podresources-stubs schema image-lock image-name
 
-# Debian packages, only those missing (needs root or sudo). Debian's prometheus package starts a
-# service on install where an init system runs; nothing here depends on it.
-.stamp-apt: Makefile
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# Debian packages, only those missing (needs root or sudo): $(call apt_install,<packages>) in a stamp's recipe.
+# Debian's prometheus package starts a service on install where an init system runs; nothing here depends on it.
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  echo "installing Debian packages:$$missing"; \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	@touch $@
+endef
+
+.stamp-apt: Makefile
+	$(call apt_install,$(APT_PACKAGES))
 
 apt: .stamp-apt
 
-$(BIN)/python: | .stamp-apt
+# The venv needs python3-venv alone (`make chart` needs nothing more: no Prometheus).
+.stamp-apt-venv:
+	$(call apt_install,python3-venv)
+
+$(BIN)/python: | .stamp-apt-venv
 	$(PYTHON) -m venv $(VENV)
 
 # Re-installs when pyproject.toml changes.
@@ -103,14 +111,23 @@ podresources-stubs: deps
 	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. exporter/kubelet/api.proto
 
 # What a user installs. `make chart`: dist/gpuhealth-<version>.tgz, as `helm package` makes it, loaded back and
-# rendered before it is kept. `make image`: the Dockerfile's image, tagged as the chart runs it by default
-# (IMAGE=... to push elsewhere); where docker cannot build (no daemon), it says so and skips.
+# rendered before it is kept; it needs the venv only, not the apt packages (no Prometheus). `make image`: the
+# Dockerfile's image (IMAGE=... to push elsewhere); where docker cannot build (no daemon), it says so and skips.
+# Its tag is the release's, the one the chart runs by default, only on the release's commit (the tag v<version>,
+# docs/releasing.md): any other build is <version>-dev.<commit>, so that a release's tag names one image for good.
 CHART_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' helm/gpuhealth/Chart.yaml)
-IMAGE ?= ghcr.io/gpuhealth/gpuhealth:$(CHART_VERSION)
+RELEASE_COMMIT := $(shell git rev-parse -q --verify 'refs/tags/v$(CHART_VERSION)^{commit}' 2>/dev/null)
+HEAD_COMMIT := $(shell git rev-parse -q --verify HEAD 2>/dev/null)
+IMAGE_TAG := $(if $(and $(RELEASE_COMMIT),$(filter $(RELEASE_COMMIT),$(HEAD_COMMIT))),$(CHART_VERSION),$(CHART_VERSION)-dev.$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
+IMAGE ?= ghcr.io/gpuhealth/gpuhealth:$(IMAGE_TAG)
 DOCKER ?= docker
 
-chart: deps
+chart: $(VENV)/.installed
 	@$(BIN)/python helm/package.py --destination dist
+
+# The image's name and tag that `make image` builds, for scripts (and tests/release/test_release_tags.py).
+image-name:
+	@echo $(IMAGE)
 
 # requirements/image.txt, the versions the image installs (the Dockerfile builds with it as pip's constraints):
 # gpuhealth[nvml] and the build backend ([build-system] requires) resolved afresh in a clean venv of the image's

@@ -53,9 +53,10 @@ EXPORTER = (
            "GPUs this node should have (--gpus-expected or the instance type). Absent when unknown."),
     Family("gpuhealth_efa_devices_expected", "gauge", ("source",),
            "EFA devices this node was provisioned with, what EFADevicesMissing measures against; source: label "
-           "(the Node's gpuhealth.io/efa-expected), setting (efa_expected), capacity (the Node's "
-           "vpc.amazonaws.com/efa, from the EFA device plugin) or attached (none of these: the most seen since the "
-           "exporter started; 0: EFA not configured). Absent until the Node or the efa probe has been read."),
+           "(the Node's gpuhealth.io/efa-expected), setting (efa_expected), capacity (the most the Node's "
+           "vpc.amazonaws.com/efa, from the EFA device plugin, has advertised) or attached (none of these: the most "
+           "seen; 0: EFA not configured); both most counts are kept on the host across restarts and reboots. Absent "
+           "until the Node or the efa probe has been read."),
     Family("gpuhealth_efa_devices_max", "gauge", (),
            "EFA interfaces the instance type can take (exporter/data/instance_types.csv): an upper bound, never what "
            "a shortfall is measured against (Karpenter attaches EFA only when asked). Absent when unknown."),

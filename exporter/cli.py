@@ -24,8 +24,8 @@ from exporter import __version__
 from exporter.collector import Expectations, GpuhealthCollector, RefusedSettingsCollector
 from exporter.conditions import evaluate
 from exporter.config import ConfigError, Settings, UnknownSetting, expand_placeholders, listen_in, load_file
+from exporter.efa_expected import EFA_COUNTS_FILE, EfaExpectation, Node
 from exporter.efa_expected import LABEL as EFA_LABEL
-from exporter.efa_expected import EfaExpectation, Node
 from exporter.exposition import start_server
 from exporter.gpu_reset import ANNOTATION, GpuResetRelease
 from exporter.instance_types import lookup
@@ -271,11 +271,17 @@ def check_settings(s: Settings) -> None:
                     s.instance_type)
 
 
-def expectations(s: Settings, node: Callable[[], Node | None] | None = None) -> Expectations:
-    """node: this Node as last read, for the EFA devices it was given (exporter/efa_expected.py)."""
+def expectations(s: Settings, node: Callable[[], Node | None] | None = None, *, remember: bool = False) -> Expectations:
+    """node: this Node as last read, for the EFA devices it was given (exporter/efa_expected.py); remember: keep the
+    most EFA devices advertised and seen on the host, beside the kernel log's state (serving; never --once)."""
     known = lookup(s.instance_type) if s.instance_type else None
     gpus = s.gpus_expected if s.gpus_expected is not None else (known.gpus if known else None)
-    efa = EfaExpectation(s.efa_expected, node, maximum=known.efa_devices if known else None)
+    # the most EFA devices advertised and seen, kept beside the kernel log's state: only where that is kept (the chart
+    # mounts the host's state directory for the kernel log alone), else in memory
+    kmsg = s.probes.get("kmsg")
+    keeps_state = remember and bool(s.state_file) and kmsg is not None and kmsg.enabled
+    remembered = os.path.join(os.path.dirname(s.state_file), EFA_COUNTS_FILE) if keeps_state else None
+    efa = EfaExpectation(s.efa_expected, node, maximum=known.efa_devices if known else None, remembered=remembered)
     return Expectations(gpus=gpus, efa=efa)
 
 
@@ -375,7 +381,7 @@ def serve(s: Settings) -> None:
     reader = pod_resources_reader(s)
     if reader is not None:
         reader.start(stop)
-    expect = expectations(s, watch.node if watch is not None else None)
+    expect = expectations(s, watch.node if watch is not None else None, remember=True)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuhealthCollector(snapshot, expect, extra=release.samples if release else None,
                                          pod_resources=reader))

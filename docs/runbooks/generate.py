@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: the project's packages come from the checkout
     sys.path.insert(0, str(ROOT))
 
+from docs.runbooks.safeguards import dur, safeguards  # noqa: E402  (evidence, validation, diagnosis, offenders)
 from remediator.decide.nodestate import (  # noqa: E402
     DO_NOT_DISRUPT_ANNOTATION,
     HOLD_ANNOTATION,
@@ -101,15 +102,6 @@ def alerts() -> list[AlertFacts]:
 
 def policy_defaults() -> Policy:
     return load_policy(POLICY_DEFAULTS)
-
-
-def dur(value: timedelta) -> str:
-    """A duration as the policy file writes it (30s, 10m, 1h, 1d)."""
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{value.total_seconds():g}s"
 
 
 # --- the ladder, as the policy sets it ------------------------------------------------------------------------
@@ -313,6 +305,10 @@ def what_gpuhealth_does(facts: AlertFacts, policy: Policy) -> str:
     gpu = _gpu_scope(facts, policy)
     if gpu:
         parts.append(f"- {gpu}")
+    steps = climb(policy, facts.remediation, facts.max_rung)[0]
+    ceiling = min(facts.max_rung or policy.ladder.max_rung, policy.ladder.max_rung, key=rung_index)
+    parts += [f"- {line}" for line in safeguards(policy, facts.remediation, facts.component,
+                                                 [s.rung for s in steps], ceiling)]
     parts += [f"- {_budget(facts, policy)}", f"- {_returning(facts, policy)}",
               f"- **Quiet episodes:** a firing alert that is neither resent nor resolved for "
               f"{dur(policy.episode.quiet_timeout)} (`episode.quiet_timeout`; a silence does that) stops the "

@@ -92,6 +92,7 @@ class Executor:
     def __init__(self, kube: Kube, policy: Policy, metrics: Metrics, guard: PassGuard) -> None:
         self.kube, self.policy, self.metrics, self.guard = kube, policy, metrics, guard
         self.taints = DeviceTaints(kube)
+        self._burn_in_warned: set[str] = set()  # a dry run's nodes whose burn-in taint it warned of, once each
         self.evidence = EvidenceStore(kube, policy)
         metrics.init_karpenter_repair(policy.karpenter_repair.conditions, policy.karpenter_repair.mode)
 
@@ -105,6 +106,7 @@ class Executor:
                 audit("decision", **self._fields(d))
         if self.kube.dry_run:
             self._report_dry_run(plan, executes)
+            self._warn_burn_in_kept(view)
             return
         if not executes and not plan.changed:
             return
@@ -125,6 +127,19 @@ class Executor:
             audit("decision", **self._fields(d, result="dry_run"))
         for note in plan.notes:
             audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=True)
+
+    def _warn_burn_in_kept(self, view: NodeView) -> None:
+        """A dry run never removes the burn-in taint (it writes nothing): a new node that registered with it takes no
+        work until a person takes it off. Said once per node, as a warning and an audit line."""
+        if not view.burn_in or view.name in self._burn_in_warned:
+            return
+        self._burn_in_warned.add(view.name)
+        taint = self.policy.burn_in.taint
+        log.warning("dry run: node %s carries the burn-in taint %s, which a dry run never removes: it takes no work "
+                    "until a person does (kubectl taint node %s %s-). Remove %s from the NodePools' startupTaints "
+                    "while gpuhealth runs in dry run (docs/remediation.md, \"Burn-in of new nodes\")",
+                    view.name, taint, view.name, taint, taint)
+        audit("burn_in_kept", node=view.name, taint=taint, dry_run=True)
 
     def _recheck(self, plan: NodePlan, view: NodeView, executes: list[Decision]) -> str | None:
         """Before anything disruptive: the Node still as listed, and (for Jobs and replacement) nothing left to

@@ -43,5 +43,5 @@ class EvidenceSettings:
     max_age: timedelta = field(default=timedelta(days=90), metadata=setting(
         checked(duration, _positive, "expected a duration above 0, like 90d"),
         "Evidence ConfigMaps older than this are deleted when the next one is written (an RMA is usually filed "
-        "within weeks; nothing else deletes them: `kubectl delete configmap -n <jobs.namespace> -l "
-        "gpuhealth.io/evidence` does)."))
+        "within weeks; `gpuhealth-remediator cleanup` leaves them: `kubectl delete configmap -l "
+        "gpuhealth.io/evidence=true` in jobs.namespace deletes them all)."))

@@ -66,9 +66,13 @@ def test_make_image_skips_cleanly_where_docker_cannot_build() -> None:
     assert "skipped" in result.stdout and "docker build -t ghcr.io/gpuhealth/gpuhealth:" in result.stdout
 
 
-def test_make_image_tags_the_image_the_chart_runs_by_default() -> None:
-    result = subprocess.run(["make", "-s", "-n", "image", "DOCKER=true"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60, check=False)
+def test_make_image_on_the_release_commit_tags_the_image_the_chart_runs_by_default() -> None:
+    """On the commit the release's tag names (RELEASE_COMMIT, as `git rev-parse v<version>` gives it there); any other
+    build is a dev build: tests/release/test_release_tags.py."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=True).stdout.strip()
+    result = subprocess.run(["make", "-s", "-n", "image", "DOCKER=true", f"RELEASE_COMMIT={head}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=False)
     chart = (ROOT / "helm" / "gpuhealth" / "Chart.yaml").read_text()
     version = next(line.split(":", 1)[1].strip().strip('"') for line in chart.splitlines()
                    if line.startswith("appVersion:"))

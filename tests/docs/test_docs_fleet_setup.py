@@ -48,12 +48,14 @@ def test_remediation_md_names_per_kubernetes_version_the_versions_the_remediator
     from remediator.clients.dra_api import DEVICE_TAINT_RULES, PREFERRED, RESOURCE_CLAIMS, RESOURCE_SLICES
 
     table = _version_table()
-    assert set(table) == {"1.32", "1.33", "1.34, 1.35", "1.36", "1.37 and later"}
+    assert set(table) == {"1.32", "1.33", "1.34", "1.35", "1.36", "1.37 and later"}
     named_core = {v for core, _, _ in table.values() for v in re.findall(r"`(v\w+)`", core)}
     named_taint = {v for _, taint, _ in table.values() for v in re.findall(r"`(v\w+)`", taint)}
     assert named_core == set(PREFERRED[RESOURCE_SLICES]) == set(PREFERRED[RESOURCE_CLAIMS])
     assert named_taint == set(PREFERRED[DEVICE_TAINT_RULES])
-    assert "`v1alpha3`" in table["1.33"][1] and "`v1alpha3`" in table["1.34, 1.35"][1]
+    assert all("`v1alpha3`" in table[v][1] for v in ("1.33", "1.34", "1.35"))
+    # 1.35 guards the rule object with a gate of its own: both gates there (issue 34)
+    assert "`DRADeviceTaints=true`" in table["1.35"][2] and "`DRADeviceTaintRules=true`" in table["1.35"][2]
     assert "`DRADeviceTaints=true`" in table["1.33"][2] and "--runtime-config=resource.k8s.io/v1alpha3=true" in \
         table["1.33"][2]
     assert "`v1beta2`" in table["1.36"][1] and "`DRADeviceTaintRules=true`" in table["1.36"][2]
@@ -64,6 +66,8 @@ def test_remediation_md_names_per_kubernetes_version_the_versions_the_remediator
 def test_install_md_says_which_versions_and_gates_gpu_scope_needs() -> None:
     bullet = " ".join(_bullet(INSTALL.read_text(), "GPU scope needs DeviceTaintRule.").split())
     for needed in ("`resource.k8s.io/v1`", "1.37", "`v1beta2`", "1.36", "`DRADeviceTaintRules`", "off by default",
-                   "`v1alpha3`", "1.33 to 1.35", "`DRADeviceTaints`", "--runtime-config=resource.k8s.io/v1alpha3=true",
+                   "`v1alpha3`", "1.33 and 1.34", "`DRADeviceTaints`", "--runtime-config=resource.k8s.io/v1alpha3=true",
+                   "in 1.35 the rule object has a gate of its own, so there both `DRADeviceTaints=true` and "
+                   "`DRADeviceTaintRules=true`", "`remediator.rbac.dra`",
                    "remediation.md#which-kubernetes-versions-serve-what-gpu-scope-needs"):
         assert needed in bullet, needed

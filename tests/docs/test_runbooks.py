@@ -141,6 +141,30 @@ def test_an_alert_whose_max_rung_is_its_own_rung_says_it_stays_whatever_the_poli
         assert "**Climbs**" not in text and _claims_against(policy, text) == []
 
 
+def test_a_runbook_says_what_the_default_policy_does_around_a_reset_a_reboot_and_a_replacement() -> None:
+    """Evidence before the first destroying rung, validation before return, the diagnosis before replace and repeat
+    offenders (issue 34, section 5): the defaults do all four for a GPU fault that climbs to replace."""
+    text = gen.what_gpuhealth_does(ALERTS["GPUXidFatal"], gen.policy_defaults())  # reset_gpu, may climb to replace
+    assert "**Evidence first:** before the episode's first reset, reboot or replacement" in text
+    assert "at most 3m (`evidence.max_wait`)" in text
+    assert "**Validated before it returns:** after a reset or a reboot, the diagnostic Job (`dcgmi diag -r 1`" in text
+    assert "**Diagnosed before it is replaced:**" in text and "(`dcgmi diag -r 2`, `diagnose.level`)" in text
+    assert "when this is the node's 3rd hardware episode started within 7d" in text
+
+
+def test_the_safeguards_follow_the_policy_and_the_alerts_climb() -> None:
+    off = parse_policy("evidence: {enabled: false}\ndiagnose: {enabled: false}\nrepeat_offenders: {enabled: false}\n")
+    text = gen.what_gpuhealth_does(ALERTS["GPUXidFatal"], off)
+    assert not any(s in text for s in ("Evidence first", "Validated before", "Diagnosed before", "Repeat offenders"))
+    changed = parse_policy("evidence: {max_wait: 5m}\nrepeat_offenders: {episodes: 2, window: 28d}\n")
+    text = gen.what_gpuhealth_does(ALERTS["GPUXidFatal"], changed)
+    assert "at most 5m (`evidence.max_wait`)" in text and "node's 2nd hardware episode started within 28d" in text
+    probe = gen.what_gpuhealth_does(ALERTS["GpuhealthProbeFailing"], gen.policy_defaults())  # max_rung cordon
+    assert not any(s in probe for s in ("Evidence first", "Validated before", "Diagnosed before", "Repeat offenders"))
+    host = gen.what_gpuhealth_does(ALERTS["HostMachineCheck"], gen.policy_defaults())  # not what dcgmi diag tests
+    assert "Diagnosed before" not in host
+
+
 def test_a_runbook_that_says_the_cordon_times_out_is_caught() -> None:
     old = ("If the alert is still firing when the cordon rung times out, the remediator climbs the ladder "
            "(drain → reset_gpu → reboot → replace, within the pool's disruption budget).")

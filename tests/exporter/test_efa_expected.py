@@ -9,6 +9,7 @@ the exporter's own watch (exporter/node_watch.py). The conditions and the metric
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -20,12 +21,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.cli import expectations
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
-from exporter.efa_expected import CAPACITY, LABEL, EfaExpectation
+from exporter.config import DEFAULT_PROBES, Settings
+from exporter.efa_expected import CAPACITY, EFA_COUNTS_FILE, LABEL, EfaExpectation, Expected
 from exporter.instance_types import lookup
 from exporter.node_watch import NodeWatch
 from exporter.probes.efa import EfaProbe
+from exporter.probes.settings import ProbeSettings
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 from tests.fakes.apiserver import FakeCluster
@@ -69,7 +73,8 @@ class Agent:
     """The exporter's parts that judge the EFA count: the efa probe, the watch of its Node, the expectation, the
     conditions and the collector, wired as `gpuhealth-exporter` wires them (exporter/cli.py)."""
 
-    def __init__(self, cluster: FakeCluster, sysfs: Path, tmp_path: Path, setting: int | None = None) -> None:
+    def __init__(self, cluster: FakeCluster, sysfs: Path, tmp_path: Path, setting: int | None = None,
+                 remembered: Path | None = None) -> None:
         sa_dir = tmp_path / "sa"
         sa_dir.mkdir(exist_ok=True)
         (sa_dir / "token").write_text(TOKEN + "\n")
@@ -79,7 +84,8 @@ class Agent:
         cluster.on_close.append(self.stop.set)
         known = lookup("p5.48xlarge")
         assert known is not None
-        self.expect = Expectations(gpus=None, efa=EfaExpectation(setting, self.watch.node, known.efa_devices))
+        self.expect = Expectations(gpus=None, efa=EfaExpectation(setting, self.watch.node, known.efa_devices,
+                                                                 str(remembered) if remembered else None))
         self.snapshot = Snapshot()
         self.runner = ProbeRunner(EfaProbe(str(sysfs)), self.snapshot, interval=15, deadline=5)
 
@@ -120,7 +126,7 @@ def test_one_missing_of_what_the_device_plugin_advertises_is_a_shortfall(cluster
     agent = Agent(cluster, efa_devices(tmp_path / "sysfs", 31), tmp_path)
     agent.run()
     assert agent.efa_condition() == ("False", "EFADevicesMissing", "31 of 32 EFA devices visible (expected: the "
-                                     "node's vpc.amazonaws.com/efa capacity)")
+                                     "most the node's vpc.amazonaws.com/efa capacity advertised)")
     assert agent.expected() == {"capacity": 32}
 
 
@@ -183,7 +189,7 @@ def test_without_a_device_plugin_a_device_seen_and_then_gone_is_missing(cluster:
     link.unlink()  # a lost or unbound adapter
     agent.run()
     assert agent.efa_condition()[1:] == ("EFADevicesMissing", "2 of 3 EFA devices visible (expected: the most seen "
-                                         "since the exporter started)")
+                                         "on this node)")
     assert agent.expected() == {"attached": 3}
 
 
@@ -195,3 +201,79 @@ def test_capacity_advertised_after_start_is_what_counts_from_then_on(cluster: Fa
     provision(cluster, capacity=32)  # the EFA device plugin registers after the exporter started
     assert wait_for(lambda: agent.expected() == {"capacity": 32})
     assert agent.efa_condition()[1] == "EFADevicesMissing"
+
+
+def lose_one(sysfs: Path, device: str = "rdmap17s27") -> None:
+    """An adapter that did not come back (off the bus, unbound)."""
+    link = sysfs / "sys" / "class" / "infiniband" / device
+    shutil.rmtree(link.resolve())
+    link.unlink()
+
+
+def test_an_interface_lost_in_a_reboot_is_missing_after_it_though_the_device_plugin_advertises_fewer(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    """A reboot restarts the exporter and the EFA device plugin: the plugin then advertises only the adapters that
+    came back. The most it advertised before is kept on the host (the chart's hostStateDir)."""
+    state = tmp_path / "host-state" / EFA_COUNTS_FILE
+    sysfs = efa_devices(tmp_path / "sysfs", 32)
+    provision(cluster, capacity=32)
+    before = Agent(cluster, sysfs, tmp_path, remembered=state)
+    before.run()
+    assert before.expected() == {"capacity": 32} and before.efa_condition()[:2] == ("True", "EFAHealthy")
+    lose_one(sysfs)  # the reboot: one adapter does not come back, and the plugin counts what it finds
+    provision(cluster, capacity=31)
+    after = Agent(cluster, sysfs, tmp_path, remembered=state)
+    after.run()
+    assert after.expected() == {"capacity": 32}
+    assert after.efa_condition()[1:] == ("EFADevicesMissing", "31 of 32 EFA devices visible (expected: the most the "
+                                         f"node's {CAPACITY} capacity advertised)")
+
+
+def test_a_new_machine_expects_what_its_device_plugin_advertises(cluster: FakeCluster, tmp_path: Path) -> None:
+    """The control: no file on the host (a new machine, a new disk), 31 advertised and 31 seen is healthy."""
+    provision(cluster, capacity=31)
+    agent = Agent(cluster, efa_devices(tmp_path / "sysfs", 31), tmp_path, remembered=tmp_path / "new" / "c.json")
+    agent.run()
+    assert agent.expected() == {"capacity": 31} and agent.efa_condition()[:2] == ("True", "EFAHealthy")
+
+
+def test_without_a_device_plugin_a_device_lost_in_a_reboot_is_missing_after_it(cluster: FakeCluster,
+                                                                              tmp_path: Path) -> None:
+    state = tmp_path / "host-state" / EFA_COUNTS_FILE
+    sysfs = efa_devices(tmp_path / "sysfs", 3)
+    before = Agent(cluster, sysfs, tmp_path, remembered=state)
+    before.run()
+    assert before.expected() == {"attached": 3}
+    lose_one(sysfs)
+    after = Agent(cluster, sysfs, tmp_path, remembered=state)
+    after.run()
+    assert after.expected() == {"attached": 3} and after.efa_condition()[1] == "EFADevicesMissing"
+
+
+def test_an_unreadable_counts_file_is_counted_afresh_with_a_warning(cluster: FakeCluster, tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    state = tmp_path / EFA_COUNTS_FILE
+    state.write_text("{not json")
+    provision(cluster, capacity=2)
+    with caplog.at_level(logging.WARNING):
+        agent = Agent(cluster, efa_devices(tmp_path / "sysfs", 2), tmp_path, remembered=state)
+        agent.run()
+    assert agent.expected() == {"capacity": 2} and agent.efa_condition()[:2] == ("True", "EFAHealthy")
+    assert any("unreadable" in r.getMessage() and str(state) in r.getMessage() for r in caplog.records)
+    assert json.loads(state.read_text()) == {"capacity": 2, "attached": 2}
+
+
+def test_the_serving_exporter_keeps_the_counts_beside_the_kernel_logs_state_and_only_there(tmp_path: Path) -> None:
+    """As `gpuhealth-exporter` builds its expectations (exporter/cli.py): the file sits in the state file's directory
+    (the chart's hostStateDir, mounted for the kernel log); without the kernel log, or for --once, nothing is
+    written."""
+    state = tmp_path / "host" / "kmsg-state.json"
+    served = expectations(Settings(state_file=str(state)), remember=True)
+    assert served.efa.expected(4) == Expected(4, "attached")
+    assert json.loads((state.parent / EFA_COUNTS_FILE).read_text()) == {"attached": 4}
+    no_kmsg = Settings(state_file=str(tmp_path / "off" / "kmsg-state.json"),
+                       probes={**DEFAULT_PROBES, "kmsg": ProbeSettings(enabled=False)})
+    once = Settings(state_file=str(tmp_path / "once" / "kmsg-state.json"))
+    for settings, remember in ((no_kmsg, True), (once, False)):
+        assert expectations(settings, remember=remember).efa.expected(4) == Expected(4, "attached")
+    assert not (tmp_path / "off").exists() and not (tmp_path / "once").exists()

@@ -81,7 +81,13 @@ Roles follow the namespaces the policy names.
   "jobs" (dict "namespace" .Release.Namespace "service_account" (include "gpuhealth.nodeAction.fullname" .))
   "leader" (dict "namespace" .Release.Namespace "name" (include "gpuhealth.remediator.fullname" .))
   "alertmanager" (dict "url" .Values.remediator.alertmanagerURL)
-  "diagnose" (dict "judge_image" (include "gpuhealth.image" .)) -}}
+  "diagnose" (dict "judge_image" (include "gpuhealth.image" .) "image" .Values.remediator.jobs.collectImage) -}}
+{{- if not (include "gpuhealth.draGranted" .) }}
+{{- if eq (toString (dig "dra" "enabled" "" .Values.remediator.policy)) "true" }}
+{{- fail (printf "remediator.policy.dra.enabled is true but remediator.rbac.dra (%v) grants no resource.k8s.io objects: set remediator.rbac.dra to true, or leave dra.enabled unset" .Values.remediator.rbac.dra) }}
+{{- end }}
+{{- $_ := set $derived "dra" (dict "enabled" false) }}
+{{- end }}
 {{- with .Values.remediator.alertmanager }}
 {{- if .bearerTokenSecret.name }}
 {{- $_ := set $derived.alertmanager "bearer_token_file" (printf "/var/run/secrets/alertmanager-token/%s" .bearerTokenSecret.key) }}
@@ -111,6 +117,21 @@ Roles follow the namespaces the policy names.
 {{- end }}
 {{- end }}
 {{- toYaml (mustMergeOverwrite $derived (deepCopy .Values.remediator.policy)) -}}
+{{- end -}}
+
+{{/*
+"true" when the chart grants GPU scope's resource.k8s.io objects (remediator.rbac.dra: true, or auto where the API
+server serves DeviceTaintRule in any version as Helm sees the cluster), else "".
+*/}}
+{{- define "gpuhealth.draGranted" -}}
+{{- $dra := toString .Values.remediator.rbac.dra -}}
+{{- if eq $dra "true" -}}
+true
+{{- else if eq $dra "auto" -}}
+{{- range $version := list "v1" "v1beta2" "v1alpha3" -}}
+{{- if $.Capabilities.APIVersions.Has (printf "resource.k8s.io/%s/DeviceTaintRule" $version) -}}true{{- break -}}{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The node label that names a node's pool (the policy's pools.label), as a Prometheus meta label. */}}
@@ -184,5 +205,35 @@ which win. Called with (dict "root" $ "labels" <the object's labels value>).
 {{ include "gpuhealth.labels" .root }}
 {{- with $labels }}
 {{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The remediator's nodeAffinity away from GPU nodes (remediator.offGPUNodes): nodes without the exporter's GPU labels
+(nvidia.com/gpu.present=true, karpenter.k8s.aws/instance-gpu-count > 0), preferred or required; nothing for none.
+*/}}
+{{- define "gpuhealth.remediator.offGPUNodes" -}}
+{{- $terms := list
+  (list (dict "key" "nvidia.com/gpu.present" "operator" "NotIn" "values" (list "true"))
+        (dict "key" "karpenter.k8s.aws/instance-gpu-count" "operator" "DoesNotExist"))
+  (list (dict "key" "nvidia.com/gpu.present" "operator" "NotIn" "values" (list "true"))
+        (dict "key" "karpenter.k8s.aws/instance-gpu-count" "operator" "Lt" "values" (list "1"))) -}}
+{{- if eq .Values.remediator.offGPUNodes "required" }}
+# Never on a GPU node: the nodes gpuhealth acts on.
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      {{- range $terms }}
+      - matchExpressions: {{ toJson . }}
+      {{- end }}
+{{- else if eq .Values.remediator.offGPUNodes "preferred" }}
+# Off GPU nodes where others can take it: the nodes gpuhealth acts on.
+nodeAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    {{- range $terms }}
+    - weight: 100
+      preference:
+        matchExpressions: {{ toJson . }}
+    {{- end }}
 {{- end }}
 {{- end -}}

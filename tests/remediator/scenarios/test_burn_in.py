@@ -6,6 +6,8 @@ burn_in.ready_within, takes no budget, and dry run decides and writes nothing.""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import pytest
@@ -193,6 +195,23 @@ def test_dry_run_decides_the_burn_in_and_writes_nothing(cluster: FakeCluster) ->
     assert h.decisions(h.step()) == [("gpu-new", "diagnose", "execute")]
     assert burn_ins(cluster) == [] and taints(cluster, "gpu-new") == {BURN_IN}
     assert "gpuhealth.io/state" not in cluster.node("gpu-new")["metadata"]["annotations"]
+
+
+def test_dry_run_warns_once_per_node_that_it_never_removes_the_burn_in_taint(
+        cluster: FakeCluster, caplog: pytest.LogCaptureFixture) -> None:
+    new_node(cluster, "gpu-new")
+    cluster.add_node("gpu-old")
+    h = Harness(cluster, POLICY, dry_run=True)
+    with caplog.at_level(logging.INFO, logger="gpuhealth.remediator"):
+        h.step()
+        h.advance(minutes=1)
+        h.step()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and BURN_IN in r.getMessage()]
+    assert len(warned) == 1 and "gpu-new" in warned[0] and "never removes" in warned[0]
+    assert "startupTaints" in warned[0] and f"kubectl taint node gpu-new {BURN_IN}-" in warned[0]
+    kept = [json.loads(r.getMessage()) for r in caplog.records if '"burn_in_kept"' in r.getMessage()]
+    assert kept == [{"event": "burn_in_kept", "node": "gpu-new", "taint": BURN_IN, "dry_run": True}]
+    assert taints(cluster, "gpu-new") == {BURN_IN}  # still nothing written
 
 
 def test_an_alert_during_the_burn_in_is_the_ladders_and_the_burn_in_starts_afresh_after(
