@@ -10,7 +10,7 @@ APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
 .PHONY: demo demo-node test e2e clock-shift lint typecheck unit rules-test dashboards runbooks install-tables golden-metrics deps apt clean bench image chart \
-	podresources-stubs schema image-lock image-name
+	podresources-stubs schema image-lock image-name release-check
 
 # Debian packages, only those missing (needs root or sudo): $(call apt_install,<packages>) in a stamp's recipe.
 # Debian's prometheus package starts a service on install where an init system runs; nothing here depends on it.
@@ -124,6 +124,11 @@ DOCKER ?= docker
 
 chart: $(VENV)/.installed
 	@$(BIN)/python helm/package.py --destination dist
+
+# Before and after cutting a release (docs/releasing.md): every released version is tagged on the commit its
+# CHANGELOG link names. Not part of `make test`: a clone of a branch (CI's) may carry no tags.
+release-check: deps
+	$(BIN)/pytest -q -p no:randomly tests/release/check_release_tags.py
 
 # The image's name and tag that `make image` builds, for scripts (and tests/release/test_release_tags.py).
 image-name:
