@@ -1,8 +1,8 @@
 """The remediator takes no action for an alert about gpuhealth's own control plane (issue 34, item 4): the
 control plane's alerts (rules/alerts/remediator.yaml) and the other fleet alerts carry node="*" and remediation
 none, and the chart's AlertmanagerConfig sends them to the remediator too (its route matches node=~".+"). Posted
-with the labels their rules give them, they are answered 202 and reported as ignored (`*` is no node's name), no Node is written, and a
-pass starts nothing."""
+with the labels their rules give them, they are answered 202 and reported as ignored (`*` is no node's name), no
+Node is written, and a pass starts nothing."""
 
 from __future__ import annotations
 
