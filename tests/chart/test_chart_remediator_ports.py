@@ -50,7 +50,9 @@ def test_the_probes_and_the_scrape_use_the_metrics_listener_and_alertmanager_the
 
 def test_by_default_only_alertmanager_reaches_the_webhook_and_only_prometheus_the_metrics() -> None:
     docs = render()
-    rules = _one(docs, "NetworkPolicy")["spec"]["ingress"]
+    *rules, helm_test = _one(docs, "NetworkPolicy")["spec"]["ingress"]
+    # and `helm test`'s pod (tests/chart/test_chart_helm_test.py), by its own labels
+    assert helm_test["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "helm-test"
     admitted = {p["port"]: [f["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for f in rule["from"]]
                 for rule in rules for p in rule["ports"]}
     assert admitted == {"http": ["alertmanager"], "metrics": ["prometheus"]}

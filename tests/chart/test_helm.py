@@ -831,7 +831,7 @@ def test_network_policy_admits_alertmanager_to_the_webhook_and_prometheus_to_the
     policy = one(docs, "NetworkPolicy", "gpuhealth-remediator")["spec"]
     labels, ports = _pod_of(one(docs, "Deployment"))
     assert policy["podSelector"]["matchLabels"].items() <= labels.items()
-    webhook, scrape = policy["ingress"]
+    webhook, scrape, _helm_test = policy["ingress"]  # the third: tests/chart/test_chart_helm_test.py
     # the chart's defaults match kube-prometheus-stack's Alertmanager pods in namespace monitoring
     alertmanager = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
                     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}}}

@@ -34,11 +34,11 @@ TEST_FILES = sorted(RULES.glob("tests/*.yaml"))
 RUNBOOKS = ROOT / "docs" / "runbooks"
 RUNBOOK_BASE = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks/"
 # The SLO's burn-rate alerts live with the records they read, in rules/recording/slo.yaml.
-COMPONENT_FILES = {"gpu", "memory", "nvlink", "thermal", "pcie", "network", "kernel", "probe", "training"}
+COMPONENT_FILES = {"gpu", "memory", "nvlink", "thermal", "pcie", "network", "kernel", "probe", "training", "remediator"}
 
 ALLOWED = {
     "severity": {"critical", "warning", "info"},
-    "component": {"gpu", "memory", "nvlink", "thermal", "pcie", "network", "kernel", "probe", "job"},
+    "component": {"gpu", "memory", "nvlink", "thermal", "pcie", "network", "kernel", "probe", "job", "remediator"},
     "remediation": {"none", "cordon", "drain", "reset_gpu", "reboot", "replace"},
 }
 ANNOTATIONS = ("summary", "description", "runbook_url")

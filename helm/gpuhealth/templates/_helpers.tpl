@@ -71,6 +71,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: remediator
 {{- end -}}
 
+{{/* The `helm test` pod's labels (templates/tests/): the remediator's NetworkPolicy admits exactly these. */}}
+{{- define "gpuhealth.helmTest.labels" -}}
+{{ include "gpuhealth.commonLabels" . }}
+app.kubernetes.io/name: {{ include "gpuhealth.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-test
+{{- end -}}
+
 {{/*
 The remediator's effective policy: what the chart derives (namespaces and names of objects it
 creates, the Alertmanager URL), overridden by .Values.remediator.policy. RBAC reads it too, so the
