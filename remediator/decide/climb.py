@@ -90,7 +90,7 @@ class ClimbSteps(PlannerBase):
                 target = max(target, rung_index(step.rung))
                 continue
             if step.rung == Rung.RESET_GPU and gpu is None:
-                self.state = replace(st, rung=Rung.RESET_GPU, rung_status=RungStatus.FAILED,
+                self.state = replace(st, rung=Rung.RESET_GPU, rung_status=RungStatus.FAILED, job=None,
                                      rung_started=self.now, rung_done=self.now, timed_out=False)
                 self.note(Note(EventReason.GPU_RESET_SKIPPED,
                                "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset",

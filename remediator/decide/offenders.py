@@ -97,7 +97,7 @@ class OffenderSteps(ScopeSteps, ClimbSteps):
     def _history(self) -> tuple[Episode, ...] | None:
         """The history to write with this plan's state (None: as it is), decide/history.py."""
         return history_after(self.full.history, self.full.devices, self.full.taken_over, self.plan.base_state,
-                             self.state, self.now, self.policy.repeat_offenders.window)
+                             self.state, self.now, self.policy.repeat_offenders.window, self.seen)
 
     def _offending(self, st: NodeState) -> bool:
         return st.repeat_offender is not None and self.policy.repeat_offenders.enabled

@@ -165,13 +165,15 @@ def test_the_rule_holds_for_the_episode_once_it_applied() -> None:
 def test_the_history_records_the_episode_once_it_acts_and_closes_it_at_return_to_service() -> None:
     started = plan(view())
     (current,) = started.history or ()
-    assert current.start == NOW - timedelta(minutes=5) and current.end is None and current.rung == Rung.RESET_GPU
+    # the reset is under way, not done: the drain before it is what was carried out so far
+    assert current.start == NOW - timedelta(minutes=5) and current.end is None and current.rung == Rung.DRAIN
     assert current.gpus == ("0000:9b:00",)
     healthy = replace(started.final_state, rung_status=RungStatus.DONE, rung_done=NOW - timedelta(hours=1),
                       alerts={"fp": alert(status="resolved")}, healthy_since=NOW - timedelta(hours=1))
     closed = plan(view((current,), state=healthy, unschedulable=True, our_taint=True))
     assert steps(closed) == [("uncordon", "execute")] and not closed.final_state.active
-    assert closed.history == (replace(current, end=NOW),)  # outlives the state reset to NodeState()
+    # outlives the state reset to NodeState(), with the reset its Job carried out
+    assert closed.history == (replace(current, end=NOW, rung=Rung.RESET_GPU),)
 
 
 def test_an_episode_that_started_within_a_second_is_one_episode_of_its_history_not_an_earlier_one() -> None:
