@@ -86,6 +86,15 @@ def test_the_third_hardware_episode_in_a_week_escalates_to_replace_and_says_why(
     assert note.reason == EventReason.REPEAT_OFFENDER and note.warning
 
 
+@pytest.mark.parametrize("rungs", [("cordon", "cordon"), ("cordon", "drain"), ("drain", "drain")])
+def test_a_third_episode_after_episodes_that_never_repaired_the_node_is_not_escalated(rungs: tuple[str, str]) -> None:
+    """A flapping alert: its earlier episodes cordoned or drained the node and resolved; no repair was tried, so none
+    failed to hold: the ladder is climbed one rung at a time, never skipped to replace (issue 35, item 6)."""
+    record = dataclasses.replace(alert(remediation="cordon", gpu=None, component="thermal"), max_rung="replace")
+    p = plan(view((episode(0.03, rungs[0], ()), episode(0.06, rungs[1], ())), record))
+    assert steps(p) == [("cordon", "execute")] and p.final_state.repeat_offender is None
+
+
 @pytest.mark.parametrize("max_rung", ["drain", "reset_gpu"])
 def test_a_third_episode_whose_alerts_may_not_climb_to_replace_is_not_escalated(max_rung: str) -> None:
     """A cable's alert (max_rung drain) or one that stops at its reset: no node swap fixes what it sees."""
