@@ -8,8 +8,9 @@ outlives it. It is its own annotation, compact JSON, newest episode first:
 
 s: when the episode started, e: when it ended (absent while under way, or when it never closed: replaced, released
 by a person), r: the highest rung it carried out (done_rung: a reset or a reboot counts once its Job ran to an end,
-done or failed; one cancelled before its Job began, or whose Job never started, is not written), g: the GPUs its alerts named (each as the alert's label names it, a PCI
-bus id in its short form, and the GPU's UUID where DRA publishes it). An episode is written in the same Node patch as
+done or failed; one cancelled before its Job began, or whose Job never started, is not written), g: the GPUs its
+alerts named (each as the alert's label names it, a PCI bus id in its short form, and the GPU's UUID where DRA
+publishes it). An episode is written in the same Node patch as
 the state: once it starts a rung for a hardware alert, again as it climbs, and when it ends (return to service). It is
 bounded: no episode that started longer ago than repeat_offenders.window (the one under way excepted), at most
 MAX_EPISODES, at most MAX_HISTORY_BYTES (the oldest go first). An episode a person took over (removed gpuhealth's
