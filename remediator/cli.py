@@ -206,6 +206,9 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
         firing = any(a.status == "firing" and a.remediation != "none" for a in alerts.values())
         state = replace(state, alerts=alerts, quiet=False,
                         healthy_since=None if firing else (state.healthy_since or now))
+    # a repair that failed its validation holds the node out until a person says so (decide/validation.py): this
+    if state.validation_failed:
+        state = replace(state, validation_failed=None)
     if args.dry_run:
         print(f"{args.node}: would release [dry run: nothing changed]")
         return 0

@@ -90,7 +90,7 @@ class ClimbSteps(PlannerBase):
                 target = max(target, rung_index(step.rung))
                 continue
             if step.rung == Rung.RESET_GPU and gpu is None:
-                self.state = replace(st, rung=Rung.RESET_GPU, rung_status=RungStatus.FAILED,
+                self.state = replace(st, rung=Rung.RESET_GPU, rung_status=RungStatus.FAILED, job=None,
                                      rung_started=self.now, rung_done=self.now, timed_out=False)
                 self.note(Note(EventReason.GPU_RESET_SKIPPED,
                                "no alert names a GPU (index, PCI bus id, all or unknown): cannot reset",
@@ -240,9 +240,10 @@ class ClimbSteps(PlannerBase):
         """The state that starts rung `nxt`, with what each rung needs written in the same step, and the
         decision's reason with what it will do."""
         policy, st, v, now = self.policy, self.state, self.v, self.now
+        # a later rung ends the hold of a failed validation (decide/validation.py)
         started = st.with_action(now, rung=nxt, rung_status=RungStatus.RUNNING, rung_started=now,
                                  rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None,
-                                 not_started=None)
+                                 not_started=None, validation_failed=None)
         if nxt == Rung.CORDON:
             started = replace(started, rung_status=RungStatus.DONE, rung_done=now,
                               cordoned=st.cordoned or (st.scope == Scope.NODE and not v.unschedulable))

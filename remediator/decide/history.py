@@ -7,8 +7,10 @@ outlives it. It is its own annotation, compact JSON, newest episode first:
     [{"s":"2026-12-02T10:00:00Z","e":"2026-12-02T11:20:00Z","r":"reset_gpu","g":["0000:9b:00","GPU-5a..."]}, ...]
 
 s: when the episode started, e: when it ended (absent while under way, or when it never closed: replaced, released
-by a person), r: the highest rung it reached, g: the GPUs its alerts named (each as the alert's label names it, a PCI
-bus id in its short form, and the GPU's UUID where DRA publishes it). An episode is written in the same Node patch as
+by a person), r: the highest rung it carried out (done_rung: a reset or a reboot counts once its Job ran to an end,
+done or failed; one cancelled before its Job began, or whose Job never started, is not written), g: the GPUs its
+alerts named (each as the alert's label names it, a PCI bus id in its short form, and the GPU's UUID where DRA
+publishes it). An episode is written in the same Node patch as
 the state: once it starts a rung for a hardware alert, again as it climbs, and when it ends (return to service). It is
 bounded: no episode that started longer ago than repeat_offenders.window (the one under way excepted), at most
 MAX_EPISODES, at most MAX_HISTORY_BYTES (the oldest go first). An episode a person took over (removed gpuhealth's
@@ -32,7 +34,7 @@ from typing import Any
 from gpuhealth_contract.pci import short_bus_id
 from remediator.decide.devices import NodeDevices
 from remediator.decide.nodestate import ALL_GPUS, PREFIX, AlertRecord, NodeState, fmt_time, parse_time, rung_index
-from remediator.decide.vocabulary import Scope
+from remediator.decide.vocabulary import JOB_RUNGS, Rung, RungStatus, Scope
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -50,7 +52,7 @@ _NO_GPU = ("", ALL_GPUS, "unknown")
 class Episode:
     start: datetime
     end: datetime | None = None  # None: under way, or never closed (replaced, released by a person)
-    rung: str | None = None  # the highest rung it reached
+    rung: str | None = None  # the highest rung it carried out (done_rung)
     gpus: tuple[str, ...] = ()  # the GPUs its alerts named (labels, short PCI bus ids, UUIDs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,25 +133,42 @@ def gpu_ids(alerts: Iterable[AlertRecord], devices: NodeDevices | None) -> tuple
     return tuple(sorted(ids))
 
 
+def done_rung(st: NodeState | None) -> str | None:
+    """The state's rung as the history writes it: what was carried out. A reset or a reboot counts once its Job ran to
+    an end (done, or failed for the node's own reason); while it runs, when its Job never started (not_started:
+    gpuhealth's breakage) or when no Job was made for it (no GPU named), only the drain before it was done (a reset or
+    a reboot starts only on a drained node or GPU). A reset cancelled before its Job began leaves the ladder at that
+    drain, and so the history too."""
+    if st is None or st.rung is None:
+        return None
+    if st.rung in JOB_RUNGS and (st.rung_status not in (RungStatus.DONE, RungStatus.FAILED) or st.not_started
+                                 or st.job is None):
+        return Rung.DRAIN
+    return st.rung
+
+
 def in_window(history: Iterable[Episode], since: datetime) -> list[Episode]:
     return [e for e in history if e.start >= since]
 
 
 def history_after(history: tuple[Episode, ...], devices: NodeDevices | None, taken_over: bool,
-                  before: NodeState, after: NodeState, now: datetime, window: timedelta) -> tuple[Episode, ...] | None:
+                  before: NodeState, after: NodeState, now: datetime, window: timedelta,
+                  seen: NodeState | None = None) -> tuple[Episode, ...] | None:
     """The history to write with a plan's state (None: as it is). The episode under way is added once it reached a
     rung for a hardware alert and kept up to date as it climbs; it ends when the state closes it; a person's (its
-    taint removed) is dropped."""
+    taint removed) is dropped. `seen`: the state as the pass observed the rung under way (a Job that ended), before
+    the climb went on from it in the same pass."""
     if before == after:
         return None
     episodes = list(history)
     if after.active and after.rung is not None and hardware_alerts(after):
-        episodes = _upsert(episodes, after, devices, end=None)
+        same = seen if seen is not None and seen.episode == after.episode else None
+        episodes = _upsert(episodes, after, devices, None, max(done_rung(same), done_rung(after), key=rung_index))
     elif before.active and not after.active and before.rung is not None:
         if taken_over and before.scope == Scope.NODE:
             episodes = [e for e in episodes if e.start != before.episode]
         elif hardware_alerts(before):
-            episodes = _upsert(episodes, before, devices, end=now)
+            episodes = _upsert(episodes, before, devices, now, max(done_rung(seen), done_rung(before), key=rung_index))
     open_start = after.episode if after.active else None
     episodes = [e for e in episodes if e.start >= now - window or e.start == open_start]
     new = tuple(sorted(episodes, key=lambda e: e.start, reverse=True))
@@ -157,11 +176,12 @@ def history_after(history: tuple[Episode, ...], devices: NodeDevices | None, tak
 
 
 def _upsert(episodes: list[Episode], st: NodeState, devices: NodeDevices | None,
-            end: datetime | None) -> list[Episode]:
-    """The episode of `st` in the list, up to date: its highest rung, every GPU its alerts named, its end."""
+            end: datetime | None, done: str | None) -> list[Episode]:
+    """The episode of `st` in the list, up to date: its highest rung carried out (`done` now), every GPU its alerts
+    named, its end."""
     assert st.episode is not None
     old = next((e for e in episodes if e.start == st.episode), Episode(st.episode))
-    rung = old.rung if rung_index(old.rung) >= rung_index(st.rung) else st.rung
+    rung = old.rung if rung_index(old.rung) >= rung_index(done) else done
     gpus = tuple(sorted({*old.gpus, *gpu_ids(hardware_alerts(st).values(), devices)}))[:MAX_GPU_IDS]
     new = replace(old, rung=rung, gpus=gpus, end=end or old.end)
     return [new, *(e for e in episodes if e.start != st.episode)]

@@ -107,6 +107,7 @@ class _Planner(BurnInSteps, SweepSteps, OffenderSteps, ScopeSteps, ValidationSte
         if actionable:  # the rung under way is observed on the pods it is about
             self._gpu_pods_view(actionable, self._target(actionable, st), note=False)
         self.state, notes = observe(self.v, st, self.now, policy)
+        self.seen = self.state
         self.plan.notes.extend(notes)
         if not actionable and self._sweep_holds():  # an idle-node sweep's episode (decide/sweep.py)
             return None

@@ -45,7 +45,9 @@ REPLACE_CONDITION_REASON = "GpuhealthReplace"
 # hardware's failure and climb (reboot, replace), so it fails closed on such a state.
 # 5: a sweep that failed (sweep_rung): an older remediator would read an episode without alerts as resolved and return
 # the node with the fault the sweep found, so it fails closed on such a state.
-STATE_VERSION = 5
+# 6: a repair whose validation failed (validation_failed): an older remediator would return the node to service once
+# its alerts resolved, so it fails closed on such a state.
+STATE_VERSION = 6
 # The state annotation is bounded: the API server refuses a Node whose annotations total over 256 KiB (every write
 # to it would then fail), and each watcher of Nodes gets the whole object on every change. Past either cap the
 # records least needed are forgotten (bounded_alerts): resolved ones first, then firing ones that ask for no action,
@@ -208,6 +210,10 @@ class NodeState:
     # a new node's burn-in (decide/burn_in.py): how many of its diagnostic Jobs were started again because the one
     # before was gone before its result was read (bounded: MAX_BURN_IN_JOBS). Absent from the annotation while 0
     burn_in_restarts: int = 0
+    # the validation of this episode's reset or reboot failed (decide/validation.py): the rung and what failed. The node
+    # stays out of service whatever its alerts do, and the ladder climbs from that rung, until a later rung starts or a
+    # person releases it (`gpuhealth-remediator release`). Absent from the annotation while None
+    validation_failed: str | None = None
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -246,7 +252,9 @@ class NodeState:
         for key in _UNSET_OMITTED:  # the annotation as before where there is none
             if not data[key]:
                 del data[key]
-        if self.sweep_rung:
+        if self.validation_failed:
+            version = 6
+        elif self.sweep_rung:
             version = 5
         elif self.not_started:
             version = 4
@@ -310,7 +318,7 @@ _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
 # that uses none of them is written as before
 _UNSET_OMITTED = ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
                   "diagnosis_result", "repeat_offender", "repeat_offender_why", "evidence_job", "evidence_started",
-                  "evidence", "sweep_rung", "burn_in_restarts")
+                  "evidence", "sweep_rung", "burn_in_restarts", "validation_failed")
 _STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
 _ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 

@@ -2,7 +2,8 @@
 
 Two rules read the node's history (decide/history.py) when an episode acts on a hardware alert:
 - episodes: the current episode is at least the `episodes`-th hardware episode started within `window` (3 in 7 days:
-  the third escalates);
+  the third escalates), and an earlier one of them repaired the node (its reset or reboot was carried out): episodes
+  that only cordoned or drained it (a flapping alert) never skip the ladder's rungs;
 - same_gpu: a GPU the current alerts name was reset (reset_gpu or a reboot) by an earlier episode within `window`,
   and fails again.
 The first that applies escalates the episode's target to replace: the ladder climbs to it as usual, through cordon
@@ -54,7 +55,10 @@ def judge(history: tuple[Episode, ...], episode: datetime, gpus: tuple[str, ...]
           policy: RepeatOffenderSettings) -> Offence | None:
     """The rule the current episode (started at `episode`, its alerts naming `gpus`) breaks, or None."""
     past = [e for e in in_window(history, episode - policy.window) if e.start < episode]
-    if len(past) + 1 >= policy.episodes:
+    # a node is retired for a repair that did not hold: one that was never repaired (its episodes cordoned or drained
+    # it, and its alerts resolved) is a flapping alert, not a lemon, and climbs the ladder one rung at a time
+    repaired = any(rung_index(e.rung) >= rung_index(Rung.RESET_GPU) for e in past)
+    if len(past) + 1 >= policy.episodes and repaired:
         starts = ", ".join(str(time_text(e.start)) for e in sorted(past, key=lambda e: e.start))
         return Offence(EPISODES, f"{_ordinal(len(past) + 1)} hardware episode in {span(policy.window)} "
                                  f"(repeat_offenders.episodes {policy.episodes}; the earlier ones started {starts})")
@@ -97,7 +101,7 @@ class OffenderSteps(ScopeSteps, ClimbSteps):
     def _history(self) -> tuple[Episode, ...] | None:
         """The history to write with this plan's state (None: as it is), decide/history.py."""
         return history_after(self.full.history, self.full.devices, self.full.taken_over, self.plan.base_state,
-                             self.state, self.now, self.policy.repeat_offenders.window)
+                             self.state, self.now, self.policy.repeat_offenders.window, self.seen)
 
     def _offending(self, st: NodeState) -> bool:
         return st.repeat_offender is not None and self.policy.repeat_offenders.enabled

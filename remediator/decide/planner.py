@@ -36,6 +36,7 @@ class PlannerBase:
         self.v, self.policy, self.now, self.ledger, self.silences = v, policy, now, ledger, silences
         self.full = v  # the whole node; at GPU scope, self.v holds only the quarantined GPU's pods
         self.state: NodeState = v.state
+        self.seen: NodeState | None = None  # once the rung under way was observed (ladder.py): for the history
         self.scope_note = ""  # why a fault on one GPU takes the node (said in the first decision's reason)
         self.repair_warning = ""  # karpenter_repair.mode warn: what Karpenter's node repair may act on (every decision)
         self.ceiling = Ceiling(len(RUNG_ORDER) - 1, "")  # how far the firing alerts let the climb go (climb.py)

@@ -6,6 +6,10 @@ and ladder.max_rung. A diagnostic that hangs or breaks fails closed (tool_error:
 for a reason of its own (its image, its admission) is gpuhealth's breakage: the node stays out for a person and the
 ladder does not climb for it.
 
+A failed validation holds the node out of service whatever its alerts do (state validation_failed): each pass goes on
+climbing from the failed rung (a reboot the rate cap deferred, the diagnosis before a replacement), and only a later
+rung or a person (`gpuhealth-remediator release`) ends the hold; a later reset or reboot is validated in its turn.
+
 One validation per repair rung: the Job's name is made from the node and the time the rung was done, so a restart or
 a new leader finds the same Job, and a later rung (the reboot after a failed reset's validation) gets its own.
 """
@@ -35,6 +39,8 @@ class ValidationSteps(ClimbSteps):
         """Before return to service: True while the repair's validation holds the node out (started, under way,
         failed and climbing, or not started for gpuhealth's own reason); False once it passed or none is needed."""
         st, policy = self.state, self.policy
+        if st.validation_failed is not None:
+            return self._climb_from_failed_validation()
         if not (policy.diagnose.enabled and policy.diagnose.judge_image) or st.scope != Scope.NODE \
                 or st.rung not in VALIDATED_RUNGS or st.rung_status != RungStatus.DONE or st.rung_done is None:
             return False  # no judge image (the chart sets it): no diagnostic Job can be made, none is asked for
@@ -85,12 +91,23 @@ class ValidationSteps(ClimbSteps):
         st = self.state
         what = ", ".join(found.categories) or "failed"
         self.state = replace(st, diagnosis_result=f"failed: {what}", rung_status=RungStatus.FAILED,
-                             rung_done=self.now, healthy_since=None)
+                             rung_done=self.now, healthy_since=None, validation_failed=f"{st.rung}: {what}")
         self.note(Note(EventReason.DIAGNOSTIC_FAILED, f"the {st.rung} did not repair the node: diagnostic job "
-                       f"{st.diagnosis_job} failed ({what}: {found.detail}); the ladder climbs from the {st.rung}",
+                       f"{st.diagnosis_job} failed ({what}: {found.detail}); the ladder climbs from the {st.rung}, "
+                       "and the node stays out of service until a later rung or a person returns it",
                        Severity.WARNING, st.rung))
+        return self._climb_from_failed_validation()
+
+    def _climb_from_failed_validation(self) -> bool:
+        """The repair's validation failed: the ladder climbs from the failed rung (this pass, and every pass after
+        while the alerts are resolved), and the node stays out of service until a later rung starts or a person
+        releases it. True: the node is held."""
+        st = self.state
         # resolved as they are, the episode's alerts still say how far it may climb (their max_rung)
-        fps = sorted(self.state.alerts)
-        gpus = {a.gpu for a in self.state.alerts.values() if a.gpu}
+        fps = sorted(st.alerts)
+        gpus = {a.gpu for a in st.alerts.values() if a.gpu}
         self._climb(rung_index(st.rung), gpus.pop() if len(gpus) == 1 else None, fps)
+        if not self.plan.decisions:
+            self.out(Action.NONE, Verdict.SKIPPED, f"the validation of the {st.validation_failed} failed: the node "
+                     "stays out of service until a later rung or a person (`gpuhealth-remediator release`) returns it")
         return True

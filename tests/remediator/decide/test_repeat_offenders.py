@@ -86,6 +86,15 @@ def test_the_third_hardware_episode_in_a_week_escalates_to_replace_and_says_why(
     assert note.reason == EventReason.REPEAT_OFFENDER and note.warning
 
 
+@pytest.mark.parametrize("rungs", [("cordon", "cordon"), ("cordon", "drain"), ("drain", "drain")])
+def test_a_third_episode_after_episodes_that_never_repaired_the_node_is_not_escalated(rungs: tuple[str, str]) -> None:
+    """A flapping alert: its earlier episodes cordoned or drained the node and resolved; no repair was tried, so none
+    failed to hold: the ladder is climbed one rung at a time, never skipped to replace (issue 35, item 6)."""
+    record = dataclasses.replace(alert(remediation="cordon", gpu=None, component="thermal"), max_rung="replace")
+    p = plan(view((episode(0.03, rungs[0], ()), episode(0.06, rungs[1], ())), record))
+    assert steps(p) == [("cordon", "execute")] and p.final_state.repeat_offender is None
+
+
 @pytest.mark.parametrize("max_rung", ["drain", "reset_gpu"])
 def test_a_third_episode_whose_alerts_may_not_climb_to_replace_is_not_escalated(max_rung: str) -> None:
     """A cable's alert (max_rung drain) or one that stops at its reset: no node swap fixes what it sees."""
@@ -165,13 +174,15 @@ def test_the_rule_holds_for_the_episode_once_it_applied() -> None:
 def test_the_history_records_the_episode_once_it_acts_and_closes_it_at_return_to_service() -> None:
     started = plan(view())
     (current,) = started.history or ()
-    assert current.start == NOW - timedelta(minutes=5) and current.end is None and current.rung == Rung.RESET_GPU
+    # the reset is under way, not done: the drain before it is what was carried out so far
+    assert current.start == NOW - timedelta(minutes=5) and current.end is None and current.rung == Rung.DRAIN
     assert current.gpus == ("0000:9b:00",)
     healthy = replace(started.final_state, rung_status=RungStatus.DONE, rung_done=NOW - timedelta(hours=1),
                       alerts={"fp": alert(status="resolved")}, healthy_since=NOW - timedelta(hours=1))
     closed = plan(view((current,), state=healthy, unschedulable=True, our_taint=True))
     assert steps(closed) == [("uncordon", "execute")] and not closed.final_state.active
-    assert closed.history == (replace(current, end=NOW),)  # outlives the state reset to NodeState()
+    # outlives the state reset to NodeState(), with the reset its Job carried out
+    assert closed.history == (replace(current, end=NOW, rung=Rung.RESET_GPU),)
 
 
 def test_an_episode_that_started_within_a_second_is_one_episode_of_its_history_not_an_earlier_one() -> None:

@@ -210,3 +210,32 @@ def test_correlation_off_climbs_each_node(cluster: FakeCluster) -> None:
     persist(h, 60, *(thermal_again(h, n) for n in shared))
     assert sorted(h.decisions(h.step())) == [(n, "drain", "execute") for n in shared]
     assert all(any(t["key"] == TAINT_KEY for t in cluster.taints(n)) for n in shared)
+
+
+def test_a_cordon_alert_that_flaps_three_times_in_100_minutes_is_not_replaced_and_climbs_one_rung_at_a_time(
+        cluster: FakeCluster) -> None:
+    """Three episodes in a week make a repeat offender only when a repair did not hold: a flapping alert's episodes
+    cordon the node and resolve, so the third is cordoned again and persistence climbs from there, rung by rung
+    (issue 35, item 6)."""
+    h = Harness(cluster, POLICY + "return_to_service: {healthy_delay: 15m}\n")
+    flaps = []
+    for k in range(3):  # fires for 5 minutes every half hour
+        start = h.now
+        thermal(h, "gpu-4", fingerprint=f"fp-flap-{k}", starts=start)
+        flaps.append(h.decisions(h.step()))
+        h.advance(minutes=5)
+        h.resolve("gpu-4", "cordon", alertname="GPUThermalViolation", gpu=None, fingerprint=f"fp-flap-{k}",
+                  starts=start, labels={"component": "thermal", "max_rung": "replace"})
+        for _ in range(3):
+            h.step()
+            h.advance(minutes=8)
+        h.advance(minutes=1)
+    assert flaps == [[("gpu-4", "cordon", "execute")]] * 3
+    assert "RepeatOffender" not in cluster.reasons("gpu-4") and "Replace" not in cluster.reasons("gpu-4")
+    thermal(h, "gpu-4", fingerprint="fp-stays", starts=h.now)  # the fourth one stays
+    climbed = [d for d in h.decisions(h.step()) if d[2] == "execute"]
+    for _ in range(3):
+        persist(h, 60, lambda: thermal(h, "gpu-4", fingerprint="fp-stays"))
+        climbed += [d for d in h.decisions(h.step()) if d[2] == "execute"]
+    # no GPU named: no reset; the reboot never brings a new boot id, fails at its timeout, and replace comes next
+    assert [d[1] for d in climbed] == ["cordon", "drain", "reboot", "replace"]

@@ -4,11 +4,14 @@ passed, it returns; failed, the ladder climbs from the repair; broken (no verdic
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuhealth_contract.diagnosis import Check, Failure, Verdict
+from remediator.cli import main
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
@@ -167,3 +170,78 @@ def test_a_dry_run_decides_the_validation_and_creates_no_job(cluster: FakeCluste
     decided = dry.decided(dry.step())
     assert ("diagnose", "execute") in [(d.action, d.decision) for d in decided]
     assert jobs(cluster, "diagnose") == []
+
+
+def failed(what: str = "dcgmi diag: Memory failed on GPU 1") -> Verdict:
+    return Verdict((Failure(Check.GPU_DIAG, what, ("1",)),), level=1)
+
+
+def test_a_reboot_whose_validation_fails_stays_out_while_the_replacement_waits_for_its_diagnosis(
+        cluster: FakeCluster) -> None:
+    """The alerts resolved long ago: the climb to replace waits for its diagnosis Job, and the node that failed its
+    validation twice is never returned meanwhile, whatever return_to_service.healthy_delay says (issue 35, item 3)."""
+    h = Harness(cluster, POLICY)
+    reset_then_resolve(h, cluster)
+    h.step()
+    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    h.advance(seconds=30)
+    assert ("gpu-1", "reboot", "execute") in h.decisions(h.step())
+    cluster.update_node("gpu-1", lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
+    h.advance(minutes=2)
+    h.step()  # the reboot is done; its validation starts
+    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    h.advance(seconds=30)
+    h.step()  # the reboot did not repair: replace, after the drained node's diagnosis
+    assert h.state("gpu-1").diagnosis_purpose == "diagnose"
+    for _ in range(3):  # well past the healthy delay (10m) with every alert resolved
+        h.advance(minutes=6)
+        decided = h.decisions(h.step())
+        assert ("gpu-1", "uncordon", "execute") not in decided, decided
+        assert cluster.node("gpu-1")["spec"]["unschedulable"] is True
+    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    h.advance(seconds=30)
+    assert ("gpu-1", "replace", "execute") in h.decisions(h.step())
+
+
+def test_a_reset_whose_validation_fails_stays_out_while_the_rate_cap_defers_its_reboot(cluster: FakeCluster) -> None:
+    """budget.max_actions_per_hour spent by the cordon, the drain and the reset: the reboot waits for the cap, and
+    the node waits with it, out of service (issue 35, item 3)."""
+    h = Harness(cluster, POLICY.replace("max_cordoned: 4}", "max_cordoned: 4, max_actions_per_hour: 3}"))
+    reset_then_resolve(h, cluster)
+    h.step()
+    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    h.advance(seconds=30)
+    decided = h.decided(h.step())
+    assert [(d.action, d.decision) for d in decided][-1] == ("reboot", "deferred"), decided
+    for _ in range(4):  # past the healthy delay (10m), the alerts resolved
+        h.advance(minutes=6)
+        decided = h.decided(h.step())
+        assert [(d.action, d.decision) for d in decided] == [("reboot", "deferred")], decided
+        assert cluster.node("gpu-1")["spec"]["unschedulable"] is True
+    h.advance(minutes=40)  # an hour after the first actions: the cap lets the reboot go
+    assert ("gpu-1", "reboot", "execute") in h.decisions(h.step())
+    assert h.state("gpu-1").validation_failed is None  # a later rung ends the hold: its own validation follows
+
+
+def test_a_failed_validation_at_the_alerts_ceiling_holds_the_node_until_a_person_releases_it(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    h = Harness(cluster, POLICY)
+    h.fire("gpu-2", "reset_gpu", alertname="GPUXidFatal", gpu="1", labels={"max_rung": "reset_gpu"})
+    h.step()
+    (reset,) = jobs(cluster, "reset-gpu")
+    cluster.jobs[(NS, reset)]["status"] = {"succeeded": 1}
+    h.advance(minutes=1)
+    h.step()
+    h.resolve("gpu-2", "reset_gpu", alertname="GPUXidFatal", gpu="1", labels={"max_rung": "reset_gpu"})
+    h.step()
+    judge_ends(cluster, h.state("gpu-2").diagnosis_job or "", failed())
+    h.advance(seconds=30)
+    h.step()
+    h.advance(hours=2)  # nothing fires, and the node stays out for its person
+    assert h.decisions(h.step()) == [("gpu-2", "none", "skipped")]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(chart_rbac.kubeconfig(cluster, chart_rbac.ADMIN_TOKEN)))
+    assert main(["release", "gpu-2", "--kubeconfig", str(kubeconfig)], lambda: h.now) == 0
+    h.step()
+    h.advance(minutes=11)  # the person is done: returned after the healthy delay
+    assert h.decisions(h.step()) == [("gpu-2", "uncordon", "execute")]
