@@ -1,5 +1,5 @@
-"""gpuhealth's own breakage is not the node's (issue 34, section 2): an alert about gpuhealth itself (its exporter down or
-gone, a probe failing or stale) keeps new work off a Ready node and climbs no further, however long it fires; only a
+"""gpuhealth's own breakage is not the node's (issue 34, section 2): an alert about gpuhealth itself (its exporter down
+or gone, a probe failing or stale) keeps new work off a Ready node and climbs no further, however long it fires; only a
 node whose kubelet stopped reporting (NotReady: the host is really down) climbs on it, as far as the alert's
 max_rung (remediator/decide/planner.py, alert_ceiling).
 
@@ -23,7 +23,8 @@ PROBE_RULES = paths.REPO / "rules" / "alerts" / "probe.yaml"
 HOURS = 6  # the default policy's ladder reaches replace in about 1.5 h (cordon, then three rungs 30 min apart)
 REPEAT_MINUTES = 10  # Alertmanager repeats the firing alerts (repeat_interval): the episode never goes quiet
 # the labels the rules' expressions add (GpuhealthProbeFailing's probe and reason, the others' probe)
-EXPR_LABELS = {"GpuhealthProbeFailing": {"probe": "dcgm", "reason": "timeout"}, "GpuhealthProbeStale": {"probe": "dcgm"}}
+EXPR_LABELS = {"GpuhealthProbeFailing": {"probe": "dcgm", "reason": "timeout"},
+               "GpuhealthProbeStale": {"probe": "dcgm"}}
 
 
 def own_alerts() -> dict[str, dict[str, str]]:
