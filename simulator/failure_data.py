@@ -66,6 +66,12 @@ class DetectionModel:
     quiet_s: float = 900.0
 
 
+# The alerts a node fault raises when it takes the whole host down (a power supply, the chassis, the host's maintenance:
+# data/causes.yaml): the exporter does not answer, and the kubelet stops posting the Node's status too, so the Node
+# turns NotReady. The remediator climbs on gpuhealth's own alerts only on such a node (decide/planner.py).
+HOST_DOWN_ALERTS = frozenset({"GpuhealthExporterDown"})
+
+
 @dataclass(frozen=True)
 class Cause:
     name: str
@@ -81,6 +87,11 @@ class Cause:
     def node_fault(self) -> bool:
         """The node itself is broken (not only the job that ran on it)."""
         return self.kind in ("hardware", "external")
+
+    @property
+    def host_down(self) -> bool:
+        """The host itself is down (its kubelet too: the Node is NotReady until the fault ends)."""
+        return self.node_fault and self.alert in HOST_DOWN_ALERTS
 
 
 @cache

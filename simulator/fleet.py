@@ -82,6 +82,12 @@ class SimNode:
         return f"{self.pool}-{self.slot:05d}" + (f"-r{self.generation}" if self.generation else "")
 
     @property
+    def kubelet_ready(self) -> bool:
+        """The Node's Ready condition: not while it reboots, nor while a fault has the host down (a reboot does not
+        bring a dead host back)."""
+        return self.ready and not (self.fault is not None and self.fault.cause.host_down)
+
+    @property
     def takes_work(self) -> bool:
         """Nothing keeps the whole node out (a fault no one has seen yet does not): its GPUs, but any quarantined
         one, are in service."""
@@ -138,7 +144,7 @@ class SimNode:
         view = NodeView(
             name=self.name, pool=self.pool, unschedulable=self.unschedulable,
             labels={policy.pools.label: self.pool, **{label: self.switch for label in policy.correlation.labels[:1]}},
-            our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.ready,
+            our_taint=self.our_taint, state=st, hold=None, excluded=False, ready=self.kubelet_ready,
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
             job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,

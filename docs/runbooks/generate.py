@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:  # run as a script: the project's packages come fr
     sys.path.insert(0, str(ROOT))
 
 from docs.runbooks.safeguards import dur, safeguards  # noqa: E402  (evidence, validation, diagnosis, offenders)
+from remediator.decide.history import NOT_HARDWARE_COMPONENTS  # noqa: E402
 from remediator.decide.nodestate import (  # noqa: E402
     DO_NOT_DISRUPT_ANNOTATION,
     HOLD_ANNOTATION,
@@ -76,17 +77,21 @@ class AlertFacts:
     remediation: str
     max_rung: str | None  # how far its fault may climb (its label, as the remediator reads it; None: no label)
     component: str
+    own: bool  # about gpuhealth itself (component probe): it climbs no Ready node, max_rung is its own rung here
     fleet: bool  # node="*": about the fleet, no node
     one_gpu: bool  # its summary names $labels.gpu: an alert about one GPU
     held_back_by: tuple[str, ...]  # alerts that hold this one back in Prometheus while they are pending or firing
+    not_ready_rung: str | None = None  # an own alert's max_rung label: how far it climbs on a NotReady node
 
     @classmethod
     def of(cls, rule: dict[str, Any]) -> AlertFacts:
         labels, annotations = rule.get("labels") or {}, rule.get("annotations") or {}
-        remediation = labels.get("remediation", "none")
+        remediation, component = labels.get("remediation", "none"), labels.get("component", "")
+        own = component in NOT_HARDWARE_COMPONENTS and remediation in RUNGS
         return cls(name=rule["alert"], remediation=remediation,
-                   max_rung=max_rung_of(labels.get("max_rung"), remediation),
-                   component=labels.get("component", ""), fleet=labels.get("node") == "*",
+                   max_rung=remediation if own else max_rung_of(labels.get("max_rung"), remediation),
+                   component=component, own=own, not_ready_rung=max_rung_of(labels.get("max_rung"), remediation)
+                   if own else None, fleet=labels.get("node") == "*",
                    one_gpu="$labels.gpu" in annotations.get("summary", ""),
                    held_back_by=tuple(dict.fromkeys(HELD_BACK_BY.findall(str(rule.get("expr", ""))))))
 
@@ -220,10 +225,18 @@ def _climbing(facts: AlertFacts, policy: Policy) -> list[str]:
         lines.append(f"**Climbs** to {step.rung} when the alert still fires {dur(step.after)} after the "
                      f"{before.rung} rung was done (`ladder.{before.rung}.escalate_after`): {_titled(step.rung)}: "
                      f"{_rung_work(policy, step.rung)}.")
+    if facts.own:
+        why = ("the alert is about gpuhealth itself, component `probe`: on a node whose kubelet reports Ready it "
+               "climbs no further, whatever its `max_rung`")
     if last != "replace":
         lines.append(f"**Does not climb from {last}** ({why}): while the alert keeps firing the node stays "
                      f"{STAYS[last]}, and nothing more disruptive happens unless another alert on the node asks for "
                      "more.")
+    if facts.not_ready_rung and rung_index(facts.not_ready_rung) > rung_index(last):
+        lines.append(f"**On a NotReady node** (its kubelet stopped reporting too: the host is down, not only "
+                     f"gpuhealth) the alert climbs as its `max_rung` label lets it, up to {facts.not_ready_rung}, each "
+                     "rung `escalate_after` after the last ([docs/remediation.md](../remediation.md#gpuhealths-own-"
+                     "breakage)).")
     jobs = [r for r in ("reset_gpu", "reboot") if rung_index(first) <= rung_index(r) <= rung_index(last)]
     if jobs:
         what = " or a ".join("reset" if r == "reset_gpu" else r for r in jobs)

@@ -13,6 +13,7 @@ from datetime import datetime
 from remediator.decide.budget import Ledger
 from remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from remediator.decide.event_reasons import EventReason, Note
+from remediator.decide.history import NOT_HARDWARE_COMPONENTS
 from remediator.decide.nodestate import NodeState, rung_index
 from remediator.decide.views import NodeView
 from remediator.decide.vocabulary import RUNG_ORDER, Action, Rung, RungStatus, Scope, Severity, TaintEffect, Verdict
@@ -60,7 +61,8 @@ class PlannerBase:
 
     def alert_ceiling(self, fps: list[str]) -> Ceiling:
         """How far the firing alerts let a persisting fault climb: the highest of their ceilings (each alert's
-        max_rung label, ladder.max_rung where it has none; a correlated alert's own rung), never below their own."""
+        max_rung label, ladder.max_rung where it has none; a correlated alert's own rung; on a Ready node, an alert
+        about gpuhealth itself its own rung), never below their own."""
         best = Ceiling(-1, "")
         for fp in fps:
             alert = self.state.alerts[fp]
@@ -68,6 +70,12 @@ class PlannerBase:
             if fp in self.state.correlated:
                 index, why = own, f"{alert.name} is a correlated fault (it fires behind the same switch or rack " \
                     "on other nodes): it climbs no node past its own rung"
+            elif alert.component in NOT_HARDWARE_COMPONENTS and self.full.ready:
+                # gpuhealth's own breakage (its exporter down or gone, a probe failing or stale) on a node whose
+                # kubelet still reports Ready: the node is alive, gpuhealth cannot see it. A host that is really down
+                # turns NotReady (the kubelet's signal, Karpenter's too): then the alert's max_rung applies
+                index, why = own, f"{alert.name} is about gpuhealth itself (component {alert.component}) and the " \
+                    "node is Ready: it climbs no node past its own rung"
             elif alert.max_rung is not None:
                 index, why = rung_index(alert.max_rung), f"{alert.name}'s max_rung is {alert.max_rung}"
             else:

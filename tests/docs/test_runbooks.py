@@ -97,7 +97,8 @@ def _claims_against(policy: Policy, text: str) -> list[str]:
         if escalate is None or parse_duration(after) != escalate or rung_index(to) != rung_index(rung) + 1:
             wrong.append(f"says {rung} climbs to {to} after {after}; ladder.{rung}.escalate_after is {escalate}")
     for rung in STAYS.findall(text):
-        capped = f"the alert's `max_rung` label is {rung}" in text  # the alert's own ceiling, not the policy's
+        capped = f"the alert's `max_rung` label is {rung}" in text or (  # the alert's own ceiling, not the policy's
+            "the alert is about gpuhealth itself" in text)  # or gpuhealth's own alert on a Ready node (its own rung)
         if policy.rung(rung).escalate_after is not None and rung != policy.ladder.max_rung and not capped:
             wrong.append(f"says {rung} does not climb; ladder.{rung}.escalate_after is "
                          f"{policy.rung(rung).escalate_after}")
@@ -134,9 +135,9 @@ def test_the_shared_block_follows_the_policy_it_is_rendered_from() -> None:
 
 
 def test_an_alert_whose_max_rung_is_its_own_rung_says_it_stays_whatever_the_policy() -> None:
-    probe = ALERTS["GpuhealthProbeFailing"]  # remediation cordon, max_rung cordon
+    unknown = ALERTS["GPUXidUnknown"]  # remediation cordon, max_rung cordon
     for policy in (gen.policy_defaults(), parse_policy("ladder: {cordon: {escalate_after: 2h}}\n")):
-        text = gen.what_gpuhealth_does(probe, policy)
+        text = gen.what_gpuhealth_does(unknown, policy)
         assert "**Does not climb from cordon** (the alert's `max_rung` label is cordon" in text
         assert "**Climbs**" not in text and _claims_against(policy, text) == []
 
@@ -163,6 +164,17 @@ def test_the_safeguards_follow_the_policy_and_the_alerts_climb() -> None:
     assert not any(s in probe for s in ("Evidence first", "Validated before", "Diagnosed before", "Repeat offenders"))
     host = gen.what_gpuhealth_does(ALERTS["HostMachineCheck"], gen.policy_defaults())  # not what dcgmi diag tests
     assert "Diagnosed before" not in host
+
+
+@pytest.mark.parametrize("name", ["GpuhealthExporterDown", "GpuhealthProbeFailing"])
+def test_an_alert_about_gpuhealth_itself_says_a_ready_node_stays_at_its_rung_whatever_its_max_rung(name: str) -> None:
+    text = gen.what_gpuhealth_does(ALERTS[name], gen.policy_defaults())
+    assert "**Does not climb from cordon** (the alert is about gpuhealth itself, component `probe`: on a node whose " \
+        "kubelet reports Ready it climbs no further, whatever its `max_rung`)" in text
+    assert "**Climbs**" not in text and _claims_against(gen.policy_defaults(), text) == []
+    not_ready = "**On a NotReady node** (its kubelet stopped reporting too: the host is down, not only gpuhealth) " \
+        "the alert climbs as its `max_rung` label lets it, up to replace"
+    assert (not_ready in text) == (name == "GpuhealthExporterDown")  # max_rung replace; the probe's is cordon
 
 
 def test_a_runbook_that_says_the_cordon_times_out_is_caught() -> None:

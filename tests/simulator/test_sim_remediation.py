@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from remediator.policy import BudgetSettings, Policy, Quota, ReturnToServiceSettings, parse_policy
+from simulator.fleet import Fault, SimNode
 from simulator.scenario import parse_scenario
 from tests.simulator.sim_helpers import run
 
@@ -88,3 +89,20 @@ def test_an_idle_node_sweep_finds_silent_data_corruption_and_the_climb_replaces_
     assert on.decisions.get("replace:execute", 0) > 0
     sdc = "Silent Data Corruption"
     assert on.out_hours_by_cause.get(sdc, 0.0) < off.out_hours_by_cause.get(sdc, 0.0)
+
+
+def test_a_host_down_fault_leaves_the_simulated_node_not_ready_until_it_ends_and_other_faults_do_not() -> None:
+    """A power supply or chassis behind GpuhealthExporterDown takes the kubelet down with the host: the Node is
+    NotReady, which the remediator's ladder climbs on (on a Ready node gpuhealth's own alerts stop at cordon); a
+    reboot does not bring a dead host back. A GPU fault leaves the kubelet up."""
+    sc = parse_scenario(_fleet(""), "host.yaml")
+    policy = Policy()
+    node = SimNode(slot=0, pool="p")
+    node.fault = Fault(1, sc.causes["Power Supply"], 0.0, "replace", 0, 1, "GpuhealthExporterDown")
+    assert sc.causes["Power Supply"].host_down and not node.view(policy).ready
+    node.ready = True  # a reboot ended
+    assert not node.view(policy).ready
+    node.fault = None
+    assert node.view(policy).ready
+    node.fault = Fault(2, sc.causes["Faulty GPU"], 0.0, "reset_gpu", 0, 2, "GPUXidFatal")
+    assert not sc.causes["Faulty GPU"].host_down and node.view(policy).ready

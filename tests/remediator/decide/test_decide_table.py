@@ -61,6 +61,8 @@ def plan(v: NodeView, policy: Policy = POLICY, others: list[NodeView] | None = N
 
 
 DONE, RUNNING, FAILED = RungStatus.DONE, RungStatus.RUNNING, RungStatus.FAILED
+EXPORTER_DOWN = AlertRecord("GpuhealthExporterDown", "cordon", "firing", starts_at=ago(25), last_seen=ago(1),
+                            component="probe", max_rung="replace")  # as rules/alerts/probe.yaml labels it
 POD = PodRef("ml", "train-0", uses_gpu=True)
 
 # (row, view, the decisions as (action, verdict), the rung and its status the state is left at)
@@ -88,6 +90,12 @@ TABLE: list[tuple[str, NodeView, list[tuple[str, str]], tuple[Rung | None, RungS
      view(state("cordon", Rung.CORDON, DONE, rung_done=ago(19))), [("drain", "deferred")], (Rung.CORDON, DONE)),
     ("the fault persisted past escalate_after: the next rung starts",
      view(state("cordon", Rung.CORDON, DONE, rung_done=ago(21))), [("drain", "execute")], (Rung.DRAIN, DONE)),
+    ("gpuhealth's own alert (its exporter down) past escalate_after on a Ready node: it stays at cordon",
+     view(state(record=EXPORTER_DOWN, rung=Rung.CORDON, status=DONE, rung_done=ago(21))), [("none", "skipped")],
+     (Rung.CORDON, DONE)),
+    ("the same on a NotReady node (the host is down): it climbs as its max_rung lets it",
+     view(state(record=EXPORTER_DOWN, rung=Rung.CORDON, status=DONE, rung_done=ago(21)), ready=False),
+     [("drain", "execute")], (Rung.DRAIN, DONE)),
     ("a reset after the drain: the reset Job, on the GPU the alert names",
      view(state("reset_gpu", Rung.DRAIN, DONE, rung_done=ago(1))), [("reset_gpu", "execute")],
      (Rung.RESET_GPU, RUNNING)),
