@@ -374,6 +374,33 @@ def test_diag_document_of_unexpected_shape_is_bad_output(doc: str, words: str, t
     assert words in err.message
 
 
+def _r1_where(change: str) -> str:
+    """The real DCGM 3.x `dcgmi diag -r 1 -j` (a T4), with no test category, no result in any test, or every test's
+    status Skip (what dcgmi writes for a test it did not run, DCGM 3.x nvvs NvvsJsonStrings.h)."""
+    doc = json.loads((FIXTURES / "virtualclient_DCGMIDiag_r1_results.json").read_text())
+    root = doc["DCGM GPU Diagnostic"]
+    for category in root["test_categories"]:
+        for test in category["tests"]:
+            if change == "no results":
+                test["results"] = []
+            for result in test["results"]:
+                result["status"] = "Skip"
+    if change == "no categories":
+        root["test_categories"] = []
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("change, words", [
+    ("no categories", "no test results: nothing was verified"),
+    ("no results", "no test results: nothing was verified"),
+    ("every test skipped", "every test was skipped (CUDA Main Library, Denylist, Environment Variables, Graphics "
+                           "Processes, Inforom, ...): nothing was verified"),
+])
+def test_a_diag_that_verified_nothing_fails_closed(change: str, words: str, tmp_path: Path) -> None:
+    err = error_of(DcgmDiagProbe(cat_dcgmi(tmp_path, _r1_where(change), "diag -r 1 -j")))
+    assert err.reason == BAD_OUTPUT and err.message == f"dcgmi diag: {words}"
+
+
 # --- dcgm-exporter --------------------------------------------------------------------------------
 
 
