@@ -17,9 +17,9 @@ They talk over two pipes, never through shared state:
 Fail closed: the loop's process ending while the receiver runs (a crash, the OOM killer, a signal) fails /healthz
 and stops the receiver (exit 1: the kubelet restarts the container; no replica keeps answering webhooks with no one
 acting on them); so does no status for STATUS_STALE_S (a frozen process), and a status saying the pass under way is
-stuck (past act/reconciler.py pass_liveness_bound: a call that never returns, a loop that never ends). The receiver ending (its pipe closes)
-stops the loop after the pass under way. SIGTERM (to the receiver, as the kubelet sends it, or to both) stops both:
-the receiver records what it answered, then the loop ends its pass (http_server.serve).
+stuck (past act/reconciler.py pass_liveness_bound: a call that never returns, a loop that never ends). The receiver
+ending (its pipe closes) stops the loop after the pass under way. SIGTERM (to the receiver, as the kubelet sends it,
+or to both) stops both: the receiver records what it answered, then the loop ends its pass (http_server.serve).
 
 A dry run keeps the loop in the receiver's process (a thread): its writes live in that process's memory
 (clients/dry_run.py), where the loop must read them.
