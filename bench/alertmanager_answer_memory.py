@@ -7,7 +7,10 @@ RSS (ru_maxrss after less before: 0 when the read fit in what importing the reme
   KubeNodeNotReady, which names a node but asks for no remediation) and 10 gpuhealth alerts, read with the
   policy's receiver unset (any receiver): only the label matchers keep the others out;
 - gpuhealth: a server answering --alerts gpuhealth alerts (a fleet-wide storm), shaped as Alertmanager 0.25's
-  GET /api/v2/alerts writes them (tests/support/real_alertmanager.py's capture of the shape, with the chart's labels).
+  GET /api/v2/alerts writes them (tests/support/real_alertmanager.py's capture of the shape, with the chart's labels);
+- empty: three members of an HA Alertmanager (or what answers in their place) each answering just under the byte cap
+  (8 MiB) of `{},`: the smallest values cost the most when parsed (issue 35, item 12: 814 MiB before the bound on
+  what is parsed per member).
 
 --remediator-root reads with another checkout's remediator, e.g. the code before the byte cap and the filter:
 
@@ -16,6 +19,7 @@ RSS (ru_maxrss after less before: 0 when the read fit in what importing the reme
 
     .venv/bin/python bench/alertmanager_answer_memory.py            # 100,000 alerts (~3 min: Alertmanager ingests)
     .venv/bin/python bench/alertmanager_answer_memory.py --quick    # 20,000 alerts
+    .venv/bin/python bench/alertmanager_answer_memory.py --cases empty    # the three members of `{}` only (~1 min)
 Last lines: `name value` pairs (MiB).
 """
 
@@ -89,7 +93,7 @@ def other_alert(i: int, now: datetime) -> dict[str, Any]:
             "generatorURL": "http://prometheus.example/graph"}
 
 
-def measure(root: Path, url: str) -> dict[str, tuple[float, str]]:
+def measure(root: Path, url: str | list[str]) -> dict[str, tuple[float, str]]:
     text = yaml.safe_dump({"alertmanager": {"url": url, "receiver": None, "min_uptime": "0s", "timeout": "300s"}})
     out = {}
     for mode in ("rss", "tracemalloc"):
@@ -105,18 +109,46 @@ def main() -> int:
     parser.add_argument("--alerts", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="20,000 alerts")
     parser.add_argument("--remediator-root", type=Path, default=ROOT)
+    parser.add_argument("--cases", default="gpuhealth,others,empty", help="which of gpuhealth, others, empty")
     args = parser.parse_args()
+    cases = set(args.cases.split(","))
     count = 20_000 if args.quick else args.alerts
     now = datetime.now(UTC)
     results: dict[str, dict[str, tuple[float, str]]] = {}
+    if "empty" in cases:
+        results["empty"] = measure_empty(args.remediator_root)
+    if "gpuhealth" in cases:
+        results["gpuhealth"] = measure_gpuhealth(args.remediator_root, count, now)
+    if "others" in cases:
+        results["others"] = measure_others(args.remediator_root, count, now)
+    for case, modes in results.items():
+        for mode, (mib, result) in modes.items():
+            print(f"{case} {mode}: {mib:.1f} MiB ({result})")
+    for case, modes in results.items():
+        for mode, (mib, _) in modes.items():
+            print(f"{case}_{mode}_peak_mib {mib:.1f}")
+    return 0
 
+
+def measure_empty(root: Path, members: int = 3) -> dict[str, tuple[float, str]]:
+    body = b"[" + b",".join([b"{}"] * ((8 << 20) // 3 - 1)) + b"]"  # under the default 8 MiB cap
+    servers = [StaticAnswer(body, "application/json") for _ in range(members)]
+    print(f"empty: {members} members, each {len(body) / 2**20:.2f} MiB of {{}}", flush=True)
+    try:
+        return measure(root, [s.url for s in servers])
+    finally:
+        for server in servers:
+            server.close()
+
+
+def measure_gpuhealth(root: Path, count: int, now: datetime) -> dict[str, tuple[float, str]]:
     body = json.dumps([gpuhealth_alert(i, now) for i in range(count)]).encode()
-    static = StaticAnswer(body, "application/json")
     print(f"gpuhealth: {count} alerts, an answer of {len(body) / 2**20:.1f} MiB", flush=True)
-    results["gpuhealth"] = measure(args.remediator_root, static.url)
-    static.close()
-    del body
+    with StaticAnswer(body, "application/json") as static:
+        return measure(root, static.url)
 
+
+def measure_others(root: Path, count: int, now: datetime) -> dict[str, tuple[float, str]]:
     with RealAlertmanager() as am:
         for start in range(0, count, 1000):
             am.post_alerts([other_alert(i, now) for i in range(start, min(count, start + 1000))])
@@ -125,15 +157,7 @@ def main() -> int:
         with urllib.request.urlopen(f"{am.url}/api/v2/alerts?active=true", timeout=300) as r:
             listed = len(json.loads(r.read()))
         print(f"others: Alertmanager lists {listed} alerts ({count} not for gpuhealth)", flush=True)
-        results["others"] = measure(args.remediator_root, am.url)
-
-    for case, modes in results.items():
-        for mode, (mib, result) in modes.items():
-            print(f"{case} {mode}: {mib:.1f} MiB ({result})")
-    for case, modes in results.items():
-        for mode, (mib, _) in modes.items():
-            print(f"{case}_{mode}_peak_mib {mib:.1f}")
-    return 0
+        return measure(root, am.url)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,9 @@ def _add_probe_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--diag-level", type=int, choices=(1, 2, 3, 4), help="dcgmi diag -r level (default 1)")
     p.add_argument("--dcgm-exporter-url", metavar="URL|FILE",
                    help="a local dcgm-exporter's /metrics URL (or a saved scrape); enables the dcgm_exporter probe")
+    p.add_argument("--dcgm-exporter-trust-unverified", action="store_true", default=None,
+                   help="trust a dcgm-exporter scrape that cannot be verified to be this node's (no node name, or "
+                        "no Hostname label on its GPU samples); without it such a scrape fails the probe")
     p.add_argument("--instance-type", metavar="TYPE",
                    help="EC2 instance type: sets the expected GPU count, and the most EFA devices it can take "
                         "(default $INSTANCE_TYPE, else the Node's label)")
@@ -212,6 +215,7 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str]) -> Setting
         "listen": args.listen, "node": args.node, "kmsg_file": args.kmsg_file, "kmsg_device": args.kmsg_device,
         "state_file": args.state_file, "kernel_patterns": args.kernel_patterns, "sysfs_root": args.sysfs_root,
         "dcgmi": args.dcgmi, "diag_level": args.diag_level, "dcgm_exporter": args.dcgm_exporter_url,
+        "dcgm_exporter_trust_unverified": args.dcgm_exporter_trust_unverified,
         "instance_type": args.instance_type, "gpus_expected": args.gpus_expected,
         "efa_expected": args.efa_expected, "efa_counters": args.efa_counters, "kube_api": args.kube_api,
         "service_account_dir": args.service_account_dir, "log_level": args.log_level,

@@ -48,6 +48,9 @@ class Settings:
     dcgm_exporter: str = ""
     # Hostname label values, besides the node name, that mean this node (comma-separated)
     dcgm_exporter_hostnames: str = ""
+    # trust a dcgm-exporter scrape that cannot be verified to be this node's (no node name, or no Hostname label on
+    # its GPU samples): off, such a scrape fails the probe (bad_output) rather than mark GPUs healthy
+    dcgm_exporter_trust_unverified: bool = False
     instance_type: str = ""
     gpus_expected: int | None = None
     efa_expected: int | None = None  # every node's EFA count; default: the Node's label or capacity (efa_expected.py)

@@ -69,10 +69,13 @@ class Verdict:
 
     @classmethod
     def from_json(cls, text: str) -> Verdict:
-        """The verdict `text` holds; ValueError when it is not one (not JSON, another version, a rule broken)."""
+        """The verdict `text` holds; ValueError when it is not one (not JSON, another version, a rule broken, or
+        longer than MAX_BYTES: a pod's status is writable by more than the kubelet, which keeps no more)."""
+        if len(text) > MAX_BYTES or len(text.encode()) > MAX_BYTES:
+            raise ValueError(f"longer than {MAX_BYTES} bytes: no termination message the kubelet keeps")
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"not JSON: {exc}") from exc
         if not isinstance(doc, dict) or doc.get("v") != VERSION:
             raise ValueError(f"not a version {VERSION} verdict object")

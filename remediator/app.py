@@ -151,9 +151,10 @@ def _probe_routes(app: Flask, rem: Remediator) -> None:
     @app.get("/healthz")
     def healthz() -> tuple[Response, int]:
         process = loop()
-        if process is None:
-            return jsonify({"ok": True}), 200
-        ok, why = process.health()  # the loop's process runs and speaks (fail closed: a dead loop restarts the pod)
+        if process is None:  # the loop in a thread of this process (a dry run): hung when its pass overran
+            stuck = rem.loop.stuck()
+            return (jsonify({"ok": False, "loop": stuck}), 503) if stuck else (jsonify({"ok": True}), 200)
+        ok, why = process.health()  # the loop's process runs, speaks and its pass is not hung (else: restarted)
         return jsonify({"ok": ok, "loop": why}), 200 if ok else 503
 
     @app.get("/readyz")

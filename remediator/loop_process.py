@@ -16,9 +16,10 @@ They talk over two pipes, never through shared state:
 
 Fail closed: the loop's process ending while the receiver runs (a crash, the OOM killer, a signal) fails /healthz
 and stops the receiver (exit 1: the kubelet restarts the container; no replica keeps answering webhooks with no one
-acting on them); so does no status for STATUS_STALE_S (a frozen process). The receiver ending (its pipe closes)
-stops the loop after the pass under way. SIGTERM (to the receiver, as the kubelet sends it, or to both) stops both:
-the receiver records what it answered, then the loop ends its pass (http_server.serve).
+acting on them); so does no status for STATUS_STALE_S (a frozen process), and a status saying the pass under way is
+stuck (past act/reconciler.py pass_liveness_bound: a call that never returns, a loop that never ends). The receiver
+ending (its pipe closes) stops the loop after the pass under way. SIGTERM (to the receiver, as the kubelet sends it,
+or to both) stops both: the receiver records what it answered, then the loop ends its pass (http_server.serve).
 
 A dry run keeps the loop in the receiver's process (a thread): its writes live in that process's memory
 (clients/dry_run.py), where the loop must read them.
@@ -61,6 +62,7 @@ LOOP_NICE = 5
 class LoopStatus:
     ready: bool
     stopped_by: str | None  # gpuhealth-remediator cleanup holds the Lease (its mark): nothing is recorded
+    stuck: str | None = None  # the pass under way has run past its bound (Reconciler.stuck): /healthz fails
 
 
 class LoopProcess:
@@ -222,6 +224,9 @@ class LoopProcess:
         quiet = time.monotonic() - self._status_at
         if quiet > STATUS_STALE_S:
             return False, f"no word from the reconcile loop's process for {quiet:.0f} s"
+        status = self._status
+        if status is not None and status.stuck:
+            return False, status.stuck
         return True, "running"
 
     def ready(self) -> bool:
@@ -295,7 +300,7 @@ class _Child:
         sent: LoopStatus | None = None
         sent_at = 0.0
         while not self.stop.is_set():
-            status = LoopStatus(self.rem.ready(), self.rem.elector.stopped_by)
+            status = LoopStatus(self.rem.ready(), self.rem.elector.stopped_by, self.rem.loop.stuck())
             if status != sent or time.monotonic() - sent_at >= STATUS_EVERY:
                 self.report(("status", status))
                 sent, sent_at = status, time.monotonic()

@@ -66,7 +66,7 @@ RUNGS = tuple(r for r in Rung if r is not Rung.CORDON)  # the rungs with a timeo
 EVENT_DROP_REASONS = ("rejected", "outbox_full")
 REPEAT_OFFENDER_RULES = ("episodes", "same_gpu")  # decide/offenders.py's RULES
 HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_too_large", "bad_request",
-                       "per_source_limit")
+                       "per_source_limit", "shed_slow_client", "over_capacity")
 
 
 # The Events that say how a diagnostic Job ended, by the result label they count under.
@@ -165,7 +165,8 @@ class Metrics:
         self.http_rejected = Counter("gpuhealth_remediator_http_rejected", "Requests the server answered itself "
                                      "before the app (header_timeout, body_timeout: 408; too_large: 413; "
                                      "headers_too_large: 431; bad_request: 400; per_source_limit: closed "
-                                     "unanswered)", ["reason"], registry=r)
+                                     "unanswered; shed_slow_client, over_capacity: closed by the full probes' port "
+                                     "to take a new connection, or with every slot answering)", ["reason"], registry=r)
         self.events_dropped = Counter("gpuhealth_remediator_events_dropped", "Events never sent: refused by the API "
                                       "(a 4xx) or pushed out of a full outbox", ["reason"], registry=r)
 

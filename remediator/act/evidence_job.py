@@ -41,6 +41,11 @@ EVIDENCE_LABEL = "gpuhealth.io/evidence"  # on every evidence ConfigMap: what cl
 EPISODE_LABEL, RUNG_LABEL = "gpuhealth.io/episode", "gpuhealth.io/rung"
 LOG_LIMIT_BYTES = 900 * 1024  # of the pod's log read; the ConfigMap's data stays under DATA_LIMIT_BYTES
 DATA_LIMIT_BYTES = 960 * 1024  # a ConfigMap holds at most 1 MiB, its metadata included
+# What the summary lists of the nvidia-smi inventory: a node has at most 8 or 16 GPUs (MIG instances are not listed
+# as <gpu>), so 64 leaves room; a log naming more (a broken or hostile tool: 45 KB of `<gpu/>` is 7,500 of them)
+# is cut there and says so (gpus_listed), where the summary alone outgrew the ConfigMap and its fitting never ended.
+MAX_GPUS = 64
+MAX_FIELD_CHARS = 128  # of each GPU's field (a serial, a part number: under 40 characters on real boards)
 _SECTION = re.compile(r"^==> gpuhealth-evidence: ([a-z-]+) <==$", re.MULTILINE)
 _KEYS = {"nvidia-smi": "nvidia-smi-q.xml", "dcgmi-diag": "dcgmi-diag.json", "kernel-log": "kernel-log.txt"}
 
@@ -75,40 +80,57 @@ def sections(log_text: str) -> dict[str, str]:
             for i, m in enumerate(marks)}
 
 
-def gpu_inventory(xml_text: str) -> tuple[str | None, list[dict[str, str]]]:
-    """The driver version and, per GPU, what an RMA names it by (serial, UUID, PCI bus id, part number, VBIOS), from
-    `nvidia-smi -q -x`; (None, []) when it is not readable XML."""
+def gpu_inventory(xml_text: str) -> tuple[str | None, list[dict[str, str]], int]:
+    """The driver version, per GPU (the first MAX_GPUS) what an RMA names it by (serial, UUID, PCI bus id, part
+    number, VBIOS), from `nvidia-smi -q -x`, and how many GPUs it listed; (None, [], 0) when it is not readable
+    XML. Bounded: the text is the log's section (at most LOG_LIMIT_BYTES), each field at most MAX_FIELD_CHARS."""
     try:
         root = ET.fromstring(xml_text)
     except ET.ParseError:
-        return None, []
+        return None, [], 0
     fields = ("product_name", "serial", "uuid", "vbios_version", "board_part_number", "gpu_part_number")
-    gpus = [{**{f: (g.findtext(f) or "").strip() for f in fields},
-             "pci_bus_id": (g.findtext("pci/pci_bus_id") or g.get("id") or "").strip()} for g in root.iter("gpu")]
-    return (root.findtext("driver_version") or "").strip() or None, gpus
+
+    def text(element: ET.Element, path: str) -> str:
+        return (element.findtext(path) or "").strip()[:MAX_FIELD_CHARS]
+
+    listed = 0
+    gpus: list[dict[str, str]] = []
+    for g in root.iter("gpu"):
+        listed += 1
+        if len(gpus) < MAX_GPUS:
+            gpus.append({**{f: text(g, f) for f in fields},
+                         "pci_bus_id": (text(g, "pci/pci_bus_id") or (g.get("id") or "").strip()[:MAX_FIELD_CHARS])})
+    return text(root, "driver_version") or None, gpus, listed
 
 
 def build_data(log_text: str, meta: dict[str, Any]) -> tuple[dict[str, str], bool]:
     """The ConfigMap's data from the pod's log: summary.json and a file per tool, bounded (the largest cut first,
-    the cut said in summary.json); and whether anything was cut."""
-    parts = sections(log_text)
-    driver, gpus = gpu_inventory(parts.get("nvidia-smi", ""))
+    the cut said in summary.json); and whether anything was cut. Each round cuts one file to fit or drops it, so
+    it ends within one round per file; ValueError when the summary alone does not fit (nothing is stored)."""
+    parts = sections(log_text[:LOG_LIMIT_BYTES])
+    driver, gpus, listed = gpu_inventory(parts.get("nvidia-smi", ""))
     data = {key: parts[name] for name, key in _KEYS.items() if parts.get(name)}
     notes = {name: parts[name][:2000] for name in ("nvidia-smi-status", "dcgmi-status", "bug-report", "upload")
              if name in parts}
     cut: dict[str, int] = {}
-    summary = {**meta, "driver_version": driver, "gpus": gpus, "tools": notes,
+    summary = {**meta, "driver_version": driver, "gpus": gpus, "gpus_listed": listed, "tools": notes,
                "complete_log": "end" in parts, "log_bytes": len(log_text.encode())}
     while True:
         summary["truncated"] = cut
         text = json.dumps(summary, indent=1, sort_keys=True)
         over = len(text.encode()) + sum(len(v.encode()) for v in data.values()) - DATA_LIMIT_BYTES
-        if over <= 0 or not data:
-            return {"summary.json": text, **data}, bool(cut) or not summary["complete_log"]
+        if over <= 0:
+            return {"summary.json": text, **data}, bool(cut) or listed > len(gpus) or not summary["complete_log"]
+        if not data:
+            raise ValueError(f"the summary alone is {len(text.encode())} bytes, over {DATA_LIMIT_BYTES}")
         key = max(data, key=lambda k: len(data[k]))
-        keep = max(0, len(data[key].encode()) - over - 1024)
-        cut[key] = len(data[key].encode()) - keep
-        data[key] = data[key].encode()[:keep].decode("utf-8", "ignore")
+        size = len(data[key].encode())
+        keep = size - over - 1024
+        cut[key] = cut.get(key, 0) + size - max(0, keep)
+        if keep <= 0:
+            del data[key]
+        else:
+            data[key] = data[key].encode()[:keep].decode("utf-8", "ignore")
 
 
 class EvidenceStore:

@@ -48,6 +48,16 @@ log = logging.getLogger("gpuhealth.remediator")
 SWEEP_AT_REST = timedelta(minutes=5)  # how often passes that need no DRA look for gpuhealth's leftover device taints
 # The shortest wait before a pass the ladder's own timing asks for (decide/wake.py): never longer than --interval
 MIN_WAIT_S = 1.0
+# A pass (its Alertmanager sync included) still running this many lease durations after it began is stuck in
+# something that does not return: /healthz fails and the kubelet restarts the container. Its own deadline is two
+# thirds of one (act/pass_guard.py), the sync's read as long again, and the Lease is let go a third of one past the
+# deadline (clients/leader.py); 8 leave room for the sync's writes and the last calls under way (2 min by default).
+PASS_LIVENESS_LEASES = 8
+
+
+def pass_liveness_bound(policy: Policy) -> timedelta:
+    """How long one pass may run before the loop counts as hung (policy leader.lease_duration x 8)."""
+    return policy.leader.lease_duration * PASS_LIVENESS_LEASES
 
 
 class Reconciler:
@@ -67,9 +77,25 @@ class Reconciler:
         self._monitoring_faults: set[FaultKey] = set()  # reported (gauge, audit line) by the last pass
         self._correlated_faults: set[SharedFault] = set()  # reported (gauge, audit line) by the last pass
         self.next_due: datetime | None = None  # when the last pass's decisions change by time alone (decide/wake.py)
+        self.pass_began: datetime | None = None  # on the loop's clock, while a pass runs (None between passes)
+
+    def stuck(self) -> str | None:
+        """Why the loop counts as hung (its pass has run past pass_liveness_bound), or None: what /healthz reads."""
+        began, bound = self.pass_began, pass_liveness_bound(self.policy)
+        if began is None or self.clock() - began <= bound:
+            return None
+        return (f"the reconcile pass that began at {began.isoformat(timespec='seconds')} has run over "
+                f"{bound.total_seconds():g} s ({PASS_LIVENESS_LEASES} x leader.lease_duration): it is stuck")
 
     def run_once(self) -> list[NodePlan] | None:
-        """Reconcile if leader (None when not). A dry run takes no part in the election: it only reads."""
+        """Reconcile if leader (None when not), watched by stuck(). A dry run takes no part in the election."""
+        self.pass_began = self.clock()
+        try:
+            return self._run_once()
+        finally:
+            self.pass_began = None
+
+    def _run_once(self) -> list[NodePlan] | None:
         self.next_due = None  # set again only by a pass that ends: a stale one must not shorten the waits
         if not self.elector.takes_part:
             return self.reconcile()

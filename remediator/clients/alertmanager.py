@@ -10,13 +10,13 @@ up) and TLS (a CA file) are configured once, in the policy.
 
 Every call ends within alertmanager.timeout, whatever the member does (a total deadline: clients/bounded_http.py),
 and within the deadline of the pass that makes it (`pass_deadline`); an answer longer than
-alertmanager.max_answer_bytes is refused once that much is read. Either is counted (`on_cut`).
+alertmanager.max_answer_bytes is refused once that much is read, and one that would parse into more than a value per
+BYTES_PER_VALUE of those bytes is refused unparsed (clients/bounded_json.py). Each is counted (`on_cut`).
 """
 
 from __future__ import annotations
 
 import http.client
-import json
 import socket
 import ssl
 import threading
@@ -32,11 +32,16 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
+from remediator.clients import bounded_json
 from remediator.clients.bounded_http import AnswerTooLarge, DeadlinePassed
 from remediator.clients.bounded_http import get as bounded_get
 from remediator.decide.nodestate import parse_time
 
 MAX_ANSWER_BYTES = 8 << 20  # policy alertmanager.max_answer_bytes' default
+# What one member's answer may make when parsed: one JSON value per this many bytes of max_answer_bytes (699,050 at
+# 8 MiB). A real alert is 17-31 bytes a value (the fewest labels to the chart's); 8 MiB of `{},` is 2.8 million
+# empty dicts, ~290 MiB a member (clients/bounded_json.py; docs/benchmarks.md has the figures).
+BYTES_PER_VALUE = 12
 
 _pass = threading.local()  # .until: the deadline (time.monotonic()) of the pass this thread runs, if any
 
@@ -113,7 +118,11 @@ class AlertmanagerClient:
         if reply.status != 200:
             raise AlertmanagerUnavailable(f"{member}: HTTP {reply.status} {reply.reason}")
         try:
-            data = json.loads(reply.body)
+            data = bounded_json.loads(reply.body, self.max_answer_bytes // BYTES_PER_VALUE)
+        except bounded_json.TooManyValues as exc:
+            self.on_cut("too_large")
+            raise AlertmanagerUnavailable(f"{member}{path}: {exc} (one per {BYTES_PER_VALUE} bytes of "
+                                          "alertmanager.max_answer_bytes): not parsed") from exc
         except ValueError as exc:
             raise AlertmanagerUnavailable(f"{member}: {type(exc).__name__}: {exc}") from exc
         date = None

@@ -48,6 +48,20 @@ def test_anything_else_is_no_verdict(text: str) -> None:
         Verdict.from_json(text)
 
 
+@pytest.mark.parametrize("text, why", [
+    # a valid verdict padded past what the kubelet keeps: only a writer of the pod's status could have put it there
+    (json.dumps({"v": 1, "passed": False, "level": 2, "failures": [
+        {"category": "gpu_count", "gpus": [], "detail": "x" * MAX_BYTES}]}), "longer than 4096 bytes"),
+    ("[" * 100_000 + "]" * 100_000, "longer than 4096 bytes"),
+    # deep nesting within the bound: RecursionError (no JSONDecodeError) where the recursion limit is under 2,048,
+    # else a list, which is no verdict either: a ValueError both ways, never a RecursionError
+    ("[" * 2048 + "]" * 2048, "not JSON|not a version 1 verdict object"),
+])
+def test_a_verdict_past_the_termination_message_bound_or_too_deep_is_no_verdict(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        Verdict.from_json(text)
+
+
 def test_the_json_shape_is_the_documented_one() -> None:
     doc = json.loads(Verdict((Failure(Check.NCCL_BANDWIDTH, "low", ()),), level=2).to_json())
     assert doc == {"v": 1, "passed": False, "level": 2, "skipped": [],

@@ -33,4 +33,5 @@ esac
     dcgmi.chmod(0o755)
     return ["--kmsg-file", str(fixtures / "kmsg" / "samples.txt"), "--sysfs-root", str(fixtures / "sysfs" / "p4d"),
             "--instance-type", "p4d.24xlarge", "--dcgmi", str(dcgmi),
-            "--dcgm-exporter-url", str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom")]
+            "--dcgm-exporter-url", str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom"),
+            "--dcgm-exporter-trust-unverified"]  # no node name here: nothing to check its Hostname against

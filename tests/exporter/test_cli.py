@@ -100,7 +100,8 @@ def test_efa_counters_by_default_are_the_health_signals_and_the_flag_or_config_w
 
 def test_a_dcgm_exporter_url_turns_its_probe_on_whatever_else_is_disabled(fixtures: Path) -> None:
     scrape = str(fixtures / "dcgm" / "metrics_kops_aws_L4_580.105.08.prom")
-    proc = run("--once", "--dcgm-exporter-url", scrape, "--disable", "kmsg,nvml,dcgm,diag,efa")
+    proc = run("--once", "--dcgm-exporter-url", scrape, "--node", "i-030791dc5a37cd257", "--no-conditions",
+               "--disable", "kmsg,nvml,dcgm,diag,efa")
     assert families(proc.stdout)["gpuhealth_probe_success"] == {(("probe", "dcgm_exporter"),): 1}
     proc = run("--once", "--dcgm-exporter-url", scrape, "--disable", "kmsg,nvml,dcgm,diag,efa,dcgm_exporter")
     assert "gpuhealth_probe_success" not in families(proc.stdout)

@@ -82,8 +82,8 @@ def test_the_exporter_cannot_change_its_nodes_labels_or_annotations_through_stat
                    and d["spec"]["policyName"] == POLICY)["metadata"]["name"]
     assert status["message"] == (
         f'nodes "{NODE}" is forbidden: ValidatingAdmissionPolicy \'{POLICY}\' with binding \'{binding}\' denied '
-        "request: the gpuhealth exporter may not change its Node's labels or annotations: it writes only status "
-        "conditions")
+        "request: the gpuhealth exporter may not change its Node's labels, annotations, finalizers or owner "
+        "references: it writes only status conditions")
 
 
 def test_the_exporters_condition_updates_still_pass(cluster: FakeCluster, tmp_path: Path) -> None:

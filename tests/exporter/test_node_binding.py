@@ -201,3 +201,22 @@ def test_an_error_in_the_policy_refuses_the_request() -> None:
     denial = admission.admit(attrs, service_account(NAMESPACE, EXPORTER, node="gpu-a"), {}, {})
     assert denial is not None and denial.code == 422 and "resulted in error" in denial.status["message"]
     assert admission.admit(attrs, Identity("system:serviceaccount:gpuhealth:gpuhealth-remediator"), {}, {}) is None
+
+
+@pytest.mark.parametrize("metadata", [
+    {"finalizers": ["example.com/hold-forever"]},  # the Node could never be deleted (a replacement stuck)
+    {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "exporter-a",  # garbage-collected with a pod
+                          "uid": "00000000-0000-0000-0000-000000000001"}]},
+])
+def test_an_exporter_may_not_set_its_own_nodes_finalizers_or_owners(
+        cluster: FakeCluster, metadata: dict[str, Any]) -> None:
+    # nodes/status keeps the request's metadata (the API server's status strategy resets only spec); the exporter's
+    # ClusterRole has no patch on nodes itself
+    before = cluster.node("gpu-a")
+    with pytest.raises(ApiException) as denied:
+        kube(cluster, "token-a").patch_node_status("gpu-a", {"metadata": metadata}, _preload_content=False)
+    assert denied.value.status == 403
+    assert "may not change its Node's labels, annotations, finalizers or owner references" in str(denied.value.body)
+    after = cluster.node("gpu-a")
+    assert after["metadata"].get("finalizers") == before["metadata"].get("finalizers")
+    assert after["metadata"].get("ownerReferences") == before["metadata"].get("ownerReferences")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,14 +85,28 @@ def _diag_root(doc: dict[str, Any]) -> dict[str, Any]:
 
 def diag_results(doc: dict[str, Any]) -> list[DiagResult]:
     """Every distinct result of a `dcgmi diag -j` document, DCGM 3.x or 4.x (the diagnostic Job reads them too,
-    exporter/diagnose). ProbeError for a document that is no diagnosis or has a status we do not know; KeyError,
+    exporter/diagnose). ProbeError for a document that is no diagnosis, has a status we do not know, or verified
+    nothing (no result, or every test skipped); KeyError,
     TypeError and the like (MALFORMED) for one of another shape."""
     results: dict[tuple[str, str, str, str], DiagResult] = {}
     for category in _diag_root(doc)["test_categories"]:
         for test in category["tests"]:
             for r in _test_results(str(category["category"]), test):
                 results.setdefault((r.category, r.test, r.gpu, r.result), r)
+    _check_something_ran(results.values())
     return list(results.values())
+
+
+def _check_something_ran(results: Iterable[DiagResult]) -> None:
+    """Fail closed on a diagnosis that verified nothing: no result at all, or every test skipped. A skipped test is
+    normal beside others that ran (EUD without its package); alone, it is no evidence that the GPUs are healthy."""
+    ran = list(results)
+    if not ran:
+        raise ProbeError(BAD_OUTPUT, "dcgmi diag: no test results: nothing was verified")
+    if all(r.result == "skip" for r in ran):
+        tests = sorted({r.test for r in ran})
+        raise ProbeError(BAD_OUTPUT, f"dcgmi diag: every test was skipped ({', '.join(tests[:5])}"
+                                     f"{', ...' if len(tests) > 5 else ''}): nothing was verified")
 
 
 def diag_problem(r: DiagResult) -> str:

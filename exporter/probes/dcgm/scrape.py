@@ -216,6 +216,19 @@ def _check_some_own(series: list[PromSample], own: _OwnSeries, accepted: frozens
                                      f"{' or '.join(sorted(accepted))} (is the URL node-local? docs/install.md)")
 
 
+def unverified(kept: list[PromSample], accepted: frozenset[str]) -> str | None:
+    """Why a scrape's GPU samples cannot be told to be this node's, or None: no node name to check against, or GPU
+    samples none of which carries a Hostname label (dcgm-exporter releases before the label)."""
+    gpu = [s for s in kept if "gpu" in s.labels]
+    if not gpu:
+        return None  # no GPU sample: nothing marked healthy (the GPU count checks say what is missing)
+    if not accepted:
+        return "no node name (--node/NODE_NAME) to check dcgm-exporter's Hostname label against"
+    if not any(_hostname(s.labels) for s in gpu):
+        return "no GPU sample carries dcgm-exporter's Hostname label: which node it read cannot be told"
+    return None
+
+
 def parse_dcgm_exporter(text: str, source: str = "dcgm-exporter",
                         accepted: frozenset[str] = frozenset()) -> ProbeResult:
     """Map a dcgm-exporter scrape onto gpuhealth families (source="dcgm"); the host label is dropped.
@@ -260,18 +273,32 @@ class DcgmExporterProbe(PausingProbe):
 
     name = "dcgm_exporter"
 
-    def __init__(self, source: str, node: str = "", aliases: tuple[str, ...] = ()) -> None:
+    def __init__(self, source: str, node: str = "", aliases: tuple[str, ...] = (),
+                 trust_unverified: bool = False) -> None:
         self._source = source
         self._accepted = accepted_hostnames(node, aliases)
+        self._trust_unverified = trust_unverified  # dcgm_exporter_trust_unverified: the operator's explicit opt-in
         self._foreign = 0  # since start, failed runs included; exported with each successful run
         self._warned = False
         super().__init__()
 
-    def _run(self, deadline: float) -> ProbeResult:
-        if not self._accepted and not self._warned:
+    def _check_verified(self, own: _OwnSeries) -> None:
+        """Fail closed on a scrape not verified to be this node's (no node name to check against, or no GPU sample
+        naming its Hostname): it is not trusted to say this node's GPUs are healthy, unless the operator opted in
+        (then once a warning)."""
+        why = unverified(own.kept, self._accepted)
+        if why is None:
+            return
+        if not self._trust_unverified:
+            raise ProbeError(BAD_OUTPUT, f"{self._source}: {why}: not trusted to mark this node's GPUs healthy (a "
+                                         "node-local URL and NODE_NAME, or dcgm_exporter_trust_unverified: true; "
+                                         "docs/install.md)")
+        if not self._warned:
             self._warned = True
-            log.warning("dcgm_exporter: no node name (--node/NODE_NAME): samples cannot be checked against "
-                        "dcgm-exporter's Hostname label, so another node's would be reported as this node's")
+            log.warning("dcgm_exporter: %s: trusted all the same (dcgm_exporter_trust_unverified), so another "
+                        "node's GPUs would be reported as this node's", why)
+
+    def _run(self, deadline: float) -> ProbeResult:
         is_url = self._source.startswith(("http://", "https://"))
         body = _fetch(self._source, deadline) if is_url else _read_file(self._source)
         try:
@@ -282,6 +309,7 @@ class DcgmExporterProbe(PausingProbe):
         own = _own_series(series, self._accepted)
         self._foreign += own.foreign
         _check_some_own(series, own, self._accepted, self._source)
+        self._check_verified(own)
         result = _map_series(own.kept)
         result.add(FOREIGN_SAMPLES, self._foreign)
         return result

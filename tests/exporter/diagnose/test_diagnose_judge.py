@@ -95,6 +95,22 @@ def test_a_dcgm_run_that_gives_no_verdict_fails_closed(tmp_path: Path, dcgm: str
     assert categories(verdict) == [Check.TOOL_ERROR] and why in verdict.failures[0].detail
 
 
+@pytest.mark.parametrize("everything", ["skipped", "absent"])
+def test_a_dcgm_run_that_verified_nothing_fails_closed(tmp_path: Path, everything: str) -> None:
+    doc = json.loads((DCGM / "diag4x_passing_constructed.json").read_text())
+    for category in doc["DCGM Diagnostic"]["test_categories"]:
+        for test in category["tests"]:
+            if everything == "absent":
+                test["results"] = []
+                test.pop("test_summary", None)
+            for result in test.get("results") or []:
+                result["status"] = "Skip"
+            if isinstance(test.get("test_summary"), dict):
+                test["test_summary"]["status"] = "Skip"
+    verdict = judged(tmp_path, collected(tmp_path, dcgm=json.dumps(doc)), expect_rc=1)
+    assert categories(verdict) == [Check.TOOL_ERROR] and "nothing was verified" in verdict.failures[0].detail
+
+
 def test_a_dcgm_run_with_no_exit_status_recorded_fails_closed(tmp_path: Path) -> None:
     d = collected(tmp_path)
     (d / "dcgm.rc").unlink()

@@ -7,6 +7,8 @@ its probes' paths and their timeout (the kubelet's default, 1 s). Clients come f
 - 300 connections dripping headers into the webhook's port held its 256 slots, and 26 of 45 /healthz probes
   (1 s) failed, so the kubelet restarted the pod: the probes now have a port of their own (--metrics-listen).
 - One address holds at most --max-connections-per-source (128) of the webhook's port, and 8 of the probes'.
+- 4 addresses with 8 dripping connections each held all 32 of the probes' port, and 35 of 45 liveness probes failed
+  (issue 35, item 7): a full probe port now closes its oldest slow client to take a new connection.
 - A request that goes silent part-way (a body shorter than its Content-Length) is answered 408 once it has sent
   nothing for --idle-timeout, as one too slow is, where it was closed without a word.
 """
@@ -212,6 +214,17 @@ def test_one_address_cannot_take_every_probe_connection(chart_serve: Remediator)
     with Drippers(port, ["127.0.0.6"], 40):  # 8 held, 32 closed
         tries, failed = _probe_for(chart_serve, 2)
     assert failed == [] and tries >= 10
+
+
+def test_four_addresses_dripping_into_every_probe_connection_do_not_fail_the_probes(chart_serve: Remediator) -> None:
+    port, _, _ = chart_serve.probe_url("livenessProbe")
+    shed = 'gpuhealth_remediator_http_rejected_total{reason="shed_slow_client"}'
+    start_count = chart_serve.metric(shed) or 0.0
+    # 8 from each of 4 addresses: under the cap per address, together every one of the port's 32 slots
+    with Drippers(port, ["127.0.0.7", "127.0.0.8", "127.0.0.9", "127.0.0.10"], 8):
+        tries, failed = _probe_for(chart_serve, 4.5)
+    assert failed == [] and tries >= 20
+    assert (chart_serve.metric(shed) or 0.0) > start_count  # room was made by closing the slow clients
 
 
 def test_each_port_serves_only_its_own_paths(chart_serve: Remediator) -> None:

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from remediator.clients.alertmanager import client_from
+from remediator.clients.alertmanager import AlertmanagerUnavailable, client_from
 from remediator.intake.alert_sync import Reading, read_alertmanager
 from remediator.policy import Policy, parse_policy
 from tests.fakes.apiserver import FakeCluster
@@ -35,6 +35,9 @@ def not_for_gpuhealth(count: int, start: int = 0) -> list[dict[str, object]]:
             for i in range(start, start + count)]
 
 
+PEAK = [0]  # the last peak_read's peak, also when it raised
+
+
 def peak_read(policy: Policy) -> tuple[Reading, int]:
     client = client_from(policy)
     assert client is not None
@@ -43,6 +46,7 @@ def peak_read(policy: Policy) -> tuple[Reading, int]:
         reading = read_alertmanager(client, policy)
         return reading, tracemalloc.get_traced_memory()[1]
     finally:
+        PEAK[0] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
 
 
@@ -69,12 +73,13 @@ def test_the_sync_receives_only_the_alerts_meant_for_gpuhealth_and_its_memory_st
 class BigAnswer:
     """An Alertmanager (or what answers in its place) whose alert list is `size` bytes of well-formed alerts."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, one: str | None = None) -> None:
+        """`size` bytes of `one` alert repeated (by default a well-formed one)."""
         alert = {"labels": {"alertname": "GPUXidFatal", "node": "gpu-0", "remediation": "cordon"},
                  "annotations": {"summary": "x" * 400}, "fingerprint": "f", "startsAt": "2026-01-01T00:00:00Z",
                  "endsAt": "2026-01-01T00:10:00Z", "status": {"state": "active", "silencedBy": [], "inhibitedBy": []}}
-        one = json.dumps(alert)
-        body = ("[" + ",".join([one] * (size // len(one) + 1)) + "]").encode()
+        one = one if one is not None else json.dumps(alert)
+        body = ("[" + ",".join([one] * (size // (len(one) + 1))) + "]").encode()
         self.asked = 0
         big = self
 
@@ -138,6 +143,52 @@ def test_the_default_byte_cap_refuses_an_answer_past_8_mib(cluster: FakeCluster)
         h.step()
         assert h.metric("gpuhealth_remediator_alertmanager_calls_cut_total", reason="too_large") == 1
         assert h.metric("gpuhealth_remediator_alertmanager_syncs_total", result="error") == 1
+    finally:
+        server.close()
+
+
+def test_members_answering_empty_objects_under_the_byte_cap_are_refused_unparsed_in_bounded_memory() -> None:
+    # 3 members, each 1 MiB of `{},` (under a 1 MiB + 1 KiB cap): ~350,000 empty dicts each, ~75 MiB parsed together;
+    # the attack of issue 35 (item 12) at an eighth of its size (8 MiB each reached 814 MiB)
+    servers = [BigAnswer(1 << 20, "{}") for _ in range(3)]
+    try:
+        policy = parse_policy(yaml.safe_dump({"alertmanager": {"url": [s.url for s in servers], "min_uptime": "0s",
+                                                               "max_answer_bytes": (1 << 20) + 1024,
+                                                               "receiver": None}}))
+        with pytest.raises(AlertmanagerUnavailable) as refused:
+            peak_read(policy)
+        peak = PEAK[0]
+    finally:
+        for server in servers:
+            server.close()
+    assert str(refused.value).count("JSON values, more than 87466 (one per 12 bytes of "
+                                    "alertmanager.max_answer_bytes): not parsed") == 3
+    assert peak < 16 << 20, f"{peak} bytes at peak for three answers of 1 MiB"
+
+
+def test_commas_and_brackets_inside_strings_are_not_counted_as_values() -> None:
+    alert = {"labels": {"alertname": "GPUXidFatal", "node": "gpu-0", "remediation": "cordon"},
+             "annotations": {"summary": ",[{" * 300}, "fingerprint": "f", "startsAt": "2026-01-01T00:00:00Z",
+             "endsAt": "2026-01-01T00:10:00Z", "status": {"state": "active", "silencedBy": [], "inhibitedBy": []}}
+    server = BigAnswer(1 << 20, json.dumps(alert))  # ~900 of them, each 900 characters that read as 900 values
+    try:
+        policy = parse_policy(yaml.safe_dump({"alertmanager": {"url": server.url, "min_uptime": "0s",
+                                                               "max_answer_bytes": (1 << 20) + 1024,
+                                                               "receiver": None}}))
+        reading, _ = peak_read(policy)
+    finally:
+        server.close()
+    assert [a.node for a in reading.active] == ["gpu-0"] and reading.untrusted is None
+
+
+def test_an_alert_list_nested_too_deep_is_refused_not_raised() -> None:
+    deep = "[" * 100_000 + "]" * 100_000  # 200 KB: json.loads raises RecursionError, no ValueError
+    server = BigAnswer(len(deep) + 1, deep)
+    try:
+        policy = parse_policy(yaml.safe_dump({"alertmanager": {"url": server.url, "min_uptime": "0s",
+                                                               "receiver": None}}))
+        with pytest.raises(AlertmanagerUnavailable, match="JSON nested too deep to read"):
+            peak_read(policy)
     finally:
         server.close()
 

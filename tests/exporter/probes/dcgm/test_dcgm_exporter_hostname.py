@@ -30,7 +30,7 @@ def without_foreign(result_map: dict[tuple[str, frozenset[tuple[str, str]]], flo
 
 def test_real_scrape_of_this_node_passes_with_nothing_dropped() -> None:
     with serve(L4_SCRAPE.read_bytes()) as url:
-        unchecked = DcgmExporterProbe(url).collect(5)
+        unchecked = DcgmExporterProbe(url, trust_unverified=True).collect(5)
         own = DcgmExporterProbe(url, node=L4_NODE).collect(5)
     assert as_map(own) == as_map(unchecked)
     assert as_map(own)[FOREIGN] == 0
@@ -40,7 +40,7 @@ def test_real_scrape_of_this_node_passes_with_nothing_dropped() -> None:
 
 def test_real_scrape_of_another_node_fails_closed_and_is_counted() -> None:
     body = L4_SCRAPE.read_bytes()
-    probe = DcgmExporterProbe("", node="ip-10-0-9-9.ec2.internal")
+    probe = DcgmExporterProbe("", node="ip-10-0-9-9.ec2.internal", trust_unverified=True)
     with serve(body) as url:
         probe._source = url
         err = error_of(probe)
@@ -60,12 +60,17 @@ def test_lowercase_hostname_of_newer_releases_is_checked_too(tmp_path: Path) -> 
     assert DcgmExporterProbe(str(FAULTS_SCRAPE), node=FAULTS_NODE).collect(5).gpus
 
 
-def test_scrape_without_hostname_label_passes() -> None:
+def test_a_scrape_without_hostname_label_fails_closed_unless_trusted() -> None:
+    # an old dcgm-exporter, or anything answering at the URL: which node's GPUs it read cannot be told, so it is not
+    # trusted to say this node's GPUs are healthy (issue 35, item 12); the operator may opt in
     text = re.sub(r',Hostname="[^"]*"', "", L4_SCRAPE.read_text())
     assert "Hostname" not in text
     with serve(text.encode()) as url:
-        result = DcgmExporterProbe(url, node="some-node").collect(5)
-        unchecked = DcgmExporterProbe(url).collect(5)
+        err = error_of(DcgmExporterProbe(url, node="some-node"))
+        result = DcgmExporterProbe(url, node="some-node", trust_unverified=True).collect(5)
+        unchecked = DcgmExporterProbe(url, trust_unverified=True).collect(5)
+    assert err.reason == BAD_OUTPUT and "no GPU sample carries dcgm-exporter's Hostname label" in err.message
+    assert "not trusted to mark this node's GPUs healthy" in err.message
     assert as_map(result) == as_map(unchecked)
     assert as_map(result)[FOREIGN] == 0
 
@@ -98,14 +103,28 @@ def test_aliases_and_case_are_accepted() -> None:
     assert as_map(upper)[FOREIGN] == 0
 
 
-def test_without_a_node_name_everything_is_kept_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    probe = DcgmExporterProbe(str(L4_SCRAPE))
+def test_without_a_node_name_the_scrape_fails_closed_unless_trusted_then_warned_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    err = error_of(DcgmExporterProbe(str(L4_SCRAPE)))
+    assert err.reason == BAD_OUTPUT and "no node name (--node/NODE_NAME)" in err.message
+    probe = DcgmExporterProbe(str(L4_SCRAPE), trust_unverified=True)
     with caplog.at_level(logging.WARNING, logger="exporter.probes.dcgm"):
         first = probe.collect(5)
         probe.collect(5)
     warnings = [r for r in caplog.records if "no node name" in r.getMessage()]
-    assert len(warnings) == 1
+    assert len(warnings) == 1 and "trusted all the same" in warnings[0].getMessage()
     assert as_map(first)[FOREIGN] == 0 and first.gpus
+
+
+def test_the_trust_opt_in_reaches_the_probe_from_the_config_file_and_the_flag(tmp_path: Path) -> None:
+    config = tmp_path / "exporter.yaml"
+    config.write_text("dcgm_exporter: http://127.0.0.1:9400/metrics\n")
+    for extra, content, trusted in (([], "", False), ([], "dcgm_exporter_trust_unverified: true\n", True),
+                                    (["--dcgm-exporter-trust-unverified"], "", True)):
+        config.write_text("dcgm_exporter: http://127.0.0.1:9400/metrics\n" + content)
+        settings = settings_from_args(build_parser().parse_args(["--config", str(config), *extra]), {})
+        probe = next(p for p, _, _ in build_probes(settings, once=True) if p.name == "dcgm_exporter")
+        assert isinstance(probe, DcgmExporterProbe) and probe._trust_unverified is trusted
 
 
 def test_url_placeholders_are_filled_from_host_ip_and_node() -> None:

@@ -93,7 +93,7 @@ def serve(body: bytes, framing: str, declared_length: int | None = None,
 @pytest.mark.parametrize("framing", FRAMINGS)
 def test_a_scrape_one_byte_over_the_bound_fails_closed_as_output_too_large(framing: str) -> None:
     with serve(padded_page(MAX_SCRAPE_BYTES + 1), framing) as served:
-        err = error_of(DcgmExporterProbe(served.url))
+        err = error_of(DcgmExporterProbe(served.url, trust_unverified=True))
     assert err.reason == OUTPUT_TOO_LARGE
     assert err.message == f"{served.url}: more than 4 MiB, not parsed"
 
@@ -101,16 +101,16 @@ def test_a_scrape_one_byte_over_the_bound_fails_closed_as_output_too_large(frami
 @pytest.mark.parametrize("framing", FRAMINGS)
 def test_a_scrape_of_exactly_the_bound_is_read_whole_and_parsed(framing: str) -> None:
     with serve(padded_page(MAX_SCRAPE_BYTES), framing) as served:
-        result = DcgmExporterProbe(served.url).collect(5)
-    assert as_map(result) == as_map(DcgmExporterProbe(str(L4_SCRAPE)).collect(5))
+        result = DcgmExporterProbe(served.url, trust_unverified=True).collect(5)
+    assert as_map(result) == as_map(DcgmExporterProbe(str(L4_SCRAPE), trust_unverified=True).collect(5))
     assert result.gpus
 
 
 @pytest.mark.parametrize("framing", FRAMINGS)
 def test_the_recorded_page_is_parsed_in_every_framing(framing: str) -> None:
     with serve(L4_SCRAPE.read_bytes(), framing) as served:
-        result = DcgmExporterProbe(served.url).collect(5)
-    assert as_map(result) == as_map(DcgmExporterProbe(str(L4_SCRAPE)).collect(5))
+        result = DcgmExporterProbe(served.url, trust_unverified=True).collect(5)
+    assert as_map(result) == as_map(DcgmExporterProbe(str(L4_SCRAPE), trust_unverified=True).collect(5))
 
 
 def test_a_declared_length_over_the_bound_is_refused_before_the_body_is_read() -> None:
@@ -118,7 +118,7 @@ def test_a_declared_length_over_the_bound_is_refused_before_the_body_is_read() -
     with serve(padded_page(1024 * 1024), "content-length", declared_length=300_000_000,
                stall=threading.Event()) as served:
         started = time.monotonic()
-        err = error_of(DcgmExporterProbe(served.url), deadline=5)
+        err = error_of(DcgmExporterProbe(served.url, trust_unverified=True), deadline=5)
         assert time.monotonic() - started < 3
     assert err.reason == OUTPUT_TOO_LARGE
 
@@ -126,7 +126,7 @@ def test_a_declared_length_over_the_bound_is_refused_before_the_body_is_read() -
 def test_reading_an_endless_chunked_scrape_stops_near_the_bound() -> None:
     stream = padded_page(16 * MAX_SCRAPE_BYTES)
     with serve(stream, "chunked") as served:
-        err = error_of(DcgmExporterProbe(served.url))
+        err = error_of(DcgmExporterProbe(served.url, trust_unverified=True))
         assert served.done.wait(10)
     assert err.reason == OUTPUT_TOO_LARGE
     # What loopback socket buffers hold (a few MiB each way) may be sent beyond what was read, no more.
@@ -136,14 +136,14 @@ def test_reading_an_endless_chunked_scrape_stops_near_the_bound() -> None:
 def test_a_scrape_file_over_the_bound_fails_closed_as_output_too_large(tmp_path: Path) -> None:
     path = tmp_path / "metrics.prom"
     path.write_bytes(padded_page(MAX_SCRAPE_BYTES + 1))
-    err = error_of(DcgmExporterProbe(str(path)))
+    err = error_of(DcgmExporterProbe(str(path), trust_unverified=True))
     assert err.reason == OUTPUT_TOO_LARGE
 
 
 def test_an_oversized_scrape_is_served_as_a_failed_probe_with_reason_output_too_large() -> None:
     snapshot = Snapshot()
     with serve(padded_page(MAX_SCRAPE_BYTES + 1), "chunked") as served:
-        ProbeRunner(DcgmExporterProbe(served.url), snapshot, interval=60, deadline=5).run_once()
+        ProbeRunner(DcgmExporterProbe(served.url, trust_unverified=True), snapshot, interval=60, deadline=5).run_once()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuhealthCollector(snapshot, Expectations()))
     samples = [s for fam in text_string_to_metric_families(generate_latest(registry).decode()) for s in fam.samples]

@@ -374,11 +374,38 @@ def test_diag_document_of_unexpected_shape_is_bad_output(doc: str, words: str, t
     assert words in err.message
 
 
+def _r1_where(change: str) -> str:
+    """The real DCGM 3.x `dcgmi diag -r 1 -j` (a T4), with no test category, no result in any test, or every test's
+    status Skip (what dcgmi writes for a test it did not run, DCGM 3.x nvvs NvvsJsonStrings.h)."""
+    doc = json.loads((FIXTURES / "virtualclient_DCGMIDiag_r1_results.json").read_text())
+    root = doc["DCGM GPU Diagnostic"]
+    for category in root["test_categories"]:
+        for test in category["tests"]:
+            if change == "no results":
+                test["results"] = []
+            for result in test["results"]:
+                result["status"] = "Skip"
+    if change == "no categories":
+        root["test_categories"] = []
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("change, words", [
+    ("no categories", "no test results: nothing was verified"),
+    ("no results", "no test results: nothing was verified"),
+    ("every test skipped", "every test was skipped (CUDA Main Library, Denylist, Environment Variables, Graphics "
+                           "Processes, Inforom, ...): nothing was verified"),
+])
+def test_a_diag_that_verified_nothing_fails_closed(change: str, words: str, tmp_path: Path) -> None:
+    err = error_of(DcgmDiagProbe(cat_dcgmi(tmp_path, _r1_where(change), "diag -r 1 -j")))
+    assert err.reason == BAD_OUTPUT and err.message == f"dcgmi diag: {words}"
+
+
 # --- dcgm-exporter --------------------------------------------------------------------------------
 
 
 def test_exporter_file_scrape_of_real_l4_maps_fields_and_drops_hostname() -> None:
-    result = DcgmExporterProbe(str(L4_SCRAPE)).collect(5)
+    result = DcgmExporterProbe(str(L4_SCRAPE), trust_unverified=True).collect(5)
     assert as_map(result) == {
         key("gpuhealth_gpu_temperature_celsius", **L4_GPU, sensor="gpu"): 31,
         key("gpuhealth_gpu_temperature_celsius", **L4_GPU, sensor="memory"): 0,
@@ -399,8 +426,8 @@ def test_exporter_accepts_old_hostname_and_new_lowercase_hostname_labels(tmp_pat
     assert 'Hostname="' in text
     new = tmp_path / "new.prom"
     new.write_text(text.replace('Hostname="', 'hostname="'))
-    old_result = DcgmExporterProbe(str(L4_SCRAPE)).collect(5)
-    new_result = DcgmExporterProbe(str(new)).collect(5)
+    old_result = DcgmExporterProbe(str(L4_SCRAPE), trust_unverified=True).collect(5)
+    new_result = DcgmExporterProbe(str(new), trust_unverified=True).collect(5)
     assert as_map(new_result) == as_map(old_result)
     assert new_result.gpus == old_result.gpus
     assert all("hostname" not in s.labels and "Hostname" not in s.labels for s in new_result.samples)
@@ -433,7 +460,7 @@ def serve(body: bytes, status: int = 200, stall: threading.Event | None = None) 
 
 def test_exporter_http_scrape_maps_faults_of_two_gpus() -> None:
     with serve(FAULTS_SCRAPE.read_bytes()) as url:
-        result = DcgmExporterProbe(url).collect(5)
+        result = DcgmExporterProbe(url, trust_unverified=True).collect(5)
     samples = as_map(result)
     gpu1 = {k: v for k, v in samples.items() if ("gpu", "1") in k[1]}
     active = {"hw_slowdown", "hw_thermal_slowdown"}  # 72 = 0x48
@@ -527,7 +554,7 @@ def test_every_health_field_of_default_counters_is_exported_and_nothing_else() -
 
 def test_exporter_http_404_is_not_found_naming_the_url() -> None:
     with serve(b"nope", status=404) as url:
-        err = error_of(DcgmExporterProbe(url))
+        err = error_of(DcgmExporterProbe(url, trust_unverified=True))
     assert err.reason == NOT_FOUND
     assert url in err.message
 
@@ -537,7 +564,7 @@ def test_exporter_unreachable_url_is_an_error_naming_the_url() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/metrics"
-    err = error_of(DcgmExporterProbe(url))
+    err = error_of(DcgmExporterProbe(url, trust_unverified=True))
     assert err.reason == ERROR
     assert url in err.message
 
@@ -545,13 +572,13 @@ def test_exporter_unreachable_url_is_an_error_naming_the_url() -> None:
 def test_exporter_that_never_answers_times_out_at_the_deadline() -> None:
     with serve(L4_SCRAPE.read_bytes(), stall=threading.Event()) as url:
         started = time.monotonic()
-        err = error_of(DcgmExporterProbe(url), deadline=0.5)
+        err = error_of(DcgmExporterProbe(url, trust_unverified=True), deadline=0.5)
         assert time.monotonic() - started < 5
     assert err.reason == TIMEOUT
 
 
 def test_exporter_missing_file_is_not_found(tmp_path: Path) -> None:
-    err = error_of(DcgmExporterProbe(str(tmp_path / "metrics.prom")))
+    err = error_of(DcgmExporterProbe(str(tmp_path / "metrics.prom"), trust_unverified=True))
     assert err.reason == NOT_FOUND
     assert "metrics.prom" in err.message
 
@@ -567,7 +594,7 @@ def test_exporter_missing_file_is_not_found(tmp_path: Path) -> None:
 def test_exporter_empty_or_unparsable_scrape_is_bad_output(body: bytes, words: str, tmp_path: Path) -> None:
     path = tmp_path / "metrics.prom"
     path.write_bytes(body)
-    err = error_of(DcgmExporterProbe(str(path)))
+    err = error_of(DcgmExporterProbe(str(path), trust_unverified=True))
     assert err.reason == BAD_OUTPUT
     assert words in err.message
 
