@@ -4,6 +4,7 @@ list as it was, until its revision is compacted."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 
 from tests.fakes.apiserver.objects import Obj, api_status
@@ -25,6 +26,7 @@ class PagedLists(ClusterState):
 
     def _page(self, head: Obj, items: list[Obj], limit: int, selected: bool) -> Obj:
         page, rest = (items[:limit], items[limit:]) if limit > 0 else (items, [])
+        page = [copy.deepcopy(o) for o in page]  # sent after the lock is let go: what is stored may change by then
         meta = {k: v for k, v in (head.get("metadata") or {}).items() if k not in ("continue", "remainingItemCount")}
         if rest:
             self._page_ids += 1

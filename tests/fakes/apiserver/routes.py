@@ -73,8 +73,11 @@ class Routes(ClusterState):
                                                         if p["spec"].get("nodeName") == node]
 
     def _list(self, kind: str, items: Any, fs: str | None, ls: str | None) -> Obj:
+        """The stored objects themselves, not copies: the server copies what it sends (server.py, paging.py), so a
+        page of a list of 30,000 pods copies its 500, not the 30,000, and a stored object is replaced on every
+        change, never changed in place, so the list kept for its later pages stays as it was."""
         return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(self.rv)},
-                "items": [copy.deepcopy(o) for o in items if selected(o, fs, ls)]}
+                "items": [o for o in items if selected(o, fs, ls)]}
 
     def _nodes(self, method: str, rest: list[str], body: Any, content_type: str, fs: str | None,
                ls: str | None, attrs: Attributes | None = None,

@@ -3,6 +3,7 @@ routes, or a watch streamed as chunked newline-delimited JSON."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
@@ -145,7 +146,9 @@ class ApiHandler(BaseHTTPRequestHandler):
                     code, out = cluster._route(method, path, query, body,
                                                self.headers.get("Content-Type") or "", identity)
                     if method == "GET" and code == 200 and query.get("limit"):
-                        out = cluster._first_page(out, query)
+                        out = cluster._first_page(out, query)  # copies the page it serves
+                    elif method == "GET" and code == 200 and isinstance(out.get("items"), list):
+                        out = {**out, "items": [copy.deepcopy(o) for o in out["items"]]}  # sent after the lock
                 if method == "GET" and code == 200 and isinstance(out.get("items"), list):
                     cluster.listed[_verb(method, path, query)] += len(out["items"])
             except ValueError as exc:
