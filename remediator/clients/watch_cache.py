@@ -188,7 +188,7 @@ class WatchCache(Generic[Obj]):
         """List in pages of `page_size` (clients/pager.py: each page through `transform` as it arrives, an expired
         continue token starts the list again), replace the cache with the answer (reporting the difference), and
         return its resourceVersion."""
-        items, list_rv = list_pages(self.list_fn, self.page_size, self.transform, **self._selectors(),
+        items, list_rv = list_pages(self.list_fn, self.page_size, self._held_or_kept, **self._selectors(),
                                     _request_timeout=self.request_timeout)
         self.stats["lists"] += 1
         self.failures = 0
@@ -208,6 +208,16 @@ class WatchCache(Generic[Obj]):
         self._advance(list_rv)
         self._synced.set()
         return list_rv
+
+    def _held_or_kept(self, obj: Obj) -> Obj:
+        """A listed object: the cache's own copy where it holds that very version (a relist then holds each unchanged
+        object once, not the old cache and the new list side by side), else what `transform` keeps of it."""
+        rv = _rv(obj)
+        with self._lock:
+            held = self._items.get(key_of(obj))
+        if held is not None and rv and _rv(held) == rv:
+            return held
+        return self.transform(obj) if self.transform else obj
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
         """One watch request, until the server ends it; returns the resourceVersion to go on from."""

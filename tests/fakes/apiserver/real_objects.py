@@ -40,15 +40,16 @@ def _managed(manager: str, operation: str, fields: dict[str, Any], subresource: 
     return entry
 
 
-def _size(obj: Obj) -> int:
+def json_size(obj: Obj) -> int:
+    """Bytes of the object's compact JSON (as the API server sends it)."""
     return len(json.dumps(obj, separators=(",", ":")))
 
 
 def _pad(obj: Obj, kib: float, entries: list[Obj], entry: Callable[[int], Obj]) -> None:
     """Entries appended to `entries` (a list inside `obj`) until `obj` is about `kib` KiB of compact JSON."""
-    missing = kib * 1024 - _size(obj)
+    missing = kib * 1024 - json_size(obj)
     if missing > 0:
-        per = _size(entry(0)) + 1  # and its comma
+        per = json_size(entry(0)) + 1  # and its comma
         entries.extend(entry(i) for i in range(int(-(-missing // per))))
 
 
