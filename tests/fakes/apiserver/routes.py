@@ -73,9 +73,9 @@ class Routes(ClusterState):
                                                         if p["spec"].get("nodeName") == node]
 
     def _list(self, kind: str, items: Any, fs: str | None, ls: str | None) -> Obj:
-        """The stored objects themselves, not copies: the server copies what it sends (server.py, paging.py), so a
-        page of a list of 30,000 pods copies its 500, not the 30,000, and a stored object is replaced on every
-        change, never changed in place, so the list kept for its later pages stays as it was."""
+        """The stored objects themselves, not copies: the server writes the answer out under the lock (server.py),
+        and a stored object is replaced on every change, never changed in place, so the list kept for a paged list's
+        later pages (paging.py) stays as it was. A list of 30,000 pods of 11 KiB copied whole took a minute here."""
         return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(self.rv)},
                 "items": [o for o in items if selected(o, fs, ls)]}
 

@@ -3,7 +3,6 @@ routes, or a watch streamed as chunked newline-delimited JSON."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import socket
@@ -76,9 +75,11 @@ class ApiHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, code: int, body: Obj) -> None:
+    def _send(self, code: int, body: Obj, data: bytes | None = None) -> None:
+        """`body` as JSON (or its text), unless `data` already is it."""
         text = body.get(TEXT_BODY) if isinstance(body, dict) else None
-        data = text.encode() if isinstance(text, str) else json.dumps(body).encode()
+        if data is None:
+            data = text.encode() if isinstance(text, str) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "text/plain" if isinstance(text, str) else "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -146,14 +147,14 @@ class ApiHandler(BaseHTTPRequestHandler):
                     code, out = cluster._route(method, path, query, body,
                                                self.headers.get("Content-Type") or "", identity)
                     if method == "GET" and code == 200 and query.get("limit"):
-                        out = cluster._first_page(out, query)  # copies the page it serves
-                    elif method == "GET" and code == 200 and isinstance(out.get("items"), list):
-                        out = {**out, "items": [copy.deepcopy(o) for o in out["items"]]}  # sent after the lock
+                        out = cluster._first_page(out, query)
                 if method == "GET" and code == 200 and isinstance(out.get("items"), list):
                     cluster.listed[_verb(method, path, query)] += len(out["items"])
+                # A list holds the stored objects themselves (routes.py _list): written out while they are as listed
+                data = None if TEXT_BODY in out else json.dumps(out).encode()
             except ValueError as exc:
-                code, out = 400, api_status(400, "BadRequest", str(exc))
-        self._send(code, out)
+                code, out, data = 400, api_status(400, "BadRequest", str(exc)), None
+        self._send(code, out, data)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

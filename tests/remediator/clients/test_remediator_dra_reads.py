@@ -109,6 +109,9 @@ def test_the_fake_refuses_continue_tokens_as_the_api_server_does(cluster: FakeCl
         assert err.value.status == status
     rest = api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims", _continue=token)
     assert len(rest["items"]) == 20 and "continue" not in rest["metadata"]
+    # a token is the list's revision and where the page starts, not a one-time ticket: a client's retry (its answer
+    # timed out) gets the same page again
+    assert api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims", _continue=token) == rest
     assert json.loads(base64.urlsafe_b64decode(token))["rv"] == int(first["metadata"]["resourceVersion"])
 
 
