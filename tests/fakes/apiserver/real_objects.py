@@ -53,14 +53,18 @@ def _pad(obj: Obj, kib: float, entries: list[Obj], entry: Callable[[int], Obj]) 
         entries.extend(entry(i) for i in range(int(-(-missing // per))))
 
 
+def _node_labels(name: str, pool: str) -> dict[str, str]:
+    return {"karpenter.sh/nodepool": pool, "kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "p5.48xlarge",
+            "topology.kubernetes.io/region": "us-east-1", "topology.kubernetes.io/zone": "us-east-1a",
+            "karpenter.sh/capacity-type": "on-demand", "karpenter.sh/initialized": "true",
+            "karpenter.sh/registered": "true", "karpenter.k8s.aws/instance-gpu-count": "8",
+            "nvidia.com/gpu.count": "8", **{k: "true" for k in GFD_LABELS}}
+
+
 def real_node(name: str, pool: str, kib: float) -> Obj:
     """A GPU Node of about `kib` KiB (at least its fixed part, about 6 KiB)."""
-    labels = {"karpenter.sh/nodepool": pool, "kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64",
-              "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "p5.48xlarge",
-              "topology.kubernetes.io/region": "us-east-1", "topology.kubernetes.io/zone": "us-east-1a",
-              "karpenter.sh/capacity-type": "on-demand", "karpenter.sh/initialized": "true",
-              "karpenter.sh/registered": "true", "karpenter.k8s.aws/instance-gpu-count": "8",
-              "nvidia.com/gpu.count": "8", **{k: "true" for k in GFD_LABELS}}
+    labels = _node_labels(name, pool)
     annotations = {"alpha.kubernetes.io/provided-node-ip": "10.0.12.34", "node.alpha.kubernetes.io/ttl": "0",
                    "karpenter.k8s.aws/ec2nodeclass-hash": "8461925301234567890",
                    "karpenter.sh/nodepool-hash": "4010951040345678901", "karpenter.sh/nodepool-hash-version": "v3",
