@@ -357,6 +357,7 @@ class Setup:
     kube_api: dict[str, int]
     api_niceness: int = API_NICENESS
     remediator_cpus: frozenset[int] | None = None  # None: every CPU, shared with the API server
+    start_s: float = 120.0  # seconds for the remediator to list the fleet, be ready and make its first pass
 
 
 def start_remediator(cluster: FakeCluster, setup: Setup, workdir: Path, nodes: int) -> tuple[subprocess.Popen[bytes],
@@ -394,9 +395,9 @@ def start_remediator(cluster: FakeCluster, setup: Setup, workdir: Path, nodes: i
         return False
 
     try:
-        wait_until("the remediator ready", ready, 120, proc, log)
+        wait_until("the remediator ready", ready, setup.start_s, proc, log)
         wait_until("its first pass", lambda: metric(port, "gpuhealth_remediator_reconcile_passes_total") >= 1,
-                   60, proc, log)
+                   setup.start_s, proc, log)
     except BaseException:
         stop_group(proc, grace=10)
         raise

@@ -18,6 +18,7 @@ from typing import Any
 
 from remediator.clients.errors import NotFound, api_call
 from remediator.clients.kube import Kube
+from remediator.clients.pager import list_pages
 from remediator.decide.nodestate import REPLACE_CONDITION_REASON
 from remediator.policy import Policy
 
@@ -41,12 +42,16 @@ def replace_node(kube: Kube, node: str, policy: Policy, now: datetime, reason: s
     return method(kube, node, policy, now, reason)
 
 
+def _claim_of(claim: dict[str, Any]) -> tuple[str, str]:
+    return str(claim["metadata"]["name"]), str((claim.get("status") or {}).get("nodeName") or "")
+
+
 @register("nodeclaim")
 def _delete_nodeclaim(kube: Kube, node: str, policy: Policy, now: datetime, reason: str) -> str:
-    with api_call():
-        claims: Any = kube.custom.list_cluster_custom_object(
-            "karpenter.sh", "v1", "nodeclaims", _request_timeout=kube.timeout)
-    names = [c["metadata"]["name"] for c in claims.get("items", []) if (c.get("status") or {}).get("nodeName") == node]
+    with api_call():  # every NodeClaim of the cluster, in pages, each kept as (its name, its node's)
+        claims, _ = list_pages(kube.custom.list_cluster_custom_object, kube.page_size, _claim_of, group="karpenter.sh",
+                               version="v1", plural="nodeclaims", _request_timeout=kube.timeout)
+    names = [name for name, on in claims if on == node]
     if not names:
         raise LookupError(f"no Karpenter NodeClaim has status.nodeName={node}")
     for name in names:

@@ -4,23 +4,37 @@ A pass reads Nodes and their pods from here instead of listing the fleet; the AP
 before each disruptive step (reconciler.py). Pods are kept slim (what a drain needs: owner kinds, the
 mirror and karpenter.sh/do-not-disrupt annotations, phase, terminating, created, started, GPU requests; and for
 gpuhealth's own reset, reboot and diagnostic pods, what tells whether they started, and the diagnostic's
-verdict), so 100,000 pods cost megabytes, not
-gigabytes.
+verdict), so 100,000 pods cost megabytes, not gigabytes. Nodes too (`slim_node`): a real Node is 10-30 KiB of JSON,
+most of it the images its kubelet reports, managedFields and others' annotations, none of which a decision reads.
+Both are slimmed page by page as a list arrives and event by event (clients/watch_cache.py, clients/pager.py).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
+from typing import Any
 
 from kubernetes import client
 
 from remediator.clients.watch_cache import WatchCache
 from remediator.decide import api_objects
-from remediator.decide.api_objects import RawContainer, RawMeta, RawNode, RawPod, RawPodSpec, RawPodStatus, RawResources
+from remediator.decide.api_objects import (
+    RawContainer,
+    RawMeta,
+    RawNode,
+    RawNodeSpec,
+    RawNodeStatus,
+    RawPod,
+    RawPodSpec,
+    RawPodStatus,
+    RawResources,
+)
 from remediator.decide.diagnosis import COMPONENT as DIAGNOSE_COMPONENT
 from remediator.decide.diagnosis import verdict_fields
 from remediator.decide.do_not_disrupt import POD_ANNOTATION
 from remediator.decide.job_start import is_node_action_pod, start_fields
+from remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION, PREFIX
 from remediator.decide.views import GPU_RESOURCES
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -53,7 +67,21 @@ def slim_pod(pod: RawPod) -> RawPod:
     spec: RawPodSpec = {"containers": [_gpu_requests(c) for c in api_objects.containers(pod)]}
     if api_objects.node_name(pod):
         spec["nodeName"] = api_objects.node_name(pod)
-    return {"metadata": slim_meta, "spec": spec, "status": slim_status}
+    slim: RawPod = shared({"metadata": slim_meta, "spec": spec, "status": slim_status})
+    return slim
+
+
+def shared(value: Any) -> Any:
+    """`value` (a slimmed object) rebuilt with every string interned (sys.intern): the labels, condition texts, owner
+    kinds, namespaces and node names that thousands of Nodes and Pods repeat are then held once, not once per object
+    (the JSON decoder shares keys only within one page). A slim Node of a real cluster shrinks by about half."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(k): shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shared(v) for v in value]
+    return value
 
 
 def _gpu_requests(container: RawContainer) -> RawContainer:
@@ -69,14 +97,48 @@ def _gpu_requests(container: RawContainer) -> RawContainer:
     return {"resources": kept}
 
 
+def _kept_node_annotations(node: RawNode) -> dict[str, str]:
+    """The Node's annotations a decision reads: gpuhealth's own (gpuhealth.io/: state, hold, history, last episode and
+    sweep, the GPU reset request) and karpenter.sh/do-not-disrupt (a drain claims it only where nobody else set it)."""
+    return {k: v for k, v in api_objects.annotations(node).items()
+            if k.startswith(f"{PREFIX}/") or k == DO_NOT_DISRUPT_ANNOTATION}
+
+
+def slim_node(node: RawNode) -> RawNode:
+    """What the decisions read of a Node (decide/views.py node_view, decide/node_patches.py, decide/undo.py,
+    decide/diagnosis.py provisioned): name, uid, resourceVersion, creation and deletion times, every label (pools,
+    exclusions, GFD's GPU count, the GPU Operator's deploy labels), the annotations above, the taints and
+    unschedulable (written back whole), every condition (a status patch replaces the list whole), the bootID and the
+    capacity (GPUs and EFA advertised). Left out: images, managedFields, addresses, allocatable, others' annotations."""
+    meta, spec, status = api_objects.meta(node), node.get("spec") or {}, node.get("status") or {}
+    slim_meta: RawMeta = {"name": api_objects.name(node), "uid": api_objects.uid(node),
+                          "resourceVersion": api_objects.resource_version(node) or "",
+                          "labels": dict(api_objects.labels(node)), "annotations": _kept_node_annotations(node)}
+    for stamp in ("creationTimestamp", "deletionTimestamp"):
+        if meta.get(stamp):
+            slim_meta[stamp] = meta[stamp]
+    slim_spec: RawNodeSpec = {}
+    if "taints" in spec:
+        slim_spec["taints"] = api_objects.taints(node)
+    if "unschedulable" in spec:
+        slim_spec["unschedulable"] = api_objects.unschedulable(node)
+    slim_status: RawNodeStatus = {"conditions": api_objects.node_conditions(node)}
+    if "bootID" in (status.get("nodeInfo") or {}):
+        slim_status["nodeInfo"] = {"bootID": status["nodeInfo"]["bootID"]}
+    if "capacity" in status:
+        slim_status["capacity"] = status["capacity"]
+    slim: RawNode = shared({"metadata": slim_meta, "spec": slim_spec, "status": slim_status})
+    return slim
+
+
 def _node_of(pod: RawPod) -> str | None:
     return api_objects.node_name(pod) or None
 
 
 class FleetCache:
     def __init__(self, core: client.CoreV1Api, request_timeout: float = 10.0, watch_timeout: int = 300) -> None:
-        self.nodes: WatchCache[RawNode] = WatchCache(core.list_node, name="nodes", request_timeout=request_timeout,
-                                                     timeout_seconds=watch_timeout)
+        self.nodes: WatchCache[RawNode] = WatchCache(core.list_node, name="nodes", transform=slim_node,
+                                                     request_timeout=request_timeout, timeout_seconds=watch_timeout)
         self.pods: WatchCache[RawPod] = WatchCache(core.list_pod_for_all_namespaces, name="pods", index=_node_of,
                                                    transform=slim_pod, request_timeout=request_timeout,
                                                    timeout_seconds=watch_timeout)
@@ -105,12 +167,14 @@ class FleetCache:
 
 
 def node_metadata(node: RawNode) -> RawNode:
-    """What the receiver reads of a Node: its name, resourceVersion and annotations (the state it records on)."""
-    meta = api_objects.meta(node)
+    """What the receiver reads of a Node: its name, resourceVersion and gpuhealth's annotations (the state it records
+    on, the hold)."""
     kept: RawMeta = {"name": api_objects.name(node), "resourceVersion": api_objects.resource_version(node) or ""}
-    if meta.get("annotations"):
-        kept["annotations"] = dict(api_objects.annotations(node))
-    return {"metadata": kept}
+    annotations = _kept_node_annotations(node)
+    if annotations:
+        kept["annotations"] = annotations
+    slim: RawNode = shared({"metadata": kept})
+    return slim
 
 
 class NodeCache(FleetCache):

@@ -34,7 +34,7 @@ from urllib3.exceptions import HTTPError as TransportError
 from remediator.clients.dra_api import DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES, DraApi
 from remediator.clients.dra_api import GROUP as DRA_GROUP
 from remediator.clients.errors import Conflict, NotFound, api_call
-from remediator.clients.fleet_cache import FleetCache, NodeCache
+from remediator.clients.fleet_cache import FleetCache, NodeCache, slim_node
 from remediator.clients.pager import PAGE_SIZE, list_pages
 from remediator.clients.watch_cache import newer_rv
 from remediator.decide import api_objects
@@ -95,7 +95,7 @@ class Kube:
         self.events = EventOutbox(self._create_event)  # Events the API could not take yet
         self.health = ApiHealth()
         self.dra_api = DraApi(api_client, request_timeout)  # which resource.k8s.io version serves what
-        self.page_size = PAGE_SIZE  # objects a page of the fleet-wide DRA lists
+        self.page_size = PAGE_SIZE  # objects a page of the fleet-wide lists (Nodes, DRA's objects)
         self.written_rv = ""  # the newest resourceVersion of a Node this client wrote (loop_process.py's wake)
 
     def start_cache(self, stop: threading.Event, pods: bool = True) -> FleetCache:
@@ -110,9 +110,9 @@ class Kube:
         return json.loads(response.data)
 
     def list_nodes(self) -> list[RawNode]:
+        """Every Node, in pages, each slimmed as its page arrives to what decisions and cleanup read (slim_node)."""
         with api_call():
-            items: list[RawNode] = self._json(
-                self.core.list_node(_preload_content=False, _request_timeout=self.timeout))["items"]
+            items, _ = list_pages(self.core.list_node, self.page_size, slim_node, _request_timeout=self.timeout)
         return items
 
     def get_node(self, name: str) -> RawNode:
@@ -123,9 +123,8 @@ class Kube:
 
     def pods_on(self, node: str) -> list[RawPod]:
         with api_call():
-            items: list[RawPod] = self._json(self.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}", _preload_content=False,
-                _request_timeout=self.timeout))["items"]
+            items, _ = list_pages(self.core.list_pod_for_all_namespaces, self.page_size,
+                                  field_selector=f"spec.nodeName={node}", _request_timeout=self.timeout)
         return items
 
     # --- DRA: the GPUs drivers publish and the claims on them (GPU scope) ---------------------
@@ -159,10 +158,10 @@ class Kube:
 
     def list_device_taint_rules(self, version: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         with api_call():
-            listed: Any = self.custom.list_cluster_custom_object(
-                DRA_GROUP, version, DEVICE_TAINT_RULES,
-                label_selector=",".join(f"{k}={v}" for k, v in labels.items()), _request_timeout=self.timeout)
-        items: list[dict[str, Any]] = listed.get("items") or []
+            items, _ = list_pages(self.custom.list_cluster_custom_object, self.page_size, group=DRA_GROUP,
+                                  version=version, plural=DEVICE_TAINT_RULES,
+                                  label_selector=",".join(f"{k}={v}" for k, v in labels.items()),
+                                  _request_timeout=self.timeout)
         return items
 
     def delete_device_taint_rule(self, version: str, name: str) -> None:
@@ -225,9 +224,8 @@ class Kube:
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[RawJob]:
         with api_call():
-            response: Any = self.batch.list_namespaced_job(namespace, label_selector=label_selector,
-                                                           _preload_content=False, _request_timeout=self.timeout)
-        items: list[RawJob] = json.loads(response.data).get("items") or []
+            items, _ = list_pages(self.batch.list_namespaced_job, self.page_size, namespace=namespace,
+                                  label_selector=label_selector, _request_timeout=self.timeout)
         return items
 
     # --- the evidence's ConfigMaps and its pod's log (remediator/act/evidence_job.py) -------------------
@@ -251,9 +249,8 @@ class Kube:
 
     def list_configmaps(self, namespace: str, label_selector: str) -> list[RawObject]:
         with api_call():
-            response: Any = self.core.list_namespaced_config_map(namespace, label_selector=label_selector,
-                                                                 _preload_content=False, _request_timeout=self.timeout)
-        items: list[RawObject] = json.loads(response.data).get("items") or []
+            items, _ = list_pages(self.core.list_namespaced_config_map, self.page_size, namespace=namespace,
+                                  label_selector=label_selector, _request_timeout=self.timeout)
         return items
 
     def delete_configmap(self, namespace: str, name: str) -> None:

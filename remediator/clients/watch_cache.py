@@ -11,7 +11,8 @@ None), MODIFIED, DELETED (obj is the last state seen). A list (the first, or aft
 the difference from what the cache held: so the first list reports every object as ADDED.
 
 Options beyond the selectors: `index` (a key per object, e.g. the pods' node: `indexed(key)`), and
-`transform` (what to keep of each object, as client-go's SetTransform, to bound memory).
+`transform` (what to keep of each object, as client-go's SetTransform, to bound memory: it runs on each page of a list
+as the page arrives, and on each watch event, so whole objects are never all held at once).
 
 `apply(obj)` puts an object the caller just wrote (the API's answer) into the cache at once, so the
 caller reads its own writes before the watch brings them; an older version arriving later from the watch
@@ -31,6 +32,7 @@ from typing import Any, Generic, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
+from remediator.clients.pager import PAGE_SIZE, list_pages
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawObject
 
@@ -77,6 +79,7 @@ class WatchCache(Generic[Obj]):
         self.on_change, self.name = on_change, name or getattr(list_fn, "__name__", "objects")
         self.timeout_seconds, self.request_timeout, self.backoff = timeout_seconds, request_timeout, backoff
         self.index, self.transform = index, transform  # transform: what to keep of each object (memory)
+        self.page_size = PAGE_SIZE  # objects a page of the list (0: the whole list in one answer)
         self._lock = threading.Lock()
         self._items: dict[Key, Obj] = {}
         self._by_index: dict[str, dict[Key, Obj]] = {}
@@ -182,14 +185,15 @@ class WatchCache(Generic[Obj]):
         return out
 
     def relist(self) -> str:
-        """List, replace the cache with the answer (reporting the difference), and return its resourceVersion."""
-        response = self.list_fn(**self._selectors(), _preload_content=False, _request_timeout=self.request_timeout)
-        body = json.loads(response.data)
+        """List in pages of `page_size` (clients/pager.py: each page through `transform` as it arrives, an expired
+        continue token starts the list again), replace the cache with the answer (reporting the difference), and
+        return its resourceVersion."""
+        items, list_rv = list_pages(self.list_fn, self.page_size, self._held_or_kept, **self._selectors(),
+                                    _request_timeout=self.request_timeout)
         self.stats["lists"] += 1
         self.failures = 0
-        items = body.get("items") or []
-        listed = {key_of(o): o for o in (map(self.transform, items) if self.transform else items)}
-        list_rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        listed = {key_of(o): o for o in items}
+        del items
         with self._lock:
             # A list may be older than what the watch has applied meanwhile (the leader lists on its own
             # thread): an object changed after the list is not gone, and one deleted after it does not return.
@@ -201,10 +205,19 @@ class WatchCache(Generic[Obj]):
             self._store("ADDED", obj)
         for obj in gone:
             self._store("DELETED", obj)
-        rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        self._advance(rv)
+        self._advance(list_rv)
         self._synced.set()
-        return rv
+        return list_rv
+
+    def _held_or_kept(self, obj: Obj) -> Obj:
+        """A listed object: the cache's own copy where it holds that very version (a relist then holds each unchanged
+        object once, not the old cache and the new list side by side), else what `transform` keeps of it."""
+        rv = _rv(obj)
+        with self._lock:
+            held = self._items.get(key_of(obj))
+        if held is not None and rv and _rv(held) == rv:
+            return held
+        return self.transform(obj) if self.transform else obj
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
         """One watch request, until the server ends it; returns the resourceVersion to go on from."""

@@ -5,13 +5,12 @@ per pass (a new NodeEvidence each pass): the pods of one node share the reads.
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from remediator.clients.kube import Kube
+from remediator.clients.pager import list_pages
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode, RawPod
 from remediator.decide.devices import ClaimIndex, NodeDevices, claim_index, devices_by_node
@@ -91,10 +90,11 @@ class NodeEvidence:
         if not name:
             return []
         try:
-            resp: Any = self.kube.core.list_namespaced_event(
-                NODE_EVENTS_NAMESPACE, field_selector=f"involvedObject.kind=Node,involvedObject.name={name}",
-                _preload_content=False, _request_timeout=self.kube.timeout)
-            return signals_from_events(json.loads(resp.data).get("items") or [])
+            events, _ = list_pages(self.kube.core.list_namespaced_event, self.kube.page_size,
+                                   namespace=NODE_EVENTS_NAMESPACE,
+                                   field_selector=f"involvedObject.kind=Node,involvedObject.name={name}",
+                                   _request_timeout=self.kube.timeout)
+            return signals_from_events(events)
         except Exception as exc:  # the annotations still carry the alerts
             log.warning("listing gpuhealth Events of node %s: %s", name, exc)
             return []

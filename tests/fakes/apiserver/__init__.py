@@ -41,7 +41,10 @@ and behaves like the API server where the remediator depends on it:
   `continue` token; the next pages come from the list as it was at its resourceVersion, whatever changed
   meanwhile, with `remainingItemCount` when no selector was given; a token with a `resourceVersion` is a 400, an
   unreadable one a 400, and one whose revision was compacted (`compact`, or the history outgrowing
-  `watch_history`) a 410 Expired;
+  `watch_history`) a 410 Expired; a token used again (a client's retry) serves the same page. Answers are written
+  out under the lock, not copied first (a list of 30,000 real-size pods copied took a minute): the fake replaces a
+  stored object on every change, never changes it in place, and a test should do the same;
+- objects of real size (`real_objects.py`: `real_node`, `real_pod`, `fill`), for memory measurements;
 - authentication: bearer tokens map to identities (`add_token`, `add_service_account_token`: a pod-bound
   service-account token carries its pod's node name, as on Kubernetes 1.30+). Once any token is known, a
   request without a known one gets 401 Unauthorized; a cluster that knows no token checks none (every

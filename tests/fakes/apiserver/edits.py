@@ -69,8 +69,8 @@ class Edits(ClusterState):
             return
         self._backdated = True
         with self.lock:
-            for pod in self.pods.values():
-                pod["metadata"]["creationTimestamp"] = rfc3339(when)
+            for key, pod in self.pods.items():  # replaced, not changed in place: a paged list may hold them
+                self.pods[key] = {**pod, "metadata": {**pod["metadata"], "creationTimestamp": rfc3339(when)}}
 
     def update_node(self, name: str, change: Callable[[Obj], None]) -> Obj:
         """A change made elsewhere (a person's kubectl, the kubelet): `change` edits the Node in place; it gets

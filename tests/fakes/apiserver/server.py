@@ -75,9 +75,11 @@ class ApiHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, code: int, body: Obj) -> None:
+    def _send(self, code: int, body: Obj, data: bytes | None = None) -> None:
+        """`body` as JSON (or its text), unless `data` already is it."""
         text = body.get(TEXT_BODY) if isinstance(body, dict) else None
-        data = text.encode() if isinstance(text, str) else json.dumps(body).encode()
+        if data is None:
+            data = text.encode() if isinstance(text, str) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "text/plain" if isinstance(text, str) else "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -148,9 +150,11 @@ class ApiHandler(BaseHTTPRequestHandler):
                         out = cluster._first_page(out, query)
                 if method == "GET" and code == 200 and isinstance(out.get("items"), list):
                     cluster.listed[_verb(method, path, query)] += len(out["items"])
+                # A list holds the stored objects themselves (routes.py _list): written out while they are as listed
+                data = None if TEXT_BODY in out else json.dumps(out).encode()
             except ValueError as exc:
-                code, out = 400, api_status(400, "BadRequest", str(exc))
-        self._send(code, out)
+                code, out, data = 400, api_status(400, "BadRequest", str(exc)), None
+        self._send(code, out, data)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -111,9 +111,10 @@ class ClusterState:
             self._emit("pods", self.pods.pop(key), None, deleted=True)
             self._gone_at.pop(key, None)
             return
-        meta = pod["metadata"]
-        if not meta.get("deletionTimestamp"):
+        if not pod["metadata"].get("deletionTimestamp"):
             before = json.dumps(pod)
+            pod = self.pods[key] = copy.deepcopy(pod)  # replaced, not changed in place: a paged list may hold it
+            meta = pod["metadata"]
             now = self.clock()
             meta["deletionTimestamp"] = rfc3339(now)
             meta["deletionGracePeriodSeconds"] = int(grace)

@@ -10,7 +10,10 @@ from typing import Any, cast
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from remediator.clients.fleet_cache import slim_pod
+from remediator.clients.pager import RESTARTS, list_pages
 from remediator.clients.watch_cache import WatchCache
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
@@ -171,6 +174,78 @@ def test_expired_resource_version_lists_again(core: tuple[FakeCluster, client.Co
     assert cluster.calls[("watch", "nodes")] > watches
     # gpu-8 may come in the relist or in the watch after it; either way the expiry forced a second list
     eventually(lambda: cache.stats["expired"] >= 1 and cluster.calls[("list", "nodes")] == 2)
+
+
+def _pod_lists(cluster: FakeCluster) -> list[dict[str, str]]:
+    return [q for method, path, q in cluster.queries if path == "/api/v1/pods" and not q.get("watch")]
+
+
+def test_a_list_of_every_pod_arrives_in_pages_each_slimmed_before_the_next_is_asked_for(
+        core: tuple[FakeCluster, client.CoreV1Api], stop: threading.Event) -> None:
+    cluster, api = core
+    for i in range(1234):
+        cluster.add_pod(f"gpu-{i % 3}", f"train-{i:04d}", gpus=8)
+    pages_asked_at_slim: list[int] = []
+
+    def slim(pod: Obj) -> Obj:  # which page had been asked for when this object was slimmed
+        pages_asked_at_slim.append(len(_pod_lists(cluster)))
+        return slim_pod(cast(Any, pod))
+
+    cache = WatchCache(api.list_pod_for_all_namespaces, name="pods", transform=slim,
+                       index=lambda p: p["spec"].get("nodeName"))
+    cache.page_size = 100
+    cache.start(stop)
+    assert cache.wait_synced(5)
+    assert sorted(p["metadata"]["name"] for p in cache.items()) == [f"train-{i:04d}" for i in range(1234)]
+    assert len(cache.indexed("gpu-1")) == 411 and "managedFields" not in cache.items()[0]["metadata"]
+    pages = _pod_lists(cluster)
+    assert len(pages) == 13 and all(q["limit"] == "100" for q in pages)
+    assert "continue" not in pages[0] and all("continue" in q for q in pages[1:])
+    assert pages_asked_at_slim == [i // 100 + 1 for i in range(1234)]  # page k's objects slimmed before page k+1
+
+
+def test_a_continue_token_expired_mid_list_lists_again_from_the_first_page_and_loses_nothing(
+        core: tuple[FakeCluster, client.CoreV1Api], stop: threading.Event) -> None:
+    cluster, api = core
+    for i in range(250):
+        cluster.add_pod(f"gpu-{i % 3}", f"train-{i:04d}")
+    asked = 0
+
+    def compacting(**kw: Any) -> Any:
+        nonlocal asked
+        if not kw.get("watch"):
+            asked += 1
+            if asked == 2:  # between the first and the second page: a change, and that revision compacted away
+                cluster.add_pod("gpu-0", "train-late")
+                cluster.compact()
+        return api.list_pod_for_all_namespaces(**kw)
+
+    cache = WatchCache(compacting, name="pods")
+    cache.page_size = 100
+    cache.start(stop)
+    assert cache.wait_synced(5)
+    assert len(cache.items()) == 251 and cache.get("train-late", "default") is not None
+    assert [("continue" in q, q.get("limit")) for q in _pod_lists(cluster)] == [
+        (False, "100"), (True, "100"), (False, "100"), (True, "100"), (True, "100")]  # in pages again, from page 1
+    assert cache.stats["lists"] == 1 and cache.stats["errors"] == 0
+
+
+def test_a_list_whose_tokens_keep_expiring_gives_up_with_the_410_for_its_callers_back_off(
+        core: tuple[FakeCluster, client.CoreV1Api]) -> None:
+    cluster, api = core
+    for i in range(30):
+        cluster.add_pod("gpu-0", f"train-{i:02d}")
+
+    def always_compacting(**kw: Any) -> Any:
+        if kw.get("_continue"):  # each list's revision is gone by its second page (a list slower than compaction)
+            cluster.add_pod("gpu-1", f"late-{len(cluster.pods)}")
+            cluster.compact()
+        return api.list_pod_for_all_namespaces(**kw)
+
+    with pytest.raises(ApiException) as err:
+        list_pages(always_compacting, 10)
+    assert err.value.status == 410
+    assert sum(1 for q in _pod_lists(cluster) if "continue" not in q) == RESTARTS + 1
 
 
 def test_http_410_and_server_errors_are_retried_with_backoff(core: tuple[FakeCluster, client.CoreV1Api],

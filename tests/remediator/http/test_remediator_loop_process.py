@@ -210,12 +210,12 @@ def test_one_metrics_page_adds_the_two_processes_counts_and_keeps_each_gauge_whe
 
 def test_the_receivers_watch_keeps_each_nodes_metadata_only(cluster: FakeCluster) -> None:
     """The receiver checks a post's nodes and records on their state annotation: a real Node's status (its images)
-    would be most of what the second process's memory holds twice."""
+    would be most of what the second process's memory holds twice, and others' annotations are no use to it."""
     from kubernetes import client
 
     from remediator.clients.fleet_cache import NodeCache
 
-    cluster.add_node("gpu-9", annotations={"example.com/kept": "yes"})
+    cluster.add_node("gpu-9", annotations={"example.com/not-ours": "yes", "gpuhealth.io/hold": '{"by": "ops"}'})
     cache = NodeCache(client.CoreV1Api(client.ApiClient(chart_rbac.configuration(cluster))))
     stop = threading.Event()
     cache.start(stop)
@@ -223,7 +223,7 @@ def test_the_receivers_watch_keeps_each_nodes_metadata_only(cluster: FakeCluster
         assert cache.wait_synced(10) and cache.synced and cache.healthy
         node = cache.nodes.get("gpu-9")
         assert node is not None and set(node) == {"metadata"}
-        assert node["metadata"]["annotations"] == {"example.com/kept": "yes"}
+        assert node["metadata"]["annotations"] == {"gpuhealth.io/hold": '{"by": "ops"}'}  # gpuhealth's only
         assert node["metadata"]["resourceVersion"] == cluster.node("gpu-9")["metadata"]["resourceVersion"]
     finally:
         stop.set()
