@@ -6,6 +6,7 @@ value silently: `max_disrupted: 1` and then `max_disrupted: 50` would be read as
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,16 @@ from typing import Any
 import yaml
 
 FILE = "<file>"  # the key of an error about the whole file
+# Mappings and lists nested deeper than this are refused at their line: the deepest file gpuhealth reads nests under
+# ten, and PyYAML's composer recurses once per level (RecursionError near 1,000 with no line to say)
+MAX_DEPTH = 64
+# A plain number longer than this is refused at its line: no setting takes one, and an int past 4,300 digits is a
+# ValueError in PyYAML's constructor, with no line
+MAX_NUMBER_CHARS = 1000
+_NUMBER = re.compile(r"[-+]?[0-9][0-9a-fA-FxXoObB_:.eE+-]*")
+_OPENS = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+          yaml.FlowSequenceStartToken)
+_CLOSES = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 
 class YamlSourceError(ValueError):
@@ -49,16 +60,41 @@ def read_text(path: Path) -> str:
 
 def parse(text: str) -> YamlSource:
     try:
+        _check_bounds(text)
         root = yaml.compose(text)
         data = yaml.safe_load(text) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise YamlSourceError(mark.line + 1 if mark else None, FILE,
                               f"not valid YAML: {getattr(exc, 'problem', None) or exc}") from exc
+    except YamlSourceError:
+        raise
+    except (RecursionError, ValueError) as exc:  # what _check_bounds did not foresee: still the file's error
+        raise YamlSourceError(None, FILE, f"cannot be read: {type(exc).__name__}: {exc}") from exc
     lines: dict[str, int] = {}
     if root is not None:
         _index(root, "", lines, set())
     return YamlSource({} if data is None else data, root, lines)
+
+
+def _check_bounds(text: str) -> None:
+    """Refuses, at its line, what PyYAML would read only to fail with no line: mappings and lists nested deeper than
+    MAX_DEPTH (its composer recurses once per level: RecursionError), and a number longer than MAX_NUMBER_CHARS (an
+    int past Python's 4,300 digits is a ValueError; any shorter one past every setting's bound is refused by its key).
+    The scanner it reads the tokens with does not recurse."""
+    depth = 0
+    for token in yaml.scan(text):
+        if isinstance(token, _OPENS):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YamlSourceError(token.start_mark.line + 1, FILE, f"mappings and lists nested deeper than "
+                                      f"{MAX_DEPTH} levels: no file gpuhealth reads needs that many")
+        elif isinstance(token, _CLOSES):
+            depth -= 1
+        elif (isinstance(token, yaml.ScalarToken) and token.plain and len(token.value) > MAX_NUMBER_CHARS
+              and _NUMBER.fullmatch(token.value)):
+            raise YamlSourceError(token.start_mark.line + 1, FILE, f"a number {len(token.value)} characters long: "
+                                  "larger than any setting takes")
 
 
 def _index(node: yaml.Node, prefix: str, lines: dict[str, int], seen: set[int]) -> None:

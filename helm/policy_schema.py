@@ -50,15 +50,18 @@ PERCENT_PATTERN = r"^\s*[-+0-9._eE]+\s*%\s*$"
 
 
 def _duration(_: dict[str, Any]) -> Schema:
-    return {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}]}
+    longest = policy.MAX_DURATION.total_seconds()
+    return {"anyOf": [{"type": "number", "minimum": 0, "maximum": longest},
+                      {"type": "string", "pattern": DURATION_PATTERN}]}
 
 
 def _quota(_: dict[str, Any]) -> Schema:
-    return {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": PERCENT_PATTERN}]}
+    return {"anyOf": [{"type": "integer", "minimum": 0, "maximum": policy.MAX_INTEGER},
+                      {"type": "string", "pattern": PERCENT_PATTERN}]}
 
 
 def _integer(options: dict[str, Any]) -> Schema:
-    return {"type": "integer", "minimum": options["minimum"]}
+    return {"type": "integer", "minimum": options["minimum"], "maximum": policy.MAX_INTEGER}
 
 
 def _string(options: dict[str, Any]) -> Schema:

@@ -143,6 +143,9 @@ class Metrics:
                                       "topology label (policy correlation.labels) firing the same alert at once, while "
                                       "it counts as one correlated fault that climbs no node (0: not one now)",
                                       ["alert", "label", "value"], registry=r)
+        self.unreadable_nodes = Gauge("gpuhealth_remediator_unreadable_nodes", "Nodes the last pass could not read "
+                                      "(a damaged state annotation, an object it could not read or decide): each "
+                                      "counts as disrupted and is left alone until a person fixes it", registry=r)
         self.leader = Gauge("gpuhealth_remediator_leader", "1 while this replica holds the Lease", registry=r)
         self.api_errors = Counter("gpuhealth_remediator_api_errors", "Kubernetes API errors by operation",
                                   ["operation"], registry=r)

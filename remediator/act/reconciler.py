@@ -20,6 +20,7 @@ from remediator.act.node_jobs import job_records
 from remediator.act.offender_gauge import OffenderGauge
 from remediator.act.parallel import execute_plans
 from remediator.act.pass_guard import PassAborted, PassGuard
+from remediator.act.unreadable import UnreadableNodes
 from remediator.audit import audit
 from remediator.clients.alertmanager import pass_deadline
 from remediator.clients.errors import Forbidden, KubeError, NotFound
@@ -68,6 +69,7 @@ class Reconciler:
         self.guard = PassGuard(elector, clock, sleep)
         self.executor = Executor(kube, policy, metrics, self.guard)
         self.offenders = OffenderGauge(metrics, policy)
+        self.unreadable = UnreadableNodes(kube, metrics)
         self.wake = threading.Event()
         self.last_plans: list[NodePlan] = []
         self._was_leader = False
@@ -142,10 +144,8 @@ class Reconciler:
         self.metrics.passes.inc()
         try:
             nodes = self._nodes()
-            if self.am_sync.due(self.clock()):  # before the pass's clock starts: the sync's writes are not the pass's
-                synced = self.am_sync.sync(nodes, self._read_until)
-                if synced is not None and synced.batch.alerts:
-                    nodes = self._nodes()  # with what the sync wrote (our writes are in the cache at once)
+            if self._sync(nodes):  # before the pass's clock starts: the sync's writes are not the pass's
+                nodes = self._nodes()  # with what the sync wrote (our writes are in the cache at once)
         except Exception as exc:  # the API's trouble or a cache not ready: no pass on what cannot be read
             self.metrics.api_error(ApiOperation.LIST_NODES)
             self.kube.health.ok = False
@@ -171,6 +171,7 @@ class Reconciler:
             self._report_monitoring_faults(ledger)
             self._report_correlated_faults(ledger)
             self.offenders.refresh(views, now)
+            self.unreadable.report(views, now)
             # cordons first, then the rest, parallel_writes nodes at once (act/parallel.py); budgets are decided above
             execute_plans(plans, lambda p: self._execute(p, view_of[p.node], by_name[p.node], now), self._workers())
             self._sweep_device_taints(views, plans, dra, now)
@@ -183,6 +184,20 @@ class Reconciler:
         capped = any(d.deferral == Deferral.RATE_CAP for p in plans for d in p.decisions)
         self.next_due = next_decision((p.final_state for p in plans), self.policy, trips, now, capped)
         return plans
+
+    def _sync(self, nodes: list[RawNode]) -> bool:
+        """The sync with Alertmanager when it is due: whether it recorded anything. Its own trouble (a bug, an answer
+        no check foresaw) is its own: logged and counted as a failed sync, and the pass goes on without it."""
+        if not self.am_sync.due(self.clock()):
+            return False
+        try:
+            synced = self.am_sync.sync(nodes, self._read_until)
+        except Exception as exc:
+            self.metrics.am_syncs.labels("error").inc()
+            log.error("Alertmanager sync failed (%s: %s): the pass goes on without it", type(exc).__name__, exc,
+                      exc_info=exc)
+            return False
+        return synced is not None and bool(synced.batch.alerts)
 
     def _execute(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime) -> None:
         """One node's plan; its trouble is counted and logged, and is not the next node's."""

@@ -65,6 +65,8 @@ class EventReason(StrEnum):
     CIRCUIT_BREAKER_OPEN = "CircuitBreakerOpen"
     # gpuhealth's own alerts on many nodes of a pool at once: its own failure, no node action (policy monitoring_fault)
     MONITORING_FAULT = "MonitoringFault"
+    # a node the pass cannot read (a damaged state annotation, an object it cannot read or decide): left alone
+    UNREADABLE_STATE = "UnreadableState"
     # the same alert on nodes behind one switch or rack at once: one fault, no climb (policy correlation)
     CORRELATED_FAULT = "CorrelatedFault"
     # the diagnostic Job (decide/validation.py): started (DiagnoseFailed: it could not be made), and its outcome

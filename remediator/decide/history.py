@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuhealth_contract.pci import short_bus_id
+from remediator.decide import json_text
 from remediator.decide.devices import NodeDevices
 from remediator.decide.nodestate import ALL_GPUS, PREFIX, AlertRecord, NodeState, fmt_time, parse_time, rung_index
 from remediator.decide.vocabulary import JOB_RUNGS, Rung, RungStatus, Scope
@@ -87,7 +88,7 @@ def read_history(text: str | None, node: str = "") -> tuple[Episode, ...]:
     if not text:
         return ()
     try:
-        data = json.loads(text)
+        data = json_text.loads(text)
         if not isinstance(data, list):
             raise ValueError("not a JSON list")
         episodes = [Episode.from_dict(e) for e in data]

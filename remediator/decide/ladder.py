@@ -14,12 +14,13 @@ decide/planner.py.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import datetime
 
 from remediator.decide.budget import Ledger
 from remediator.decide.burn_in import BurnInSteps
-from remediator.decide.decision import NodePlan, SilenceCheck
+from remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from remediator.decide.diagnosis import Purpose
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.monitoring_fault import FaultKey
@@ -43,6 +44,8 @@ from remediator.decide.vocabulary import (
 )
 from remediator.policy import Policy
 
+log = logging.getLogger("gpuhealth.remediator")
+
 
 def _pick_gpu(alerts: dict[str, AlertRecord]) -> str | None:
     """The GPU to reset: the one the alerts name; all of them when they name several, or "all"."""
@@ -58,7 +61,21 @@ def decide(views: list[NodeView], policy: Policy, now: datetime, ledger: Ledger,
     def order(v: NodeView) -> tuple[int, datetime, str]:
         return (0 if v.name in ledger.pools[v.pool].disrupted else 1, v.state.episode or now, v.name)
 
-    return [_Planner(v, policy, now, ledger, silences).run() for v in sorted(views, key=order)]
+    return [_plan(v, policy, now, ledger, silences) for v in sorted(views, key=order)]
+
+
+def _plan(v: NodeView, policy: Policy, now: datetime, ledger: Ledger, silences: SilenceCheck | None) -> NodePlan:
+    """One node's plan. A node the ladder cannot decide (an exception: a bug, or an object no check foresaw) is that
+    node's trouble alone: left alone as a node with an unreadable state is (its view says why: act/unreadable.py
+    reports it), and the other nodes are decided."""
+    try:
+        return _Planner(v, policy, now, ledger, silences).run()
+    except Exception as exc:
+        log.error("node %s: cannot be decided (%s: %s): left alone", v.name, type(exc).__name__, exc, exc_info=exc)
+        v.damaged = f"cannot be decided: {type(exc).__name__}: {exc}"[:200]
+        plan = NodePlan(node=v.name, base_state=v.state, final_state=v.state, resource_version=v.resource_version)
+        plan.decisions.append(Decision(v.name, Action.NONE, Verdict.SKIPPED, f"{v.damaged}: left alone", v.pool))
+        return plan
 
 
 class _Planner(BurnInSteps, SweepSteps, OffenderSteps, ScopeSteps, ValidationSteps):

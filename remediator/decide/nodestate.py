@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
+from remediator.decide import json_text, state_schema
 from remediator.decide.vocabulary import RUNG_ORDER, EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
@@ -77,7 +78,10 @@ def parse_time(value: str) -> datetime:
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp without a time zone: {value!r}")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00:00-05:00: past year 9999 in UTC
+        raise ValueError(f"timestamp out of range in UTC: {value!r}") from None
 
 
 def fmt_time(value: datetime) -> str:
@@ -272,7 +276,7 @@ class NodeState:
         if not text:
             return cls()
         try:
-            data = json.loads(text)
+            data = json_text.loads(text)
         except ValueError as exc:
             raise ValueError(f"state annotation is not JSON: {exc}") from exc
         if not isinstance(data, dict):
@@ -286,10 +290,10 @@ class NodeState:
             raise ValueError("state annotation: alerts is not a mapping")
         alert_fields = set(AlertRecord.__dataclass_fields__)
         try:
-            alerts = {str(fp): AlertRecord(**_read_times({k: v for k, v in a.items() if k in alert_fields},
-                                                         _ALERT_TIMES))
+            alerts = {str(fp): AlertRecord(**_read_times(_checked_alert(fp, a, alert_fields), _ALERT_TIMES))
                       for fp, a in raw_alerts.items()}
             known = set(cls.__dataclass_fields__)
+            _check_state(data, "state annotation: ")
             rest = _read_times({k: v for k, v in data.items() if k in known}, _STATE_TIMES)
             rest["actions"] = tuple(parse_time(t) for t in rest.get("actions") or ())
             rest["devices"] = tuple(rest.get("devices") or ())
@@ -337,13 +341,34 @@ def _alert_json(alert: AlertRecord) -> dict[str, Any]:
     return data
 
 
+_check_state = state_schema.checker(NodeState, skip=("alerts",))
+_check_alert = state_schema.checker(AlertRecord)
+
+
+def _checked_alert(fingerprint: str, record: Any, known: set[str]) -> dict[str, Any]:
+    """An alert record's known keys, each of its field's JSON type, its status and remediation words the webhook
+    records (intake/webhook.py): ValueError otherwise."""
+    where = f"state annotation: alert {fingerprint[:40]!r}: "
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}not a JSON object")
+    _check_alert(record, where)
+    if record.get("status") not in ("firing", "resolved"):
+        raise ValueError(f"{where}status {record.get('status')!r} is neither firing nor resolved")
+    if record.get("remediation") not in REMEDIATIONS:
+        raise ValueError(f"{where}remediation {record.get('remediation')!r} is unknown")
+    return {k: v for k, v in record.items() if k in known}
+
+
 def _read_times(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """`data` with its times read (a missing or null optional one stays as it is; a required one missing is the
     dataclass's TypeError): what is not RFC 3339 text is a damaged state."""
     for key in keys:
         value = data.get(key)
         if value is not None:
-            data[key] = parse_time(value)
+            try:
+                data[key] = parse_time(value)
+            except ValueError as exc:
+                raise ValueError(f"state annotation is damaged: {key}: {exc}") from None
     return data
 
 
@@ -405,7 +430,7 @@ def hold_of(annotations: dict[str, str]) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        value = json.loads(raw)
+        value = json_text.loads(raw)
     except ValueError:
         return {"reason": raw}
     return value if isinstance(value, dict) else {"reason": str(value)}

@@ -305,37 +305,67 @@ def build_views(nodes: Iterable[RawNode], policy: Policy,
     """Views of all nodes; pods and Job status are looked up only for nodes in an episode, and for the nodes an
     idle-node sweep could take now (`now` given and policy sweep.enabled: decide/sweep.py sweep_candidate).
     pods_on None: the pods are unknown (plan without --pods). dra None: no DRA (node scope only).
-    job_status: a node-action Job by name (JobRecord; job_start.MISSING when there is none)."""
+    job_status: a node-action Job by name (JobRecord; job_start.MISSING when there is none).
+    One node whose objects (the Node, its pods, its Jobs) cannot be read is that node's trouble alone: its view is
+    an unreadable one (fail closed: counted as disrupted, left alone), and the other nodes' views are built."""
     views = []
     for node in nodes:
-        view = node_view(node, policy, (states or {}).get(api_objects.name(node)))
-        if pods_on is None:
-            view.pods_known = False
-        elif now is not None and sweep_candidate(view, policy, now):
-            view.gpu_work = gpu_work(pods_on(view.name), policy.sweep.idle_for, now)
-        elif view.state.active or view.our_taint or view.burn_in:
-            pods = pods_on(view.name)
-            view.evictable = evictable_pods(pods)
-            if view.state.reset_phase == ResetPhase.STOPPING:
-                view.gpu_clients = gpu_clients(pods, view.state, policy)
-            if job_status is not None and view.state.job and view.state.rung_status == RungStatus.RUNNING:
-                record = job_status(view.state.job)
-                view.job_status = record.status
-                if record.status != JobStatus.MISSING:
-                    view.job_start = job_start(record, pods, policy.jobs.namespace, view.state.job)
-            diagnostic = view.state.diagnosis_job
-            if job_status is not None and diagnostic and view.state.diagnosis_result is None:
-                record = job_status(diagnostic)
-                view.diagnosis_missing = record.status == JobStatus.MISSING
-                if not view.diagnosis_missing:
-                    view.diagnosis_start = job_start(record, pods, policy.jobs.namespace, diagnostic)
-                view.diagnosis = diagnosis_of(record, pods, policy.jobs.namespace, diagnostic)
-            if job_status is not None and view.state.evidence_job and view.state.evidence is None:
-                view.evidence_status = job_status(view.state.evidence_job).status
-        views.append(view)
+        try:
+            views.append(_view(node, policy, pods_on, job_status, states, now))
+        except Exception as exc:  # an object no check foresaw: this node only
+            views.append(unreadable_view(node, policy, exc))
     if dra is not None:
         attach_dra(views, dra)
     return views
+
+
+def unreadable_view(node: RawNode, policy: Policy, exc: Exception) -> NodeView:
+    """A node whose objects could not be read (`exc`, logged with its traceback): fail closed, as a damaged state is
+    (counted as disrupted, left alone, reported: act/unreadable.py)."""
+    name = api_objects.name(node)
+    log.error("node %s: its objects cannot be read (%s: %s): counted as disrupted, left alone", name,
+              type(exc).__name__, exc, exc_info=exc)
+    labels = api_objects.labels(node)
+    pool = labels.get(policy.pools.label) if isinstance(labels, dict) else None
+    return NodeView(name=name, pool=pool if isinstance(pool, str) else policy.pools.default, labels={},
+                    unschedulable=False, our_taint=False, state=NodeState(), hold=None, excluded=False, ready=False,
+                    boot_id=None, resource_version=None, damaged=f"{type(exc).__name__}: {exc}"[:200])
+
+
+def _view(node: RawNode, policy: Policy, pods_on: Callable[[str], list[RawPod]] | None,
+          job_status: Callable[[str], JobRecord] | None, states: dict[str, NodeState] | None,
+          now: datetime | None) -> NodeView:
+    """One node's view, with its pods and Jobs where its episode needs them (build_views)."""
+    view = node_view(node, policy, (states or {}).get(api_objects.name(node)))
+    if pods_on is None:
+        view.pods_known = False
+    elif now is not None and sweep_candidate(view, policy, now):
+        view.gpu_work = gpu_work(pods_on(view.name), policy.sweep.idle_for, now)
+    elif view.state.active or view.our_taint or view.burn_in:
+        _episode_reads(view, pods_on(view.name), policy, job_status)
+    return view
+
+
+def _episode_reads(view: NodeView, pods: list[RawPod], policy: Policy,
+                   job_status: Callable[[str], JobRecord] | None) -> None:
+    """What a node in an episode is decided on: its evictable pods, the GPU's clients, its Jobs' status."""
+    view.evictable = evictable_pods(pods)
+    if view.state.reset_phase == ResetPhase.STOPPING:
+        view.gpu_clients = gpu_clients(pods, view.state, policy)
+    if job_status is not None and view.state.job and view.state.rung_status == RungStatus.RUNNING:
+        record = job_status(view.state.job)
+        view.job_status = record.status
+        if record.status != JobStatus.MISSING:
+            view.job_start = job_start(record, pods, policy.jobs.namespace, view.state.job)
+    diagnostic = view.state.diagnosis_job
+    if job_status is not None and diagnostic and view.state.diagnosis_result is None:
+        record = job_status(diagnostic)
+        view.diagnosis_missing = record.status == JobStatus.MISSING
+        if not view.diagnosis_missing:
+            view.diagnosis_start = job_start(record, pods, policy.jobs.namespace, diagnostic)
+        view.diagnosis = diagnosis_of(record, pods, policy.jobs.namespace, diagnostic)
+    if job_status is not None and view.state.evidence_job and view.state.evidence is None:
+        view.evidence_status = job_status(view.state.evidence_job).status
 
 
 def needs_dra(views: Iterable[NodeView]) -> bool:

@@ -78,9 +78,14 @@ def active_alerts(items: list[dict[str, Any]], policy: Policy) -> tuple[list[Act
     suppressed: dict[str, bool] = {}
     processed: dict[str, bool] = {}
     unique: dict[str, dict[str, Any]] = {}
+    refused: list[tuple[str, str]] = []
     for a in items:
         fp = str(a.get("fingerprint"))
         st = a.get("status") or {}
+        if not isinstance(st, dict):  # this alert alone: listed but not well-formed
+            named = isinstance(a.get("fingerprint"), str) and a.get("fingerprint")
+            refused.append((fp if named else "", f"status is {type(st).__name__}, not an object"))
+            continue
         quiet = bool(st.get("silencedBy") or st.get("inhibitedBy")) or st.get("state") == "suppressed"
         suppressed[fp] = suppressed.get(fp, False) or quiet
         processed[fp] = processed.get(fp, False) or st.get("state") != "unprocessed"
@@ -91,7 +96,7 @@ def active_alerts(items: list[dict[str, Any]], policy: Policy) -> tuple[list[Act
     batch, skipped = parse_listed(shaped, policy)
     active = [ActiveAlert(a.node, a.fingerprint, a.record, suppressed[a.fingerprint], processed[a.fingerprint])
               for a in batch.alerts]
-    return active, batch.ignored, skipped
+    return active, batch.ignored, refused + skipped
 
 
 def read_alertmanager(client: AlertmanagerClient, policy: Policy) -> Reading:

@@ -8,11 +8,13 @@ the typed reads, which the simulator's scenario files use too.
 from remediator.policy.formats import OPERAND_LABEL_PREFIX
 from remediator.policy.load import load_policy, parse_policy, read_policy, read_utf8
 from remediator.policy.quota import Quota
-from remediator.policy.reader import DURATION, PolicyError, YamlReader, parse_duration
+from remediator.policy.reader import DURATION, MAX_DURATION, MAX_INTEGER, PolicyError, YamlReader, parse_duration
 from remediator.policy.schema import BudgetSettings, MonitoringFaultSettings, Policy, ReturnToServiceSettings
 
 __all__ = [
     "DURATION",
+    "MAX_DURATION",
+    "MAX_INTEGER",
     "OPERAND_LABEL_PREFIX",
     "BudgetSettings",
     "MonitoringFaultSettings",

@@ -20,18 +20,30 @@ class PolicyError(ValueError):
         self.source, self.key, self.line, self.reason = source, key, line, reason
 
 
-# What parse_duration reads (after stripping whitespace); helm/policy_schema.py gives it to the chart's schema.
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+# What parse_duration reads (after stripping whitespace); helm/policy_schema.py gives it to the chart's schema. ASCII
+# digits only (Python's \d would take any script's, and float() reads them).
+DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# The longest duration any key takes: ten years. No wait of the ladder, a budget or a sweep is longer, and a time this
+# far from now stays within what a datetime holds (year 9999): "9999999d" was read, then raised OverflowError in every
+# pass that added it to the clock.
+MAX_DURATION = timedelta(days=3650)
+MAX_DURATION_TEXT = "3650d"
+# The largest integer any key takes (a count, bytes, seconds): what a Kubernetes int32 field holds, far above any
+# setting, and below what a float, a timedelta or a C long would overflow on
+MAX_INTEGER = 2**31 - 1
 
 
 def parse_duration(text: str) -> timedelta:
-    """A duration as the policy (and Prometheus' `for`, `keep_firing_for`, intervals) write it: 30s, 10m, 1.5h.
-    ValueError if it is not one."""
+    """A duration as the policy (and Prometheus' `for`, `keep_firing_for`, intervals) write it: 30s, 10m, 1.5h, at
+    most MAX_DURATION. ValueError if it is not one."""
     match = DURATION.match(str(text).strip())
     if not match:
         raise ValueError(f"expected a duration like 30s, 10m, 1h, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_DURATION.total_seconds():
+        raise ValueError(f"{text!r} is longer than {MAX_DURATION_TEXT}, the longest duration taken")
+    return timedelta(seconds=seconds)
 
 
 class YamlReader:
@@ -67,16 +79,17 @@ class YamlReader:
             return None
         if isinstance(value, bool):
             raise self.fail(key, "expected a duration like 30s, 10m, 1h")
-        if isinstance(value, int | float) and value >= 0:
+        if isinstance(value, int | float) and 0 <= value <= MAX_DURATION.total_seconds():
             return timedelta(seconds=value)
         try:
             return parse_duration(str(value))
         except ValueError:
             null = " or null" if optional else ""
-            raise self.fail(key, f"expected a duration like 30s, 10m, 1h{null}, got {value!r}") from None
+            raise self.fail(key, f"expected a duration like 30s, 10m, 1h{null}, at most {MAX_DURATION_TEXT}, got "
+                            f"{_shown(value)}") from None
 
     def quota(self, key: str, value: Any) -> Quota:
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INTEGER:
             return Quota(count=value)
         text = str(value).strip()
         if text.endswith("%"):
@@ -86,11 +99,15 @@ class YamlReader:
                 pct = -1
             if 0 < pct <= 100:
                 return Quota(percent=pct)
-        raise self.fail(key, f"expected a node count (0 or more) or a percentage like \"10%\", got {value!r}")
+        at_most = f" at most {MAX_INTEGER}" if isinstance(value, int) and value > MAX_INTEGER else ""
+        raise self.fail(key, f"expected a node count (0 or more{at_most}) or a percentage like \"10%\", got "
+                        f"{_shown(value)}")
 
     def integer(self, key: str, value: Any, minimum: int = 0) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"expected an integer >= {minimum}, got {value!r}")
+            raise self.fail(key, f"expected an integer >= {minimum}, got {_shown(value)}")
+        if value > MAX_INTEGER:
+            raise self.fail(key, f"expected an integer at most {MAX_INTEGER}, got {_shown(value)}")
         return value
 
     def boolean(self, key: str, value: Any) -> bool:
@@ -116,3 +133,9 @@ class YamlReader:
         if not 0 < pct <= 100:
             raise self.fail(key, f"expected a percentage like \"30%\", got {value!r}")
         return pct
+
+
+def _shown(value: Any) -> str:
+    """A value as an error quotes it: cut short, so that a 1,000-digit number does not make a 1,000-character error."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

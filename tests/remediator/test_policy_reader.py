@@ -88,3 +88,39 @@ def test_the_ladder_has_a_section_per_rung_in_the_ladders_order() -> None:
     assert rungs == list(RUNG_ORDER)
     with pytest.raises(KeyError):
         Policy().rung("max_rung")
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("9999999d", "at most 3650d, got '9999999d'"),  # read, then OverflowError in every pass that added it to now
+    ("1e400", "at most 3650d"), (".inf", "at most 3650d, got inf"), ("99999999999999999999999", "at most 3650d"),
+    ("\u0663h", "expected a duration"),  # an Arabic-Indic three: float() reads it, the chart's schema would not
+])
+def test_a_duration_past_ten_years_is_refused_at_its_line_not_read_to_overflow_later(value: str, why: str) -> None:
+    err = _error(f"return_to_service:\n  healthy_delay: {value}\n")
+    assert (err.key, err.line) == ("return_to_service.healthy_delay", 2) and why in err.reason
+
+
+def test_the_longest_duration_taken_reads_and_stays_within_a_datetime_from_now() -> None:
+    from datetime import UTC, datetime
+    delay = parse_policy("return_to_service:\n  healthy_delay: 3650d\n").return_to_service.healthy_delay
+    assert delay == timedelta(days=3650) and datetime(2026, 12, 2, tzinfo=UTC) + delay
+
+
+def test_a_huge_integer_is_refused_at_its_line() -> None:
+    for key in ("max_actions_per_hour", "max_disrupted"):
+        err = _error(f"budget:\n  {key}: {'9' * 30}\n")
+        assert (err.key, err.line) == (f"budget.{key}", 2) and "at most 2147483647" in err.reason
+
+
+@pytest.mark.parametrize(("text", "line", "why"), [
+    ("budget:\n  max_disrupted: " + "[" * 2000 + "]" * 2000 + "\n", 2, "nested deeper than 64 levels"),
+    ("budget:\n  max_disrupted: 1\nx:\n" + "".join("  " * i + "a:\n" for i in range(1, 100)), 67,
+     "nested deeper than 64 levels"),
+    ("budget:\n  max_actions_per_hour: " + "9" * 5000 + "\n", 2, "a number 5000 characters long"),
+])
+def test_deep_nesting_and_numbers_past_pythons_int_limit_are_a_policy_error_with_a_line(text: str, line: int,
+                                                                                        why: str) -> None:
+    """PyYAML's composer recurses per level (RecursionError) and its int() refuses past 4,300 digits (ValueError):
+    both escaped the loader with no file or line."""
+    err = _error(text)
+    assert (err.source, err.line) == ("p.yaml", line) and why in err.reason

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediator.decide.do_not_disrupt import go_duration, protects
+from remediator.decide.do_not_disrupt import go_duration, go_duration_ns, protects
 from tests.fakes.apiserver import FakeCluster, Obj
 from tests.support.remediator_harness import Harness
 
@@ -136,3 +136,34 @@ def test_go_durations_read_as_go_reads_them() -> None:
     assert go_duration("300ms") == timedelta(milliseconds=300)
     assert go_duration("0") == timedelta(0)
     assert go_duration("1d") is None and go_duration("h") is None and go_duration("1h 2m") is None
+
+
+def test_a_duration_go_cannot_hold_is_ignored_as_karpenter_ignores_it_and_every_node_is_still_acted_on(
+        cluster: FakeCluster) -> None:
+    """A tenant's "100000000000h" (past Go's largest time.Duration: time.ParseDuration refuses it, so Karpenter treats
+    the annotation as absent) stopped every pass with OverflowError once its node reached drain."""
+    h = Harness(cluster, POLICY)
+    cluster.add_pod("gpu-2", "train-0", gpus=8)
+    _annotate(cluster, "train-0", "100000000000h", started=h.now - timedelta(minutes=5))
+    h.fire("gpu-2", "drain")
+    h.fire("gpu-3", "cordon")
+    decided = {(d.node, d.action, d.decision) for d in h.decided(h.step())}
+    assert {("gpu-2", "drain", "execute"), ("gpu-3", "cordon", "execute")} <= decided
+    assert cluster.evictions() == ["default/train-0"]
+
+
+@pytest.mark.parametrize(("value", "nanoseconds"), [
+    ("2562047h47m16.854775807s", (1 << 63) - 1),  # Go's largest time.Duration
+    ("2562047h47m16.854775808s", None), ("100000000000h", None), ("9" * 5000 + "h", None),
+    ("0" * 5000 + "1h", 3_600_000_000_000),  # leading zeros are not digits that count
+    ("1.5h", 5_400_000_000_000), ("1ns", 1), (".5s", 500_000_000), ("1.h", 3_600_000_000_000),
+    ("\u0663h", None),  # an Arabic-Indic three: Go reads ASCII digits only
+    ("1h\n", None), (".h", None), ("1", None), ("1.5.5h", None),
+])
+def test_go_durations_are_read_to_the_nanosecond_within_gos_bounds(value: str, nanoseconds: int | None) -> None:
+    assert go_duration_ns(value) == nanoseconds
+
+
+def test_a_one_nanosecond_duration_still_protects_a_pod_not_yet_started() -> None:
+    assert protects("1ns", None, T) and not protects("1ns", T - timedelta(seconds=1), T)
+    assert not protects("100000000000h", None, T) and not protects("100000000000h", T, T)

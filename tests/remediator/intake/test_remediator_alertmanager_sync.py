@@ -22,7 +22,7 @@ from remediator.cli import main
 from remediator.decide.nodestate import STATE_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.support.real_alertmanager import RealAlertmanager, free_port, webhook_of
-from tests.support.remediator_harness import Harness
+from tests.support.remediator_harness import FakeAlertmanager, Harness
 
 
 def policy(url: str | list[str], **alertmanager: Any) -> str:
@@ -363,3 +363,25 @@ def test_an_alert_that_started_before_1970_is_skipped_and_counted_and_the_others
     assert firing(h, "gpu-2") == {} and not cluster.taints("gpu-2")
     assert h.metric("gpuhealth_remediator_alerts_ignored_total", reason="unusable") == 1
     assert any(bad["fingerprint"] in r.getMessage() and "startsAt" in r.getMessage() for r in caplog.records)
+
+
+def _listed(node: str, fingerprint: str, status: object) -> dict[str, Any]:
+    """An alert as /api/v2/alerts lists it, with whatever `status` the test gives."""
+    return {"labels": {"alertname": "GPUFault", "node": node, "remediation": "cordon", "severity": "critical",
+                       "component": "gpu", "gpu": "0"}, "annotations": {}, "fingerprint": fingerprint,
+            "startsAt": now().strftime("%Y-%m-%dT%H:%M:%SZ"), "status": status}
+
+
+def test_an_alert_whose_status_is_a_string_is_refused_alone_and_the_pass_goes_on(cluster: FakeCluster) -> None:
+    """Alertmanager lists status as an object; a listed alert whose status is a string made every sync raise, skip
+    its pass and turn /readyz 503."""
+    with FakeAlertmanager() as am:
+        am.alerts = [_listed("gpu-2", "fp-odd", "active"),
+                     _listed("gpu-3", "fp-good", {"state": "active", "silencedBy": [], "inhibitedBy": []})]
+        h = Harness(cluster, policy(am.url, receiver=None), start=now())  # the stand-in has no receivers to list
+        plans = h.step()
+        assert ("gpu-3", "cordon", "execute") in h.decisions(plans)
+        assert firing(h, "gpu-2") == {} and not cluster.taints("gpu-2")
+        assert h.metric("gpuhealth_remediator_alerts_ignored_total", reason="unusable") == 1
+        assert h.metric("gpuhealth_remediator_alertmanager_syncs_total", result="ok") == 1
+        assert h.http.get("/readyz").status_code == 200
