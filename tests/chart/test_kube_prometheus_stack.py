@@ -186,6 +186,18 @@ def tell_children_apart(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def routed_before_and_after(base_config: dict[str, Any], rendered: list[dict[str, Any]], tmp_path: Path
+                            ) -> tuple[dict[str, dict[str, str]], dict[str, list[str]], dict[str, list[str]]]:
+    """gpuhealth's alerts as sent, and the receivers each alert (and OTHERS') reaches under the base configuration
+    alone and with the chart's AlertmanagerConfig merged in by the operator."""
+    config = generate(base_config, [one(rendered, "AlertmanagerConfig")], secrets_of(rendered),
+                      strategy=kps.MATCHER_STRATEGY)
+    gpuhealth = alerts_as_sent(one(rendered, "PrometheusRule"))
+    everything = {**gpuhealth, **OTHERS}
+    return gpuhealth, routes(base_config, everything, tmp_path), routes(tell_children_apart(config), everything,
+                                                                        tmp_path)
+
+
 # Other teams' alerts, as kube-prometheus-stack's own rules and a team's would send them.
 OTHERS = {
     "Watchdog": {"alertname": "Watchdog", "severity": "none"},
@@ -221,11 +233,7 @@ def test_every_gpuhealth_alert_reaches_the_remediator_and_no_other_routing_chang
     base_config = kps.base_config() if base == "kube-prometheus-stack" else team_base()
     amc = one(rendered, "AlertmanagerConfig")
     assert kps.selects(amc)
-    config = generate(base_config, [amc], secrets_of(rendered), strategy=kps.MATCHER_STRATEGY)
-    gpuhealth = alerts_as_sent(one(rendered, "PrometheusRule"))
-    everything = {**gpuhealth, **OTHERS}
-    before = routes(base_config, everything, tmp_path)
-    after = routes(tell_children_apart(config), everything, tmp_path)
+    gpuhealth, before, after = routed_before_and_after(base_config, rendered, tmp_path)
 
     wrong = []
     for name, labels in gpuhealth.items():

@@ -29,10 +29,9 @@ from tests.chart.test_kube_prometheus_stack import (
     alerts_as_sent,
     one,
     push_label_sets,
-    routes,
+    routed_before_and_after,
     secrets_of,
     team_base,
-    tell_children_apart,
 )
 from tests.support import kube_prometheus_stack as kps
 from tests.support import paths
@@ -59,12 +58,7 @@ def test_the_alerts_that_page_a_person_reach_the_page_receiver_and_still_the_rem
         base: str, tmp_path: Path) -> None:
     rendered = render(_values())
     base_config = kps.base_config() if base == "kube-prometheus-stack" else team_base()
-    config = generate(base_config, [one(rendered, "AlertmanagerConfig")], secrets_of(rendered),
-                      strategy=kps.MATCHER_STRATEGY)
-    gpuhealth = alerts_as_sent(one(rendered, "PrometheusRule"))
-    everything = {**gpuhealth, **OTHERS}
-    before = routes(base_config, everything, tmp_path)
-    after = routes(tell_children_apart(config), everything, tmp_path)
+    gpuhealth, before, after = routed_before_and_after(base_config, rendered, tmp_path)
     wrong = []
     for name, labels in gpuhealth.items():
         mine = INFORMATIONAL if labels["remediation"] == "none" else REMEDIATOR

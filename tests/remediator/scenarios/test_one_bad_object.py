@@ -70,6 +70,7 @@ def test_a_node_read_again_once_fixed_is_acted_on_and_leaves_the_gauge(cluster: 
     h.step()
     assert h.metric("gpuhealth_remediator_unreadable_nodes") == 1
     _set_annotation(cluster, "gpu-2", STATE_ANNOTATION, "")  # a person removes it
+    h.sync()  # the receiver records on what its watch has seen: the damaged state until the removal reaches it
     h.fire("gpu-2", "cordon")
     h.step()
     assert h.metric("gpuhealth_remediator_unreadable_nodes") == 0

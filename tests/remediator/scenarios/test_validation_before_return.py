@@ -134,7 +134,8 @@ def test_a_validation_that_never_starts_keeps_the_node_out_for_a_person_and_clim
     assert cluster.node("gpu-1")["spec"]["unschedulable"] is True
 
 
-def test_a_failed_validation_at_the_alerts_ceiling_stops_for_a_person(cluster: FakeCluster) -> None:
+def _reset_at_its_ceiling_then_resolved(cluster: FakeCluster) -> Harness:
+    """gpu-2's GPU reset (its alert's max_rung) succeeds and the alert resolves: the validation is under way."""
     h = Harness(cluster, POLICY)
     h.fire("gpu-2", "reset_gpu", alertname="GPUXidFatal", gpu="1", labels={"max_rung": "reset_gpu"})
     h.step()
@@ -144,6 +145,11 @@ def test_a_failed_validation_at_the_alerts_ceiling_stops_for_a_person(cluster: F
     h.step()
     h.resolve("gpu-2", "reset_gpu", alertname="GPUXidFatal", gpu="1", labels={"max_rung": "reset_gpu"})
     h.step()
+    return h
+
+
+def test_a_failed_validation_at_the_alerts_ceiling_stops_for_a_person(cluster: FakeCluster) -> None:
+    h = _reset_at_its_ceiling_then_resolved(cluster)
     (validate,) = jobs(cluster, "diagnose")
     judge_ends(cluster, validate, Verdict((Failure(Check.GPU_COUNT, "7 of 8 GPUs"),), level=1))
     h.advance(seconds=30)
@@ -225,15 +231,7 @@ def test_a_reset_whose_validation_fails_stays_out_while_the_rate_cap_defers_its_
 
 def test_a_failed_validation_at_the_alerts_ceiling_holds_the_node_until_a_person_releases_it(
         cluster: FakeCluster, tmp_path: Path) -> None:
-    h = Harness(cluster, POLICY)
-    h.fire("gpu-2", "reset_gpu", alertname="GPUXidFatal", gpu="1", labels={"max_rung": "reset_gpu"})
-    h.step()
-    (reset,) = jobs(cluster, "reset-gpu")
-    cluster.jobs[(NS, reset)]["status"] = {"succeeded": 1}
-    h.advance(minutes=1)
-    h.step()
-    h.resolve("gpu-2", "reset_gpu", alertname="GPUXidFatal", gpu="1", labels={"max_rung": "reset_gpu"})
-    h.step()
+    h = _reset_at_its_ceiling_then_resolved(cluster)
     judge_ends(cluster, h.state("gpu-2").diagnosis_job or "", failed())
     h.advance(seconds=30)
     h.step()
