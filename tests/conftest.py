@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from tests.support import remediator_harness as harness
 
     clocked = (harness.T0, harness.Harness, harness.webhook)
+    half = os.environ.get("GPUHEALTH_CLOCK_HALF")  # make test's clock-shift: each such test at one shifted date
     for item in items:
         # With pytest-xdist (make test runs two workers), the end-to-end scenarios run one after another on one
         # worker: each starts a whole stack, and two at once would time each other out on a 2-core machine.
@@ -39,6 +42,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = getattr(item, "module", None)
         if module is not None and any(any(v is c for c in clocked) for v in vars(module).values()):
             item.add_marker(pytest.mark.fixed_clock)
+    if half is not None:
+        kept = [i for i in items if i.get_closest_marker("fixed_clock") is None or _half_of(i.nodeid) == int(half)]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+            items[:] = kept
+
+
+def _half_of(nodeid: str) -> int:
+    """0 or 1, the same for a test on every machine and run (not Python's salted hash)."""
+    return zlib.crc32(nodeid.encode()) % 2
 
 
 @pytest.fixture(autouse=True)
