@@ -17,19 +17,11 @@ from tests.support import process_tree
 from tests.support.paths import REPO as ROOT
 
 
-def alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
-
-
 def wait_gone(pid: int, seconds: float = 30) -> bool:
     deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
+    while process_tree.alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not alive(pid)
+    return not process_tree.alive(pid)
 
 
 def tree_script(tmp_path: Path) -> tuple[Path, Path]:

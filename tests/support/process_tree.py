@@ -56,6 +56,15 @@ def end_group(proc: subprocess.Popen[Any]) -> None:
         proc.wait(10)
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs: a zombie is dead, only its parent has not reaped it yet."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "\nState:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
 def mark() -> int:
     return len(_started)
 

@@ -38,7 +38,7 @@ from exporter.probes.dcgm import (
 from exporter.probes.registry import BY_NAME
 from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
 from tests.exporter.probes.dcgm.local_http import serving
-from tests.support import paths
+from tests.support import paths, process_tree
 
 FIXTURES = paths.FIXTURES / "dcgm"
 L4_SCRAPE = FIXTURES / "metrics_kops_aws_L4_580.105.08.prom"
@@ -136,14 +136,6 @@ def test_non_executable_dcgmi_is_permission_denied(make: Any, tmp_path: Path) ->
     assert error_of(make([str(path)])).reason == PERMISSION_DENIED
 
 
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status  # a zombie is dead; only its parent has not reaped it yet
-
-
 @pytest.mark.parametrize("make", COMMAND_PROBES)
 def test_hanging_dcgmi_is_killed_at_the_deadline(make: Any, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
@@ -155,9 +147,9 @@ def test_hanging_dcgmi_is_killed_at_the_deadline(make: Any, tmp_path: Path) -> N
     children = [int(p) for p in pids.read_text().split()]
     assert len(children) == 2  # the shell and its sleep
     give_up = time.monotonic() + 2
-    while any(_alive(p) for p in children) and time.monotonic() < give_up:
+    while any(process_tree.alive(p) for p in children) and time.monotonic() < give_up:
         time.sleep(0.05)
-    assert not any(_alive(p) for p in children)
+    assert not any(process_tree.alive(p) for p in children)
 
 
 @pytest.mark.parametrize("make", COMMAND_PROBES)
