@@ -131,45 +131,46 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _common(sp: argparse.ArgumentParser) -> None:
+    """The options `run` and `diff` share."""
+    sp.add_argument("--policy", help="remediation policy YAML (default: the built-in defaults)")
+    sp.add_argument("--rules", default=str(DEFAULT_RULES), help="rules directory (default: this repo's rules/)")
+    sp.add_argument("--alertmanager-config", default=str(DEFAULT_ALERTMANAGER),
+                    help="Alertmanager routing to gpuhealth-remediator (default: examples/alertmanager.yml)")
+    sp.add_argument("--values", default=str(DEFAULT_VALUES),
+                    help="chart values: scrape interval and the remediator's pass interval")
+    sp.add_argument("--seed", type=int, default=1, help="first seed (runs use seed, seed+1, ...)")
+    sp.add_argument("--runs", type=int, default=5, help="seeded runs; intervals are over runs (default 5)")
+    sp.add_argument("--json", action="store_true", help="one JSON object")
+    sp.add_argument("--nodes", type=int, help="fleet size (pools scaled in proportion)")
+    sp.add_argument("--days", type=float, help="days to simulate")
+    sp.add_argument("--failure-rate", type=float, help="failures per 1,000 node-days, all causes")
+    sp.add_argument("--job-nodes", type=int, metavar="K",
+                    help="replace the training jobs by one synchronous job of K nodes for the whole run")
+    sp.add_argument("--checkpoint-interval", type=_duration, metavar="DURATION")
+    sp.add_argument("--checkpoint-cost", type=_duration, metavar="DURATION", help="blocking time per checkpoint")
+    sp.add_argument("--restart-overhead", type=_duration, metavar="DURATION")
+    sp.add_argument("--detection-delay", type=_duration, metavar="DURATION",
+                    help="a fixed detection delay for every fault instead of the rule-derived one (model checks)")
+    sp.add_argument("--perfect-detection", action="store_true",
+                    help="every fault seen, no false positive, no flapping (detection.perfect: true)")
+    sp.add_argument("--dra", action="store_true",
+                    help="the GPUs published by a DRA driver, DeviceTaintRule served: GPU scope (fleet.dra)")
+    sp.add_argument("--no-burn-in", action="store_true",
+                    help="new nodes take work at once, without the burn-in startup taint (fleet.burn_in: false)")
+    sp.add_argument("--remediation", choices=MODES,
+                    help="who repairs: gpuhealth (default), none (people only) or karpenter (Karpenter's node "
+                         "repair alone); docs/simulation.md 'Side by side'")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuhealth-sim", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--policy", help="remediation policy YAML (default: the built-in defaults)")
-        sp.add_argument("--rules", default=str(DEFAULT_RULES), help="rules directory (default: this repo's rules/)")
-        sp.add_argument("--alertmanager-config", default=str(DEFAULT_ALERTMANAGER),
-                        help="Alertmanager routing to gpuhealth-remediator (default: examples/alertmanager.yml)")
-        sp.add_argument("--values", default=str(DEFAULT_VALUES),
-                        help="chart values: scrape interval and the remediator's pass interval")
-        sp.add_argument("--seed", type=int, default=1, help="first seed (runs use seed, seed+1, ...)")
-        sp.add_argument("--runs", type=int, default=5, help="seeded runs; intervals are over runs (default 5)")
-        sp.add_argument("--json", action="store_true", help="one JSON object")
-        sp.add_argument("--nodes", type=int, help="fleet size (pools scaled in proportion)")
-        sp.add_argument("--days", type=float, help="days to simulate")
-        sp.add_argument("--failure-rate", type=float, help="failures per 1,000 node-days, all causes")
-        sp.add_argument("--job-nodes", type=int, metavar="K",
-                        help="replace the training jobs by one synchronous job of K nodes for the whole run")
-        sp.add_argument("--checkpoint-interval", type=_duration, metavar="DURATION")
-        sp.add_argument("--checkpoint-cost", type=_duration, metavar="DURATION", help="blocking time per checkpoint")
-        sp.add_argument("--restart-overhead", type=_duration, metavar="DURATION")
-        sp.add_argument("--detection-delay", type=_duration, metavar="DURATION",
-                        help="a fixed detection delay for every fault instead of the rule-derived one (model checks)")
-        sp.add_argument("--perfect-detection", action="store_true",
-                        help="every fault seen, no false positive, no flapping (detection.perfect: true)")
-        sp.add_argument("--dra", action="store_true",
-                        help="the GPUs published by a DRA driver, DeviceTaintRule served: GPU scope (fleet.dra)")
-        sp.add_argument("--no-burn-in", action="store_true",
-                        help="new nodes take work at once, without the burn-in startup taint (fleet.burn_in: false)")
-
-        sp.add_argument("--remediation", choices=MODES,
-                        help="who repairs: gpuhealth (default), none (people only) or karpenter (Karpenter's node "
-                             "repair alone); docs/simulation.md 'Side by side'")
-
     r = sub.add_parser("run", help="simulate a scenario under a policy and rules")
     r.add_argument("scenario")
-    common(r)
+    _common(r)
     r.add_argument("--html", metavar="OUT.html", help="also write a self-contained report with plots")
     r.set_defaults(func=cmd_run)
 
@@ -179,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--scenario", required=True)
     d.add_argument("--policy-path", default=DEFAULT_POLICY_PATH,
                    help=f"the policy file inside a revision (default {DEFAULT_POLICY_PATH})")
-    common(d)
+    _common(d)
     d.set_defaults(func=cmd_diff)
 
     ls = sub.add_parser("list", help="the shipped scenarios")

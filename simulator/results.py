@@ -222,18 +222,23 @@ def render_text(s: dict[str, Any]) -> str:
     d = s["detection"]
     fps = ", ".join(f"{k} {v:.1f}" for k, v in d["false_positives"].items()) or "none"
     lines.append(f"detection per run: false positives {fps}; flapping alerts fired again {d['flapped']:.1f}")
-    rep = s["replacement"]
-    lines.append(f"replacement per run: {rep.get('spares_used', 0):.1f} spares used, {rep.get('spare_waits', 0):.1f} "
-                 f"waited for one ({rep.get('spare_wait_hours', 0):.1f} h), {rep.get('new_nodes_faulty', 0):.1f} "
-                 "new nodes arrived faulty")
-    if rep.get("burn_ins", 0):
-        lines.append(f"burn-in per run: {rep['burn_ins']:.1f} new nodes, {rep.get('burn_in_hours', 0):.1f} node-hours "
-                     f"(apart from out of service), {rep.get('burn_in_caught', 0):.1f} faulty new nodes caught, "
-                     f"{rep.get('burn_in_passed_faulty', 0):.1f} let through, {rep.get('burn_in_failed', 0):.1f} "
-                     "failed in all")
+    lines += _replacement_lines(s["replacement"])
     lines.append(f"remediator passes per run: {s['remediator']['passes']:.0f}")
     lines += _peer_lines(s.get("peer", {}))
     return "\n".join(lines)
+
+
+def _replacement_lines(rep: dict[str, float]) -> list[str]:
+    """Spares, new nodes that arrived faulty, and burn-in (per run)."""
+    out = [f"replacement per run: {rep.get('spares_used', 0):.1f} spares used, {rep.get('spare_waits', 0):.1f} "
+           f"waited for one ({rep.get('spare_wait_hours', 0):.1f} h), {rep.get('new_nodes_faulty', 0):.1f} "
+           "new nodes arrived faulty"]
+    if rep.get("burn_ins", 0):
+        out.append(f"burn-in per run: {rep['burn_ins']:.1f} new nodes, {rep.get('burn_in_hours', 0):.1f} node-hours "
+                   f"(apart from out of service), {rep.get('burn_in_caught', 0):.1f} faulty new nodes caught, "
+                   f"{rep.get('burn_in_passed_faulty', 0):.1f} let through, {rep.get('burn_in_failed', 0):.1f} "
+                   "failed in all")
+    return out
 
 
 def _peer_lines(p: dict[str, float]) -> list[str]:
