@@ -11,6 +11,10 @@ from typing import Any
 
 import yaml
 
+from remediator.policy.keys import derived, section, setting
+from remediator.policy.readings import choice, optional_string, seconds
+from simulator.scenario_readings import mapping_of, positive_seconds, probability
+
 LLAMA3_GPUS = 16384
 LLAMA3_DAYS = 54
 GPUS_PER_NODE = 8
@@ -60,10 +64,14 @@ class DetectionModel:
     persists (the alert resolves and fires again): there for `signal_s`, then quiet for `quiet_s`, both exponential
     means."""
 
-    coverage: float = 1.0
-    flapping: float = 0.0
-    signal_s: float = 3600.0
-    quiet_s: float = 900.0
+    coverage: float = field(default=1.0, metadata=setting(
+        probability, "The share of the cause's faults whose signal raises its alert at all."))
+    flapping: float = field(default=0.0, metadata=setting(
+        probability, "The share whose signal comes and goes while the fault persists."))
+    signal_s: float = field(default=3600.0, metadata=setting(
+        positive_seconds, "A flapping signal's mean time there.", "signal"))
+    quiet_s: float = field(default=900.0, metadata=setting(
+        positive_seconds, "A flapping signal's mean time quiet.", "quiet"))
 
 
 # The alerts a node fault raises when it takes the whole host down (a power supply, the chassis, the host's maintenance:
@@ -72,16 +80,26 @@ class DetectionModel:
 HOST_DOWN_ALERTS = frozenset({"GpuhealthExporterDown"})
 
 
+# The rungs a cause's `fixed_by` names (the ladder's, and a fix from outside); `kind` values
+FIX_RUNGS = ("reset_gpu", "reboot", "replace", "external")
+KINDS = ("hardware", "application", "transient", "external")
+
+
 @dataclass(frozen=True)
 class Cause:
-    name: str
-    alert: str | None
-    scope: str  # gpu | node
-    job: str  # crash | hang
-    kind: str  # hardware | application | transient | external
-    fixed_by: tuple[tuple[str, float], ...]  # (rung, probability)
-    external_repair_s: float | None = None
-    detection: DetectionModel = field(default_factory=lambda: DetectionModel())
+    """A cause of failure (data/causes.yaml, a scenario's `causes.<name>`): each field but its name one key."""
+
+    name: str = field(metadata=derived("The cause's name: its key under causes."))
+    alert: str | None = field(metadata=setting(optional_string, "The alert it raises (null: none)."))
+    scope: str = field(metadata=setting(choice(("gpu", "node")), "What it breaks: one GPU or the node."))
+    job: str = field(metadata=setting(choice(("crash", "hang")), "What it does to a job on the node."))
+    kind: str = field(metadata=setting(choice(KINDS), "hardware, application, transient or external."))
+    fixed_by: tuple[tuple[str, float], ...] = field(metadata=setting(  # (rung, probability)
+        mapping_of(probability, lambda _: set(FIX_RUNGS)), "The probability that each rung fixes it."))
+    external_repair_s: float | None = field(default=None, metadata=setting(
+        seconds, "How long the outside fix of an external fault takes.", "external_repair"))
+    detection: DetectionModel = field(default_factory=lambda: DetectionModel(), metadata=section(
+        "How well its alert sees it."))
 
     @property
     def node_fault(self) -> bool:

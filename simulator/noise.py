@@ -26,7 +26,8 @@ from simulator.alerts import Alerting
 from simulator.events import EventQueue
 from simulator.failure_data import Cause
 from simulator.fleet import Fault, Fleet, SimNode
-from simulator.scenario import DAY, Scenario
+from simulator.scenario import Scenario
+from simulator.scenario_parts import DAY
 
 FALSE_POSITIVE = "false_positive"  # the kind of a false positive's Cause: no fault on the node (node_fault False)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from remediator.policy import parse_duration
-from simulator.scenario import Scenario, TrainingJobSpec, perfect
+from simulator.scenario import Scenario, perfect
+from simulator.scenario_parts import TrainingJobSpec
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable
 
 from simulator.events import EventQueue
-from simulator.scenario import ReplacementModel
+from simulator.scenario_parts import ReplacementModel
 
 
 class SparePool:

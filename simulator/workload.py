@@ -8,7 +8,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from simulator.scenario import SmallJobSpec, TrainingJobSpec
+from simulator.scenario_parts import SmallJobSpec, TrainingJobSpec
 
 
 class FreeNodes:

@@ -24,7 +24,7 @@ from simulator.events import EventQueue
 from simulator.fleet import Fault, Fleet, SimNode
 from simulator.jobs.outcomes import Outcomes
 from simulator.jobs.placement import Placement, pools
-from simulator.scenario import SmallJobSpec
+from simulator.scenario_parts import SmallJobSpec
 from simulator.workload import JobTally, SmallJob
 
 OWNER_PREFIX = "small-"

@@ -18,7 +18,8 @@ from simulator.fleet import Fault, Fleet, SimNode
 from simulator.jobs.outcomes import Outcomes
 from simulator.jobs.placement import Placement, pools
 from simulator.jobs.small import SmallJobs
-from simulator.scenario import DAY, Scenario, TrainingJobSpec
+from simulator.scenario import Scenario
+from simulator.scenario_parts import DAY, TrainingJobSpec
 from simulator.workload import TrainingJob
 
 # TrainingJob.failed: what the job knows of each node that failed under it
