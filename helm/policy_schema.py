@@ -6,10 +6,11 @@
 `helm template` (so Argo CD's diff, `helm lint`, `helm install`) validates the values against values.schema.json,
 so a typo in `remediator.policy` fails the render, naming the key, instead of crash-looping the remediator.
 
-Nothing here restates the policy: the reader is run (remediator.policy.read_policy) with a recording reader
-(a YamlReader over data) on documents that each set one key:
-- a key is a section when it is read with `r.section`: an object with exactly the keys it allows
-  (additionalProperties false) and, as required, the keys whose absence fails the parse;
+Nothing here restates the policy: its sections are walked (remediator/policy/'s dataclasses, as load.read_section
+reads them) and each key's reading is run with a recording reader (a YamlReader over data) on documents that each set
+that one key (remediator.policy.read_policy, so the rules across keys hold too):
+- a section (a field's class, a list's item, a key's mapping one level down) is an object with exactly its fields'
+  keys (additionalProperties false); an item read from no default requires the fields that have none;
 - a key read with a typed read (`r.duration`, `r.quota`, `r.integer`, `r.string`, `r.percent`) gets that read's
   schema (KINDS), given an opaque probe value: its options (choices, minimum) come with the call;
 - every key is also given plain values (null, true, false, numbers, strings, lists, mappings; the strings include
@@ -23,19 +24,22 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
+import functools
 import json
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema  # type: ignore[import-untyped]
 
 from remediator import policy
-from remediator.policy import PolicyError, Quota, YamlReader, read_policy
+from remediator.policy import Policy, PolicyError, Quota, YamlReader, read_policy
+from remediator.policy.keys import Derived, Section, Sections, yaml_of
+from remediator.policy.keys import key_of as field_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "helm" / "gpuhealth" / "values.schema.json"
@@ -119,29 +123,25 @@ class Recorder(YamlReader):
         self.calls: list[Call] = []
 
     def section(self, key: str, allowed: set[str], value: Any = None) -> dict[str, Any]:
-        self.calls.append(Call("section", key, self.data if not key else value, {"allowed": sorted(allowed)}))
+        self.calls.append(Call("section", key, value, {"allowed": sorted(allowed)}))
         return super().section(key, allowed, value)
 
     def duration(self, key: str, value: Any, optional: bool = False) -> timedelta | None:
-        result: timedelta | None = self._typed("duration", key, value, {"optional": optional}, super().duration,
-                                                optional)
-        return result
+        return cast(timedelta | None, self._typed("duration", key, value, {"optional": optional}, super().duration,
+                                                  optional))
 
     def quota(self, key: str, value: Any) -> Quota:
-        result: Quota = self._typed("quota", key, value, {}, super().quota)
-        return result
+        return cast(Quota, self._typed("quota", key, value, {}, super().quota))
 
     def integer(self, key: str, value: Any, minimum: int = 0) -> int:
-        result: int = self._typed("integer", key, value, {"minimum": minimum}, super().integer, minimum)
-        return result
+        return cast(int, self._typed("integer", key, value, {"minimum": minimum}, super().integer, minimum))
 
     def string(self, key: str, value: Any, choices: tuple[str, ...] = (), optional: bool = False) -> Any:
         return self._typed("string", key, value, {"choices": tuple(choices), "optional": optional}, super().string,
                            choices, optional)
 
     def percent(self, key: str, value: Any) -> float:
-        result: float = self._typed("percent", key, value, {}, super().percent)
-        return result
+        return cast(float, self._typed("percent", key, value, {}, super().percent))
 
     def _typed(self, kind: str, key: str, value: Any, options: dict[str, Any], read: Callable[..., Any],
                *args: Any) -> Any:
@@ -162,23 +162,16 @@ def _compared_strings() -> list[str]:
     some keys take."""
     found: set[str] = set()
     for module in sorted(Path(policy.__file__).parent.glob("*.py")):
-        found |= _compared_in(module)
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Compare):
+                found |= {const.value for side in (node.left, *node.comparators) for const in ast.walk(side)
+                          if isinstance(const, ast.Constant) and isinstance(const.value, str)}
     return sorted(found)
 
 
-def _compared_in(module: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(module.read_text())):
-        if isinstance(node, ast.Compare):
-            for side in (node.left, *node.comparators):
-                for const in ast.walk(side):
-                    if isinstance(const, ast.Constant) and isinstance(const.value, str):
-                        found.add(const.value)
-    return found
-
-
 class Prober:
-    """The schema of each key, learnt by parsing one-key documents."""
+    """The schema of each section from its class's fields, and of each key from how the parser reads probe values
+    given to that key alone (one-key documents)."""
 
     def __init__(self) -> None:
         # The required keys of each mapping, with a value the parser takes: set beside every probe below it.
@@ -210,36 +203,59 @@ class Prober:
         _, error = self.parse(path, value)
         return error is None or not _about(error, path)
 
-    def schema(self, path: Path_) -> Schema:
+    def section(self, cls: type, path: Path_, over: bool = False) -> Schema:
+        """A section (a dataclass of remediator/policy) at `path`: an object with exactly its fields' keys. Read
+        `over` its field's default, a key left out keeps its value there; else the fields without a default are
+        required (each given an accepted value beside the probes of the others), as load.read_section reads them."""
+        fields = {field_key(f): f for f in dataclasses.fields(cls) if not isinstance(yaml_of(f), Derived)}
+        self.bases[path] = {}
+        for key, f in fields.items():
+            if not over and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                self.bases[path][key] = self.example((*path, key))
+        children: dict[str, Callable[[], Schema]] = {}
+        for key, f in fields.items():
+            outer, dot, _ = key.partition(".")  # restart_loop.threshold: a key of the mapping restart_loop
+            if dot:
+                inner = [k.partition(".")[2] for k in fields if k.startswith(f"{outer}.")]
+                children[outer] = functools.partial(self.mapping, (*path, outer), inner)
+            else:
+                children[key] = functools.partial(self.field, f, (*path, key))
+        return self._nullable(path, _object(children, list(self.bases[path])))
+
+    def field(self, f: dataclasses.Field[Any], path: Path_) -> Schema:
+        spec = yaml_of(f)
+        if isinstance(spec, Section):
+            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            return self.section(type(default), path, over=True)
+        if isinstance(spec, Sections):
+            return self.key(path, items=functools.partial(self.section, spec.each, (*path, 0)))
+        return self.key(path)
+
+    def mapping(self, path: Path_, names: list[str]) -> Schema:
+        """A mapping of fixed keys that is no section (a field's key one level down, or a reading that reads a
+        mapping itself, as a container's resources)."""
+        children = {name: functools.partial(self.key, (*path, name)) for name in names}
+        return self._nullable(path, _object(children, []))
+
+    def key(self, path: Path_, items: Callable[[], Schema] | None = None) -> Schema:
+        """A key's schema: its typed reads', a list's (`items`: its items' schema, else learnt by probing), and the
+        plain values the parser takes beyond them."""
         calls, _ = self.parse(path, PROBE)
         mine = _reads_of(calls, path)
         for call in mine:
             if call.method == "section":
-                return self._nullable(path, self.mapping(path, call.options["allowed"]))
+                return self.mapping(path, call.options["allowed"])
         alternatives = _unique(KINDS[c.method].schema(c.options) for c in mine)
-        items, _ = self.parse(path, [PROBE])
-        if len(path) < 8 and (self.accepts(path, []) or _reads_of(items, (*path, 0))):
-            alternatives.append({"type": "array", "items": self.schema((*path, 0))})
+        if items is None and len(path) < 8:
+            probed, _ = self.parse(path, [PROBE])
+            if self.accepts(path, []) or _reads_of(probed, (*path, 0)):
+                items = functools.partial(self.key, (*path, 0))
+        if items is not None:
+            alternatives.append({"type": "array", "items": items()})
         for value in self._plain_values():
             if self.accepts(path, value) and not _valid(_any_of(alternatives), value):
                 alternatives.append(self._plain(path, value))
         return _any_of(_merged(alternatives))
-
-    def mapping(self, path: Path_, allowed: list[str]) -> Schema:
-        base: dict[str, Any] = {}
-        for _ in allowed:  # each round finds one required key (the parse stops at the first error)
-            _, error = self.parse(path, dict(base))
-            child = _child(error, path) if error else None
-            if child is None or child in base or child not in allowed:
-                break
-            self.bases[path] = dict(base)
-            base[child] = self.example((*path, child))
-        self.bases[path] = base
-        schema: Schema = {"type": "object", "additionalProperties": False,
-                          "properties": {name: self.schema((*path, name)) for name in allowed}}
-        if base:
-            schema["required"] = list(base)
-        return schema
 
     def example(self, path: Path_) -> Any:
         """A value the parser takes at `path` (for a required key)."""
@@ -285,14 +301,6 @@ def _about(error: str, path: Path_) -> bool:
     if not key or error == key or error.startswith((f"{key}.", f"{key}[")):
         return True
     return bool(path) and isinstance(path[-1], int) and error == key_of(path[:-1])
-
-
-def _child(error: str, path: Path_) -> str | None:
-    """The key directly below `path` that an error names, if it names one."""
-    key = key_of(path)
-    rest = error if not key else (error[len(key) + 1:] if error.startswith(f"{key}.") else None)
-    match = re.match(r"[^.\[]+", rest or "")
-    return match.group() if match else None
 
 
 def _reads_of(calls: list[Call], path: Path_) -> list[Call]:
@@ -346,6 +354,15 @@ def _merged(alternatives: list[Schema]) -> list[Schema]:
     return rest
 
 
+def _object(children: dict[str, Callable[[], Schema]], required: list[str]) -> Schema:
+    """An object of exactly these keys (each child's schema made in the order of their names)."""
+    schema: Schema = {"type": "object", "additionalProperties": False,
+                      "properties": {name: children[name]() for name in sorted(children)}}
+    if required:
+        schema["required"] = required
+    return schema
+
+
 def _any_of(alternatives: list[Schema]) -> Schema:
     if not alternatives:
         return {}
@@ -358,7 +375,7 @@ def _valid(schema: Schema, value: Any) -> bool:
 
 def policy_schema() -> Schema:
     """The schema of the chart's remediator.policy: the policy file's, from the parsers."""
-    schema = Prober().schema(())
+    schema = Prober().section(Policy, ())
     return {"description": "overrides of the policy file (remediator/policy.example.yaml); generated from "
                            "remediator/policy/ by `make schema`", **schema}
 
