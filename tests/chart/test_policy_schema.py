@@ -179,3 +179,16 @@ def test_an_unknown_key_in_any_section_is_refused_by_both() -> None:
             policy = {name: policy}
         assert not _parser_accepts(policy), path
         assert not jsonschema.Draft7Validator(committed()).is_valid(policy), path
+
+
+def test_a_section_read_over_its_defaults_needs_none_of_its_keys_in_both() -> None:
+    """ladder.reboot's fields have no default of their own (RungPolicy), but the section is read over the field's
+    default: `reboot: {}` keeps it, so neither the parser nor the schema requires a key there."""
+    sections = list(_sections(committed()))
+    assert ("ladder", "reboot") in sections
+    for path in sections:
+        policy: Any = {}
+        for name in reversed(path):
+            policy = {name: policy}
+        assert _parser_accepts(policy), path
+        assert jsonschema.Draft7Validator(committed()).is_valid(policy), path

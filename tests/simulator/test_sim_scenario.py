@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
+from remediator.policy.keys import Derived, Section, key_of, yaml_of
 from simulator.detection import load_rules
+from simulator.failure_data import Cause
 from simulator.scenario import ScenarioError, check_alerts, load_scenario, parse_scenario, shipped_scenarios
+from simulator.scenario_file import ScenarioFile
+from simulator.scenario_parts import LemonModel, RungModel, SmallJobSpec, SwitchModel, TrainingJobSpec
 from tests.support import paths
 
 REPO = paths.REPO
@@ -75,6 +81,15 @@ def test_llama3_scenario_is_the_papers_run() -> None:
      "detection.false_positives.HostHungTask: expected a number >= 0"),
     ("days: 10\nfleet:\n  pools: {a: 4}\ndetection:\n  perfect: true\n  false_positives: {HostHungTask: 1}\n", 6,
      "detection.false_positives: perfect detection has none"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\njobs:\n  training:\n    - {checkpoint_interval: 5m}\n", None,
+     "jobs.training[0].nodes: required"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\njobs:\n  training:\n    - {nodes: 2}\n", None,
+     "jobs.training[0].checkpoint_interval: required"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\ncauses:\n  X: {kind: external, fixed_by: {external: 1}}\n", 5,
+     "causes.X: external_repair is required for kind external"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\nfailures:\n  mix: {Nope: 1}\n", 5, "failures.mix.Nope: unknown key"),
+    ("days: 10\nfleet:\n  pools: {a: 4}\nremediation:\n  reboot: {duration: 5m, speed: 2}\n", 5,
+     "remediation.reboot.speed: unknown key (allowed: duration, success)"),
 ])
 def test_bad_scenarios_name_file_line_and_why(text: str, line: int | None, fragment: str) -> None:
     with pytest.raises(ScenarioError) as err:
@@ -113,3 +128,36 @@ def test_detection_defaults_come_from_the_data_files_and_perfect_detection_drops
     perfect = parse_scenario("days: 1\nfleet: {pools: {a: 2}}\ndetection: {perfect: true}\n", "s.yaml")
     assert perfect.false_positives == ()
     assert all(c.detection.coverage == 1 and c.detection.flapping == 0 for c in perfect.causes.values())
+
+
+# The keys of ScenarioFile whose value is a part read by its own fields: the docs' name for them, and the part.
+PARTS: dict[str, tuple[str, type]] = {
+    "causes": ("causes.<name>", Cause), "failures.lemon": ("failures.lemon", LemonModel),
+    "failures.switches": ("failures.switches", SwitchModel), "jobs.training": ("jobs.training[]", TrainingJobSpec),
+    "jobs.small": ("jobs.small", SmallJobSpec),
+    **{f"remediation.{rung}": ("remediation.<rung>", RungModel)
+       for rung in ("drain", "reset_gpu", "reboot", "replace")},
+}
+
+
+def _keys(cls: type, prefix: str) -> set[str]:
+    """The keys a dataclass read by remediator.policy's read_section takes, below `prefix`."""
+    out: set[str] = set()
+    for f in dataclasses.fields(cls):
+        spec = yaml_of(f)
+        if isinstance(spec, Section):
+            out |= _keys(f.default_factory(), f"{prefix}{key_of(f)}.")  # type: ignore[misc]
+        elif not isinstance(spec, Derived):
+            out.add(prefix + key_of(f))
+    return out
+
+
+def test_the_docs_name_every_key_a_scenario_file_takes_and_no_other() -> None:
+    expected: set[str] = set()
+    for key in _keys(ScenarioFile, ""):
+        name, part = PARTS.get(key, (key, type(None)))
+        expected |= {key} if part is type(None) else _keys(part, f"{name}.") | ({key} if key == "causes" else set())
+    text = (REPO / "docs" / "simulation.md").read_text()
+    table = text[text.index("## Scenario files"):text.index("## What runs for real")]
+    documented = set(re.findall(r"^\| `([^`]+)` \|", table, re.M))
+    assert documented == expected, (sorted(documented - expected), sorted(expected - documented))
