@@ -12,9 +12,9 @@ from exporter.probes.base import (
     ERROR,
     PausingProbe,
     ProbeError,
-    run_command,
 )
 from exporter.probes.dcgm.tool_output import MALFORMED, load_json
+from exporter.probes.tools import run_command
 from exporter.samples import ProbeResult, Problems
 
 _DIAG_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",

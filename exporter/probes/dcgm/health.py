@@ -13,9 +13,9 @@ from exporter.probes.base import (
     ERROR,
     PausingProbe,
     ProbeError,
-    run_command,
 )
 from exporter.probes.dcgm.tool_output import MALFORMED, first_line, load_json
+from exporter.probes.tools import run_command
 from exporter.samples import ProbeResult, Problems
 
 HEALTH_CODES = {"healthy": 0, "pass": 0, "warning": 10, "warn": 10, "failure": 20, "fail": 20}

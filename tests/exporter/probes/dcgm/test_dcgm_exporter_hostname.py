@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, build_probes, settings_from_args
+from exporter.agent import build_probes
+from exporter.cli import build_parser, settings_from_args
 from exporter.config import ConfigError, expand_placeholders, load_file
 from exporter.probes.base import BAD_OUTPUT
 from exporter.probes.dcgm import FOREIGN_SAMPLES, DcgmExporterProbe
