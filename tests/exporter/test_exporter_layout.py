@@ -94,3 +94,20 @@ def test_outside_its_room_the_kernel_log_is_reached_through_the_registry_and_the
                and any(i.startswith("exporter.kernel") for i in imports)}
     assert outside == {"exporter.probes.registry", "exporter.cli"}
     assert {i for i in _modules()["exporter.cli"] if i.startswith("exporter.kernel")} == {"exporter.kernel.patterns"}
+
+
+MODULE_LINES_MAX = 450  # the house's bound on a module (issue 36): past it, a module holds more than one job
+FUNCTION_LINES_MAX = 50  # and on a function, from its def to its last line
+
+
+def test_no_module_of_the_exporter_is_over_450_lines_nor_a_function_over_50() -> None:
+    long_modules, long_functions = [], []
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > MODULE_LINES_MAX:
+            long_modules.append(f"{_module(path)}: {len(text.splitlines())}")
+        long_functions += [f"{_module(path)}.{node.name}: {node.end_lineno - node.lineno + 1}"
+                           for node in ast.walk(ast.parse(text))
+                           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno
+                           and node.end_lineno - node.lineno + 1 > FUNCTION_LINES_MAX]
+    assert (long_modules, long_functions) == ([], [])
