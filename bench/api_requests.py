@@ -6,7 +6,7 @@ by verb over a measured period, and extrapolates to 2,000 nodes. Two ways, one a
 
 - after: what the exporter runs now. Per node the watch of its Node (exporter/node_watch.py: a list, then a watch
   renewed every 5-10 minutes), the condition writer reading the watched Node (exporter/node_status.py), the GPU
-  reset marker's release (exporter/gpu_reset.py) and the node loop of `gpuhealth-exporter` (exporter/cli.py
+  reset marker's release (exporter/gpu_reset.py) and the node loop of `gpuhealth-exporter` (exporter/serve.py
   `_node_loop`), with their shipped intervals;
 - before: the requests 799efd6's exporter made, replayed with the same HTTP client: a GET of the Node with
   `resourceVersion=0` every `reset_marker_interval` (10 s) for the reset marker, the condition writer's GET of
@@ -50,12 +50,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from exporter import node_status  # noqa: E402
-from exporter.cli import _node_loop  # noqa: E402
 from exporter.collector import Expectations  # noqa: E402
 from exporter.config import Settings  # noqa: E402
 from exporter.gpu_reset import ANNOTATION, GpuResetRelease  # noqa: E402
 from exporter.node_status import NodeConditionWriter  # noqa: E402
 from exporter.node_watch import WATCH_SECONDS, NodeWatch  # noqa: E402
+from exporter.serve import _node_loop  # noqa: E402
 from exporter.snapshot import Snapshot  # noqa: E402
 from tests.fakes.apiserver import FakeCluster  # noqa: E402
 from tests.support import chart_rbac  # noqa: E402
@@ -84,7 +84,7 @@ def _sa_dir(workdir: Path, node: str) -> str:
 
 
 def start_after(cluster: FakeCluster, node: str, sa_dir: str, scale: float, stop: threading.Event) -> Agent:
-    """The exporter as it runs now (exporter/cli.py serve, less the probes)."""
+    """The exporter as it runs now (exporter/serve.py serve, less the probes)."""
     settings = Settings(node=node, condition_interval=SHIPPED.condition_interval / scale,
                         reset_marker_interval=SHIPPED.reset_marker_interval / scale)
     changed = threading.Event()

@@ -48,6 +48,7 @@ from typing import Any
 
 from synthetic_log import SyntheticLog, append_at_rate
 
+from exporter import catalog
 from exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
 from exporter.kernel.probe import KmsgProbe
 from exporter.kernel.records import KernelRecord
@@ -115,7 +116,7 @@ def probe_pass(log: Path) -> tuple[KmsgProbe, int]:
     size = log.stat().st_size
     while probe.position.offset < size:
         probe.collect(deadline=3600)
-    handled = sum(v for (family, _), v in probe.counts.items() if family == "gpuhealth_kmsg_records")
+    handled = sum(v for (family, _), v in probe.counts.items() if family is catalog.KMSG_RECORDS)
     return probe, int(handled)
 
 
@@ -228,7 +229,7 @@ def flood(workdir: Path, rate: float, seconds: float) -> FloodResult:
     time.sleep(0.05)
     res.read, res.gaps, res.repeats = source.read_count, source.gaps, source.repeats
     res.failed_runs = sum(snapshot.view()["kmsg"].failures.values())
-    res.missed_metric = probe.counts.get(("gpuhealth_kmsg_records_missed", ()), 0.0)
+    res.missed_metric = probe.counts.get((catalog.KMSG_RECORDS_MISSED, ()), 0.0)
     return res
 
 

@@ -3,42 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import shlex
 import signal
 import sys
 import textwrap
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.process_collector import ProcessCollector
-
 from exporter import __version__
-from exporter.collector import Expectations, GpuhealthCollector, RefusedSettingsCollector
-from exporter.conditions import evaluate
+from exporter.agent import run_once
 from exporter.config import ConfigError, Settings, UnknownSetting, expand_placeholders, listen_in, load_file
-from exporter.efa_expected import EFA_COUNTS_FILE, EfaExpectation, Node
 from exporter.efa_expected import LABEL as EFA_LABEL
-from exporter.exposition import start_server
-from exporter.gpu_reset import ANNOTATION, GpuResetRelease
+from exporter.gpu_reset import ANNOTATION
 from exporter.instance_types import lookup
 from exporter.kernel.patterns import PatternError, load_patterns
 from exporter.kubelet.client import DEFAULT_SOCKET
-from exporter.kubelet.reader import PodResourcesReader
-from exporter.node_status import KubeError, NodeConditionWriter, in_cluster_api
-from exporter.node_watch import NodeWatch
-from exporter.probes.base import Probe, adopt_tool_orphans, stop_tools
 from exporter.probes.efa import counter_selection
 from exporter.probes.registry import BY_NAME, NAMES, PROBES
-from exporter.runner import ProbeRunner
-from exporter.snapshot import Snapshot
+from exporter.probes.tools import adopt_tool_orphans, stop_tools
+from exporter.serve import serve, serve_refused
 
 log = logging.getLogger("gpuhealth.exporter")
 
@@ -275,161 +261,6 @@ def check_settings(s: Settings) -> None:
                     s.instance_type)
 
 
-def expectations(s: Settings, node: Callable[[], Node | None] | None = None, *, remember: bool = False) -> Expectations:
-    """node: this Node as last read, for the EFA devices it was given (exporter/efa_expected.py); remember: keep the
-    most EFA devices advertised and seen on the host, beside the kernel log's state (serving; never --once)."""
-    known = lookup(s.instance_type) if s.instance_type else None
-    gpus = s.gpus_expected if s.gpus_expected is not None else (known.gpus if known else None)
-    # the most EFA devices advertised and seen, kept beside the kernel log's state: only where that is kept (the chart
-    # mounts the host's state directory for the kernel log alone), else in memory
-    kmsg = s.probes.get("kmsg")
-    keeps_state = remember and bool(s.state_file) and kmsg is not None and kmsg.enabled
-    remembered = os.path.join(os.path.dirname(s.state_file), EFA_COUNTS_FILE) if keeps_state else None
-    efa = EfaExpectation(s.efa_expected, node, maximum=known.efa_devices if known else None, remembered=remembered)
-    return Expectations(gpus=gpus, efa=efa)
-
-
-def build_probes(s: Settings, once: bool) -> list[tuple[Probe, float, float]]:
-    """The enabled probes, each with its interval and deadline, built as the registry says."""
-    return [(BY_NAME[name].build(s, once), ps.interval, ps.deadline) for name, ps in s.probes.items() if ps.enabled]
-
-
-def pod_resources_reader(s: Settings) -> PodResourcesReader | None:
-    return PodResourcesReader(s.pod_resources_socket) if s.pod_resources else None
-
-
-def run_once(s: Settings, show_conditions: bool = False) -> bytes:
-    snapshot = Snapshot()
-    runners = [ProbeRunner(p, snapshot, interval, deadline) for p, interval, deadline in build_probes(s, once=True)]
-    threads = [threading.Thread(target=r.run_once, daemon=True) for r in runners]
-    reader = pod_resources_reader(s)
-    if reader is not None:
-        threads.append(threading.Thread(target=reader.read_once, daemon=True))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    registry = CollectorRegistry(auto_describe=False)
-    expect = expectations(s)
-    registry.register(GpuhealthCollector(snapshot, expect, pod_resources=reader))
-    if show_conditions:
-        for c in evaluate(snapshot.view(), expect, s.fault_window):
-            print(f"condition {c.type}={c.status} {c.reason}: {c.message}", file=sys.stderr)
-    return generate_latest(registry)
-
-
-def _node_loop(writer: NodeConditionWriter, snapshot: Snapshot, s: Settings, stop: threading.Event,
-               release: GpuResetRelease, expect: Expectations, changed: threading.Event) -> None:
-    """This node's conditions every condition_interval (when on); its GPU reset marker as soon as the watch of its
-    Node sees a change (`changed`), and every reset_marker_interval (a probe that a run in progress kept from
-    pausing is paused then). A change of the reset acknowledgement writes the conditions at once."""
-    never = float("inf")
-    now = time.monotonic()
-    next_sync = now + s.condition_interval if s.conditions else never
-    next_poll = now + s.reset_marker_interval
-    while not stop.is_set():
-        woken = changed.wait(max(0.0, min(next_sync, next_poll) - time.monotonic()))
-        if stop.is_set():
-            return
-        now = time.monotonic()
-        acknowledged = False
-        if woken or now >= next_poll:
-            changed.clear()
-            next_poll = now + s.reset_marker_interval
-            try:
-                acknowledged = release.poll()
-            except Exception:  # the loop must outlive any bug; a failed read leaves the probes as they were
-                log.exception("GPU reset marker not read (will retry)")
-        if now >= next_sync or (acknowledged and s.conditions):
-            next_sync = now + s.condition_interval
-            try:
-                writer.sync(release.acknowledge(evaluate(snapshot.view(), expect, s.fault_window)))
-            except KubeError as exc:
-                log.warning("node conditions not written (will retry): %s", exc)
-            except Exception:  # the loop must outlive any bug: conditions are how the node reports itself
-                log.exception("node conditions not written (will retry)")
-
-
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-
-
-def _with_instance_type_from_node(s: Settings, node: Node | None) -> Settings:
-    """A DaemonSet cannot pass node labels down: the instance type is the Node's label."""
-    labels = (node or {}).get("metadata", {}).get("labels") or {}
-    instance_type = str(labels.get(INSTANCE_TYPE_LABEL, ""))
-    if instance_type:
-        log.info("node %s is a %s", s.node, instance_type)
-        return replace(s, instance_type=instance_type)
-    log.warning("no %s on node %s (%s): expected GPU count stays as configured", INSTANCE_TYPE_LABEL, s.node,
-                "label missing" if node is not None else "the Node could not be read")
-    return s
-
-
-def serve(s: Settings) -> None:
-    snapshot = Snapshot()
-    stop = threading.Event()
-    changed = threading.Event()  # the watched Node changed: read the reset marker now
-    api = s.kube_api or in_cluster_api()
-    watch = (NodeWatch(api, s.node, sa_dir=s.service_account_dir, on_change=changed.set) if s.node and api
-             else None)
-    writer = (NodeConditionWriter(api, s.node, sa_dir=s.service_account_dir, read_node=watch.node)
-              if watch is not None else None)
-    if watch is not None:
-        try:
-            watch.list()  # before the probes start: a restart during a GPU reset must not take NVML again
-        except KubeError as exc:  # counted; the watch's thread lists again
-            log.warning("cannot read node %s (%s): will retry", s.node, exc)
-        if not s.instance_type:
-            s = _with_instance_type_from_node(s, watch.node())
-    release = _start_probes(s, snapshot, watch, stop)
-    reader = pod_resources_reader(s)
-    if reader is not None:
-        reader.start(stop)
-    expect = expectations(s, watch.node if watch is not None else None, remember=True)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuhealthCollector(snapshot, expect, extra=release.samples if release else None,
-                                         pod_resources=reader))
-    registry.register(ProcessCollector(registry=None))
-    host, _, port = s.listen.rpartition(":")
-    start_server(int(port), host.strip("[]") or "0.0.0.0", registry)
-    log.info("gpuhealth-exporter %s serving on %s", __version__, s.listen)
-    if writer is not None and release is not None and watch is not None:
-        if not s.conditions:
-            log.info("node conditions off: a GPU reset request (%s) still releases the GPUs, unacknowledged",
-                     ANNOTATION)
-        watch.start(stop)
-        threading.Thread(target=_node_loop, args=(writer, snapshot, s, stop, release, expect, changed),
-                         daemon=True).start()
-    elif s.conditions:
-        log.info("node conditions off: %s", "no node name (--node/NODE_NAME)" if not s.node else "no API server")
-    if watch is None:
-        log.info("no GPU reset marker is read (%s): the GPU probes never pause for a reset", ANNOTATION)
-
-    def shut_down(*_: object) -> None:
-        stop.set()
-        changed.set()  # the node loop waits on it
-
-    signal.signal(signal.SIGTERM, shut_down)
-    with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
-
-
-def _start_probes(s: Settings, snapshot: Snapshot, watch: NodeWatch | None,
-                  stop: threading.Event) -> GpuResetRelease | None:
-    """Every probe's runner, started once a GPU reset marker already on the Node is obeyed; the reset release that
-    pauses them (None without the Node's watch)."""
-    runners = [ProbeRunner(probe, snapshot, interval, deadline) for probe, interval, deadline in build_probes(s, False)]
-    release = GpuResetRelease(runners, snapshot, watch.annotations) if watch is not None else None
-    if release is not None:
-        try:
-            release.poll()  # a marker already there is obeyed before any probe runs
-        except Exception:  # a failed read is handled inside (the probes run); anything else must not stop start-up
-            log.exception("GPU reset marker not read at start-up (will retry)")
-    for runner in runners:
-        runner.start(stop)
-    return release
-
-
 def _listen_error(listen: str) -> str | None:
     port = listen.rpartition(":")[2]
     return None if port.isdigit() and 0 < int(port) < 65536 else f"--listen {listen!r}: expected [ADDR]:PORT"
@@ -445,21 +276,6 @@ def refusal(exc: Exception, listen: str) -> str:
     hint = NEWER_HINT if isinstance(exc, UnknownSetting) else FIX_HINT
     return (f"gpuhealth-exporter {__version__}: refusing its settings: {exc} ({hint}); probing nothing, serving "
             f"gpuhealth_exporter_config_error 1 on {listen} (docs/runbooks/GpuhealthExporterMisconfigured.md)")
-
-
-def serve_refused(line: str, listen: str) -> None:
-    """Up, and plainly not probing: a crash loop would read as the node's fault (GpuhealthExporterDown, cordon), this
-    reads as gpuhealth's own (GpuhealthExporterMisconfigured). Nothing is written to the Node."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RefusedSettingsCollector())
-    registry.register(ProcessCollector(registry=None))
-    host, _, port = listen.rpartition(":")
-    start_server(int(port), host.strip("[]") or "0.0.0.0", registry)
-    log.error("%s", line)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

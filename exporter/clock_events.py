@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from exporter.catalog import GPU_CLOCK_EVENT_ACTIVE, GPU_CLOCK_EVENT_REASONS
 from exporter.samples import Sample
-
-REASONS_FAMILY = "gpuhealth_gpu_clock_event_reasons"
-ACTIVE_FAMILY = "gpuhealth_gpu_clock_event_active"
 
 CLOCK_EVENT_BITS: dict[str, int] = {
     "gpu_idle": 0x1,
@@ -32,7 +30,7 @@ def clock_event_samples(bitmask: int, labels: Mapping[str, str]) -> list[Sample]
     not, so a reason that clears goes to 0 instead of vanishing.
     """
     base = dict(labels)
-    samples = [Sample(REASONS_FAMILY, base, float(bitmask))]
+    samples = [Sample(GPU_CLOCK_EVENT_REASONS, base, float(bitmask))]
     for reason, bit in CLOCK_EVENT_BITS.items():
-        samples.append(Sample(ACTIVE_FAMILY, {**base, "reason": reason}, 1.0 if bitmask & bit else 0.0))
+        samples.append(Sample(GPU_CLOCK_EVENT_ACTIVE, {**base, "reason": reason}, 1.0 if bitmask & bit else 0.0))
     return samples

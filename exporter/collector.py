@@ -14,8 +14,8 @@ from operator import itemgetter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporter import __version__
-from exporter.catalog import FAMILIES
+from exporter import __version__, catalog
+from exporter.catalog import Family
 from exporter.efa_expected import EfaExpectation
 from exporter.kubelet.allocations import info_samples, mig_parents
 from exporter.kubelet.reader import PodResourcesReader
@@ -26,7 +26,6 @@ from exporter.snapshot import ProbeState, Snapshot
 
 # Which probe's GPU list is gpuhealth_gpus_visible, in order of preference.
 VISIBLE_GPU_SOURCES = gpu_counters()
-EFA_DEVICES_VISIBLE = "gpuhealth_efa_devices_visible"
 
 
 @dataclass(frozen=True)
@@ -69,10 +68,10 @@ def visible_gpus(states: dict[str, ProbeState]) -> int | None:
 
 def efa_devices_visible(states: dict[str, ProbeState]) -> float | None:
     """The EFA devices the probe that counts them saw in its latest result."""
-    for name in filled_by(EFA_DEVICES_VISIBLE):
+    for name in filled_by(catalog.EFA_DEVICES_VISIBLE.name):
         st = states.get(name)
         if st is not None and st.result is not None:
-            return next((s.value for s in st.result.samples if s.name == EFA_DEVICES_VISIBLE), None)
+            return next((s.value for s in st.result.samples if s.family is catalog.EFA_DEVICES_VISIBLE), None)
     return None
 
 
@@ -84,14 +83,14 @@ def _enrich(sample: Sample, inventory: dict[str, GpuIdentity]) -> Sample:
     known = inventory.get(labels["pci_bus_id"])
     if known is None:
         return sample
-    return Sample(sample.name, {**labels, "gpu": known.index, "uuid": labels.get("uuid") or known.uuid},
+    return Sample(sample.family, {**labels, "gpu": known.index, "uuid": labels.get("uuid") or known.uuid},
                   sample.value)
 
 
 def own_samples(config_error: bool) -> list[Sample]:
     """The exporter's version, and whether it refused its settings."""
-    return [Sample("gpuhealth_exporter_build_info", {"version": __version__}, 1),
-            Sample("gpuhealth_exporter_config_error", {}, 1 if config_error else 0)]
+    return [Sample(catalog.EXPORTER_BUILD_INFO, {"version": __version__}, 1),
+            Sample(catalog.EXPORTER_CONFIG_ERROR, {}, 1 if config_error else 0)]
 
 
 class RefusedSettingsCollector(Collector):
@@ -137,13 +136,13 @@ class GpuhealthCollector(Collector):
         for st in states.values():
             samples.extend(self._probe_health(st, st.name in good, now))
         visible = visible_gpus(good)
-        for name, value in (("gpuhealth_gpus_visible", visible), ("gpuhealth_gpus_expected", self.expect.gpus),
-                            ("gpuhealth_efa_devices_max", self.expect.efa.maximum)):
+        for family, value in ((catalog.GPUS_VISIBLE, visible), (catalog.GPUS_EXPECTED, self.expect.gpus),
+                              (catalog.EFA_DEVICES_MAX, self.expect.efa.maximum)):
             if value is not None:
-                samples.append(Sample(name, {}, value))
+                samples.append(Sample(family, {}, value))
         efa = self.expect.efa.expected(efa_devices_visible(good))
         if efa is not None:
-            samples.append(Sample("gpuhealth_efa_devices_expected", {"source": efa.source}, efa.count))
+            samples.append(Sample(catalog.EFA_DEVICES_EXPECTED, {"source": efa.source}, efa.count))
         for st in good.values():
             assert st.result is not None
             # Only a sample with an empty gpu label can need _enrich: the test is inlined (a call per
@@ -157,8 +156,8 @@ class GpuhealthCollector(Collector):
         """The pod-resources read's health, and while it reads, the GPU each pod's device is."""
         assert self.pod_resources is not None
         view = self.pod_resources.view()
-        out = [Sample("gpuhealth_pod_resources_success", {}, 1 if view.success else 0),
-               Sample("gpuhealth_pod_resources_duration_seconds", {}, view.duration)]
+        out = [Sample(catalog.POD_RESOURCES_SUCCESS, {}, 1 if view.success else 0),
+               Sample(catalog.POD_RESOURCES_DURATION_SECONDS, {}, view.duration)]
         if not view.success:
             return out
         with self._lock:
@@ -174,34 +173,35 @@ class GpuhealthCollector(Collector):
         probe = {"probe": st.name}
         # Paused for a GPU reset (exporter/gpu_reset.py): neither healthy (1) nor failing (0), so no success or
         # error sample while paused; gpuhealth_probe_paused says why they are absent.
-        out = [] if st.paused else [Sample("gpuhealth_probe_success", probe, 1 if ok else 0)]
+        out = [] if st.paused else [Sample(catalog.PROBE_SUCCESS, probe, 1 if ok else 0)]
         out += [
-            Sample("gpuhealth_probe_paused", probe, 1 if st.paused else 0),
-            Sample("gpuhealth_probe_duration_seconds", probe, st.duration),
-            Sample("gpuhealth_probe_interval_seconds", probe, st.interval),
+            Sample(catalog.PROBE_PAUSED, probe, 1 if st.paused else 0),
+            Sample(catalog.PROBE_DURATION_SECONDS, probe, st.duration),
+            Sample(catalog.PROBE_INTERVAL_SECONDS, probe, st.interval),
         ]
         if not ok and not st.paused:
             reason = st.reason if not st.success else STALE
-            out.append(Sample("gpuhealth_probe_error", {**probe, "reason": reason}, 1))
+            out.append(Sample(catalog.PROBE_ERROR, {**probe, "reason": reason}, 1))
         if st.last_success is not None:
-            out.append(Sample("gpuhealth_probe_last_success_timestamp_seconds", probe, st.last_success))
-        out.extend(Sample("gpuhealth_probe_failures", {**probe, "reason": r}, n) for r, n in st.failures.items())
+            out.append(Sample(catalog.PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS, probe, st.last_success))
+        out.extend(Sample(catalog.PROBE_FAILURES, {**probe, "reason": r}, n) for r, n in st.failures.items())
         return out
 
 
 def build_families(samples: Iterable[Sample]) -> Iterator[Metric]:
-    """Fresh prometheus_client families, in the order their first samples come."""
-    families: dict[str, Metric] = {}
-    # Per family name: its add_metric and a function from a sample's labels to its label values in the
-    # family's order. Looked up once per name, not once per sample.
-    adders: dict[str, tuple[Callable[..., None], Callable[[dict[str, str]], Sequence[str]]]] = {}
+    """Fresh prometheus_client families, built from the handles the samples carry, in the order their first samples
+    come."""
+    families: dict[Family, Metric] = {}
+    # Per family: its add_metric and a function from a sample's labels to its label values in the family's order.
+    # Looked up once per family, not once per sample.
+    adders: dict[Family, tuple[Callable[..., None], Callable[[dict[str, str]], Sequence[str]]]] = {}
     for s in samples:
-        entry = adders.get(s.name)
+        spec = s.family
+        entry = adders.get(spec)
         if entry is None:
-            spec = FAMILIES[s.name]
             cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
-            fam = families[s.name] = cls(spec.name, spec.help, labels=list(spec.labels))
-            entry = adders[s.name] = (fam.add_metric, _label_values(spec.labels))
+            fam = families[spec] = cls(spec.name, spec.help, labels=list(spec.labels))
+            entry = adders[spec] = (fam.add_metric, _label_values(spec.labels))
         add, values = entry
         add(values(s.labels), s.value)
     yield from families.values()

@@ -41,7 +41,7 @@ LABEL = "gpuhealth.io/efa-expected"
 CAPACITY = "vpc.amazonaws.com/efa"
 # The `source` label of gpuhealth_efa_devices_expected, in order of precedence.
 FROM_LABEL, FROM_SETTING, FROM_CAPACITY, FROM_ATTACHED = "label", "setting", "capacity", "attached"
-# The file of the most counted (Remembered), in the directory of the kernel log's state file (exporter/cli.py)
+# The file of the most counted (Remembered), in the directory of the kernel log's state file (exporter/agent.py)
 EFA_COUNTS_FILE = "efa-counts.json"
 
 Node = Mapping[str, Any]

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from exporter.catalog import RESET_MARKER_READ_FAILURES
 from exporter.condition_types import PROBES
 from exporter.conditions import Condition
 from exporter.node_status import KubeError
@@ -134,4 +135,4 @@ class GpuResetRelease:
                 if c.type == PROBES else c for c in conditions]
 
     def samples(self) -> list[Sample]:
-        return [Sample("gpuhealth_reset_marker_read_failures", {}, self.read_failures)]
+        return [Sample(RESET_MARKER_READ_FAILURES, {}, self.read_failures)]

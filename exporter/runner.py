@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from exporter.catalog import FAMILIES
+from exporter.catalog import FAMILIES, Family
 from exporter.probes.base import BAD_OUTPUT, TIMEOUT, Probe, ProbeError, ProbePaused, classify
 from exporter.samples import ProbeResult
 from exporter.snapshot import Snapshot
@@ -31,13 +31,14 @@ def validate(result: Any) -> ProbeResult:
         raise ProbeError(BAD_OUTPUT, f"probe returned {type(result).__name__}, not a ProbeResult")
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for s in result.samples:
-        key = (s.name, tuple(sorted(s.labels.items())))
+        family: object = s.family
+        # Only a handle of the catalog: a family made elsewhere is declared nowhere, whatever its name.
+        if not isinstance(family, Family) or FAMILIES.get(family.name) is not family:
+            raise ProbeError(BAD_OUTPUT, f"unknown metric {getattr(family, 'name', family)}")
+        key = (family.name, tuple(sorted(s.labels.items())))
         if key in seen:  # one duplicate makes Prometheus reject the whole scrape
             raise ProbeError(BAD_OUTPUT, f"duplicate sample {s.name}{s.labels}")
         seen.add(key)
-        family = FAMILIES.get(s.name)
-        if family is None:
-            raise ProbeError(BAD_OUTPUT, f"unknown metric {s.name}")
         if set(s.labels) != set(family.labels):
             raise ProbeError(BAD_OUTPUT, f"{s.name}: labels {sorted(s.labels)} != {sorted(family.labels)}")
         if not math.isfinite(s.value):

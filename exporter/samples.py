@@ -5,14 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.catalog import Family
+
 
 @dataclass(frozen=True)
 class Sample:
-    """One value of a metric family declared in exporter.catalog (name without `_total`)."""
+    """One value of a metric family, by its handle in exporter.catalog."""
 
-    name: str
+    family: Family
     labels: dict[str, str]
     value: float
+
+    @property
+    def name(self) -> str:
+        """The family's name (without `_total`)."""
+        return self.family.name
 
 
 @dataclass(frozen=True)
@@ -87,5 +94,5 @@ class ProbeResult:
     # so a fix is seen quickly); None keeps the interval.
     run_again_after: float | None = None
 
-    def add(self, name: str, value: float, **labels: str) -> None:
-        self.samples.append(Sample(name, labels, float(value)))
+    def add(self, family: Family, value: float, **labels: str) -> None:
+        self.samples.append(Sample(family, labels, float(value)))

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter import catalog
 from exporter.diagnose.nccl import floor_for, parse_all_reduce
 from exporter.instance_types import lookup
 from exporter.probes.base import ProbeError
@@ -146,7 +147,7 @@ def check_efa(sysfs_root: str, expected: int | None, instance_type: str | None, 
     except ProbeError as exc:
         findings.fail(Check.TOOL_ERROR, f"efa: {exc.message}")
         return
-    visible = int(next(s.value for s in result.samples if s.name == "gpuhealth_efa_devices_visible"))
+    visible = int(next(s.value for s in result.samples if s.family is catalog.EFA_DEVICES_VISIBLE))
     if visible < expected:
         findings.fail(Check.EFA_COUNT, f"{visible} of {expected} EFA devices in sysfs")
 

@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from exporter import catalog
+from exporter.catalog import Family
 from exporter.kernel.events import EventGrouper
 from exporter.kernel.patterns import KernelEventMatcher, Match
 from exporter.kernel.records import KernelRecord
@@ -53,10 +55,10 @@ def read_boot_time(proc_stat: str = "/proc/stat") -> float:
     return time.time() - time.monotonic()
 
 
-_KERNEL_RECORDS = key("gpuhealth_kmsg_records", {"origin": "kernel"})
-_USERSPACE_RECORDS = key("gpuhealth_kmsg_records", {"origin": "userspace"})
-_UNRECOGNISED = key("gpuhealth_kmsg_lines_unrecognised", {})
-_TRUNCATED = key("gpuhealth_kmsg_lines_truncated", {})
+_KERNEL_RECORDS = key(catalog.KMSG_RECORDS, {"origin": "kernel"})
+_USERSPACE_RECORDS = key(catalog.KMSG_RECORDS, {"origin": "userspace"})
+_UNRECOGNISED = key(catalog.KMSG_LINES_UNRECOGNISED, {})
+_TRUNCATED = key(catalog.KMSG_LINES_TRUNCATED, {})
 
 
 class KmsgProbe:
@@ -88,7 +90,7 @@ class KmsgProbe:
         return cls(FileSource(path) if is_file else DeviceSource(path), **kwargs)
 
     # --- records ---
-    def _count(self, family: str, labels: dict[str, str], by: float = 1) -> None:
+    def _count(self, family: Family, labels: dict[str, str], by: float = 1) -> None:
         k = key(family, labels)
         self.counts[k] = self.counts.get(k, 0) + by
 
@@ -120,17 +122,17 @@ class KmsgProbe:
         elif match.kind == "sxid":
             labels = {"sxid": match.fields["sxid"], "pci_bus_id": normalize_bus_id(match.fields["pci"]),
                       "fatal": str(match.fields["fatal"] == "Fatal").lower()}
-            self._count("gpuhealth_nvswitch_sxid_errors", labels)
+            self._count(catalog.NVSWITCH_SXID_ERRORS, labels)
             self._remember(record, "sxid", match.condition, labels)
         elif match.kind == "event":
             for m, r in events.event(match, record):
                 self._count_event(m, r)
         elif match.kind == "unparsed_xid":
-            self._count("gpuhealth_kmsg_unparsed_xid_records", {})
+            self._count(catalog.KMSG_UNPARSED_XID_RECORDS, {})
 
     def _count_event(self, m: Match, record: KernelRecord) -> None:
         labels = {"event": m.fields["event"], "device": normalize_bus_id(m.fields.get("device", ""))}
-        self._count("gpuhealth_kernel_events", labels)
+        self._count(catalog.KERNEL_EVENTS, labels)
         self._remember(record, "event", m.condition, labels)
 
     def _on_xid(self, m: Match, record: KernelRecord) -> None:
@@ -140,7 +142,7 @@ class KmsgProbe:
         fatal = m.fields.get("fatal", "").lower()  # only Xid 144-150 lines say Fatal/Nonfatal
         labels = {"xid": m.fields["xid"], "pci_bus_id": pci, "gpu_instance": m.fields.get("gpu_instance") or "",
                   "fatal": fatal and str(fatal == "fatal").lower()}
-        self._count("gpuhealth_xid_errors", labels)
+        self._count(catalog.XID_ERRORS, labels)
         if "action_code" in m.fields:
             code = int(m.fields["action_code"], 16)
             self.recovery[pci] = (code, RECOVERY_ACTIONS.get(code, f"unknown_{code}"), self._event_time(record))
@@ -176,9 +178,9 @@ class KmsgProbe:
             raise
         moved, self.position = position != self.position, position
         if missed:
-            self._count("gpuhealth_kmsg_records_missed", {}, missed)
+            self._count(catalog.KMSG_RECORDS_MISSED, {}, missed)
         if truncated:
-            self._count("gpuhealth_kmsg_lines_truncated", {}, truncated)
+            self._count(catalog.KMSG_LINES_TRUNCATED, {}, truncated)
         if self.state is not None and (records or missed or truncated or moved):
             self.state.save(Saved(self.position, self.counts, self.gpu_uuids, self.recovery, self.recent))
         self._fail_unless_a_kernel_log()
@@ -195,8 +197,8 @@ class KmsgProbe:
     def _result(self) -> ProbeResult:
         # Series that exist from the start, so that increase() sees the first event.
         totals: dict[Key, float] = {
-            key("gpuhealth_kmsg_records_missed", {}): 0.0,
-            key("gpuhealth_kmsg_unparsed_xid_records", {}): 0.0,
+            key(catalog.KMSG_RECORDS_MISSED, {}): 0.0,
+            key(catalog.KMSG_UNPARSED_XID_RECORDS, {}): 0.0,
             _KERNEL_RECORDS: 0.0,
             _USERSPACE_RECORDS: 0.0,
             _UNRECOGNISED: 0.0,
@@ -206,15 +208,15 @@ class KmsgProbe:
         result = ProbeResult()
         for (family, labels), value in totals.items():
             sample_labels = dict(labels)
-            if family == "gpuhealth_xid_errors":
+            if family is catalog.XID_ERRORS:
                 sample_labels.update(gpu="", uuid=self.gpu_uuids.get(sample_labels["pci_bus_id"], ""))
                 sample_labels.setdefault("gpu_instance", "")  # counts kept by an exporter before MIG labels
             result.add(family, value, **sample_labels)
         for pci, (code, action, when) in self.recovery.items():
             gpu = {"gpu": "", "uuid": self.gpu_uuids.get(pci, ""), "pci_bus_id": pci, "action": action}
-            result.add("gpuhealth_gpu_recovery_action", code, **gpu)
-            result.add("gpuhealth_gpu_recovery_action_timestamp_seconds", when, **gpu)
-        result.add("gpuhealth_node_boot_time_seconds", self.boot_time)
+            result.add(catalog.GPU_RECOVERY_ACTION, code, **gpu)
+            result.add(catalog.GPU_RECOVERY_ACTION_TIMESTAMP_SECONDS, when, **gpu)
+        result.add(catalog.NODE_BOOT_TIME_SECONDS, self.boot_time)
         recovery = tuple(RecoveryAction(pci, *action) for pci, action in self.recovery.items())
         result.kernel = KernelFacts(gpu_uuids=dict(self.gpu_uuids), recent=tuple(self.recent), recovery=recovery)
         return result

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.catalog import FAMILIES, Family
 from exporter.kernel.sources import Position, Source
 from exporter.samples import KernelFault
 
@@ -24,11 +25,29 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 2
 
-Key = tuple[str, tuple[tuple[str, str], ...]]  # a counter: its family and its labels, sorted
+Key = tuple[Family, tuple[tuple[str, str], ...]]  # a counter: its family and its labels, sorted
 
 
-def key(family: str, labels: dict[str, str]) -> Key:
+def key(family: Family, labels: dict[str, str]) -> Key:
     return family, tuple(sorted(labels.items()))
+
+
+def _counts(entries: Iterable[Any], path: str) -> dict[Key, float]:
+    """The counts kept in the file, each under its family's handle. A count of a family this exporter does not
+    declare (kept by a newer one, before a rollback) is left out with one warning: served, it would fail every run
+    of the probe as garbage; the other counts and the read position stay good."""
+    counts: dict[Key, float] = {}
+    unknown: set[str] = set()
+    for name, labels, value in entries:
+        family = FAMILIES.get(str(name))
+        if family is None:
+            unknown.add(str(name))
+            continue
+        counts[key(family, dict(labels))] = float(value)
+    if unknown:
+        log.warning("kmsg state %s: counts of %s, no metric family of this exporter (a newer one's?), left out",
+                    path, ", ".join(sorted(unknown)))
+    return counts
 
 
 @dataclass
@@ -106,7 +125,7 @@ class StateFile:
         try:
             position = Position(doc.get("last_seq"), doc.get("inode"), int(doc.get("offset", 0)),
                                 bool(doc.get("skipping", False)))
-            counts = {key(str(f), dict(labels)): float(v) for f, labels, v in doc.get("counts", [])}
+            counts = _counts(doc.get("counts", []), self.path)
             recovery = {str(k): (int(v[0]), str(v[1]), float(v[2])) for k, v in doc.get("recovery", {}).items()}
         except (TypeError, ValueError, IndexError) as exc:
             log.warning("kmsg state %s malformed (%s): starting from the whole log", self.path, exc)
@@ -125,7 +144,7 @@ class StateFile:
             "inode": state.position.inode,
             "offset": state.position.offset,
             "skipping": state.position.skipping,
-            "counts": [[family, dict(labels), value] for (family, labels), value in state.counts.items()],
+            "counts": [[family.name, dict(labels), value] for (family, labels), value in state.counts.items()],
             "gpu_uuids": state.gpu_uuids,
             "recovery": state.recovery,
             "recent": [{"time": f.time, "kind": f.kind, **fault_labels(f), "condition": f.condition}

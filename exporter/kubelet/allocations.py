@@ -20,11 +20,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from exporter.catalog import GPU_MIG_INSTANCE_INFO, GPU_POD_INFO
 from exporter.kubelet import api_pb2
 from exporter.samples import GpuIdentity, Sample
 
-POD_INFO = "gpuhealth_gpu_pod_info"
-MIG_INSTANCE_INFO = "gpuhealth_gpu_mig_instance_info"
 DRA_GPU_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver for GPUs (and their MIG devices)
 _GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu|mig-[0-9a-z.+-]+?)(?:\.shared)?$")
 # The ids only NVIDIA's GPU device plugin makes: a GPU or MIG UUID (`::<n>` on a shared replica), or an index with
@@ -90,7 +89,7 @@ def dra_gpu_holders(response: api_pb2.ListPodResourcesResponse) -> tuple[str, ..
 def mig_parents(samples: Iterable[Sample]) -> dict[str, GpuIdentity]:
     """MIG device UUID -> its GPU, from NVML's gpuhealth_gpu_mig_instance_info samples."""
     return {s.labels["mig_uuid"]: GpuIdentity(s.labels["pci_bus_id"], s.labels["gpu"], s.labels["uuid"])
-            for s in samples if s.name == MIG_INSTANCE_INFO and s.labels.get("mig_uuid")}
+            for s in samples if s.family is GPU_MIG_INSTANCE_INFO and s.labels.get("mig_uuid")}
 
 
 def _device_id(device: str) -> str:
@@ -123,7 +122,7 @@ def info_samples(allocations: Iterable[Allocation], gpus: Iterable[GpuIdentity],
         gpu = resolve(a.device, known, migs)
         ref = _device_id(a.device)
         identity = gpu or GpuIdentity("", "", ref if ref.startswith("GPU-") else "")
-        out.append(Sample(POD_INFO, {
+        out.append(Sample(GPU_POD_INFO, {
             "gpu": identity.index if gpu else "", "uuid": identity.uuid, "pci_bus_id": identity.pci_bus_id,
             "resource": a.resource, "device": a.device,
             "pod_namespace": a.namespace, "pod_name": a.pod, "container_name": a.container,

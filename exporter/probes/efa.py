@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from exporter import catalog
 from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, TIMEOUT, ProbeError, classify
 from exporter.samples import ProbeResult
 
@@ -93,14 +94,14 @@ class EfaProbe:
         give_up_at = time.monotonic() + deadline
         devices = self._efa_devices()
         result = ProbeResult()
-        result.add("gpuhealth_efa_devices_visible", len(devices))
+        result.add(catalog.EFA_DEVICES_VISIBLE, len(devices))
         for name, pci_device_id in devices:
             # Each hw_counters read is an admin command to the device: stop between devices when late.
             if time.monotonic() > give_up_at:
                 raise ProbeError(TIMEOUT, f"EFA: past the deadline before {name}")
-            result.add("gpuhealth_efa_device_info", 1, device=name, pci_device_id=pci_device_id)
+            result.add(catalog.EFA_DEVICE_INFO, 1, device=name, pci_device_id=pci_device_id)
             for port, counter, value in _device_counters(self._class_dir / name, self._counters):
-                result.add("gpuhealth_efa_hw_counter", value, device=name, port=port, counter=counter)
+                result.add(catalog.EFA_HW_COUNTER, value, device=name, port=port, counter=counter)
         return result
 
     def _efa_devices(self) -> list[tuple[str, str]]:

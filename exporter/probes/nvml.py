@@ -17,6 +17,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter import catalog
+from exporter.catalog import Family
 from exporter.clock_events import clock_event_samples
 from exporter.probes.base import (
     ERROR,
@@ -156,10 +158,10 @@ def _read_gpu(nv: Any, index: int, links_seen_up: set[tuple[str, int]]) -> _GpuR
         # What was read before the loss is dropped: a lost GPU reports only that it is lost.
         return _GpuReport(
             identity=None,
-            samples=[Sample("gpuhealth_gpu_lost", dict(reader.labels), 1.0)],
+            samples=[Sample(catalog.GPU_LOST, dict(reader.labels), 1.0)],
             gpu_problems=[f"{reader.who()}: lost (NVML_ERROR_GPU_IS_LOST)"],
         )
-    reader.add("gpuhealth_gpu_lost", 0)
+    reader.add(catalog.GPU_LOST, 0)
     identity = GpuIdentity(reader.labels["pci_bus_id"], str(index), reader.labels["uuid"])
     return _GpuReport(identity, reader.samples, reader.gpu_problems, reader.nvlink_problems)
 
@@ -200,8 +202,8 @@ class _GpuReader:
     def const(self, name: str) -> Any:
         return getattr(self.nv, name)
 
-    def add(self, name: str, value: float, **extra: str) -> None:
-        self.samples.append(Sample(name, {**self.labels, **extra}, float(value)))
+    def add(self, family: Family, value: float, **extra: str) -> None:
+        self.samples.append(Sample(family, {**self.labels, **extra}, float(value)))
 
     def who(self) -> str:
         return " ".join(x for x in (f"gpu {self.index}", self.labels["uuid"], self.labels["pci_bus_id"]) if x)
@@ -215,7 +217,7 @@ class _GpuReader:
         if pci is not None:
             self.labels["pci_bus_id"] = normalize_bus_id(_text(pci.busId))
         model = _text(self.dev("nvmlDeviceGetName") or "")
-        self.add("gpuhealth_gpu_info", 1, model=model)
+        self.add(catalog.GPU_INFO, 1, model=model)
 
     def read_health(self) -> None:
         self.read_ecc()
@@ -236,8 +238,8 @@ class _GpuReader:
             return
         current, pending = mode
         enabled = self.const("NVML_DEVICE_MIG_ENABLE")
-        self.add("gpuhealth_gpu_mig_mode", 1 if current == enabled else 0)
-        self.add("gpuhealth_gpu_mig_mode_pending", 1 if pending != current else 0)
+        self.add(catalog.GPU_MIG_MODE, 1 if current == enabled else 0)
+        self.add(catalog.GPU_MIG_MODE_PENDING, 1 if pending != current else 0)
         if current != enabled:
             return
         nv = self.nv
@@ -248,7 +250,7 @@ class _GpuReader:
             gpu_instance = self.call(nv, "nvmlDeviceGetGpuInstanceId", mig)
             compute_instance = self.call(nv, "nvmlDeviceGetComputeInstanceId", mig)
             name = _text(self.call(nv, "nvmlDeviceGetName", mig) or "")
-            self.add("gpuhealth_gpu_mig_instance_info", 1, gpu_instance=str(gpu_instance),
+            self.add(catalog.GPU_MIG_INSTANCE_INFO, 1, gpu_instance=str(gpu_instance),
                      compute_instance=str(compute_instance), profile=name.rpartition(" MIG ")[2] if " MIG " in name
                      else "", mig_uuid=_text(self.call(nv, "nvmlDeviceGetUUID", mig) or ""))
 
@@ -259,7 +261,7 @@ class _GpuReader:
                                  self.const(scope_const))
                 if count is None:
                     continue
-                self.add("gpuhealth_gpu_ecc_errors", count, type=type_label, scope=scope_label)
+                self.add(catalog.GPU_ECC_ERRORS, count, type=type_label, scope=scope_label)
                 if type_label == "double_bit" and scope_label == "volatile" and count > 0:
                     self.gpu_problems.append(f"{self.who()}: {count} volatile double-bit ECC errors")
 
@@ -268,10 +270,10 @@ class _GpuReader:
         if rows is None:
             return
         correctable, uncorrectable, pending, failure = rows
-        self.add("gpuhealth_gpu_remapped_rows", correctable, cause="correctable")
-        self.add("gpuhealth_gpu_remapped_rows", uncorrectable, cause="uncorrectable")
-        self.add("gpuhealth_gpu_row_remap_pending", 1 if pending else 0)
-        self.add("gpuhealth_gpu_row_remap_failure", 1 if failure else 0)
+        self.add(catalog.GPU_REMAPPED_ROWS, correctable, cause="correctable")
+        self.add(catalog.GPU_REMAPPED_ROWS, uncorrectable, cause="uncorrectable")
+        self.add(catalog.GPU_ROW_REMAP_PENDING, 1 if pending else 0)
+        self.add(catalog.GPU_ROW_REMAP_FAILURE, 1 if failure else 0)
         if failure:
             self.gpu_problems.append(f"{self.who()}: row remap failure")
 
@@ -280,15 +282,15 @@ class _GpuReader:
         for cause_label, cause_const in _RETIREMENT_CAUSES:
             pages = self.dev("nvmlDeviceGetRetiredPages", self.const(cause_const))
             if pages is not None:
-                self.add("gpuhealth_gpu_retired_pages", len(pages), cause=cause_label)
+                self.add(catalog.GPU_RETIRED_PAGES, len(pages), cause=cause_label)
         pending = self.dev("nvmlDeviceGetRetiredPagesPendingStatus")
         if pending is not None:
-            self.add("gpuhealth_gpu_retired_pages_pending", 1 if pending else 0)
+            self.add(catalog.GPU_RETIRED_PAGES_PENDING, 1 if pending else 0)
 
     def read_temperature(self) -> None:
         celsius = self.dev("nvmlDeviceGetTemperature", self.const("NVML_TEMPERATURE_GPU"))
         if celsius is not None:
-            self.add("gpuhealth_gpu_temperature_celsius", celsius, sensor="gpu")
+            self.add(catalog.GPU_TEMPERATURE_CELSIUS, celsius, sensor="gpu")
 
     def read_clock_events(self) -> None:
         # EventReasons replaced ThrottleReasons (driver 535); older drivers/bindings lack it.
@@ -322,19 +324,19 @@ class _GpuReader:
                 if count is not None:
                     totals[type_label] = totals.get(type_label, 0) + count
         if links:  # counts per GPU, not a series per link: 2 series instead of 18 on an H100 (docs/scaling.md)
-            self.add("gpuhealth_gpu_nvlink_links", links)
-            self.add("gpuhealth_gpu_nvlink_links_down", down)
+            self.add(catalog.GPU_NVLINK_LINKS, links)
+            self.add(catalog.GPU_NVLINK_LINKS_DOWN, down)
         for type_label, _ in _NVLINK_ERRORS:
             if type_label in totals:
-                self.add("gpuhealth_gpu_nvlink_errors", totals[type_label], type=type_label)
+                self.add(catalog.GPU_NVLINK_ERRORS, totals[type_label], type=type_label)
 
     def read_pcie_replays(self) -> None:
         replays = self.dev("nvmlDeviceGetPcieReplayCounter")
         if replays is not None:
-            self.add("gpuhealth_gpu_pcie_replays", replays)
+            self.add(catalog.GPU_PCIE_REPLAYS, replays)
 
     def read_violations(self) -> None:
         for reason_label, policy_const in _VIOLATIONS:
             status = self.dev("nvmlDeviceGetViolationStatus", self.const(policy_const))
             if status is not None:
-                self.add("gpuhealth_gpu_violation_seconds", status.violationTime / 1e9, reason=reason_label)
+                self.add(catalog.GPU_VIOLATION_SECONDS, status.violationTime / 1e9, reason=reason_label)

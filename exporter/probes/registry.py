@@ -4,7 +4,7 @@ A probe's entry says everything the rest of the exporter needs to know about it:
 `--enable`/`--disable` word, the config file's `probes.<name>` section and the `probe` label), its
 section's defaults, how it is built from the settings, what it checks before the exporter starts,
 the node conditions its results feed, and the metric families it fills (exporter/catalog.py).
-config.py, cli.py, collector.py, conditions.py and the catalog's table read these entries; none of
+config.py, cli.py, agent.py, collector.py, conditions.py and the catalog's table read these entries; none of
 them names a probe. A new probe is a module under exporter/probes/ (or a room of its own, as
 exporter/kernel/ is) and one entry here.
 """

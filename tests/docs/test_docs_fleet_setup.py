@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from exporter.cli import INSTANCE_TYPE_LABEL
+from exporter.serve import INSTANCE_TYPE_LABEL
 from tests.support import paths
 
 ROOT = paths.REPO

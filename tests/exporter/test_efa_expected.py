@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import expectations
+from exporter.agent import expectations
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
 from exporter.config import DEFAULT_PROBES, Settings

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import _node_loop, build_parser, settings_from_args
+from exporter.cli import build_parser, settings_from_args
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.conditions import evaluate
 from exporter.config import ConfigError, Settings, load_file
@@ -33,6 +33,7 @@ from exporter.probes.base import ProbePaused
 from exporter.probes.nvml import NvmlProbe
 from exporter.probes.registry import BY_NAME
 from exporter.runner import ProbeRunner
+from exporter.serve import _node_loop
 from exporter.snapshot import Snapshot
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.nvml import P5_BUS_IDS, FakeGpu, FakeNvml, uuid_of

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.catalog import FAMILIES
 from exporter.collector import Expectations
 from exporter.conditions import evaluate
 from exporter.efa_expected import EfaExpectation
@@ -58,7 +59,7 @@ def snapshot_with(log: Path, nvml_gpus: int = 8, efa: int | None = None) -> Snap
                             FakeProbe("nvml", ProbeResult(gpus=[GpuIdentity(f"0000000{i}:00:00.0", str(i))
                                                                 for i in range(nvml_gpus)]))]
     if efa is not None:
-        probes.append(FakeProbe("efa", ProbeResult([Sample("gpuhealth_efa_devices_visible", {}, efa)])))
+        probes.append(FakeProbe("efa", ProbeResult([Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, efa)])))
     for probe in probes:
         ProbeRunner(probe, snapshot, interval=10, deadline=2).run_once()  # type: ignore[arg-type]
     return snapshot
@@ -185,7 +186,7 @@ def test_a_condition_whose_probes_fail_without_a_fault_is_unknown_not_true(tmp_p
     log.write_text("")
     snapshot = snapshot_with(log)
     ProbeRunner(FakeProbe("nvml", RuntimeError("NVML call hung")), snapshot, 10, 2).run_once()
-    ProbeRunner(FakeProbe("efa", ProbeResult([Sample("gpuhealth_efa_devices_visible", {}, 4)])), snapshot, 10,
+    ProbeRunner(FakeProbe("efa", ProbeResult([Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, 4)])), snapshot, 10,
                 2).run_once()
     got = by_type(snapshot, Expectations(gpus=8, efa=EfaExpectation(setting=4)))
     assert got["GpuhealthGPUHealthy"] == ("Unknown", "ProbeFailed", "cannot tell: probe nvml failing")

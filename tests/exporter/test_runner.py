@@ -8,6 +8,7 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.catalog import FAMILIES, Family
 from exporter.collector import Expectations, GpuhealthCollector
 from exporter.probes.base import ProbeError
 from exporter.runner import ProbeRunner
@@ -35,7 +36,7 @@ def run(probe: FakeProbe, deadline: float = 0.2) -> Snapshot:
 
 
 def test_a_healthy_probe_reports_success_and_its_samples() -> None:
-    result = ProbeResult([Sample("gpuhealth_efa_devices_visible", {}, 4)])
+    result = ProbeResult([Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, 4)])
     metrics = scrape(run(FakeProbe("efa", result)))
     assert metrics["gpuhealth_probe_success"] == {(("probe", "efa"),): 1}
     assert metrics["gpuhealth_efa_devices_visible"] == {(): 4}
@@ -79,9 +80,9 @@ def test_an_exception_is_a_failure_with_a_stable_reason() -> None:
 
 def test_garbage_results_are_refused() -> None:
     garbage = [
-        ProbeResult([Sample("gpuhealth_not_a_metric", {}, 1)]),
-        ProbeResult([Sample("gpuhealth_efa_devices_visible", {"extra": "x"}, 1)]),
-        ProbeResult([Sample("gpuhealth_efa_devices_visible", {}, float("nan"))]),
+        ProbeResult([Sample(Family("gpuhealth_not_a_metric", "gauge", (), "Declared nowhere."), {}, 1)]),
+        ProbeResult([Sample(FAMILIES["gpuhealth_efa_devices_visible"], {"extra": "x"}, 1)]),
+        ProbeResult([Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, float("nan"))]),
         "not a result",
     ]
     for result in garbage:
@@ -90,8 +91,19 @@ def test_garbage_results_are_refused() -> None:
         assert "gpuhealth_efa_devices_visible" not in metrics
 
 
+def test_a_sample_of_a_family_made_outside_the_catalog_is_refused_even_under_a_declared_name() -> None:
+    """A family is declared once, as its catalog handle: one made elsewhere under the same name (its help or labels
+    could differ from what rules and dashboards read), or a bare name, is garbage, not data."""
+    impostor = Family("gpuhealth_efa_devices_visible", "gauge", (), "EFA devices present in sysfs.")
+    for family in (impostor, "gpuhealth_efa_devices_visible"):
+        metrics = scrape(run(FakeProbe("efa", ProbeResult([Sample(family, {}, 4)]))))  # type: ignore[arg-type]
+        assert metrics["gpuhealth_probe_success"] == {(("probe", "efa"),): 0}, family
+        assert metrics["gpuhealth_probe_error"] == {(("probe", "efa"), ("reason", "bad_output")): 1}, family
+        assert "gpuhealth_efa_devices_visible" not in metrics, family
+
+
 def test_a_failed_probe_serves_none_of_its_old_samples() -> None:
-    probe = FakeProbe("efa", ProbeResult([Sample("gpuhealth_efa_devices_visible", {}, 4)]))
+    probe = FakeProbe("efa", ProbeResult([Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, 4)]))
     snapshot = Snapshot()
     runner = ProbeRunner(probe, snapshot, interval=1, deadline=0.2)
     runner.run_once()
@@ -126,7 +138,7 @@ def test_kernel_log_xids_gain_the_gpu_index_nvml_knows() -> None:
     from exporter.samples import GpuIdentity
 
     snapshot = Snapshot()
-    kmsg = ProbeResult([Sample("gpuhealth_xid_errors", {"xid": "79", "gpu": "", "uuid": "",
+    kmsg = ProbeResult([Sample(FAMILIES["gpuhealth_xid_errors"], {"xid": "79", "gpu": "", "uuid": "",
                                                         "pci_bus_id": "00000000:9B:00.0", "gpu_instance": "",
                                                         "fatal": ""}, 1)])
     nvml = ProbeResult(gpus=[GpuIdentity("00000000:9B:00.0", "4", "GPU-abc"), GpuIdentity("00000000:05:00.0", "0")])
@@ -145,7 +157,7 @@ def test_xid_counters_keep_their_gpu_labels_when_nvml_fails_later() -> None:
     from exporter.samples import GpuIdentity
 
     snapshot = Snapshot()
-    kmsg = ProbeResult([Sample("gpuhealth_xid_errors", {"xid": "79", "gpu": "", "uuid": "",
+    kmsg = ProbeResult([Sample(FAMILIES["gpuhealth_xid_errors"], {"xid": "79", "gpu": "", "uuid": "",
                                                         "pci_bus_id": "00000000:9B:00.0", "gpu_instance": "",
                                                         "fatal": ""}, 1)])
     nvml = FakeProbe("nvml", ProbeResult(gpus=[GpuIdentity("00000000:9B:00.0", "4", "GPU-abc")]))
@@ -164,7 +176,7 @@ def test_xid_counters_keep_their_gpu_labels_when_nvml_fails_later() -> None:
 
 
 def test_a_probe_can_ask_to_run_again_sooner_than_its_interval() -> None:
-    result = ProbeResult([Sample("gpuhealth_dcgm_diag_failed_tests", {}, 1)], run_again_after=0.05)
+    result = ProbeResult([Sample(FAMILIES["gpuhealth_dcgm_diag_failed_tests"], {}, 1)], run_again_after=0.05)
     probe = FakeProbe("diag", result)
     runner = ProbeRunner(probe, Snapshot(), interval=3600, deadline=1)
     stop = threading.Event()

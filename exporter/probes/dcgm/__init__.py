@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from exporter.probes.dcgm.diag import DcgmDiagProbe, parse_diag
 from exporter.probes.dcgm.health import DcgmHealthProbe, parse_health
-from exporter.probes.dcgm.scrape import FOREIGN_SAMPLES, MAX_SCRAPE_BYTES, DcgmExporterProbe, parse_dcgm_exporter
+from exporter.probes.dcgm.scrape import MAX_SCRAPE_BYTES, DcgmExporterProbe, parse_dcgm_exporter
 
 __all__ = [
-    "FOREIGN_SAMPLES",
     "MAX_SCRAPE_BYTES",
     "DcgmDiagProbe",
     "DcgmExporterProbe",

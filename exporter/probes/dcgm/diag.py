@@ -7,14 +7,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from exporter import catalog
 from exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
     PausingProbe,
     ProbeError,
-    run_command,
 )
 from exporter.probes.dcgm.tool_output import MALFORMED, load_json
+from exporter.probes.tools import run_command
 from exporter.samples import ProbeResult, Problems
 
 _DIAG_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip",
@@ -118,10 +119,10 @@ def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
     results = diag_results(doc)
     out = ProbeResult()
     for r in results:
-        out.add("gpuhealth_dcgm_diag_result", 1, category=r.category, test=r.test, gpu=r.gpu, result=r.result)
+        out.add(catalog.DCGM_DIAG_RESULT, 1, category=r.category, test=r.test, gpu=r.gpu, result=r.result)
     failed = [r for r in results if r.result == "fail"]
-    out.add("gpuhealth_dcgm_diag_failed_tests", len(failed))
-    out.add("gpuhealth_dcgm_diag_last_run_timestamp_seconds", now)
+    out.add(catalog.DCGM_DIAG_FAILED_TESTS, len(failed))
+    out.add(catalog.DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS, now)
     out.problems = Problems(gpu=tuple(diag_problem(r) for r in failed))
     if failed:
         # Re-check soon: after a GPU reset the hourly result would otherwise say "failed" for an hour.

@@ -8,14 +8,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from exporter import catalog
 from exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
     PausingProbe,
     ProbeError,
-    run_command,
 )
 from exporter.probes.dcgm.tool_output import MALFORMED, first_line, load_json
+from exporter.probes.tools import run_command
 from exporter.samples import ProbeResult, Problems
 
 HEALTH_CODES = {"healthy": 0, "pass": 0, "warning": 10, "warn": 10, "failure": 20, "fail": 20}
@@ -118,7 +119,7 @@ def parse_health(doc: dict[str, Any]) -> ProbeResult:
         worst[labels] = max(worst.get(labels, 0), entry.code)
     result = ProbeResult()
     for (gpu, system), code in worst.items():
-        result.add("gpuhealth_dcgm_health_status", code, gpu=gpu, system=system)
+        result.add(catalog.DCGM_HEALTH_STATUS, code, gpu=gpu, system=system)
     failing = [e for e in entries if e.code >= HEALTH_FAILURE and e.leaf and (e.gpu or e.system)]
     problems = [_health_problem(e) for e in failing]
     if not problems and worst[("", "")] >= HEALTH_FAILURE:

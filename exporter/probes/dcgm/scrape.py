@@ -14,6 +14,8 @@ from typing import BinaryIO
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample as PromSample
 
+from exporter import catalog
+from exporter.catalog import Family
 from exporter.clock_events import clock_event_samples
 from exporter.probes.base import (
     BAD_OUTPUT,
@@ -32,38 +34,36 @@ from gpuhealth_contract.pci import normalize_bus_id
 log = logging.getLogger(__name__)
 
 # DCGM field (sample name) -> (gpuhealth family, extra labels, scale)
-_ECC = "gpuhealth_gpu_ecc_errors"
-_FIELDS: dict[str, tuple[str, dict[str, str], float]] = {
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": (_ECC, {"type": "double_bit", "scope": "volatile"}, 1),
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": (_ECC, {"type": "double_bit", "scope": "aggregate"}, 1),
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": (_ECC, {"type": "single_bit", "scope": "volatile"}, 1),
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": (_ECC, {"type": "single_bit", "scope": "aggregate"}, 1),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gpuhealth_gpu_row_remap_failure", {}, 1),
-    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("gpuhealth_gpu_row_remap_pending", {}, 1),
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("gpuhealth_gpu_remapped_rows", {"cause": "uncorrectable"}, 1),
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("gpuhealth_gpu_remapped_rows", {"cause": "correctable"}, 1),
-    "DCGM_FI_DEV_RETIRED_DBE": ("gpuhealth_gpu_retired_pages", {"cause": "double_bit"}, 1),
-    "DCGM_FI_DEV_RETIRED_SBE": ("gpuhealth_gpu_retired_pages", {"cause": "single_bit"}, 1),
-    "DCGM_FI_DEV_RETIRED_PENDING": ("gpuhealth_gpu_retired_pages_pending", {}, 1),
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "crc_flit"}, 1),
-    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "crc_data"}, 1),
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "replay"}, 1),
-    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("gpuhealth_gpu_nvlink_errors", {"type": "recovery"}, 1),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("gpuhealth_gpu_pcie_replays", {}, 1),
-    "DCGM_FI_DEV_THERMAL_VIOLATION": ("gpuhealth_gpu_violation_seconds", {"reason": "thermal"}, 1e-9),
-    "DCGM_FI_DEV_POWER_VIOLATION": ("gpuhealth_gpu_violation_seconds", {"reason": "power"}, 1e-9),
-    "DCGM_FI_DEV_GPU_TEMP": ("gpuhealth_gpu_temperature_celsius", {"sensor": "gpu"}, 1),
-    "DCGM_FI_DEV_MEMORY_TEMP": ("gpuhealth_gpu_temperature_celsius", {"sensor": "memory"}, 1),
-    "DCGM_FI_DEV_XID_ERRORS": ("gpuhealth_dcgm_last_xid", {}, 1),
+_FIELDS: dict[str, tuple[Family, dict[str, str], float]] = {
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": (catalog.GPU_ECC_ERRORS, {"type": "double_bit", "scope": "volatile"}, 1),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": (catalog.GPU_ECC_ERRORS, {"type": "double_bit", "scope": "aggregate"}, 1),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": (catalog.GPU_ECC_ERRORS, {"type": "single_bit", "scope": "volatile"}, 1),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": (catalog.GPU_ECC_ERRORS, {"type": "single_bit", "scope": "aggregate"}, 1),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": (catalog.GPU_ROW_REMAP_FAILURE, {}, 1),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": (catalog.GPU_ROW_REMAP_PENDING, {}, 1),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": (catalog.GPU_REMAPPED_ROWS, {"cause": "uncorrectable"}, 1),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": (catalog.GPU_REMAPPED_ROWS, {"cause": "correctable"}, 1),
+    "DCGM_FI_DEV_RETIRED_DBE": (catalog.GPU_RETIRED_PAGES, {"cause": "double_bit"}, 1),
+    "DCGM_FI_DEV_RETIRED_SBE": (catalog.GPU_RETIRED_PAGES, {"cause": "single_bit"}, 1),
+    "DCGM_FI_DEV_RETIRED_PENDING": (catalog.GPU_RETIRED_PAGES_PENDING, {}, 1),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (catalog.GPU_NVLINK_ERRORS, {"type": "crc_flit"}, 1),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": (catalog.GPU_NVLINK_ERRORS, {"type": "crc_data"}, 1),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": (catalog.GPU_NVLINK_ERRORS, {"type": "replay"}, 1),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": (catalog.GPU_NVLINK_ERRORS, {"type": "recovery"}, 1),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": (catalog.GPU_PCIE_REPLAYS, {}, 1),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": (catalog.GPU_VIOLATION_SECONDS, {"reason": "thermal"}, 1e-9),
+    "DCGM_FI_DEV_POWER_VIOLATION": (catalog.GPU_VIOLATION_SECONDS, {"reason": "power"}, 1e-9),
+    "DCGM_FI_DEV_GPU_TEMP": (catalog.GPU_TEMPERATURE_CELSIUS, {"sensor": "gpu"}, 1),
+    "DCGM_FI_DEV_MEMORY_TEMP": (catalog.GPU_TEMPERATURE_CELSIUS, {"sensor": "memory"}, 1),
+    "DCGM_FI_DEV_XID_ERRORS": (catalog.DCGM_LAST_XID, {}, 1),
 }
 _CLOCK_EVENT_FIELDS = {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}
 # dcgm-exporter's own count of each Xid within its window (xid_collector.go): a series per GPU and Xid with
 # the Xid in the `xid` label; one without `xid` (value 0) for a GPU that had none.
 _XID_WINDOW_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
-_XID_WINDOW_FAMILY = "gpuhealth_dcgm_xid_errors_window"
 # The catalog defines these as 0/1 flags; DCGM_FI_DEV_RETIRED_PENDING is a page count.
-_FLAG_FAMILIES = {"gpuhealth_gpu_row_remap_failure", "gpuhealth_gpu_row_remap_pending",
-                  "gpuhealth_gpu_retired_pages_pending"}
+_FLAG_FAMILIES = {catalog.GPU_ROW_REMAP_FAILURE, catalog.GPU_ROW_REMAP_PENDING,
+                  catalog.GPU_RETIRED_PAGES_PENDING}
 
 
 # A real scrape is 8 kB for one L4 (the recorded page) and a few hundred kB for 8 GPUs with every
@@ -148,7 +148,7 @@ def _field_samples(name: str, value: float, gpu: dict[str, str], xid: str = "") 
     if name in _CLOCK_EVENT_FIELDS:
         return clock_event_samples(int(value), gpu)
     if name == _XID_WINDOW_COUNT:
-        return [Sample(_XID_WINDOW_FAMILY, {**gpu, "xid": xid}, value)] if xid else []
+        return [Sample(catalog.DCGM_XID_ERRORS_WINDOW, {**gpu, "xid": xid}, value)] if xid else []
     family, extra, scale = _FIELDS[name]
     if family in _FLAG_FAMILIES:
         value = 1.0 if value > 0 else 0.0
@@ -169,7 +169,6 @@ def _exporter_problems(name: str, value: float, gpu: dict[str, str]) -> list[str
 # Operator set it from spec.nodeName), else the container's hostname: the pod name, or the node's
 # hostname with hostNetwork. A Service balances across nodes, so a scrape may be another node's.
 _HOSTNAME_LABELS = ("Hostname", "hostname")
-FOREIGN_SAMPLES = "gpuhealth_dcgm_exporter_foreign_samples"
 
 
 def _hostname(labels: dict[str, str]) -> str:
@@ -259,7 +258,7 @@ def _map_series(series: list[PromSample]) -> ProbeResult:
             problems.extend(_exporter_problems(s.name, s.value, gpu))
     result = ProbeResult(samples=list(samples.values()), gpus=[g[0] for g in gpus.values()])
     for _, labels, model in gpus.values():
-        result.add("gpuhealth_gpu_info", 1, **labels, model=model)
+        result.add(catalog.GPU_INFO, 1, **labels, model=model)
     result.problems = Problems(gpu=tuple(sorted(set(problems))))
     return result
 
@@ -311,5 +310,5 @@ class DcgmExporterProbe(PausingProbe):
         _check_some_own(series, own, self._accepted, self._source)
         self._check_verified(own)
         result = _map_series(own.kept)
-        result.add(FOREIGN_SAMPLES, self._foreign)
+        result.add(catalog.DCGM_EXPORTER_FOREIGN_SAMPLES, self._foreign)
         return result

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from exporter.catalog import FAMILIES
 from exporter.kernel.probe import KmsgProbe
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
@@ -73,8 +74,8 @@ def test_ten_megabytes_of_random_bytes_fail_the_probe_as_not_a_kernel_log(tmp_pa
     success, reason, message = run(probe)
     assert (success, reason) == (False, "bad_output")
     assert "not a kernel log" in message
-    kernel = probe.counts.get(("gpuhealth_kmsg_records", (("origin", "kernel"),)), 0)
-    unrecognised = probe.counts[("gpuhealth_kmsg_lines_unrecognised", ())]
+    kernel = probe.counts.get((FAMILIES["gpuhealth_kmsg_records"], (("origin", "kernel"),)), 0)
+    unrecognised = probe.counts[(FAMILIES["gpuhealth_kmsg_lines_unrecognised"], ())]
     assert unrecognised > 30 * kernel
     assert run(probe)[:2] == (False, "bad_output")  # read to its end, still not a kernel log
 

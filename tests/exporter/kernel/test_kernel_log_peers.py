@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from exporter.catalog import FAMILIES
 from exporter.samples import ProbeResult
 from gpuhealth_contract.pci import normalize_bus_id
 from tests.exporter.kernel.kmsg_file_harness import event_totals, file_probe, settled_copy, total, xids
@@ -77,5 +78,5 @@ def test_the_capture_without_a_trailing_newline_keeps_its_last_record(tmp_path: 
     assert not source.read_bytes().endswith(b"\n")
     probe = file_probe(settled_copy(source, tmp_path))
     probe.collect(5)
-    assert probe.counts[("gpuhealth_kmsg_records", (("origin", "kernel"),))] == 47
+    assert probe.counts[(FAMILIES["gpuhealth_kmsg_records"], (("origin", "kernel"),))] == 47
     assert xids(probe.collect(5)) == {}

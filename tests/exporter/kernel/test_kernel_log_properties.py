@@ -10,6 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.catalog import FAMILIES
 from exporter.kernel.patterns import KernelEventMatcher
 from exporter.kernel.probe import KmsgProbe
 from exporter.kernel.records import iter_text_records, parse_kmsg_record
@@ -84,8 +85,8 @@ def test_records_not_from_the_kernel_facility_never_count(records: list[str]) ->
 
 
 LAST_XID = "[ 9.000001] NVRM: Xid (PCI:0000:ee:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-_LAST_XID_KEY = ("gpuhealth_xid_errors", (("fatal", ""), ("gpu_instance", ""), ("pci_bus_id", "00000000:EE:00.0"),
-                                          ("xid", "79")))
+_LAST_XID_KEY = (FAMILIES["gpuhealth_xid_errors"],
+                 (("fatal", ""), ("gpu_instance", ""), ("pci_bus_id", "00000000:EE:00.0"), ("xid", "79")))
 pieces = st.one_of(st.binary(max_size=600), st.sampled_from([(line + "\n").encode() for line in REAL_LINES]),
                    st.just(b"z" * 70_000), st.just(b"\n"))
 

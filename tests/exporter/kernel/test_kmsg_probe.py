@@ -12,6 +12,7 @@ import pytest
 
 from exporter.kernel.probe import KmsgProbe
 from exporter.probes.base import NOT_FOUND, ProbeError
+from exporter.runner import validate
 from exporter.samples import ProbeResult
 
 
@@ -174,6 +175,26 @@ def test_a_corrupt_state_file_means_starting_over_not_crashing(tmp_path: Path) -
     log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, x\n")
     state.write_text("{not json")
     assert xids(file_probe(log, state).collect(5)) == {("00000000:05:00.0", "13", ""): 1}
+
+
+def test_a_count_a_newer_exporter_kept_is_left_out_after_a_rollback_and_the_rest_of_the_state_is_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A newer exporter may keep counts of a kernel-log family this one does not declare (same state version): served,
+    it would fail every run of the probe as garbage for the rest of the boot. It is left out, once logged."""
+    log, state = tmp_path / "kern.log", tmp_path / "state.json"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:05:00): 13, x\n")
+    file_probe(log, state).collect(5)
+    doc = json.loads(state.read_text())
+    doc["counts"].append(["gpuhealth_kmsg_lines_from_the_future", {}, 7])
+    state.write_text(json.dumps(doc))
+    with log.open("a") as f:
+        f.write("[ 2.0] NVRM: Xid (PCI:0000:05:00): 13, x\n")
+    result = validate(file_probe(log, state).collect(5))
+    assert xids(result) == {("00000000:05:00.0", "13", ""): 2}  # the position and the known counts were kept
+    assert not any(s.name == "gpuhealth_kmsg_lines_from_the_future" for s in result.samples)
+    assert [r.message for r in caplog.records if "gpuhealth_kmsg_lines_from_the_future" in r.message] == [
+        f"kmsg state {state}: counts of gpuhealth_kmsg_lines_from_the_future, no metric family of this exporter "
+        "(a newer one's?), left out"]
 
 
 def test_user_space_records_in_a_kmsg_capture_never_count(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def one_efa(tmp_path: Path) -> Path:
 
 def test_counts_efa_devices_and_ignores_other_rdma_devices(p4d: ProbeResult) -> None:
     (visible,) = [s for s in p4d.samples if s.name == "gpuhealth_efa_devices_visible"]
-    assert visible == Sample("gpuhealth_efa_devices_visible", {}, 3)
+    assert visible == Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, 3)
     assert devices(p4d) == ["rdmap144s27", "rdmap16s27", "rdmap32s27"]
     assert p4d.gpus is None
 
@@ -81,7 +81,7 @@ def test_counts_efa_devices_and_ignores_other_rdma_devices(p4d: ProbeResult) -> 
 def test_device_info_per_efa_device(p4d: ProbeResult) -> None:
     info = [s for s in p4d.samples if s.name == "gpuhealth_efa_device_info"]
     assert info == [
-        Sample("gpuhealth_efa_device_info", {"device": name, "pci_device_id": "0xefa1"}, 1)
+        Sample(FAMILIES["gpuhealth_efa_device_info"], {"device": name, "pci_device_id": "0xefa1"}, 1)
         for name in ("rdmap144s27", "rdmap16s27", "rdmap32s27")
     ]
 
@@ -188,13 +188,13 @@ def test_every_counter_rules_and_dashboards_read_is_exported_by_default() -> Non
 
 def test_node_without_infiniband_class_has_zero_devices(tmp_path: Path) -> None:
     result = collect(tmp_path)
-    assert result.samples == [Sample("gpuhealth_efa_devices_visible", {}, 0)]
+    assert result.samples == [Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, 0)]
     assert devices(result) == []
 
 
 def test_node_with_only_mellanox_devices_has_zero_efa_devices(tmp_path: Path) -> None:
     build_efa_sysfs(tmp_path, [("mlx5_0", "0x101b", {}), ("mlx5_1", "0x101b", {})], vendor=MELLANOX)
-    assert collect(tmp_path).samples == [Sample("gpuhealth_efa_devices_visible", {}, 0)]
+    assert collect(tmp_path).samples == [Sample(FAMILIES["gpuhealth_efa_devices_visible"], {}, 0)]
 
 
 def test_legacy_efa_names_and_every_efa_device_id_are_recognised(tmp_path: Path) -> None:

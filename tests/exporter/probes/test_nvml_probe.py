@@ -59,7 +59,7 @@ def test_visible_gpus_are_those_that_answered_not_the_lost_one(p5: ProbeResult) 
 
 def test_gpu_info_carries_index_uuid_bus_id_source_and_model(p5: ProbeResult) -> None:
     (info,) = samples(p5, "gpuhealth_gpu_info", 0)
-    assert info == Sample("gpuhealth_gpu_info", {**gpu_labels(0), "model": "NVIDIA H100 80GB HBM3"}, 1.0)
+    assert info == Sample(FAMILIES["gpuhealth_gpu_info"], {**gpu_labels(0), "model": "NVIDIA H100 80GB HBM3"}, 1.0)
 
 
 def test_kernel_style_bus_id_is_normalised() -> None:
@@ -101,7 +101,7 @@ def test_gpu_problems_name_remap_failure_double_bit_ecc_and_lost_gpu(p5: ProbeRe
 def test_lost_gpu_reports_only_that_it_is_lost(p5: ProbeResult) -> None:
     lost = [s for s in p5.samples if s.labels.get("gpu") == "5"]
     unknown = {"gpu": "5", "uuid": "", "pci_bus_id": "", "source": "nvml"}
-    assert lost == [Sample("gpuhealth_gpu_lost", unknown, 1)]
+    assert lost == [Sample(FAMILIES["gpuhealth_gpu_lost"], unknown, 1)]
     assert value(p5, "gpuhealth_gpu_lost", 0) == 0
 
 
@@ -110,7 +110,7 @@ def test_gpu_lost_mid_read_drops_its_partial_readings_but_keeps_its_identity() -
     gpus[1].lost, gpus[1].lost_after = True, "nvmlDeviceGetTemperature"
     result = collect(gpus)
     gpu1 = [s for s in result.samples if s.labels["gpu"] == "1"]
-    assert gpu1 == [Sample("gpuhealth_gpu_lost", gpu_labels(1), 1)]
+    assert gpu1 == [Sample(FAMILIES["gpuhealth_gpu_lost"], gpu_labels(1), 1)]
     assert result.gpus == [GpuIdentity(P5_BUS_IDS[0], "0", uuid_of(0))]
     assert list(result.problems.gpu) == [
         f"gpu 1 {uuid_of(1)} {P5_BUS_IDS[1]}: lost (NVML_ERROR_GPU_IS_LOST)"
@@ -119,7 +119,7 @@ def test_gpu_lost_mid_read_drops_its_partial_readings_but_keeps_its_identity() -
 
 def test_temperature_of_the_gpu_die(p5: ProbeResult) -> None:
     (temp,) = samples(p5, "gpuhealth_gpu_temperature_celsius", 3)
-    assert temp == Sample("gpuhealth_gpu_temperature_celsius", {**gpu_labels(3), "sensor": "gpu"}, 91)
+    assert temp == Sample(FAMILIES["gpuhealth_gpu_temperature_celsius"], {**gpu_labels(3), "sensor": "gpu"}, 91)
 
 
 def test_clock_event_bitmask_and_active_reasons(p5: ProbeResult) -> None:

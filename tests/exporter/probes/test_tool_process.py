@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collector import Expectations, GpuhealthCollector
-from exporter.probes.base import OUTPUT_TOO_LARGE, REASONS, TIMEOUT, ProbeError, run_command
+from exporter.probes.base import OUTPUT_TOO_LARGE, REASONS, TIMEOUT, ProbeError
 from exporter.probes.dcgm import DcgmDiagProbe, DcgmHealthProbe
+from exporter.probes.tools import run_command
 from exporter.runner import ProbeRunner
 from exporter.snapshot import Snapshot
 from tests.exporter.probes.live_processes import with_argv_word as with_marker

@@ -8,16 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, build_probes, settings_from_args
+from exporter.agent import build_probes
+from exporter.catalog import DCGM_EXPORTER_FOREIGN_SAMPLES
+from exporter.cli import build_parser, settings_from_args
 from exporter.config import ConfigError, expand_placeholders, load_file
 from exporter.probes.base import BAD_OUTPUT
-from exporter.probes.dcgm import FOREIGN_SAMPLES, DcgmExporterProbe
+from exporter.probes.dcgm import DcgmExporterProbe
 from exporter.runner import validate
 from tests.exporter.probes.dcgm.test_dcgm_probe import FAULTS_SCRAPE, GPU0, L4_SCRAPE, as_map, error_of, key, serve
 
 L4_NODE = "i-030791dc5a37cd257"  # the Hostname of every series in the real L4 scrape
 FAULTS_NODE = "ip-10-0-1-23"  # the (lowercase) hostname of the constructed two-GPU scrape
-FOREIGN = key(FOREIGN_SAMPLES)
+FOREIGN = key(DCGM_EXPORTER_FOREIGN_SAMPLES.name)
 
 
 def dcgm_lines(text: str) -> int:

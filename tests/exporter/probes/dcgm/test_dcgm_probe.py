@@ -104,7 +104,7 @@ def error_of(probe: Any, deadline: float = 5.0) -> ProbeError:
 def test_clock_event_samples_give_bitmask_and_one_flag_per_known_reason() -> None:
     labels = {"gpu": "3", "uuid": "GPU-x", "pci_bus_id": "00000000:01:00.0", "source": "nvml"}
     samples = clock_event_samples(0x48, labels)
-    assert samples[0] == Sample("gpuhealth_gpu_clock_event_reasons", labels, 72.0)
+    assert samples[0] == Sample(FAMILIES["gpuhealth_gpu_clock_event_reasons"], labels, 72.0)
     active = {s.labels["reason"]: s.value for s in samples[1:]}
     assert active == {"gpu_idle": 0, "applications_clocks_setting": 0, "sw_power_cap": 0, "hw_slowdown": 1,
                       "sync_boost": 0, "sw_thermal_slowdown": 0, "hw_thermal_slowdown": 1,
@@ -184,7 +184,7 @@ def test_json_that_is_not_an_object_is_bad_output(make: Any, tmp_path: Path) -> 
 def test_health_healthy_report_gives_overall_zero_and_no_problems(tmp_path: Path) -> None:
     cmd = cat_dcgmi(tmp_path, FIXTURES / "virtualclient_DCGMIHealthCheckResults.json", "health -c -j")
     result = DcgmHealthProbe(cmd).collect(5)
-    assert result.samples == [Sample("gpuhealth_dcgm_health_status", {"gpu": "", "system": ""}, 0.0)]
+    assert result.samples == [Sample(FAMILIES["gpuhealth_dcgm_health_status"], {"gpu": "", "system": ""}, 0.0)]
     assert result.problems == Problems()
     assert result.gpus is None
 
