@@ -113,7 +113,7 @@ def _use_text(uses: tuple[str, ...] | str, program: Program) -> str:
     if isinstance(uses, str):
         return uses
     if not uses:
-        return "only itself"
+        return "only its own modules"
     return ", ".join(f"`{u}`" if "/" in u or u.endswith(".py") else u for u in uses)  # a path, or a room's name
 
 
