@@ -156,7 +156,7 @@ def growth(results: list[SizeResult]) -> None:
         print(f"{name:28} " + " ".join(f"{v * 1000:8.1f}ms" for v in values) + f"   {ratio:.2f} of linear")
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000", help="comma-separated fleet sizes in nodes (default 10000)")
     parser.add_argument("--quick", action="store_true",
@@ -178,6 +178,11 @@ def main() -> int:
                              "over this many shards, with the node groups, and the global ruler with the fleet groups")
     parser.add_argument("--part", choices=("both", "shard", "global"), default="both",
                         help="with --shards: time one shard, the global ruler, or both (default)")
+    return parser
+
+
+def main() -> int:
+    parser = _parser()
     args = parser.parse_args()
     if args.shards:
         return main_sharded(args)
