@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e clock-shift clock-shift-halves lint typecheck unit rules-test dashboards runbooks install-tables golden-metrics deps apt clean bench image chart \
+.PHONY: demo demo-node test e2e clock-shift clock-shift-halves lint typecheck unit rules-test dashboards runbooks install-tables architecture golden-metrics deps apt clean bench image chart \
 	podresources-stubs schema image-lock image-name release-check
 
 # Debian packages, only those missing (needs root or sudo): $(call apt_install,<packages>) in a stamp's recipe.
@@ -103,6 +103,13 @@ runbooks: deps
 # changing the chart's RBAC, the Jobs' templates or their admission policy.
 install-tables: deps
 	$(BIN)/python helm/install_tables.py
+
+# Regenerate docs/architecture.md's rooms and modules from docs/architecture/rooms.yaml, the table of each program's
+# rooms, what each may import and one line per module (tests/docs/test_architecture.py fails while the page is stale,
+# while a module is named nowhere in it, and while a room imports what its row does not allow). Run it after adding,
+# moving or removing a module: its line goes under its room in the table first.
+architecture: deps
+	$(BIN)/python docs/architecture/generate.py
 
 # Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from the policy reader (remediator/policy/)
 # (tests/chart/test_policy_schema.py fails while it is stale), so `helm template` (Argo CD's diff) refuses a policy the

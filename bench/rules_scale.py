@@ -31,24 +31,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fleet_series import H_KMSG, FleetWriter, Node, exporter_series_per_node, write_slo_history
-from prom_rules import Prometheus, PromRun, merge_blocks, time_rules_alone
+from fleet_series import exporter_series_per_node
+from prom_rules import TARGET_SECONDS, Prometheus, PromRun, fmt_seconds, merge_blocks, time_rules_alone
+from rules_backfill import SLO_DAYS, backfill
+from rules_shards import main_sharded
 
-TARGET_SECONDS = 1.0
-SLO_DAYS = 30
 # Used only to plan when the data ends, so that it reaches "now" when the timed Prometheus starts: too long a plan
 # only waits, too short leaves the newest samples older than the rules' windows expect (reported as the lag of the
 # first evaluation). The first size uses this rate (the 2-core development machine, busy); later sizes use the
@@ -70,59 +66,6 @@ class SizeResult:
     tsdb_bytes: int
     prom: PromRun
     alone: dict[str, dict[str, float]]  # group: rule: seconds, each rule's expression run on its own
-
-
-def _promtool(path: Path, out: Path, block: str) -> None:
-    # GOGC=50: promtool holds every series of its input in memory; a smaller heap margin keeps a part under ~5 GiB
-    result = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet",
-                             f"--max-block-duration={block}", str(path), str(out)], capture_output=True, text=True,
-                            env={**os.environ, "GOGC": "50"})
-    if result.returncode != 0:
-        raise RuntimeError(f"promtool failed on {path.name}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
-
-
-def backfill(nodes: int, end: int, work: Path, data: Path, per_part: int,
-             slo_days: int = SLO_DAYS, keep: Callable[[Node], bool] | None = None) -> tuple[int, int, float, float]:
-    """Writes and backfills the fleet (its nodes that `keep` keeps: a shard's); returns (series, samples, generation
-    s, wall s). Each part file is deleted once promtool has read it, so the disk holds at most two."""
-    writer = FleetWriter(nodes, end)
-    started = time.monotonic()
-    generating = 0.0
-    slo = work / "slo.om"
-    t0 = time.monotonic()
-    with slo.open("w") as out:
-        samples = write_slo_history(out, nodes, end - slo_days * 86400 - 3600, end - H_KMSG)
-    generating += time.monotonic() - t0
-    # Large blocks: promtool reads its input once per block range. The SLO history gets 6-day blocks (what
-    # Prometheus compacts to with a 60-day retention), the dense data one 24 h range (two across midnight UTC).
-    errors: list[BaseException] = []
-
-    def run(path: Path, block: str = "24h") -> None:
-        try:
-            _promtool(path, data, block)
-        except BaseException as exc:  # re-raised in the main thread
-            errors.append(exc)
-        finally:
-            path.unlink(missing_ok=True)
-
-    pending = threading.Thread(target=run, args=(slo, "144h"))
-    pending.start()
-    parts = math.ceil(nodes / per_part)
-    for part in range(parts):
-        path = work / f"part-{part}.om"
-        t0 = time.monotonic()
-        with path.open("w", buffering=1 << 20) as out:
-            writer.write(out, part * per_part, (part + 1) * per_part, fleet_series=part == 0, keep=keep)
-        generating += time.monotonic() - t0
-        pending.join()
-        if errors:
-            raise errors[0]
-        pending = threading.Thread(target=run, args=(path,))
-        pending.start()
-    pending.join()
-    if errors:
-        raise errors[0]
-    return writer.counts.series + 2, writer.counts.samples + samples, generating, time.monotonic() - started
 
 
 def _du(path: Path) -> int:
@@ -153,10 +96,6 @@ def run_size(nodes: int, evaluations: int, per_part: int, plan: float, args: arg
         return SizeResult(nodes, series, samples, gen_s, wall_s, merge_s, tsdb, run, alone)
 
 
-def _fmt(seconds: float) -> str:
-    return f"{seconds * 1000:8.1f} ms" if seconds < 10 else f"{seconds:8.2f} s "
-
-
 def report(result: SizeResult) -> list[tuple[str, float]]:
     run = result.prom
     print(f"\n== {result.nodes} nodes x 8 GPUs: {result.series:,} series, {result.samples:,} samples backfilled "
@@ -172,8 +111,9 @@ def report(result: SizeResult) -> list[tuple[str, float]]:
         warm = g.warm
         worst = max(warm)
         met = worst < TARGET_SECONDS
-        print(f"{name:28} {g.file:22} {g.rules:5d} {len(g.durations):5d} {_fmt(g.durations[0])} "
-              f"{_fmt(statistics.median(warm))} {_fmt(worst)} {_fmt(sum(result.alone.get(name, {}).values()))} "
+        print(f"{name:28} {g.file:22} {g.rules:5d} {len(g.durations):5d} {fmt_seconds(g.durations[0])} "
+              f"{fmt_seconds(statistics.median(warm))} {fmt_seconds(worst)} "
+              f"{fmt_seconds(sum(result.alone.get(name, {}).values()))} "
               f"{'< 1 s':>8}  {'yes' if met else 'NO ':3}  {g.failures:.0f}")
         pairs.append((f"rules_{result.nodes}_{name}_max_seconds", worst))
         pairs.append((f"rules_{result.nodes}_{name}_alone_seconds", sum(result.alone.get(name, {}).values())))
@@ -183,7 +123,7 @@ def report(result: SizeResult) -> list[tuple[str, float]]:
     alone = {rule: seconds for costs in result.alone.values() for rule, seconds in costs.items()}
     print("slowest rules (max of the later evaluations; alone: its expression run on its own):")
     for seconds, rule, group in rules:
-        print(f"  {_fmt(seconds)}  alone {_fmt(alone.get(rule, math.nan))}  {rule} ({group})")
+        print(f"  {fmt_seconds(seconds)}  alone {fmt_seconds(alone.get(rule, math.nan))}  {rule} ({group})")
     worst_group = max(max(g.warm) for g in run.groups.values())
     pairs += [(f"rules_{result.nodes}_series", float(result.series)),
               (f"rules_{result.nodes}_samples", float(result.samples)),
@@ -207,7 +147,7 @@ def growth(results: list[SizeResult]) -> None:
         worst = max(max(g.warm) for g in r.prom.groups.values())
         print(f"{r.nodes:7d} {r.series:11,d} {r.backfill_seconds:11.1f} {r.merge_seconds:8.0f} "
               f"{r.tsdb_bytes / 2**20:9.0f} "
-              f"{r.prom.rss_bytes / 2**20:8.0f} {_fmt(worst):>12}")
+              f"{r.prom.rss_bytes / 2**20:8.0f} {fmt_seconds(worst):>12}")
     print(f"{'group':28} " + " ".join(f"{r.nodes:>9d}n" for r in results) + "   growth per x nodes")
     for name in sorted(base.prom.groups):
         values = [statistics.median(r.prom.groups[name].warm) if name in r.prom.groups else float("nan")
@@ -216,7 +156,7 @@ def growth(results: list[SizeResult]) -> None:
         print(f"{name:28} " + " ".join(f"{v * 1000:8.1f}ms" for v in values) + f"   {ratio:.2f} of linear")
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000", help="comma-separated fleet sizes in nodes (default 10000)")
     parser.add_argument("--quick", action="store_true",
@@ -238,10 +178,13 @@ def main() -> int:
                              "over this many shards, with the node groups, and the global ruler with the fleet groups")
     parser.add_argument("--part", choices=("both", "shard", "global"), default="both",
                         help="with --shards: time one shard, the global ruler, or both (default)")
+    return parser
+
+
+def main() -> int:
+    parser = _parser()
     args = parser.parse_args()
     if args.shards:
-        from rules_shards import main_sharded
-
         return main_sharded(args)
     sizes = [400] if args.quick else [int(s) for s in args.sizes.split(",")]
     evaluations = 2 if args.quick else args.evaluations

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fleet_series import H_5M, H_KMSG, FleetWriter, Node, write_slo_history
-from prom_rules import Prometheus, PromRun, merge_blocks, rule_sets, time_rules_alone
-from rules_scale import TARGET_SECONDS, _fmt, _promtool, backfill
+from prom_rules import TARGET_SECONDS, Prometheus, PromRun, fmt_seconds, merge_blocks, rule_sets, time_rules_alone
+from rules_backfill import backfill, promtool_blocks
 from static_answer import StaticAnswer
 
 # The alert each synthetic fault fires (rules/), with its remediation label: what the shards' ALERTS carry.
@@ -139,11 +139,11 @@ def _global_backfill(nodes: int, end: int, work: Path, data: Path,
     slo = work / "slo.om"
     with slo.open("w") as out:
         samples = write_slo_history(out, nodes, end - slo_days * 86400 - 3600, end - H_KMSG)
-    _promtool(slo, data, "144h")
+    promtool_blocks(slo, data, "144h")
     path, forwarded = work / "inputs.om", work / "forwarded.om"
     with path.open("w", buffering=1 << 20) as out, forwarded.open("w", buffering=1 << 20) as fwd:
         writer.write_inputs(out, 0, nodes, forwarded=fwd)
-    _promtool(path, data, "24h")
+    promtool_blocks(path, data, "24h")
     path.unlink()
     exposition = live_exposition(forwarded, end)
     forwarded.unlink()
@@ -202,7 +202,7 @@ def run_shard(fleet: int, shards: int,
         ranks = FleetInputs(fleet, end)
         with (work / "ranks.om").open("w", buffering=1 << 20) as out:
             ranks.write_ranks(out, keep)
-        _promtool(work / "ranks.om", data, "24h")
+        promtool_blocks(work / "ranks.om", data, "24h")
         series, samples = series + ranks.counts.series, samples + ranks.counts.samples
         print(f"[shard] {series} series, {samples} samples, backfilled in {wall:.0f} s", flush=True)
         merge_blocks(work, data)
@@ -238,8 +238,9 @@ def _table(title: str, run: PromRun, alone: dict[str, dict[str, float]], prefix:
     for name in sorted(run.groups):
         g = run.groups[name]
         worst, cost = max(g.warm), sum(alone.get(name, {}).values())
-        print(f"{name:28} {g.rules:5d} {len(g.durations):5d} {_fmt(statistics.median(g.warm))} {_fmt(worst)} "
-              f"{_fmt(cost)}  {'yes' if worst < TARGET_SECONDS else 'NO ':3}  {g.failures:.0f}")
+        print(f"{name:28} {g.rules:5d} {len(g.durations):5d} {fmt_seconds(statistics.median(g.warm))} "
+              f"{fmt_seconds(worst)} "
+              f"{fmt_seconds(cost)}  {'yes' if worst < TARGET_SECONDS else 'NO ':3}  {g.failures:.0f}")
         pairs += [(f"{prefix}_{name}_max_seconds", worst), (f"{prefix}_{name}_alone_seconds", cost),
                   (f"{prefix}_{name}_failures", g.failures)]
     pairs += [(f"{prefix}_worst_group_seconds", max(max(g.warm) for g in run.groups.values())),

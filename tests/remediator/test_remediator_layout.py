@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.support import paths
+from tests.support import architecture, paths
 
 ROOT = paths.REPO / "remediator"
 ALLOWED_FOR_DECIDE = ("remediator.decide", "remediator.policy", "remediator.clock")
@@ -40,15 +40,9 @@ def test_every_module_lives_in_a_room_or_is_one_of_the_shared_few() -> None:
 
 # What each room may import (besides itself): the direction runs decide <- clients <- intake <- act, and the
 # shared few at the bottom (policy, clock, metrics, audit) are open to all; app, cli and service (the facade)
-# sit on top, and no room imports them.
-LOW = ("remediator.policy", "remediator.clock", "remediator.metrics", "remediator.audit")
-MAY_IMPORT = {
-    "decide": ("remediator.decide", "remediator.policy", "remediator.clock"),
-    "clients": ("remediator.clients", "remediator.decide", *LOW),
-    "intake": ("remediator.intake", "remediator.clients", "remediator.decide", *LOW),
-    "act": ("remediator.act", "remediator.intake", "remediator.clients", "remediator.decide", *LOW),
-    "workloads": ("remediator.workloads", "remediator.intake", "remediator.clients", "remediator.decide", *LOW),
-}
+# sit on top, and no room imports them. Declared once, in docs/architecture/rooms.yaml (each room's may_use), which
+# also writes the rooms' rows of docs/architecture.md.
+MAY_IMPORT = architecture.may_import("remediator")
 
 
 def test_imports_run_one_way_between_the_rooms() -> None:

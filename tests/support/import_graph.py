@@ -1,6 +1,10 @@
 """The import graph of gpuhealth's packages, read from the source: every import statement counts, also one
 inside a function (imported lazily) or under `if TYPE_CHECKING:` (for the type checker only), because each is
-still a dependency a reader must follow and a circle through it is still a circle."""
+still a dependency a reader must follow and a circle through it is still a circle.
+
+A folder without `__init__.py` (bench/, helm/) holds scripts: each is run as `python bench/NAME.py`, which puts its
+folder first on sys.path, so its modules import each other by their bare name (`from prom_rules import ...`) as well
+as by the folder's (`from bench.sim_peers import ...`); both are read as the same module."""
 
 from __future__ import annotations
 
@@ -35,15 +39,22 @@ def graph(packages: Iterable[str], root: Path = ROOT) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {m: set() for m in paths}
     for module, path in paths.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        scripts = "" if (path.parent / "__init__.py").exists() else package  # its bare names are its folder's
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
             for name in _named(node, package):
-                while name and name not in paths:
-                    name = name.rpartition(".")[0]
-                if name and name != module:
-                    edges[module].add(name)
+                found = _deepest(name, paths) or (scripts and _deepest(f"{scripts}.{name}", paths))
+                if found and found != module:
+                    edges[module].add(found)
     return edges
+
+
+def _deepest(name: str, modules: dict[str, Path]) -> str:
+    """The deepest of these modules that the dotted name names ("" for none)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
