@@ -63,7 +63,7 @@ def run(d: Draft, ctx: Pass, target: int, gpu: str | None, fps: list[str], ceili
         st = d.state
         if st.scope == Scope.GPU and st.rung_status == RungStatus.FAILED and not st.not_started:
             # a GPU step failed or timed out: the node ladder, above that step (a failed drain: from the node's
-            # own drain). A fault that outgrew the GPU was handed over by _choose_scope, an escalation below.
+            # own drain). A fault that outgrew the GPU was handed over by scope.choose_scope, an escalation below.
             floor = RUNGS[rung_index(st.rung) + 1] if st.rung != Rung.DRAIN else None
             to_node_scope(d, f"{st.rung} failed", floor)
             target = max(target, rung_index(floor))

@@ -134,14 +134,14 @@ def choose_scope(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord], target
     if st.scope == Scope.NODE and (st.rung is not None or st.devices):
         return  # at node scope for this episode (a GPU scope that handed over never comes back)
     if st.scope == Scope.GPU and st.rung_status == RungStatus.FAILED:
-        scope_view(d)  # the GPU step failed: the node ladder takes over (_climb), whatever the alerts now say
+        scope_view(d)  # the GPU step failed: the node ladder takes over (climb.run), whatever the alerts now say
         return
     devices, why = _gpu_family(d, ctx, actionable, target)
     same_gpu = _one_gpu(d, ctx, st.devices, devices) if st.scope == Scope.GPU and devices else None
     if st.scope == Scope.GPU and devices and set(devices) <= set(st.devices):
         pass  # the same devices, or one MIG instance of the quarantined GPU: the whole GPU stays quarantined
     elif same_gpu is not None and same_gpu.name in st.devices:
-        pass  # the quarantined GPU, its instances made anew since its reset (_cover_new_instances)
+        pass  # the quarantined GPU, its instances made anew since its reset (cover_new_instances)
     elif same_gpu is not None:  # the GPU, or another instance of it: the GPU and all its instances
         assert d.full.devices is not None
         _widen(d, ctx, tuple(dev.name for dev in d.full.devices.family(same_gpu)))

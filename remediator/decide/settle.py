@@ -32,7 +32,7 @@ def cancel_unstarted_reset(d: Draft, ctx: Pass, why: str) -> bool:
     needed, never as a failure: the ladder goes back to the drain it had reached (done: a reset starts only on a
     drained node or GPU), so that alerts firing again start the reset afresh under the usual rules instead of
     climbing to a reboot (at GPU scope: to the node ladder). Its paused clients are restored in the same write
-    (_restore_gpu_clients). True when it did."""
+    (restore_gpu_clients). True when it did."""
     v, st = d.view, d.state
     unstarted = st.reset_phase == ResetPhase.STOPPING or (
         st.reset_phase == ResetPhase.RESETTING and v.job_status == JobStatus.MISSING)
