@@ -28,6 +28,7 @@ from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import ALL_GPUS, NodeState, elapsed, time_text
 from remediator.decide.planner import Draft, Pass, note, out
+from remediator.decide.state_records import DiagnosticRun
 from remediator.decide.sweep import sweep_rung
 from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
 
@@ -40,7 +41,7 @@ def burn_in_node(d: Draft, ctx: Pass) -> None:
     """A node with no episode that carries the burn-in taint, or whose state names a burn-in."""
     v = d.view
     if not v.burn_in:  # someone else took the taint off: the burn-in is theirs to have ended
-        job, d.state = d.state.diagnosis_job, NodeState(actions=d.state.actions)
+        job, d.state = d.state.diagnostic.job, NodeState(actions=d.state.actions)
         return out(d, Action.NONE, Verdict.SKIPPED, f"the burn-in taint {ctx.policy.burn_in.taint} was removed "
                    f"by someone else while diagnostic job {job} ran: burn-in dropped")
     if v.excluded or v.hold is not None or v.human_cordoned:
@@ -58,23 +59,23 @@ def _burn_in(d: Draft, ctx: Pass) -> None:
         return _end_burn_in(d, ctx, EventReason.BURN_IN_SKIPPED, "no diagnostic Job can be made (diagnose.enabled "
                             "is false or diagnose.judge_image is unset): the burn-in taint comes off "
                             "untested", Severity.WARNING)
-    if st.diagnosis_purpose != Purpose.BURN_IN or st.diagnosis_job is None:
+    if st.diagnostic.purpose != Purpose.BURN_IN or st.diagnostic.job is None:
         return _start_burn_in(d, ctx)
-    if d.view.diagnosis_missing and elapsed(ctx.now, st.diagnosis_started) >= policy.jobs.start_timeout \
+    if d.view.diagnosis_missing and elapsed(ctx.now, st.diagnostic.started) >= policy.jobs.start_timeout \
             and st.burn_in_restarts + 1 < MAX_BURN_IN_JOBS:  # gone unread (its TTL, a long hold): start again
-        return _start_burn_in(d, ctx, again=f"its diagnostic job {st.diagnosis_job} is gone before its result was "
+        return _start_burn_in(d, ctx, again=f"its diagnostic job {st.diagnostic.job} is gone before its result was "
                               "read (deleted after jobs.ttl_seconds_after_finished, or never made)")
     found = read_diagnosis(d, ctx, policy.burn_in.level)
     if isinstance(found, str):
-        return _end_burn_in(d, ctx, EventReason.BURN_IN_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
+        return _end_burn_in(d, ctx, EventReason.BURN_IN_NOT_STARTED, f"diagnostic job {st.diagnostic.job} did not "
                             f"start: {found}. gpuhealth's own breakage, not the node's: the burn-in taint "
                             "comes off untested", Severity.WARNING)
     if found is None:
-        return out(d, Action.END_BURN_IN, Verdict.DEFERRED, f"burn-in: diagnostic job {st.diagnosis_job} under "
-                   f"way since {time_text(st.diagnosis_started)}")
+        return out(d, Action.END_BURN_IN, Verdict.DEFERRED, f"burn-in: diagnostic job {st.diagnostic.job} under "
+                   f"way since {time_text(st.diagnostic.started)}")
     if found.passed:
         return _end_burn_in(d, ctx, EventReason.BURN_IN_PASSED, f"burn-in passed: diagnostic job "
-                            f"{st.diagnosis_job} ({found.detail}); the burn-in taint comes off")
+                            f"{st.diagnostic.job} ({found.detail}); the burn-in taint comes off")
     return _burn_in_failed(d, ctx, found)
 
 
@@ -92,8 +93,8 @@ def _start_burn_in(d: Draft, ctx: Pass, again: str = "") -> None:
                    f"({int(age.total_seconds())}s of {limit}s)")
     name = diagnosis_job_name(v.name, Purpose.BURN_IN, now)
     restarts = d.state.burn_in_restarts + 1 if again else 0
-    d.state = replace(NodeState(actions=d.state.actions), diagnosis_job=name,
-                      diagnosis_purpose=str(Purpose.BURN_IN), diagnosis_started=now, burn_in_restarts=restarts)
+    d.state = replace(NodeState(actions=d.state.actions), diagnostic=DiagnosticRun(name, str(Purpose.BURN_IN), now),
+                      burn_in_restarts=restarts)
     level = policy.burn_in.level
     still = f" (started without {waiting}, {limit}s after the node was made)" if waiting else ""
     still += f" (again: {again})" if again else ""
@@ -119,12 +120,12 @@ def _burn_in_failed(d: Draft, ctx: Pass, found: Diagnosis) -> None:
     ctx.ledger.take(d.view, Action.CORDON)
     d.state = replace(NodeState(actions=st.actions).with_action(
         now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
-        cordoned=not d.view.unschedulable), diagnosis_job=st.diagnosis_job, diagnosis_purpose=st.diagnosis_purpose,
-        diagnosis_started=st.diagnosis_started, diagnosis_result=f"failed: {what}", sweep_rung=rung,
+        cordoned=not d.view.unschedulable), diagnostic=replace(st.diagnostic, result=f"failed: {what}"),
+        sweep_rung=rung,
         gpu=found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS)
     then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
             f"a hardware episode: the ladder climbs from its cordon to {rung}")
-    note(d, Note(EventReason.BURN_IN_FAILED, f"burn-in failed: diagnostic job {st.diagnosis_job} ({what}: "
+    note(d, Note(EventReason.BURN_IN_FAILED, f"burn-in failed: diagnostic job {st.diagnostic.job} ({what}: "
                  f"{found.detail}); {then}", Severity.WARNING))
     out(d, Action.CORDON, Verdict.EXECUTE, f"burn-in failed ({what}): gpuhealth's taint for the burn-in's")
     out(d, Action.END_BURN_IN, Verdict.EXECUTE, "burn-in failed: its taint replaced by gpuhealth's")

@@ -26,6 +26,7 @@ from remediator.decide.nodestate import (
 )
 from remediator.decide.planner import Ceiling, Draft, Pass, note, out, replace_pending, to_node_scope
 from remediator.decide.reset import operands_to_pause, reset_target, still_holding
+from remediator.decide.state_records import Reset
 from remediator.decide.step import Flow, Step
 from remediator.decide.views import PodRef
 from remediator.decide.vocabulary import (
@@ -121,16 +122,16 @@ def _while_running(d: Draft, ctx: Pass, target: int, gpu: str | None, fps: list[
     if rung == Rung.REPLACE and not replace_pending(d):
         out(d, Action.REPLACE, Verdict.SKIPPED, "replacement under way")
         return Flow.STOP
-    if rung == Rung.RESET_GPU and st.reset_phase is not None and v.job_status == JobStatus.MISSING and gpu and \
+    if rung == Rung.RESET_GPU and st.reset.phase is not None and v.job_status == JobStatus.MISSING and gpu and \
             reset_target(v, policy, gpu) != st.gpu:  # no Job yet: it resets what the alerts name now
         d.state = st = replace(st, gpu=reset_target(v, policy, gpu))
-    if rung == Rung.RESET_GPU and st.reset_phase == ResetPhase.STOPPING:
+    if rung == Rung.RESET_GPU and st.reset.phase == ResetPhase.STOPPING:
         left = still_holding(v, st, policy)
         out(d, Action.RESET_GPU, Verdict.DEFERRED, f"stopping the GPU's clients before the reset "
             f"(since {time_text(st.rung_started)}); still holding it: {', '.join(left)}")
         return Flow.STOP
     if v.job_status == JobStatus.MISSING and rung in JOB_RUNGS:  # intent recorded, Job never created
-        just_stopped = d.plan.base_state.reset_phase == ResetPhase.STOPPING
+        just_stopped = d.plan.base_state.reset.phase == ResetPhase.STOPPING
         why = (f"the GPU's clients stopped: starting reset job {st.job}" if just_stopped
                else f"{rung} recorded but its job {st.job} is missing: creating it")
         return Step(rung, why, resume=True)
@@ -175,7 +176,7 @@ def _after_done(d: Draft, ctx: Pass, target: int, gpu: str | None, fps: list[str
                 and diagnosis_before_person(d, ctx, fps):  # the drained node diagnosed for the person
             return Flow.STOP
         why = d.ceiling.why if esc is not None and idx >= d.ceiling.index and d.ceiling.why else ""
-        said = d.state.diagnosis_result if d.state.diagnosis_purpose == Purpose.DIAGNOSE else None
+        said = d.state.diagnostic.result if d.state.diagnostic.purpose == Purpose.DIAGNOSE else None
         _stop(d, ctx, Action.NONE, Verdict.SKIPPED, f"at {rung}, as far as the alerts ask; fault persisting does "
               "not climb from here" + (f" ({why}): needs a person" if why else "")
               + (f"; diagnostic: {said}" if said else ""))
@@ -228,7 +229,7 @@ def start(d: Draft, ctx: Pass, step: Step, gpu: str | None, fps: list[str]) -> F
         return Flow.STOP
     ctx.ledger.take(v, budgeted)
     started, why = _started(d, ctx, nxt, step.why, gpu)
-    action = Action.STOP_GPU_CLIENTS if started.reset_phase == ResetPhase.STOPPING else Action(nxt)
+    action = Action.STOP_GPU_CLIENTS if started.reset.phase == ResetPhase.STOPPING else Action(nxt)
     out(d, action, Verdict.EXECUTE, why, gpu=started.gpu if nxt == Rung.RESET_GPU else None,
         job=started.job if nxt in JOB_RUNGS else None)
     d.state = started
@@ -241,7 +242,7 @@ def _started(d: Draft, ctx: Pass, nxt: str, why: str, gpu: str | None) -> tuple[
     policy, st, v, now = ctx.policy, d.state, d.view, ctx.now
     # a later rung ends the hold of a failed validation (decide/validation.py)
     started = st.with_action(now, rung=nxt, rung_status=RungStatus.RUNNING, rung_started=now,
-                             rung_done=None, timed_out=False, reset_phase=None, paused=(), pause_value=None,
+                             rung_done=None, timed_out=False, reset=Reset(),
                              not_started=None, validation_failed=None)
     if nxt == Rung.CORDON:
         started = replace(started, rung_status=RungStatus.DONE, rung_done=now,
@@ -282,9 +283,9 @@ def _stop_clients(d: Draft, ctx: Pass, started: NodeState, why: str) -> tuple[No
     """The reset's first step: pause the operands that hold the GPU, ask gpuhealth's exporter to let go; the Job
     starts once they have (progress.observe). With nothing to wait for, the Job starts now."""
     base = d.plan.base_state  # a stop already under way (a GPU scope handed to the node's): its labels stay ours
-    paused = tuple(dict.fromkeys((*base.paused, *operands_to_pause(d.view, ctx.policy))))
-    stopping = replace(started, reset_phase=ResetPhase.STOPPING, paused=paused,
-                       pause_value=base.pause_value if base.paused else ctx.policy.reset.pause_value)
+    paused = tuple(dict.fromkeys((*base.reset.paused, *operands_to_pause(d.view, ctx.policy))))
+    stopping = replace(started, reset=Reset(ResetPhase.STOPPING, paused, base.reset.pause_value if base.reset.paused
+                                            else ctx.policy.reset.pause_value))
     left = still_holding(replace(d.view, gpu_clients=()), stopping, ctx.policy)
     if not paused and not left:
         return started, why

@@ -27,6 +27,7 @@ from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name, 
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import AlertRecord, elapsed, rung_index, time_text
 from remediator.decide.planner import Draft, Pass, note, out
+from remediator.decide.state_records import DiagnosticRun
 from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
 
 DIAGNOSED_COMPONENTS = frozenset({"gpu", "memory", "nvlink", "pcie", "thermal"})  # the alerts' component label
@@ -39,7 +40,7 @@ def read_diagnosis(d: Draft, ctx: Pass, level: int) -> Diagnosis | str | None:
     breakage, which the caller says: not_started_note, or a sweep's own Event); None while it runs. A Job that gives
     no result within its deadline and jobs.start_timeout fails closed (tool_error)."""
     st, v, policy = d.state, d.view, ctx.policy
-    started = st.diagnosis_started or ctx.now
+    started = st.diagnostic.started or ctx.now
     limit = policy.diagnose.deadline(level) + policy.jobs.start_timeout
     why = v.diagnosis_start.not_started(ctx.now, policy.jobs.start_timeout, False) if v.diagnosis_start else ""
     if not why and v.diagnosis_missing and elapsed(ctx.now, started) >= policy.jobs.start_timeout:
@@ -55,21 +56,20 @@ def other_diagnosis_running(d: Draft, ctx: Pass, name: str) -> str | None:
     """The diagnostic Job the state names, when it is not `name` and still runs without a result: its name, for the
     caller to wait on (two dcgmi diag runs on the same GPUs at once fail each other). None: none, or it ended."""
     st = d.state
-    if not st.diagnosis_job or st.diagnosis_job == name or st.diagnosis_result is not None:
+    if not st.diagnostic.job or st.diagnostic.job == name or st.diagnostic.result is not None:
         return None
-    return st.diagnosis_job if read_diagnosis(d, ctx, level_for(st.diagnosis_purpose, ctx.policy)) is None else None
+    return st.diagnostic.job if read_diagnosis(d, ctx, level_for(st.diagnostic.purpose, ctx.policy)) is None else None
 
 
 def not_started_note(d: Draft, ctx: Pass, why: str) -> None:
     """The DiagnosticNotStarted Event of a diagnostic Job that did not start (read_diagnosis's str)."""
-    note(d, Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {d.state.diagnosis_job} did not start: {why}. "
+    note(d, Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {d.state.diagnostic.job} did not start: {why}. "
                  "gpuhealth's own breakage, not the node's", Severity.WARNING))
 
 
 def start_diagnosis(d: Draft, ctx: Pass, purpose: Purpose, name: str, why: str) -> None:
     """The state that names the diagnostic Job, and the decision that makes it (act/executor.py)."""
-    d.state = replace(d.state, diagnosis_job=name, diagnosis_purpose=str(purpose), diagnosis_started=ctx.now,
-                      diagnosis_result=None)
+    d.state = replace(d.state, diagnostic=DiagnosticRun(name, str(purpose), ctx.now))
     out(d, Action.DIAGNOSE, Verdict.EXECUTE, why, job=name)
 
 
@@ -92,7 +92,7 @@ def _rung_diagnosis(d: Draft, ctx: Pass) -> str:
 def _asked(d: Draft, ctx: Pass, name: str, waiting: Action, what: str, why: str) -> bool:
     """Job `name` asked for now, unless the state names it already (False) or another diagnostic still runs on the
     GPUs (then `waiting` deferred until it ends). True: the pass is said."""
-    if d.state.diagnosis_job == name:
+    if d.state.diagnostic.job == name:
         return False
     if running := other_diagnosis_running(d, ctx, name):
         out(d, waiting, Verdict.DEFERRED, f"diagnostic job {running} still runs: {what} waits for it")
@@ -117,12 +117,12 @@ def diagnosis_before_person(d: Draft, ctx: Pass, fps: list[str]) -> bool:
               f"the ladder (ladder.max_rung): diagnosing the drained node before it is left for a person (diagnostic "
               f"job {name}, dcgmi diag -r {level}, GPU and EFA counts)"):
         return True
-    if st.diagnosis_result is not None:
+    if st.diagnostic.result is not None:
         return False
     found, what = read_diagnosis(d, ctx, level), ", ".join(a.name for a in firing)
     if found is None:
         out(d, Action.NONE, Verdict.DEFERRED, f"waiting for diagnostic job {name} (since "
-            f"{time_text(st.diagnosis_started)}) before the node is left for a person")
+            f"{time_text(st.diagnostic.started)}) before the node is left for a person")
         return True
     _record(d, ctx, found, what, "the node stays out of service, drained, for a person", f"; the ladder stops at "
             f"{st.rung} (ladder.max_rung): the node stays out of service for a person")
@@ -135,16 +135,16 @@ def _record(d: Draft, ctx: Pass, found: Diagnosis | str, alerts: str, kept: str,
     st = d.state
     if isinstance(found, str):
         not_started_note(d, ctx, found)
-        d.state = replace(st, diagnosis_result=f"not started: {found}")
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"not started: {found}"))
     elif found.passed:
-        d.state = replace(st, diagnosis_result=CONTRADICTS)
-        note(d, Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnosis_job} passed ("
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=CONTRADICTS))
+        note(d, Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnostic.job} passed ("
                      f"{found.detail}) while {alerts} still fire: the signal, not the hardware, is suspect; {kept}",
                      Severity.WARNING))
     else:
         cats = ", ".join(found.categories) or "failed"
-        d.state = replace(st, diagnosis_result=f"failed: {cats}")
-        note(d, Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {st.diagnosis_job} confirms the fault ({cats}: "
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"failed: {cats}"))
+        note(d, Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {st.diagnostic.job} confirms the fault ({cats}: "
                      f"{found.detail}){confirmed}", Severity.WARNING))
 
 
@@ -154,19 +154,19 @@ def diagnosis_first(d: Draft, ctx: Pass, rung: str, fps: list[str]) -> bool:
     failed or could not start)."""
     policy, st = ctx.policy, d.state
     firing = _diagnosable(d, ctx, fps)
-    if rung != Rung.REPLACE or st.repeat_offender is not None or not firing \
+    if rung != Rung.REPLACE or st.offence.rule is not None or not firing \
             or max(rung_index(a.remediation) for a in firing) >= rung_index(Rung.REPLACE):
         return False
     name, level = _rung_diagnosis(d, ctx), policy.diagnose.level
     if _asked(d, ctx, name, Action.REPLACE, "the diagnosis before the replacement", f"before replace: diagnosing the "
               f"drained node (diagnostic job {name}, dcgmi diag -r {level}, GPU and EFA counts): it is replaced only "
               "if that fails"):
-        if d.state.diagnosis_job == name:  # asked for now (not waiting for another): the replacement waits for it
+        if d.state.diagnostic.job == name:  # asked for now (not waiting for another): the replacement waits for it
             out(d, Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {name}")
         return True
-    if st.diagnosis_result is None:
+    if st.diagnostic.result is None:
         return _decided(d, ctx, read_diagnosis(d, ctx, level), [a.name for a in firing])
-    if st.diagnosis_result == CONTRADICTS:
+    if st.diagnostic.result == CONTRADICTS:
         out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {', '.join(a.name for a in firing)} "
             "still fire: not replaced; the node stays out of service for a person")
         return True
@@ -176,8 +176,8 @@ def diagnosis_first(d: Draft, ctx: Pass, rung: str, fps: list[str]) -> bool:
 def _decided(d: Draft, ctx: Pass, found: Diagnosis | str | None, alerts: list[str]) -> bool:
     st = d.state
     if found is None:
-        out(d, Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {st.diagnosis_job} (since "
-            f"{time_text(st.diagnosis_started)})")
+        out(d, Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {st.diagnostic.job} (since "
+            f"{time_text(st.diagnostic.started)})")
         return True
     what = ", ".join(alerts)
     _record(d, ctx, found, what, "the node is not replaced and stays out of service, drained, for a person",

@@ -20,6 +20,7 @@ from datetime import datetime
 from remediator.decide.job_start import node_job_name
 from remediator.decide.nodestate import elapsed, time_text
 from remediator.decide.planner import Draft, Pass, out
+from remediator.decide.state_records import EvidenceRun
 from remediator.decide.vocabulary import Action, EvidenceOutcome, JobStatus, Rung, Verdict
 
 # the rungs that destroy what the node could tell: a reset clears the GPU's state, a reboot the kernel's ring buffer,
@@ -51,25 +52,25 @@ def evidence_first(d: Draft, ctx: Pass, rung: str) -> bool:
     False when it goes on now (evidence off, not a destroying rung, already settled this episode, or settled now)."""
     policy, st, now = ctx.policy, d.state, ctx.now
     settings = policy.evidence
-    if not settings.enabled or rung not in EVIDENCE_RUNGS or st.evidence is not None:
+    if not settings.enabled or rung not in EVIDENCE_RUNGS or st.evidence_run.outcome is not None:
         return False
     cap = int(settings.max_wait.total_seconds())
-    where = f"{policy.jobs.namespace}/{st.evidence_job or evidence_name(d.view.name, st.episode)}"
-    if st.evidence_job is None:
+    where = f"{policy.jobs.namespace}/{st.evidence_run.job or evidence_name(d.view.name, st.episode)}"
+    if st.evidence_run.job is None:
         name = evidence_name(d.view.name, st.episode)
-        d.state = replace(st, evidence_job=name, evidence_started=now)
+        d.state = replace(st, evidence_run=EvidenceRun(job=name, started=now))
         out(d, Action.COLLECT_EVIDENCE, Verdict.EXECUTE, f"before {rung}: collecting evidence for an RMA (job "
             f"{where}; stored in ConfigMap {where})", job=name)
         out(d, Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where} (at most {cap}s)")
         return True
-    waited = int(elapsed(now, st.evidence_started).total_seconds())
+    waited = int(elapsed(now, st.evidence_run.started).total_seconds())
     status = d.view.evidence_status
     if status in (None, JobStatus.RUNNING) and waited < cap:
         out(d, Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where}: running for {waited}s of at "
             f"most {cap}s")
         return True
     outcome, why = _outcome(status, waited, cap)
-    d.state = replace(st, evidence=outcome)
+    d.state = replace(st, evidence_run=replace(st.evidence_run, outcome=outcome))
     out(d, Action.STORE_EVIDENCE, Verdict.EXECUTE, f"before {rung}: {why}; its summary goes to ConfigMap {where}",
-        new=False, job=st.evidence_job)
+        new=False, job=st.evidence_run.job)
     return False

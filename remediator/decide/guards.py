@@ -24,7 +24,7 @@ def left_alone(d: Draft, ctx: Pass, firing: dict[str, AlertRecord],
         out(d, Action.NONE, Verdict.SKIPPED, f"state annotation unreadable ({v.damaged}): counted as disrupted "
             "and left alone; fix or remove the gpuhealth.io/state annotation")
     elif not st.active and not v.our_taint:
-        if v.burn_in or st.diagnosis_purpose == Purpose.BURN_IN:
+        if v.burn_in or st.diagnostic.purpose == Purpose.BURN_IN:
             burn_in.burn_in_node(d, ctx)  # a new node's burn-in
         elif firing and not actionable:
             out(d, Action.NONE, Verdict.SKIPPED, "firing alerts ask for no action (remediation=none)")
@@ -55,7 +55,7 @@ def left_alone(d: Draft, ctx: Pass, firing: dict[str, AlertRecord],
 def _taken_over(d: Draft, ctx: Pass, actionable: bool) -> None:
     """A person removed gpuhealth's taint: nothing is started or undone; the episode closes once it resolves."""
     st = d.state
-    if actionable and st.reset_phase is not None:  # the GPU's clients come back: the person has the node
+    if actionable and st.reset.phase is not None:  # the GPU's clients come back: the person has the node
         d.state = replace(st, rung_status=RungStatus.FAILED, rung_done=ctx.now)
         note(d, Note(EventReason.GPU_RESET_SKIPPED, "gpuhealth's taint was removed while the reset was "
                      "under way: a person took over; the GPU's clients are restored", rung=Rung.RESET_GPU))

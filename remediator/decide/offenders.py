@@ -15,13 +15,14 @@ the rest of the episode; alerts that ask for replace themselves need no rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.history import Episode, gpu_ids, hardware_alerts, history_after, in_window
 from remediator.decide.nodestate import AlertRecord, NodeState, rung_index, time_text
 from remediator.decide.planner import Draft, Pass, alert_ceiling, note, out
+from remediator.decide.state_records import Offence
 from remediator.decide.step import Step
 from remediator.decide.vocabulary import Action, Rung, Severity, Verdict
 from remediator.policy.repeat_offenders import RepeatOffenderSettings
@@ -29,12 +30,6 @@ from remediator.policy.repeat_offenders import RepeatOffenderSettings
 EPISODES = "episodes"
 SAME_GPU = "same_gpu"
 RULES = (EPISODES, SAME_GPU)  # the counter's reason label values
-
-
-@dataclass(frozen=True)
-class Offence:
-    rule: str  # EPISODES | SAME_GPU
-    why: str
 
 
 def span(d: timedelta) -> str:
@@ -77,7 +72,7 @@ def judge_offender(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord]) -> N
     """As the episode acts on hardware alerts: the rule it breaks recorded in the state and said once (before the
     target: a repeat offender's is replace, raise_target)."""
     st, settings = d.state, ctx.policy.repeat_offenders
-    if not settings.enabled or st.repeat_offender is not None or st.episode is None:
+    if not settings.enabled or st.offence.rule is not None or st.episode is None:
         return
     hardware = hardware_alerts(st, firing_only=True)
     own = [a for fp, a in hardware.items() if fp in actionable]
@@ -93,7 +88,7 @@ def judge_offender(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord]) -> N
     then = ("escalating to replace" if rung_index(top) >= rung_index(Rung.REPLACE) else
             f"replace is above ladder.max_rung ({top}): the node is drained and left for a person")
     why = f"repeat offender: {offence.why}; the alerts ask for {asks}, {then}"
-    d.state = replace(st, repeat_offender=offence.rule, repeat_offender_why=why)
+    d.state = replace(st, offence=Offence(offence.rule, why))
     note(d, Note(EventReason.REPEAT_OFFENDER, why, Severity.WARNING))
 
 
@@ -104,7 +99,7 @@ def history_to_write(d: Draft, ctx: Pass) -> tuple[Episode, ...] | None:
 
 
 def _offending(d: Draft, ctx: Pass, st: NodeState) -> bool:
-    return st.repeat_offender is not None and ctx.policy.repeat_offenders.enabled
+    return st.offence.rule is not None and ctx.policy.repeat_offenders.enabled
 
 
 def raise_target(d: Draft, ctx: Pass, target: int, st: NodeState) -> int:
@@ -116,14 +111,14 @@ def restate(d: Draft, ctx: Pass, step: Step) -> Step | None:
     """The climb's step before its start (climb.start): a repeat offender's said with its rule; None where replace
     is beyond the ladder and the step is past the drain (said: needs a person). Any other step as it is."""
     st = d.state
-    if not _offending(d, ctx, st) or step.resume or st.repeat_offender_why is None:
+    if not _offending(d, ctx, st) or step.resume or st.offence.why is None:
         return step
     if rung_index(ctx.policy.ladder.max_rung) < rung_index(Rung.REPLACE) and (
             rung_index(step.rung) > min(rung_index(Rung.DRAIN), rung_index(ctx.policy.ladder.max_rung))):
-        out(d, Action.NONE, Verdict.SKIPPED, f"{st.repeat_offender_why}: needs a person")
+        out(d, Action.NONE, Verdict.SKIPPED, f"{st.offence.why}: needs a person")
         return None
     if step.rung == Rung.CORDON:
-        return replace(step, why=f"{st.repeat_offender_why}{d.scope_note}")
+        return replace(step, why=f"{st.offence.why}{d.scope_note}")
     if step.rung == Rung.REPLACE:
-        return replace(step, why=st.repeat_offender_why)
+        return replace(step, why=st.offence.why)
     return step

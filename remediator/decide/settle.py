@@ -11,6 +11,7 @@ from remediator.decide import validation
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import NodeState, elapsed
 from remediator.decide.planner import Draft, Pass, note, out
+from remediator.decide.state_records import Reset
 from remediator.decide.vocabulary import JOB_RUNGS, Action, JobStatus, ResetPhase, Rung, RungStatus, Scope, Verdict
 
 
@@ -18,11 +19,11 @@ def restore_gpu_clients(d: Draft, ctx: Pass) -> None:
     """Whatever ended a reset rung that stopped the GPU's clients (its Job's outcome, its timeout, the episode
     closing, the node ladder taking over): what it paused is restored, in this plan's write."""
     base, st = d.plan.base_state, d.state
-    if not (base.reset_phase or base.paused) or (
+    if not (base.reset.phase or base.reset.paused) or (
             st.rung == Rung.RESET_GPU and st.rung_status == RungStatus.RUNNING):
         return
-    d.state = replace(st, reset_phase=None, paused=(), pause_value=None)
-    what = ", ".join(base.paused) or "no operand label"
+    d.state = replace(st, reset=Reset())
+    what = ", ".join(base.reset.paused) or "no operand label"
     out(d, Action.RESTORE_GPU_CLIENTS, Verdict.EXECUTE, f"the reset is over: {what} back to \"true\", "
         "gpuhealth's exporter takes NVML back")
 
@@ -34,8 +35,8 @@ def cancel_unstarted_reset(d: Draft, ctx: Pass, why: str) -> bool:
     climbing to a reboot (at GPU scope: to the node ladder). Its paused clients are restored in the same write
     (restore_gpu_clients). True when it did."""
     v, st = d.view, d.state
-    unstarted = st.reset_phase == ResetPhase.STOPPING or (
-        st.reset_phase == ResetPhase.RESETTING and v.job_status == JobStatus.MISSING)
+    unstarted = st.reset.phase == ResetPhase.STOPPING or (
+        st.reset.phase == ResetPhase.RESETTING and v.job_status == JobStatus.MISSING)
     if not (st.rung == Rung.RESET_GPU and st.rung_status == RungStatus.RUNNING and unstarted):
         return False
     d.state = replace(st, rung=Rung.DRAIN, rung_status=RungStatus.DONE, rung_done=ctx.now, job=None,

@@ -19,6 +19,7 @@ from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import ALL_GPUS, NodeState, rung_index, time_text
 from remediator.decide.planner import NO_CEILING, Ceiling, Draft, Pass, note, out
+from remediator.decide.state_records import DiagnosticRun
 from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
 
 # The rung each failed check asks for: a diag test or an all-reduce under its floor is a GPU's (its reset first, then
@@ -57,7 +58,7 @@ def start_sweep(d: Draft, ctx: Pass) -> None:
     name = diagnosis_job_name(v.name, Purpose.SWEEP, now)
     d.state = NodeState(actions=d.state.actions).with_action(
         now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
-        cordoned=True, diagnosis_job=name, diagnosis_purpose=str(Purpose.SWEEP), diagnosis_started=now)
+        cordoned=True, diagnostic=DiagnosticRun(name, str(Purpose.SWEEP), now))
     d.plan.swept = now
     last = f"last swept {time_text(v.last_sweep)}" if v.last_sweep else "never swept"
     note(d, Note(EventReason.SWEEP_STARTED, f"idle-node sweep ({last}, no GPU pod): cordoned while diagnostic "
@@ -75,14 +76,14 @@ def sweep_holds(d: Draft, ctx: Pass) -> bool:
         return False
     if st.sweep_rung is not None:
         return _sweep_climb(d, ctx)
-    if st.diagnosis_purpose == Purpose.SWEEP and st.diagnosis_result is None:
+    if st.diagnostic.purpose == Purpose.SWEEP and st.diagnostic.result is None:
         return _read_sweep(d, ctx)
     return False
 
 
 def _read_sweep(d: Draft, ctx: Pass) -> bool:
     st, v, policy = d.state, d.view, ctx.policy
-    started = st.diagnosis_started or ctx.now
+    started = st.diagnostic.started or ctx.now
     busy = [p for p in v.evictable if p.uses_gpu and not p.terminating]
     if busy:
         return _sweep_return(d, ctx, EventReason.SWEEP_ABANDONED, f"GPU pod {busy[0].namespace}/{busy[0].name} came "
@@ -90,17 +91,17 @@ def _read_sweep(d: Draft, ctx: Pass) -> bool:
                              "touches GPU work; the node returns unswept")
     found = read_diagnosis(d, ctx, policy.sweep.level)
     if isinstance(found, str):
-        return _sweep_return(d, ctx, EventReason.SWEEP_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
+        return _sweep_return(d, ctx, EventReason.SWEEP_NOT_STARTED, f"diagnostic job {st.diagnostic.job} did not "
                              f"start: {found}. gpuhealth's own breakage: no fault was seen, so the "
                              "node returns unswept (it is not swept again before sweep.interval)",
                              Severity.WARNING)
     if found is None:
-        out(d, Action.UNCORDON, Verdict.DEFERRED, f"idle-node sweep: diagnostic job {st.diagnosis_job} under "
+        out(d, Action.UNCORDON, Verdict.DEFERRED, f"idle-node sweep: diagnostic job {st.diagnostic.job} under "
             f"way since {time_text(started)}")
         return True
     if found.passed:
         return _sweep_return(d, ctx, EventReason.SWEEP_PASSED, f"idle-node sweep passed: diagnostic job "
-                             f"{st.diagnosis_job} ({found.detail}); the node returns to service")
+                             f"{st.diagnostic.job} ({found.detail}); the node returns to service")
     return _sweep_failed(d, ctx, found)
 
 
@@ -118,10 +119,10 @@ def _sweep_failed(d: Draft, ctx: Pass, found: Diagnosis) -> bool:
     rung = sweep_rung(found.categories)
     gpu = found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS
     what = ", ".join(found.categories) or "failed"
-    d.state = replace(st, diagnosis_result=f"failed: {what}", sweep_rung=rung, gpu=gpu)
+    d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"failed: {what}"), sweep_rung=rung, gpu=gpu)
     then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
             f"a hardware episode: the ladder climbs from its cordon to {rung}")
-    note(d, Note(EventReason.SWEEP_FAILED, f"idle-node sweep failed: diagnostic job {st.diagnosis_job} "
+    note(d, Note(EventReason.SWEEP_FAILED, f"idle-node sweep failed: diagnostic job {st.diagnostic.job} "
                  f"({what}: {found.detail}); {then}", Severity.WARNING))
     return _sweep_climb(d, ctx)
 
@@ -133,8 +134,8 @@ def _sweep_climb(d: Draft, ctx: Pass) -> bool:
     assert st.sweep_rung is not None
     target = rung_index(st.sweep_rung)
     if target <= rung_index(Rung.CORDON):
-        what = "burn-in" if st.diagnosis_purpose == Purpose.BURN_IN else "idle-node sweep"
-        out(d, Action.NONE, Verdict.SKIPPED, f"the {what} failed ({st.diagnosis_result}): the node "
+        what = "burn-in" if st.diagnostic.purpose == Purpose.BURN_IN else "idle-node sweep"
+        out(d, Action.NONE, Verdict.SKIPPED, f"the {what} failed ({st.diagnostic.result}): the node "
             "stays cordoned for a person; `gpuhealth-remediator release` returns it")
         return True
     if st.rung_status == RungStatus.DONE and rung_index(st.rung) >= target:

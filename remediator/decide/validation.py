@@ -45,17 +45,17 @@ def validation_holds(d: Draft, ctx: Pass) -> bool:
             or st.rung not in VALIDATED_RUNGS or st.rung_status != RungStatus.DONE or st.rung_done is None:
         return False  # no judge image (the chart sets it): no diagnostic Job can be made, none is asked for
     name = diagnosis_job_name(d.view.name, Purpose.VALIDATE, st.rung_done)
-    if st.diagnosis_job != name and (running := other_diagnosis_running(d, ctx, name)):
+    if st.diagnostic.job != name and (running := other_diagnosis_running(d, ctx, name)):
         out(d, Action.UNCORDON, Verdict.DEFERRED, f"diagnostic job {running} still runs: the validation of the "
             f"{st.rung} waits for it (two dcgmi diag runs on the same GPUs at once fail each other)")
         return True
-    if st.diagnosis_job != name:
+    if st.diagnostic.job != name:
         return _start_validation(d, ctx, name)
-    if st.diagnosis_result == PASSED:
+    if st.diagnostic.result == PASSED:
         return False
-    if st.diagnosis_result is not None:  # failed (climbed already) or not started: a person has it
+    if st.diagnostic.result is not None:  # failed (climbed already) or not started: a person has it
         out(d, Action.NONE, Verdict.SKIPPED, f"the validation of the {st.rung} did not pass "
-            f"({st.diagnosis_result}): the node stays out of service; `gpuhealth-remediator release` "
+            f"({st.diagnostic.result}): the node stays out of service; `gpuhealth-remediator release` "
             "returns it")
         return True
     return _read_validation(d, ctx)
@@ -73,18 +73,18 @@ def _read_validation(d: Draft, ctx: Pass) -> bool:
     found = read_diagnosis(d, ctx, ctx.policy.diagnose.validation_level)
     if isinstance(found, str):
         not_started_note(d, ctx, found)
-        d.state = replace(st, diagnosis_result=f"not started: {found}")
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"not started: {found}"))
         out(d, Action.NONE, Verdict.SKIPPED, f"the validation did not start ({found}): the node stays out of "
             "service unvalidated for a person, and the ladder does not climb for it")
         return True
     if found is None:
         out(d, Action.UNCORDON, Verdict.DEFERRED, f"validating the {st.rung}: diagnostic job "
-            f"{st.diagnosis_job} under way since {time_text(st.diagnosis_started)}")
+            f"{st.diagnostic.job} under way since {time_text(st.diagnostic.started)}")
         return True
     if found.passed:
-        d.state = replace(st, diagnosis_result=PASSED)
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=PASSED))
         note(d, Note(EventReason.DIAGNOSTIC_PASSED, f"the {st.rung} is validated: diagnostic job "
-                     f"{st.diagnosis_job} passed ({found.detail})", rung=st.rung))
+                     f"{st.diagnostic.job} passed ({found.detail})", rung=st.rung))
         return False
     return _validation_failed(d, ctx, found)
 
@@ -93,10 +93,10 @@ def _validation_failed(d: Draft, ctx: Pass, found: Diagnosis) -> bool:
     """The repair did not repair: the rung fails, and the climb goes on from it."""
     st = d.state
     what = ", ".join(found.categories) or "failed"
-    d.state = replace(st, diagnosis_result=f"failed: {what}", rung_status=RungStatus.FAILED,
+    d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"failed: {what}"), rung_status=RungStatus.FAILED,
                       rung_done=ctx.now, healthy_since=None, validation_failed=f"{st.rung}: {what}")
     note(d, Note(EventReason.DIAGNOSTIC_FAILED, f"the {st.rung} did not repair the node: diagnostic job "
-                 f"{st.diagnosis_job} failed ({what}: {found.detail}); the ladder climbs from the {st.rung}, "
+                 f"{st.diagnostic.job} failed ({what}: {found.detail}); the ladder climbs from the {st.rung}, "
                  "and the node stays out of service until a later rung or a person returns it",
                  Severity.WARNING, st.rung))
     return _climb_from_failed_validation(d, ctx)

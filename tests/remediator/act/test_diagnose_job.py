@@ -100,7 +100,8 @@ def test_a_node_says_what_it_was_provisioned_with() -> None:
 def test_the_name_is_the_same_for_the_same_node_purpose_and_episode() -> None:
     a = diagnosis_job_name("gpu-0", Purpose.DIAGNOSE, T0)
     assert a == diagnosis_job_name("gpu-0", Purpose.DIAGNOSE, T0) and a.startswith("gpuhealth-diagnose-gpu-0-")
-    assert a != diagnosis_job_name("gpu-0", Purpose.VALIDATE, T0) and len(diagnosis_job_name("n" * 80, Purpose.SWEEP, T0)) <= 63
+    assert a != diagnosis_job_name("gpu-0", Purpose.VALIDATE, T0) and len(
+        diagnosis_job_name("n" * 80, Purpose.SWEEP, T0)) <= 63
 
 
 def _started(cluster: FakeCluster) -> tuple[Kube, str]:

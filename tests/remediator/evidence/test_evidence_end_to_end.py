@@ -69,7 +69,7 @@ def test_a_reset_is_preceded_by_the_evidence_job_and_its_event_names_the_configm
         "reset_gpu" and cm["metadata"]["labels"]["gpuhealth.io/node"] == "gpu-4"
     collected = [e for e in cluster.events_for("gpu-4") if e["reason"] == "EvidenceCollected"]
     assert len(collected) == 1 and f"ConfigMap {NS}/{name}" in collected[0]["message"]
-    assert h.state("gpu-4").evidence == "collected" and h.state("gpu-4").evidence_job == name
+    assert h.state("gpu-4").evidence == "collected" and h.state("gpu-4").evidence_run.job == name
     assert not cluster.forbidden  # the chart's RBAC grants what it does
 
 
