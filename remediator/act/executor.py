@@ -154,7 +154,7 @@ class Executor:
         if any(d.action in NEEDS_DRAINED for d in executes):
             left = evictable_pods(self.kube.pods_on(plan.node))
             if plan.final_state.scope == Scope.GPU:  # only the quarantined GPU's pods must be gone
-                holders = set(view.holders(plan.final_state.devices))
+                holders = set(view.holders(plan.final_state.gpu_scope.devices))
                 left = [p for p in left if f"{p.namespace}/{p.name}" in holders]
             elif plan.drain_only is not None:  # only the pods on the faulty GPU (the node agent's mapping)
                 left = [p for p in left if plan.drain_only.includes(p)]
@@ -375,7 +375,7 @@ class Executor:
 
     def _release(self, view: NodeView, plan: NodePlan) -> list[str]:
         """Return to service: the DeviceTaintRules gpuhealth made for this node, and only those."""
-        if not plan.base_state.devices or view.taint_api is None:
+        if not plan.base_state.gpu_scope.devices or view.taint_api is None:
             return []
         return self.taints.release(view.taint_api, plan.node)
 

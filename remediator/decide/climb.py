@@ -109,7 +109,7 @@ def _highest(d: Draft, ctx: Pass, target: int) -> int:
 def _first_step(d: Draft, ctx: Pass, target: int, gpu: str | None, fps: list[str]) -> Step:
     why = f"alert asks for {RUNGS[target]}{d.scope_note}"
     if d.state.scope == Scope.GPU:
-        why += f"; GPU scope: quarantining {', '.join(d.state.devices)}, the node stays in service"
+        why += f"; GPU scope: quarantining {', '.join(d.state.gpu_scope.devices)}, the node stays in service"
     return Step(Rung.CORDON, why)
 
 

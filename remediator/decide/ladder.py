@@ -97,7 +97,7 @@ def decide_node(d: Draft, ctx: Pass) -> None:
     if st.scope == Scope.GPU and (d.full.devices is None or d.full.taint_api is None):
         # the DRA objects could not be read this pass (an API error, a driver restarting): no evidence that
         # the fault outgrew its GPU, and no way to change its device taints: wait, at GPU scope
-        return out(d, Action.NONE, Verdict.DEFERRED, f"GPU scope ({', '.join(st.devices)}): the DRA objects "
+        return out(d, Action.NONE, Verdict.DEFERRED, f"GPU scope ({', '.join(st.gpu_scope.devices)}): the DRA objects "
                    "or the DeviceTaintRule API could not be read this pass")
     scope.redrive_quarantine(d, ctx)
     scope.cover_new_instances(d, ctx)

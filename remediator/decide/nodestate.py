@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
 from remediator.decide import json_text, state_records, state_schema
-from remediator.decide.state_records import DiagnosticRun, EvidenceRun, Offence, Reset, kept, record
+from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Offence, Reset, kept, record
 from remediator.decide.vocabulary import RUNG_ORDER, EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
@@ -175,9 +175,8 @@ class NodeState:
     actions: tuple[datetime, ...] = ()  # start times of actions in the last hour (rate cap)
     # the episode quarantines one GPU (DRA device taints), the node stays in service
     scope: Scope = field(default=Scope.NODE, metadata=kept(since=2))
-    # GPU scope: the DRA devices quarantined (the GPU and its MIG devices)
-    devices: tuple[str, ...] = field(default=(), metadata=kept(since=2))
-    node_floor: str | None = None  # a GPU step failed: the node ladder starts here, above it (e.g. reboot)
+    # GPU scope: the DRA devices quarantined; after a GPU step failed, the node ladder's first rung
+    gpu_scope: GpuScope = field(default_factory=GpuScope, metadata=record(GpuScope))
     # reset_gpu stopping the GPU's clients, and what it paused
     reset: Reset = field(default_factory=Reset, metadata=record(Reset))
     # the failed Job rung's Job never ran its container (why: decide/job_start.py): gpuhealth's breakage, not the

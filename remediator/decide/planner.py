@@ -77,10 +77,10 @@ def out(d: Draft, action: Action, decision: Verdict, reason: str, **kw: object) 
         # GPU scope: the node's cordon and drain are the GPU's device taints (kube-controller-manager evicts)
         effect = TaintEffect.NO_SCHEDULE if action == Action.CORDON else TaintEffect.NO_EXECUTE
         kw = {k: w for k, w in kw.items() if k not in ("force",)}
-        kw.update(devices=st.devices, effect=effect, pods=d.full.holders(st.devices))
+        kw.update(devices=st.gpu_scope.devices, effect=effect, pods=d.full.holders(st.gpu_scope.devices))
         action = Action.QUARANTINE_GPU
     elif st.scope == Scope.GPU and action == Action.UNCORDON:
-        action, kw = Action.RELEASE_GPU, {**kw, "devices": st.devices}
+        action, kw = Action.RELEASE_GPU, {**kw, "devices": st.gpu_scope.devices}
     d.plan.decisions.append(Decision(d.view.name, action, decision, reason, d.view.pool,
                                      **kw))  # type: ignore[arg-type]
 
@@ -127,7 +127,7 @@ def scope_view(d: Draft) -> None:
     if d.state.scope != Scope.GPU:
         d.view = d.full
         return
-    holders = set(d.full.holders(d.state.devices))
+    holders = set(d.full.holders(d.state.gpu_scope.devices))
     d.view = replace(d.full, evictable=[p for p in d.full.evictable if f"{p.namespace}/{p.name}" in holders],
                      pods_known=d.full.pods_known and d.full.claims is not None)
 
@@ -136,8 +136,8 @@ def to_node_scope(d: Draft, why: str, floor: str | None) -> None:
     """The GPU-scoped steps are not enough: the node ladder from its start (cordon, drain), then `floor`."""
     st = d.state
     d.state = replace(st, scope=Scope.NODE, rung=None, rung_status=None, rung_started=None, rung_done=None,
-                      timed_out=False, node_floor=floor, not_started=None)
+                      timed_out=False, gpu_scope=replace(st.gpu_scope, node_floor=floor), not_started=None)
     d.view = d.full
     d.plan.drain_only = None
-    note(d, Note(EventReason.NODE_SCOPE, f"GPU {', '.join(st.devices)}: {why}; the node ladder takes over",
+    note(d, Note(EventReason.NODE_SCOPE, f"GPU {', '.join(st.gpu_scope.devices)}: {why}; the node ladder takes over",
                  Severity.WARNING))

@@ -64,17 +64,17 @@ def redrive_quarantine(d: Draft, ctx: Pass) -> None:
     stopped before its DeviceTaintRules were made): made now, with each effect the rung reached. Idempotent: a rule
     that exists is left as it is."""
     st = d.state
-    if Action.QUARANTINE_GPU not in st.pending or st.scope != Scope.GPU or st.rung is None or not st.devices:
+    if Action.QUARANTINE_GPU not in st.pending or st.scope != Scope.GPU or st.rung is None or not st.gpu_scope.devices:
         return
     effects = [TaintEffect.NO_SCHEDULE]
     if rung_index(st.rung) >= rung_index(Rung.DRAIN):
         effects.append(TaintEffect.NO_EXECUTE)
     for effect in effects:
         d.plan.decisions.append(Decision(
-            d.view.name, Action.QUARANTINE_GPU, Verdict.EXECUTE, f"the quarantine of {', '.join(st.devices)} "
+            d.view.name, Action.QUARANTINE_GPU, Verdict.EXECUTE, f"the quarantine of {', '.join(st.gpu_scope.devices)} "
             f"({st.rung}) was recorded but not seen done (the remediator stopped in between): making its "
-            f"{effect} device taints", d.view.pool, new=False, devices=st.devices, effect=effect,
-            pods=d.full.holders(st.devices)))
+            f"{effect} device taints", d.view.pool, new=False, devices=st.gpu_scope.devices, effect=effect,
+            pods=d.full.holders(st.gpu_scope.devices)))
 
 
 def cover_new_instances(d: Draft, ctx: Pass) -> None:
@@ -84,13 +84,13 @@ def cover_new_instances(d: Draft, ctx: Pass) -> None:
     st, devices = d.state, d.full.devices
     if st.scope != Scope.GPU or st.rung is None or st.rung_status == RungStatus.FAILED or devices is None:
         return
-    gpu = next((dev for dev in devices.devices if dev.kind == "gpu" and dev.name in st.devices), None)
+    gpu = next((dev for dev in devices.devices if dev.kind == "gpu" and dev.name in st.gpu_scope.devices), None)
     if gpu is None:
         return
-    new = tuple(dev.name for dev in devices.family(gpu) if dev.name not in st.devices)
+    new = tuple(dev.name for dev in devices.family(gpu) if dev.name not in st.gpu_scope.devices)
     if not new:
         return
-    d.state = replace(st, devices=(*st.devices, *new))
+    d.state = replace(st, gpu_scope=replace(st.gpu_scope, devices=(*st.gpu_scope.devices, *new)))
     effects = [TaintEffect.NO_SCHEDULE]
     if rung_index(st.rung) >= rung_index(Rung.DRAIN):
         effects.append(TaintEffect.NO_EXECUTE)
@@ -104,7 +104,7 @@ def cover_new_instances(d: Draft, ctx: Pass) -> None:
 
 def _quarantined(d: Draft, ctx: Pass, gpu: Device | None) -> bool:
     """This GPU itself (and so its whole family) is what the GPU scope holds."""
-    return d.state.scope == Scope.GPU and gpu is not None and gpu.name in d.state.devices
+    return d.state.scope == Scope.GPU and gpu is not None and gpu.name in d.state.gpu_scope.devices
 
 
 def _one_gpu(d: Draft, ctx: Pass, *device_sets: tuple[str, ...]) -> Device | None:
@@ -131,24 +131,24 @@ def choose_scope(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord], target
     At GPU scope: the node ladder once the fault is no longer that GPU's alone (another GPU, a bigger
     remediation). Either way a change of scope is said in the audit trail (the decision's reason, an Event)."""
     st = d.state
-    if st.scope == Scope.NODE and (st.rung is not None or st.devices):
+    if st.scope == Scope.NODE and (st.rung is not None or st.gpu_scope.devices):
         return  # at node scope for this episode (a GPU scope that handed over never comes back)
     if st.scope == Scope.GPU and st.rung_status == RungStatus.FAILED:
         scope_view(d)  # the GPU step failed: the node ladder takes over (climb.run), whatever the alerts now say
         return
     devices, why = _gpu_family(d, ctx, actionable, target)
-    same_gpu = _one_gpu(d, ctx, st.devices, devices) if st.scope == Scope.GPU and devices else None
-    if st.scope == Scope.GPU and devices and set(devices) <= set(st.devices):
+    same_gpu = _one_gpu(d, ctx, st.gpu_scope.devices, devices) if st.scope == Scope.GPU and devices else None
+    if st.scope == Scope.GPU and devices and set(devices) <= set(st.gpu_scope.devices):
         pass  # the same devices, or one MIG instance of the quarantined GPU: the whole GPU stays quarantined
-    elif same_gpu is not None and same_gpu.name in st.devices:
+    elif same_gpu is not None and same_gpu.name in st.gpu_scope.devices:
         pass  # the quarantined GPU, its instances made anew since its reset (cover_new_instances)
     elif same_gpu is not None:  # the GPU, or another instance of it: the GPU and all its instances
         assert d.full.devices is not None
         _widen(d, ctx, tuple(dev.name for dev in d.full.devices.family(same_gpu)))
-    elif st.scope == Scope.GPU and devices != st.devices:
+    elif st.scope == Scope.GPU and devices != st.gpu_scope.devices:
         to_node_scope(d, why or "the alerts now name another GPU", floor=None)
     elif st.scope == Scope.NODE and devices:
-        d.state = replace(st, scope=Scope.GPU, devices=devices)
+        d.state = replace(st, scope=Scope.GPU, gpu_scope=replace(st.gpu_scope, devices=devices))
     elif st.scope == Scope.NODE and why:
         d.scope_note = f"; node scope: {why}"
     scope_view(d)
@@ -160,9 +160,9 @@ def _widen(d: Draft, ctx: Pass, devices: tuple[str, ...]) -> None:
     ladder from the start (NoSchedule, then NoExecute on them all), still at GPU scope, not the node's; said in
     the first decision's reason."""
     st = d.state
-    d.state = replace(st, devices=devices, rung=None, rung_status=None, rung_started=None, rung_done=None,
-                      timed_out=False)
-    d.scope_note = (f"; the fault grew from MIG device {', '.join(st.devices)} to its GPU: the GPU and every "
+    d.state = replace(st, gpu_scope=replace(st.gpu_scope, devices=devices), rung=None, rung_status=None,
+                      rung_started=None, rung_done=None, timed_out=False)
+    d.scope_note = (f"; the fault grew from MIG device {', '.join(st.gpu_scope.devices)} to its GPU: the GPU and every "
                     "MIG instance of it are quarantined")
 
 
@@ -170,7 +170,7 @@ def target_of(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord], st: NodeS
     """The rung the alerts ask for, within the ladder, and at node scope not below a failed GPU step's floor."""
     target = min(max(rung_index(a.remediation) for a in actionable.values()),
                  rung_index(ctx.policy.ladder.max_rung))
-    return max(target, rung_index(st.node_floor)) if st.scope == Scope.NODE else target
+    return max(target, rung_index(st.gpu_scope.node_floor)) if st.scope == Scope.NODE else target
 
 
 def gpu_pods_view(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord], target: int,
@@ -180,7 +180,7 @@ def gpu_pods_view(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord], targe
     pod-resources API). Any alert without the mapping, another GPU, or a reset that takes every GPU: the whole
     node, as before."""
     st, v = d.state, d.full
-    if st.scope != Scope.NODE or st.node_floor is not None or target > rung_index(Rung.RESET_GPU):
+    if st.scope != Scope.NODE or st.gpu_scope.node_floor is not None or target > rung_index(Rung.RESET_GPU):
         return
     gpus = {a.gpu for a in actionable.values()}
     if len(gpus) != 1 or next(iter(gpus)) in (None, ALL_GPUS):

@@ -41,7 +41,7 @@ def cancel_unstarted_reset(d: Draft, ctx: Pass, why: str) -> bool:
         return False
     d.state = replace(st, rung=Rung.DRAIN, rung_status=RungStatus.DONE, rung_done=ctx.now, job=None,
                       gpu=None)
-    what = f"GPU {', '.join(st.devices)}" if st.scope == Scope.GPU else "the node"
+    what = f"GPU {', '.join(st.gpu_scope.devices)}" if st.scope == Scope.GPU else "the node"
     note(d, Note(EventReason.GPU_RESET_NOT_NEEDED, f"{why}: the reset is no longer needed and did not start "
                  f"(job {st.job} never created); {what} stays drained (the ladder back at its drain) until it "
                  "returns to service, and alerts firing again start the reset afresh", rung=Rung.RESET_GPU))

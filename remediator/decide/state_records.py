@@ -36,6 +36,16 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class GpuScope:
+    """A GPU-scoped episode's quarantine: the DRA devices it holds (the GPU and its MIG devices; version 2: an older
+    remediator would read a node without gpuhealth's taint as one a person took over), and once a GPU step failed,
+    the rung the node ladder starts at (above it, e.g. reboot)."""
+
+    devices: tuple[str, ...] = field(default=(), metadata=kept("devices", since=2))
+    node_floor: str | None = field(default=None, metadata=kept("node_floor"))
+
+
+@dataclass(frozen=True)
 class DiagnosticRun:
     """The diagnostic Job of this rung (decide/validation.py, diagnose_step.py, sweep.py, burn_in.py): its name, why
     it runs (decide/diagnosis.py Purpose), when it was asked for, and its result once read ("passed", "failed: ...",

@@ -376,7 +376,7 @@ def needs_dra(views: Iterable[NodeView]) -> bool:
     def needs(st: NodeState) -> bool:
         if not st.active:
             return False
-        if st.scope == Scope.GPU or st.devices:
+        if st.scope == Scope.GPU or st.gpu_scope.devices:
             return True
         return st.rung is None and any(a.status == "firing" and a.remediation != "none" for a in st.alerts.values())
     return any(needs(v.state) for v in views)

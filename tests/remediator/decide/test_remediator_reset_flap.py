@@ -59,7 +59,7 @@ def _assert_not_needed(h: Harness, cluster: FakeCluster, scope: str) -> None:
     state = h.state("gpu-1")
     # the recorded outcome: the ladder is back at the drain it had reached, the reset neither failed nor done
     assert (state.scope, state.rung, state.rung_status) == (scope, "drain", "done"), state
-    assert (state.reset.phase, state.reset.paused, state.node_floor) == (None, (), None), state
+    assert (state.reset.phase, state.reset.paused, state.gpu_scope.node_floor) == (None, (), None), state
     assert _all_true(cluster) and RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
     assert "GPUResetNotNeeded" in cluster.reasons("gpu-1") and "GPUResetFailed" not in cluster.reasons("gpu-1")
     assert h.metric(NOT_NEEDED[0], **NOT_NEEDED[1]) == 1

@@ -23,7 +23,7 @@ from remediator.decide.nodestate import (
     NodeState,
     fmt_time,
 )
-from remediator.decide.state_records import DiagnosticRun, EvidenceRun, Reset
+from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Reset
 from remediator.decide.vocabulary import EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -75,8 +75,8 @@ def states() -> st.SearchStrategy[NodeState]:
         boot_id=st.none() | st.just("boot-1"), healthy_since=optional_time, quiet=st.booleans(),
         timed_out=st.booleans(), drain_failed=st.booleans(),
         actions=st.lists(_time_near(), max_size=3).map(tuple), scope=st.sampled_from(list(Scope)),
-        devices=st.lists(st.sampled_from(["gpu-0", "gpu-1"]), max_size=2).map(tuple),
-        node_floor=st.none() | st.sampled_from(list(Rung)), reset=st.builds(
+        gpu_scope=st.builds(GpuScope, devices=st.lists(st.sampled_from(["gpu-0", "gpu-1"]), max_size=2).map(tuple),
+                            node_floor=st.none() | st.sampled_from(list(Rung))), reset=st.builds(
             Reset, phase=st.none() | st.sampled_from(list(ResetPhase)),
             paused=st.lists(st.just("nvidia.com/gpu.deploy.dcgm-exporter"), max_size=1).map(tuple),
             pause_value=st.none() | st.just("paused-for-reset")), not_started=st.none() | st.just("ImagePullBackOff"),
