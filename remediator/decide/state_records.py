@@ -115,10 +115,10 @@ def record(cls: type) -> dict[str, Any]:
     return {"record": cls}
 
 
-def values(record: Any, keys: tuple[Kept, ...]) -> Iterator[tuple[Kept, Any]]:
-    """Each key's value in `record` (a state: its records' fields read through)."""
+def values(obj: Any, keys: tuple[Kept, ...]) -> Iterator[tuple[Kept, Any]]:
+    """Each key's value in `obj` (a state: its records' fields read through)."""
     for k in keys:
-        holder = getattr(record, k.record) if k.record else record
+        holder = getattr(obj, k.record) if k.record else obj
         yield k, getattr(holder, k.name)
 
 
