@@ -147,30 +147,30 @@ class SimCluster:
         """The diagnostic Job: it takes its level's time (DIAGNOSE_SECONDS) and passes on a node whose fault is gone;
         one still there (a repair that did not repair) fails it with the scenario's coverage."""
         st = plan.final_state
-        level = self._leader_levels.get(st.diagnosis_purpose or "", 1)
+        level = self._leader_levels.get(st.diagnostic.purpose or "", 1)
         still = node.fault is not None and node.fault.cause.node_fault
-        passed = not (still and random.Random(f"{node.slot}/{st.diagnosis_job}").random() < DIAGNOSE_COVERAGE)
+        passed = not (still and random.Random(f"{node.slot}/{st.diagnostic.job}").random() < DIAGNOSE_COVERAGE)
         node.diagnosis = None
         self._queue.at(self._queue.now + DIAGNOSE_SECONDS[level], self._diagnosed, node.slot, node.generation,
-                       st.diagnosis_job, passed)
+                       st.diagnostic.job, passed)
 
     def _collect_evidence(self, node: SimNode, plan: NodePlan) -> None:
         """The evidence Job (nvidia-smi -q -x, dcgmi diag -r 1, the kernel log) ends after EVIDENCE_SECONDS."""
         node.evidence_status = JobStatus.RUNNING
         self._queue.at(self._queue.now + EVIDENCE_SECONDS, self._evidence_done, node.slot, node.generation,
-                       plan.final_state.evidence_job)
+                       plan.final_state.evidence_run.job)
 
     # --- and their ends ---------------------------------------------------------------------
     def _evidence_done(self, slot: int, generation: int, job: str | None) -> None:
         node = self._fleet.live(slot, generation)
-        if node is None or node.state.evidence_job != job:
+        if node is None or node.state.evidence_run.job != job:
             return
         node.evidence_status = JobStatus.SUCCEEDED
         self._passes.request(self._queue.now)
 
     def _diagnosed(self, slot: int, generation: int, job: str | None, passed: bool) -> None:
         node = self._fleet.live(slot, generation)
-        if node is None or node.state.diagnosis_job != job:
+        if node is None or node.state.diagnostic.job != job:
             return
         node.diagnosis = Diagnosis(passed) if passed else Diagnosis(False, ("gpu_diag",), (), "simulated failure")
         self._passes.request(self._queue.now)

@@ -148,8 +148,8 @@ class SimNode:
             boot_id=f"boot-{self.slot}-{self.generation}-{self.boot}", resource_version=str(self.version),
             evictable=list(self.pods), pods_known=True,
             job_status=self.job_status if st.job and st.rung_status == RungStatus.RUNNING else None,
-            diagnosis=self.diagnosis if st.diagnosis_job and st.diagnosis_result is None else None,
-            evidence_status=self.evidence_status if st.evidence_job and st.evidence is None else None,
+            diagnosis=self.diagnosis if st.diagnostic.job and st.diagnostic.result is None else None,
+            evidence_status=self.evidence_status if st.evidence_run.job and st.evidence_run.outcome is None else None,
             history=self.history, last_sweep=self.last_sweep, burn_in=self.burn_in, gpus_advertised=self.ready)
         if self.dra:
             self._publish_gpus(view, policy)

@@ -1,5 +1,5 @@
 """The diagnostic Job, rendered from templates/diagnose.yaml.j2 (docs/remediation.md, "Diagnostic Job"), and its
-result read into a node's view. Its name is deterministic (decide/diagnosis.py job_name), so creating it twice
+result read into a node's view. Its name is deterministic (decide/diagnosis.py diagnosis_job_name), so creating it twice
 finds the first (Kube.create_job: 409); decide/diagnosis.py reads its verdict."""
 
 from __future__ import annotations

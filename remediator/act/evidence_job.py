@@ -142,15 +142,15 @@ class EvidenceStore:
     def collect(self, d: Decision, plan: NodePlan) -> str:
         """The evidence Job (409: it exists already, from an earlier pass or another replica)."""
         st = plan.final_state
-        assert st.evidence_job is not None
+        assert st.evidence_run.job is not None
         rung = next((str(x.action) for x in plan.decisions if x.action in EVIDENCE_RUNGS), "")  # the one it waits
-        created = self.kube.create_job(render_evidence_job(st.evidence_job, d.node, self.policy, st.episode, rung))
-        return f"job {self.policy.jobs.namespace}/{st.evidence_job} {'created' if created else 'already exists'}"
+        created = self.kube.create_job(render_evidence_job(st.evidence_run.job, d.node, self.policy, st.episode, rung))
+        return f"job {self.policy.jobs.namespace}/{st.evidence_run.job} {'created' if created else 'already exists'}"
 
     def store(self, d: Decision, plan: NodePlan, now: datetime) -> str:
         """The summary in its ConfigMap, an Event naming it, retention; whatever fails is said, never raised."""
         st, ns = plan.final_state, self.policy.jobs.namespace
-        name = st.evidence_job or ""
+        name = st.evidence_run.job or ""
         try:
             data, cut = build_data(self._log(d.node, name), self._meta(d, plan))
             created = self.kube.create_configmap(ns, self._configmap(name, d.node, plan, data))
@@ -159,7 +159,7 @@ class EvidenceStore:
             why = f"{d.reason}; the summary could not be stored in ConfigMap {ns}/{name}: {exc}"
             self._report(d, EventReason.EVIDENCE_INCOMPLETE, why, now, ok=False)
             return ""
-        complete = st.evidence == EvidenceOutcome.COLLECTED and not cut
+        complete = st.evidence_run.outcome == EvidenceOutcome.COLLECTED and not cut
         reason = EventReason.EVIDENCE_COLLECTED if complete else EventReason.EVIDENCE_INCOMPLETE
         swept_note = f"; deleted by retention: {', '.join(swept)}" if swept else ""
         what = (f"evidence in ConfigMap {ns}/{name} ({'written' if created else 'already there'}"
@@ -176,8 +176,9 @@ class EvidenceStore:
 
     def _meta(self, d: Decision, plan: NodePlan) -> dict[str, Any]:
         st = plan.final_state
-        return {"node": d.node, "episode": time_text(st.episode), "rung": str(st.rung), "job": st.evidence_job,
-                "outcome": str(st.evidence), "why": d.reason, "job_started": time_text(st.evidence_started),
+        return {"node": d.node, "episode": time_text(st.episode), "rung": str(st.rung), "job": st.evidence_run.job,
+                "outcome": str(st.evidence_run.outcome), "why": d.reason,
+                "job_started": time_text(st.evidence_run.started),
                 "alerts": sorted({a.name for a in st.alerts.values() if a.status == "firing"})}
 
     def _configmap(self, name: str, node: str, plan: NodePlan, data: dict[str, str]) -> dict[str, Any]:

@@ -154,7 +154,7 @@ class Executor:
         if any(d.action in NEEDS_DRAINED for d in executes):
             left = evictable_pods(self.kube.pods_on(plan.node))
             if plan.final_state.scope == Scope.GPU:  # only the quarantined GPU's pods must be gone
-                holders = set(view.holders(plan.final_state.devices))
+                holders = set(view.holders(plan.final_state.gpu_scope.devices))
                 left = [p for p in left if f"{p.namespace}/{p.name}" in holders]
             elif plan.drain_only is not None:  # only the pods on the faulty GPU (the node agent's mapping)
                 left = [p for p in left if plan.drain_only.includes(p)]
@@ -208,8 +208,8 @@ class Executor:
                 self.metrics.rung_timed_out(note.rung)
             if note.reason == EventReason.NODE_ACTION_JOB_NOT_STARTED and note.rung is not None:
                 self.metrics.action(Action(note.rung), ActionResult.NOT_STARTED)
-            if note.reason == EventReason.REPEAT_OFFENDER and plan.final_state.repeat_offender is not None:
-                self.metrics.repeat_offender_escalation(plan.final_state.repeat_offender)
+            if note.reason == EventReason.REPEAT_OFFENDER and plan.final_state.offence.rule is not None:
+                self.metrics.repeat_offender_escalation(plan.final_state.offence.rule)
             if note.reason == EventReason.GPU_RESET_NOT_NEEDED:
                 self.metrics.action(Action.RESET_GPU, ActionResult.NOT_NEEDED)
             if note.reason in DIAGNOSTIC_RESULTS:
@@ -282,7 +282,7 @@ class Executor:
             return f"removed device taint rule(s) {', '.join(released)}" if released else ""
         if d.action in (Action.STOP_GPU_CLIENTS, Action.RESTORE_GPU_CLIENTS):  # the state write did it
             st = plan.final_state if d.action == Action.STOP_GPU_CLIENTS else plan.base_state
-            labels = ", ".join(st.paused) or "no operand label"
+            labels = ", ".join(st.reset.paused) or "no operand label"
             if d.action == Action.STOP_GPU_CLIENTS:
                 return f"paused {labels}; {RESET_REQUEST_ANNOTATION}={st.reset_request}"
             return f"restored {labels}; removed {RESET_REQUEST_ANNOTATION}"
@@ -350,8 +350,8 @@ class Executor:
     def _start_diagnosis(self, d: Decision, plan: NodePlan, node: RawNode) -> str:
         """The diagnostic Job (decide/validation.py). One the API server refuses is retried on later passes; not made
         within jobs.start_timeout, the ladder reports it as not started (gpuhealth's own breakage)."""
-        assert d.job is not None and plan.final_state.diagnosis_purpose is not None
-        manifest = render_diagnose_job(d.job, d.node, Purpose(plan.final_state.diagnosis_purpose), provisioned(node),
+        assert d.job is not None and plan.final_state.diagnostic.purpose is not None
+        manifest = render_diagnose_job(d.job, d.node, Purpose(plan.final_state.diagnostic.purpose), provisioned(node),
                                        self.policy)
         created = self.kube.create_job(manifest)
         return f"job {self.policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
@@ -375,7 +375,7 @@ class Executor:
 
     def _release(self, view: NodeView, plan: NodePlan) -> list[str]:
         """Return to service: the DeviceTaintRules gpuhealth made for this node, and only those."""
-        if not plan.base_state.devices or view.taint_api is None:
+        if not plan.base_state.gpu_scope.devices or view.taint_api is None:
             return []
         return self.taints.release(view.taint_api, plan.node)
 

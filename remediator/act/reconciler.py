@@ -265,8 +265,9 @@ class Reconciler:
         self._swept_at = now
         if taint_api is None:
             return
-        holding = {v.name for v in views if v.damaged is not None or (v.state.active and v.state.devices)}
-        holding |= {p.node for p in plans if p.final_state.active and p.final_state.devices}  # started this pass
+        holding = {v.name for v in views if v.damaged is not None or (v.state.active and v.state.gpu_scope.devices)}
+        # started this pass
+        holding |= {p.node for p in plans if p.final_state.active and p.final_state.gpu_scope.devices}
         try:
             for node in self.executor.taints.nodes_with_rules(taint_api):
                 if node not in holding:

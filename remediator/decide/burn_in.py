@@ -24,10 +24,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from remediator.decide.diagnose_step import read_diagnosis
-from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
+from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import ALL_GPUS, NodeState, elapsed, time_text
-from remediator.decide.planner import PlannerBase
+from remediator.decide.planner import Draft, Pass, note, out
+from remediator.decide.state_records import DiagnosticRun
 from remediator.decide.sweep import sweep_rung
 from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
 
@@ -36,92 +37,95 @@ from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Ver
 MAX_BURN_IN_JOBS = 3
 
 
-class BurnInSteps(PlannerBase):
-    def _burn_in_node(self) -> None:
-        """A node with no episode that carries the burn-in taint, or whose state names a burn-in."""
-        v = self.v
-        if not v.burn_in:  # someone else took the taint off: the burn-in is theirs to have ended
-            job, self.state = self.state.diagnosis_job, NodeState(actions=self.state.actions)
-            return self.out(Action.NONE, Verdict.SKIPPED, f"the burn-in taint {self.policy.burn_in.taint} was removed "
-                            f"by someone else while diagnostic job {job} ran: burn-in dropped")
-        if v.excluded or v.hold is not None or v.human_cordoned:
-            why = ("excluded by the policy's exclude selectors: a person removes" if v.excluded else
-                   "held: releasing the node resumes its burn-in, or a person removes" if v.hold is not None else
-                   "cordoned by a person: uncordoning it resumes its burn-in, or a person removes")
-            return self.out(Action.NONE, Verdict.SKIPPED, f"{why} its burn-in taint {self.policy.burn_in.taint}")
-        return self._burn_in()
+def burn_in_node(d: Draft, ctx: Pass) -> None:
+    """A node with no episode that carries the burn-in taint, or whose state names a burn-in."""
+    v = d.view
+    if not v.burn_in:  # someone else took the taint off: the burn-in is theirs to have ended
+        job, d.state = d.state.diagnostic.job, NodeState(actions=d.state.actions)
+        return out(d, Action.NONE, Verdict.SKIPPED, f"the burn-in taint {ctx.policy.burn_in.taint} was removed "
+                   f"by someone else while diagnostic job {job} ran: burn-in dropped")
+    if v.excluded or v.hold is not None or v.human_cordoned:
+        why = ("excluded by the policy's exclude selectors: a person removes" if v.excluded else
+               "held: releasing the node resumes its burn-in, or a person removes" if v.hold is not None else
+               "cordoned by a person: uncordoning it resumes its burn-in, or a person removes")
+        return out(d, Action.NONE, Verdict.SKIPPED, f"{why} its burn-in taint {ctx.policy.burn_in.taint}")
+    return _burn_in(d, ctx)
 
-    def _burn_in(self) -> None:
-        """A node that carries the burn-in taint, with no episode: its burn-in started, read, or ended."""
-        st, policy = self.state, self.policy
-        if not (policy.diagnose.enabled and policy.diagnose.judge_image):
-            return self._end_burn_in(EventReason.BURN_IN_SKIPPED, "no diagnostic Job can be made (diagnose.enabled "
-                                     "is false or diagnose.judge_image is unset): the burn-in taint comes off "
-                                     "untested", Severity.WARNING)
-        if st.diagnosis_purpose != Purpose.BURN_IN or st.diagnosis_job is None:
-            return self._start_burn_in()
-        if self.v.diagnosis_missing and elapsed(self.now, st.diagnosis_started) >= policy.jobs.start_timeout \
-                and st.burn_in_restarts + 1 < MAX_BURN_IN_JOBS:  # gone unread (its TTL, a long hold): start again
-            return self._start_burn_in(again=f"its diagnostic job {st.diagnosis_job} is gone before its result was "
-                                       "read (deleted after jobs.ttl_seconds_after_finished, or never made)")
-        found = read_diagnosis(self, policy.burn_in.level)
-        if isinstance(found, str):
-            return self._end_burn_in(EventReason.BURN_IN_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
-                                     f"start: {found}. gpuhealth's own breakage, not the node's: the burn-in taint "
-                                     "comes off untested", Severity.WARNING)
-        if found is None:
-            return self.out(Action.END_BURN_IN, Verdict.DEFERRED, f"burn-in: diagnostic job {st.diagnosis_job} under "
-                            f"way since {time_text(st.diagnosis_started)}")
-        if found.passed:
-            return self._end_burn_in(EventReason.BURN_IN_PASSED, f"burn-in passed: diagnostic job "
-                                     f"{st.diagnosis_job} ({found.detail}); the burn-in taint comes off")
-        return self._burn_in_failed(found)
 
-    def _start_burn_in(self, again: str = "") -> None:
-        """The diagnostic Job asked for once the node is Ready with its GPUs advertised, or burn_in.ready_within after
-        it was made whatever it says (a node whose driver never comes up is what a burn-in is for). `again`: why a
-        Job is started again (counted: a Job the API never makes ends as not started after MAX_BURN_IN_JOBS)."""
-        v, policy, now = self.v, self.policy, self.now
-        age = elapsed(now, v.created)
-        waiting = " and ".join(what for what, ok in (("the node Ready", v.ready),
-                                                     ("its GPUs advertised", v.gpus_advertised)) if not ok)
-        limit = int(policy.burn_in.ready_within.total_seconds())
-        if waiting and v.created is not None and age < policy.burn_in.ready_within:
-            return self.out(Action.DIAGNOSE, Verdict.DEFERRED, f"burn-in: waiting for {waiting} "
-                            f"({int(age.total_seconds())}s of {limit}s)")
-        name = job_name(v.name, Purpose.BURN_IN, now)
-        restarts = self.state.burn_in_restarts + 1 if again else 0
-        self.state = replace(NodeState(actions=self.state.actions), diagnosis_job=name,
-                             diagnosis_purpose=str(Purpose.BURN_IN), diagnosis_started=now, burn_in_restarts=restarts)
-        level = policy.burn_in.level
-        still = f" (started without {waiting}, {limit}s after the node was made)" if waiting else ""
-        still += f" (again: {again})" if again else ""
-        self.note(Note(EventReason.BURN_IN_STARTED, f"new node: diagnostic job {name} runs dcgmi diag -r {level} and "
-                       f"the GPU and EFA counts before the burn-in taint comes off{still}"))
-        self.out(Action.DIAGNOSE, Verdict.EXECUTE, f"burn-in of a new node: diagnostic job {name} "
-                 f"(dcgmi diag -r {level})", job=name)
+def _burn_in(d: Draft, ctx: Pass) -> None:
+    """A node that carries the burn-in taint, with no episode: its burn-in started, read, or ended."""
+    st, policy = d.state, ctx.policy
+    if not (policy.diagnose.enabled and policy.diagnose.judge_image):
+        return _end_burn_in(d, ctx, EventReason.BURN_IN_SKIPPED, "no diagnostic Job can be made (diagnose.enabled "
+                            "is false or diagnose.judge_image is unset): the burn-in taint comes off "
+                            "untested", Severity.WARNING)
+    if st.diagnostic.purpose != Purpose.BURN_IN or st.diagnostic.job is None:
+        return _start_burn_in(d, ctx)
+    if d.view.diagnosis_missing and elapsed(ctx.now, st.diagnostic.started) >= policy.jobs.start_timeout \
+            and st.burn_in_restarts + 1 < MAX_BURN_IN_JOBS:  # gone unread (its TTL, a long hold): start again
+        return _start_burn_in(d, ctx, again=f"its diagnostic job {st.diagnostic.job} is gone before its result was "
+                              "read (deleted after jobs.ttl_seconds_after_finished, or never made)")
+    found = read_diagnosis(d, ctx, policy.burn_in.level)
+    if isinstance(found, str):
+        return _end_burn_in(d, ctx, EventReason.BURN_IN_NOT_STARTED, f"diagnostic job {st.diagnostic.job} did not "
+                            f"start: {found}. gpuhealth's own breakage, not the node's: the burn-in taint "
+                            "comes off untested", Severity.WARNING)
+    if found is None:
+        return out(d, Action.END_BURN_IN, Verdict.DEFERRED, f"burn-in: diagnostic job {st.diagnostic.job} under "
+                   f"way since {time_text(st.diagnostic.started)}")
+    if found.passed:
+        return _end_burn_in(d, ctx, EventReason.BURN_IN_PASSED, f"burn-in passed: diagnostic job "
+                            f"{st.diagnostic.job} ({found.detail}); the burn-in taint comes off")
+    return _burn_in_failed(d, ctx, found)
 
-    def _end_burn_in(self, reason: EventReason, why: str, severity: Severity = Severity.NORMAL) -> None:
-        self.note(Note(reason, why, severity))
-        self.state = NodeState(actions=self.state.actions)
-        self.out(Action.END_BURN_IN, Verdict.EXECUTE, why)
 
-    def _burn_in_failed(self, found: Diagnosis) -> None:
-        """A hardware episode as a failed sweep's (decide/sweep.py): gpuhealth's taint and cordon for the burn-in's,
-        and the ladder climbs from the cordon on later passes. Not held by the cordon budget: the node was never in
-        service, and releasing it instead would put a failed node in service; it counts from now on."""
-        st, now = self.state, self.now
-        rung = sweep_rung(found.categories)
-        what = ", ".join(found.categories) or "failed"
-        self.ledger.take(self.v, Action.CORDON)
-        self.state = replace(NodeState(actions=st.actions).with_action(
-            now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
-            cordoned=not self.v.unschedulable), diagnosis_job=st.diagnosis_job, diagnosis_purpose=st.diagnosis_purpose,
-            diagnosis_started=st.diagnosis_started, diagnosis_result=f"failed: {what}", sweep_rung=rung,
-            gpu=found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS)
-        then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
-                f"a hardware episode: the ladder climbs from its cordon to {rung}")
-        self.note(Note(EventReason.BURN_IN_FAILED, f"burn-in failed: diagnostic job {st.diagnosis_job} ({what}: "
-                       f"{found.detail}); {then}", Severity.WARNING))
-        self.out(Action.CORDON, Verdict.EXECUTE, f"burn-in failed ({what}): gpuhealth's taint for the burn-in's")
-        self.out(Action.END_BURN_IN, Verdict.EXECUTE, "burn-in failed: its taint replaced by gpuhealth's")
+def _start_burn_in(d: Draft, ctx: Pass, again: str = "") -> None:
+    """The diagnostic Job asked for once the node is Ready with its GPUs advertised, or burn_in.ready_within after
+    it was made whatever it says (a node whose driver never comes up is what a burn-in is for). `again`: why a
+    Job is started again (counted: a Job the API never makes ends as not started after MAX_BURN_IN_JOBS)."""
+    v, policy, now = d.view, ctx.policy, ctx.now
+    age = elapsed(now, v.created)
+    waiting = " and ".join(what for what, ok in (("the node Ready", v.ready),
+                                                 ("its GPUs advertised", v.gpus_advertised)) if not ok)
+    limit = int(policy.burn_in.ready_within.total_seconds())
+    if waiting and v.created is not None and age < policy.burn_in.ready_within:
+        return out(d, Action.DIAGNOSE, Verdict.DEFERRED, f"burn-in: waiting for {waiting} "
+                   f"({int(age.total_seconds())}s of {limit}s)")
+    name = diagnosis_job_name(v.name, Purpose.BURN_IN, now)
+    restarts = d.state.burn_in_restarts + 1 if again else 0
+    d.state = replace(NodeState(actions=d.state.actions), diagnostic=DiagnosticRun(name, str(Purpose.BURN_IN), now),
+                      burn_in_restarts=restarts)
+    level = policy.burn_in.level
+    still = f" (started without {waiting}, {limit}s after the node was made)" if waiting else ""
+    still += f" (again: {again})" if again else ""
+    note(d, Note(EventReason.BURN_IN_STARTED, f"new node: diagnostic job {name} runs dcgmi diag -r {level} and "
+                 f"the GPU and EFA counts before the burn-in taint comes off{still}"))
+    out(d, Action.DIAGNOSE, Verdict.EXECUTE, f"burn-in of a new node: diagnostic job {name} "
+        f"(dcgmi diag -r {level})", job=name)
+
+
+def _end_burn_in(d: Draft, ctx: Pass, reason: EventReason, why: str, severity: Severity = Severity.NORMAL) -> None:
+    note(d, Note(reason, why, severity))
+    d.state = NodeState(actions=d.state.actions)
+    out(d, Action.END_BURN_IN, Verdict.EXECUTE, why)
+
+
+def _burn_in_failed(d: Draft, ctx: Pass, found: Diagnosis) -> None:
+    """A hardware episode as a failed sweep's (decide/sweep.py): gpuhealth's taint and cordon for the burn-in's,
+    and the ladder climbs from the cordon on later passes. Not held by the cordon budget: the node was never in
+    service, and releasing it instead would put a failed node in service; it counts from now on."""
+    st, now = d.state, ctx.now
+    rung = sweep_rung(found.categories)
+    what = ", ".join(found.categories) or "failed"
+    ctx.ledger.take(d.view, Action.CORDON)
+    d.state = replace(NodeState(actions=st.actions).with_action(
+        now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
+        cordoned=not d.view.unschedulable), diagnostic=replace(st.diagnostic, result=f"failed: {what}"),
+        sweep_rung=rung,
+        gpu=found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS)
+    then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
+            f"a hardware episode: the ladder climbs from its cordon to {rung}")
+    note(d, Note(EventReason.BURN_IN_FAILED, f"burn-in failed: diagnostic job {st.diagnostic.job} ({what}: "
+                 f"{found.detail}); {then}", Severity.WARNING))
+    out(d, Action.CORDON, Verdict.EXECUTE, f"burn-in failed ({what}): gpuhealth's taint for the burn-in's")
+    out(d, Action.END_BURN_IN, Verdict.EXECUTE, "burn-in failed: its taint replaced by gpuhealth's")

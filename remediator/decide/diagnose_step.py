@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remediator.decide.diagnosis import Diagnosis, Purpose, job_name, level_for
+from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name, level_for
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import AlertRecord, elapsed, rung_index, time_text
-from remediator.decide.planner import PlannerBase
+from remediator.decide.planner import Draft, Pass, note, out
+from remediator.decide.state_records import DiagnosticRun
 from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
 
 DIAGNOSED_COMPONENTS = frozenset({"gpu", "memory", "nvlink", "pcie", "thermal"})  # the alerts' component label
@@ -34,49 +35,48 @@ PASSED = "passed"
 CONTRADICTS = "passed while the alerts fire"
 
 
-def read_diagnosis(p: PlannerBase, level: int) -> Diagnosis | str | None:
+def read_diagnosis(d: Draft, ctx: Pass, level: int) -> Diagnosis | str | None:
     """The outcome of the diagnostic Job the state names: its Diagnosis; why it did not start (a str: gpuhealth's own
     breakage, which the caller says: not_started_note, or a sweep's own Event); None while it runs. A Job that gives
     no result within its deadline and jobs.start_timeout fails closed (tool_error)."""
-    st, v, policy = p.state, p.v, p.policy
-    started = st.diagnosis_started or p.now
+    st, v, policy = d.state, d.view, ctx.policy
+    started = st.diagnostic.started or ctx.now
     limit = policy.diagnose.deadline(level) + policy.jobs.start_timeout
-    why = v.diagnosis_start.not_started(p.now, policy.jobs.start_timeout, False) if v.diagnosis_start else ""
-    if not why and v.diagnosis_missing and elapsed(p.now, started) >= policy.jobs.start_timeout:
+    why = v.diagnosis_start.not_started(ctx.now, policy.jobs.start_timeout, False) if v.diagnosis_start else ""
+    if not why and v.diagnosis_missing and elapsed(ctx.now, started) >= policy.jobs.start_timeout:
         why = f"its Job was not made within {policy.jobs.start_timeout} (the remediator's Events say why)"
     if why:
         return why
-    if v.diagnosis is None and not v.diagnosis_missing and elapsed(p.now, started) > limit:
+    if v.diagnosis is None and not v.diagnosis_missing and elapsed(ctx.now, started) > limit:
         return Diagnosis.tool_error(f"no result {limit} after it was asked for")
     return v.diagnosis
 
 
-def other_diagnosis_running(p: PlannerBase, name: str) -> str | None:
+def other_diagnosis_running(d: Draft, ctx: Pass, name: str) -> str | None:
     """The diagnostic Job the state names, when it is not `name` and still runs without a result: its name, for the
     caller to wait on (two dcgmi diag runs on the same GPUs at once fail each other). None: none, or it ended."""
-    st = p.state
-    if not st.diagnosis_job or st.diagnosis_job == name or st.diagnosis_result is not None:
+    st = d.state
+    if not st.diagnostic.job or st.diagnostic.job == name or st.diagnostic.result is not None:
         return None
-    return st.diagnosis_job if read_diagnosis(p, level_for(st.diagnosis_purpose, p.policy)) is None else None
+    return st.diagnostic.job if read_diagnosis(d, ctx, level_for(st.diagnostic.purpose, ctx.policy)) is None else None
 
 
-def not_started_note(p: PlannerBase, why: str) -> None:
+def not_started_note(d: Draft, ctx: Pass, why: str) -> None:
     """The DiagnosticNotStarted Event of a diagnostic Job that did not start (read_diagnosis's str)."""
-    p.note(Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {p.state.diagnosis_job} did not start: {why}. "
-                "gpuhealth's own breakage, not the node's", Severity.WARNING))
+    note(d, Note(EventReason.DIAGNOSTIC_NOT_STARTED, f"diagnostic job {d.state.diagnostic.job} did not start: {why}. "
+                 "gpuhealth's own breakage, not the node's", Severity.WARNING))
 
 
-def start_diagnosis(p: PlannerBase, purpose: Purpose, name: str, why: str) -> None:
+def start_diagnosis(d: Draft, ctx: Pass, purpose: Purpose, name: str, why: str) -> None:
     """The state that names the diagnostic Job, and the decision that makes it (act/executor.py)."""
-    p.state = replace(p.state, diagnosis_job=name, diagnosis_purpose=str(purpose), diagnosis_started=p.now,
-                      diagnosis_result=None)
-    p.out(Action.DIAGNOSE, Verdict.EXECUTE, why, job=name)
+    d.state = replace(d.state, diagnostic=DiagnosticRun(name, str(purpose), ctx.now))
+    out(d, Action.DIAGNOSE, Verdict.EXECUTE, why, job=name)
 
 
-def _diagnosable(p: PlannerBase, fps: list[str]) -> list[AlertRecord]:
+def _diagnosable(d: Draft, ctx: Pass, fps: list[str]) -> list[AlertRecord]:
     """The firing alerts of `fps` when the drained node's diagnostic can speak about them (node scope, every one a GPU
     component's, none a correlated fault's); [] when it cannot, or no diagnostic Job can be made."""
-    policy, st = p.policy, p.state
+    policy, st = ctx.policy, d.state
     firing = [st.alerts[fp] for fp in fps if fp in st.alerts]
     if not (policy.diagnose.enabled and policy.diagnose.judge_image) or st.scope != Scope.NODE \
             or any(a.component not in DIAGNOSED_COMPONENTS for a in firing) or set(fps) & set(st.correlated):
@@ -84,105 +84,105 @@ def _diagnosable(p: PlannerBase, fps: list[str]) -> list[AlertRecord]:
     return firing
 
 
-def _rung_diagnosis(p: PlannerBase) -> str:
+def _rung_diagnosis(d: Draft, ctx: Pass) -> str:
     """The name of the diagnostic Job for the rung the state is at (one per rung: a restart finds the same Job)."""
-    return job_name(p.v.name, Purpose.DIAGNOSE, p.state.rung_done or p.state.episode)
+    return diagnosis_job_name(d.view.name, Purpose.DIAGNOSE, d.state.rung_done or d.state.episode)
 
 
-def _asked(p: PlannerBase, name: str, waiting: Action, what: str, why: str) -> bool:
+def _asked(d: Draft, ctx: Pass, name: str, waiting: Action, what: str, why: str) -> bool:
     """Job `name` asked for now, unless the state names it already (False) or another diagnostic still runs on the
     GPUs (then `waiting` deferred until it ends). True: the pass is said."""
-    if p.state.diagnosis_job == name:
+    if d.state.diagnostic.job == name:
         return False
-    if running := other_diagnosis_running(p, name):
-        p.out(waiting, Verdict.DEFERRED, f"diagnostic job {running} still runs: {what} waits for it")
+    if running := other_diagnosis_running(d, ctx, name):
+        out(d, waiting, Verdict.DEFERRED, f"diagnostic job {running} still runs: {what} waits for it")
         return True
-    start_diagnosis(p, Purpose.DIAGNOSE, name, why)
+    start_diagnosis(d, ctx, Purpose.DIAGNOSE, name, why)
     return True
 
 
-def diagnosis_before_person(p: PlannerBase, fps: list[str]) -> bool:
+def diagnosis_before_person(d: Draft, ctx: Pass, fps: list[str]) -> bool:
     """The ladder stops at its top (ladder.max_rung, below replace) with a GPU fault persisting on the drained node:
     before the node is left for a person, the diagnostic runs once (diagnose.level), so that the person finds the
     fault confirmed or the signal contradicted. True while it is asked for or under way (the pass is said); False once
     it has a result (recorded in the state, said in an Event; the caller's stop follows) or when none is made."""
-    st = p.state
-    firing = _diagnosable(p, fps)
+    st = d.state
+    firing = _diagnosable(d, ctx, fps)
     if not firing or rung_index(st.rung) < rung_index(Rung.DRAIN) or st.rung_status != RungStatus.DONE:
         return False  # a failed rung (a drain that left pods, a reboot that never came back) is no drained node
-    if not p.full.pods_known or p.full.evictable:
+    if not d.full.pods_known or d.full.evictable:
         return False  # not the whole node drained (a fault on one GPU drains that GPU's pods): others use the GPUs
-    name, level = _rung_diagnosis(p), p.policy.diagnose.level
-    if _asked(p, name, Action.NONE, "the diagnosis for the person", f"the fault persists at {st.rung}, the top of "
+    name, level = _rung_diagnosis(d, ctx), ctx.policy.diagnose.level
+    if _asked(d, ctx, name, Action.NONE, "the diagnosis for the person", f"the fault persists at {st.rung}, the top of "
               f"the ladder (ladder.max_rung): diagnosing the drained node before it is left for a person (diagnostic "
               f"job {name}, dcgmi diag -r {level}, GPU and EFA counts)"):
         return True
-    if st.diagnosis_result is not None:
+    if st.diagnostic.result is not None:
         return False
-    found, what = read_diagnosis(p, level), ", ".join(a.name for a in firing)
+    found, what = read_diagnosis(d, ctx, level), ", ".join(a.name for a in firing)
     if found is None:
-        p.out(Action.NONE, Verdict.DEFERRED, f"waiting for diagnostic job {name} (since "
-              f"{time_text(st.diagnosis_started)}) before the node is left for a person")
+        out(d, Action.NONE, Verdict.DEFERRED, f"waiting for diagnostic job {name} (since "
+            f"{time_text(st.diagnostic.started)}) before the node is left for a person")
         return True
-    _record(p, found, what, "the node stays out of service, drained, for a person", f"; the ladder stops at "
+    _record(d, ctx, found, what, "the node stays out of service, drained, for a person", f"; the ladder stops at "
             f"{st.rung} (ladder.max_rung): the node stays out of service for a person")
     return False
 
 
-def _record(p: PlannerBase, found: Diagnosis | str, alerts: str, kept: str, confirmed: str) -> None:
+def _record(d: Draft, ctx: Pass, found: Diagnosis | str, alerts: str, kept: str, confirmed: str) -> None:
     """A diagnosis's outcome in the state and its Event: never started, passed while `alerts` still fire (then
     `kept`: what becomes of the node), or failed (then `confirmed`)."""
-    st = p.state
+    st = d.state
     if isinstance(found, str):
-        not_started_note(p, found)
-        p.state = replace(st, diagnosis_result=f"not started: {found}")
+        not_started_note(d, ctx, found)
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"not started: {found}"))
     elif found.passed:
-        p.state = replace(st, diagnosis_result=CONTRADICTS)
-        p.note(Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnosis_job} passed ("
-                    f"{found.detail}) while {alerts} still fire: the signal, not the hardware, is suspect; {kept}",
-                    Severity.WARNING))
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=CONTRADICTS))
+        note(d, Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnostic.job} passed ("
+                     f"{found.detail}) while {alerts} still fire: the signal, not the hardware, is suspect; {kept}",
+                     Severity.WARNING))
     else:
         cats = ", ".join(found.categories) or "failed"
-        p.state = replace(st, diagnosis_result=f"failed: {cats}")
-        p.note(Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {st.diagnosis_job} confirms the fault ({cats}: "
-                    f"{found.detail}){confirmed}", Severity.WARNING))
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"failed: {cats}"))
+        note(d, Note(EventReason.DIAGNOSTIC_FAILED, f"diagnostic job {st.diagnostic.job} confirms the fault ({cats}: "
+                     f"{found.detail}){confirmed}", Severity.WARNING))
 
 
-def diagnosis_first(p: PlannerBase, rung: str, fps: list[str]) -> bool:
+def diagnosis_first(d: Draft, ctx: Pass, rung: str, fps: list[str]) -> bool:
     """Before `rung` starts (every gate passed): True while the diagnosis holds a replacement back (asked for, under
     way, or passed: the node waits for a person), False when the replacement goes on (no diagnosis for it, or it
     failed or could not start)."""
-    policy, st = p.policy, p.state
-    firing = _diagnosable(p, fps)
-    if rung != Rung.REPLACE or st.repeat_offender is not None or not firing \
+    policy, st = ctx.policy, d.state
+    firing = _diagnosable(d, ctx, fps)
+    if rung != Rung.REPLACE or st.offence.rule is not None or not firing \
             or max(rung_index(a.remediation) for a in firing) >= rung_index(Rung.REPLACE):
         return False
-    name, level = _rung_diagnosis(p), policy.diagnose.level
-    if _asked(p, name, Action.REPLACE, "the diagnosis before the replacement", f"before replace: diagnosing the "
+    name, level = _rung_diagnosis(d, ctx), policy.diagnose.level
+    if _asked(d, ctx, name, Action.REPLACE, "the diagnosis before the replacement", f"before replace: diagnosing the "
               f"drained node (diagnostic job {name}, dcgmi diag -r {level}, GPU and EFA counts): it is replaced only "
               "if that fails"):
-        if p.state.diagnosis_job == name:  # asked for now (not waiting for another): the replacement waits for it
-            p.out(Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {name}")
+        if d.state.diagnostic.job == name:  # asked for now (not waiting for another): the replacement waits for it
+            out(d, Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {name}")
         return True
-    if st.diagnosis_result is None:
-        return _decided(p, read_diagnosis(p, level), [a.name for a in firing])
-    if st.diagnosis_result == CONTRADICTS:
-        p.out(Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {', '.join(a.name for a in firing)} "
-              "still fire: not replaced; the node stays out of service for a person")
+    if st.diagnostic.result is None:
+        return _decided(d, ctx, read_diagnosis(d, ctx, level), [a.name for a in firing])
+    if st.diagnostic.result == CONTRADICTS:
+        out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {', '.join(a.name for a in firing)} "
+            "still fire: not replaced; the node stays out of service for a person")
         return True
     return False
 
 
-def _decided(p: PlannerBase, found: Diagnosis | str | None, alerts: list[str]) -> bool:
-    st = p.state
+def _decided(d: Draft, ctx: Pass, found: Diagnosis | str | None, alerts: list[str]) -> bool:
+    st = d.state
     if found is None:
-        p.out(Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {st.diagnosis_job} (since "
-              f"{time_text(st.diagnosis_started)})")
+        out(d, Action.REPLACE, Verdict.DEFERRED, f"waiting for diagnostic job {st.diagnostic.job} (since "
+            f"{time_text(st.diagnostic.started)})")
         return True
     what = ", ".join(alerts)
-    _record(p, found, what, "the node is not replaced and stays out of service, drained, for a person",
+    _record(d, ctx, found, what, "the node is not replaced and stays out of service, drained, for a person",
             ": replacing the node")
     if isinstance(found, str) or not found.passed:
         return False  # failed: replaced; not started: no evidence either way, replaced as the persisting alerts asked
-    p.out(Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {what} still fire: not replaced; needs a person")
+    out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {what} still fire: not replaced; needs a person")
     return True

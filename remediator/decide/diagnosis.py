@@ -105,8 +105,8 @@ def provisioned(node: RawNode) -> Provisioned:
                        labels.get(INSTANCE_TYPE_LABEL, ""))
 
 
-def job_name(node: str, purpose: Purpose, episode: datetime | None) -> str:
-    """Deterministic per node, purpose and episode (as decide/climb.py job_name): a second create finds the first
+def diagnosis_job_name(node: str, purpose: Purpose, episode: datetime | None) -> str:
+    """Deterministic per node, purpose and episode (as decide/climb.py rung_job_name): a second create finds the first
     (409). `episode`: the episode's start, or for a run not of an episode the time that makes it distinct (a sweep's
     slot). A second diagnosis of the same purpose in one episode needs a distinct time too (the first's Job may
     still be kept)."""

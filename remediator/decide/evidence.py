@@ -1,7 +1,7 @@
 """Evidence before destruction: before the episode's first rung past drain (reset_gpu, reboot or replace), a bounded
 Job on the node collects what a vendor's RMA asks for, and the rung waits for it at most evidence.max_wait.
 
-Pure, as the rest of decide/: `evidence_first` is asked by the climb (decide/climb.py `_start`) once a step has passed
+Pure, as the rest of decide/: `evidence_first` is asked by the climb (decide/climb.py `start`) once a step has passed
 every gate, right before its decision. It says whether the rung waits this pass, and records in the state what it
 decided: the Job's name and when it was made (evidence_job, evidence_started), then how it ended (evidence). Once
 per episode: a second rung (a reboot after a reset) finds the outcome recorded and goes on. The executor makes the
@@ -19,7 +19,8 @@ from datetime import datetime
 
 from remediator.decide.job_start import node_job_name
 from remediator.decide.nodestate import elapsed, time_text
-from remediator.decide.planner import PlannerBase
+from remediator.decide.planner import Draft, Pass, out
+from remediator.decide.state_records import EvidenceRun
 from remediator.decide.vocabulary import Action, EvidenceOutcome, JobStatus, Rung, Verdict
 
 # the rungs that destroy what the node could tell: a reset clears the GPU's state, a reboot the kernel's ring buffer,
@@ -46,30 +47,30 @@ def _outcome(status: JobStatus | None, waited: int, cap: int) -> tuple[EvidenceO
                                         "abandoned, what it wrote so far is kept")
 
 
-def evidence_first(p: PlannerBase, rung: str) -> bool:
+def evidence_first(d: Draft, ctx: Pass, rung: str) -> bool:
     """Before `rung` starts (every gate passed): True when it waits for the evidence this pass (decided and said),
     False when it goes on now (evidence off, not a destroying rung, already settled this episode, or settled now)."""
-    policy, st, now = p.policy, p.state, p.now
+    policy, st, now = ctx.policy, d.state, ctx.now
     settings = policy.evidence
-    if not settings.enabled or rung not in EVIDENCE_RUNGS or st.evidence is not None:
+    if not settings.enabled or rung not in EVIDENCE_RUNGS or st.evidence_run.outcome is not None:
         return False
     cap = int(settings.max_wait.total_seconds())
-    where = f"{policy.jobs.namespace}/{st.evidence_job or evidence_name(p.v.name, st.episode)}"
-    if st.evidence_job is None:
-        name = evidence_name(p.v.name, st.episode)
-        p.state = replace(st, evidence_job=name, evidence_started=now)
-        p.out(Action.COLLECT_EVIDENCE, Verdict.EXECUTE, f"before {rung}: collecting evidence for an RMA (job "
-              f"{where}; stored in ConfigMap {where})", job=name)
-        p.out(Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where} (at most {cap}s)")
+    where = f"{policy.jobs.namespace}/{st.evidence_run.job or evidence_name(d.view.name, st.episode)}"
+    if st.evidence_run.job is None:
+        name = evidence_name(d.view.name, st.episode)
+        d.state = replace(st, evidence_run=EvidenceRun(job=name, started=now))
+        out(d, Action.COLLECT_EVIDENCE, Verdict.EXECUTE, f"before {rung}: collecting evidence for an RMA (job "
+            f"{where}; stored in ConfigMap {where})", job=name)
+        out(d, Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where} (at most {cap}s)")
         return True
-    waited = int(elapsed(now, st.evidence_started).total_seconds())
-    status = p.v.evidence_status
+    waited = int(elapsed(now, st.evidence_run.started).total_seconds())
+    status = d.view.evidence_status
     if status in (None, JobStatus.RUNNING) and waited < cap:
-        p.out(Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where}: running for {waited}s of at "
-              f"most {cap}s")
+        out(d, Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where}: running for {waited}s of at "
+            f"most {cap}s")
         return True
     outcome, why = _outcome(status, waited, cap)
-    p.state = replace(st, evidence=outcome)
-    p.out(Action.STORE_EVIDENCE, Verdict.EXECUTE, f"before {rung}: {why}; its summary goes to ConfigMap {where}",
-          new=False, job=st.evidence_job)
+    d.state = replace(st, evidence_run=replace(st.evidence_run, outcome=outcome))
+    out(d, Action.STORE_EVIDENCE, Verdict.EXECUTE, f"before {rung}: {why}; its summary goes to ConfigMap {where}",
+        new=False, job=st.evidence_run.job)
     return False

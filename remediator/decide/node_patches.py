@@ -87,13 +87,14 @@ def with_gpu_clients(body: NodePatch, node: RawNode, before: NodeState, after: N
     audit ("" when nothing changes). A label is restored only while it still holds the pause value: one a person
     changed since is theirs."""
     labels_now = api_objects.labels(node)
-    labels: dict[str, str | None] = {key: after.pause_value for key in after.paused if key not in before.paused}
-    labels.update({key: "true" for key in before.paused
-                   if key not in after.paused and labels_now.get(key) == before.pause_value})
+    labels: dict[str, str | None] = {key: after.reset.pause_value for key in after.reset.paused
+                                     if key not in before.reset.paused}
+    labels.update({key: "true" for key in before.reset.paused
+                   if key not in after.reset.paused and labels_now.get(key) == before.reset.pause_value})
     annotations: dict[str, str | None] = {}
     if after.reset_request is not None and before.reset_request != after.reset_request:
         annotations[RESET_REQUEST_ANNOTATION] = after.reset_request
-    elif after.reset_phase is None and before.reset_phase is not None:
+    elif after.reset.phase is None and before.reset.phase is not None:
         annotations[RESET_REQUEST_ANNOTATION] = None
     if not labels and not annotations:
         return body, ""

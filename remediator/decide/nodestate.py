@@ -13,10 +13,12 @@ import json
 import re
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
-from remediator.decide import json_text, state_schema
+from remediator.decide import json_text, state_records, state_schema
+from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Offence, Reset, kept, record
 from remediator.decide.vocabulary import RUNG_ORDER, EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
@@ -171,53 +173,43 @@ class NodeState:
     timed_out: bool = False  # the running rung passed its timeout (reported once)
     drain_failed: bool = False  # a drain failed this episode: never climb above the alerts' own rung
     actions: tuple[datetime, ...] = ()  # start times of actions in the last hour (rate cap)
-    scope: Scope = Scope.NODE  # the episode quarantines one GPU (DRA device taints), the node stays in service
-    devices: tuple[str, ...] = ()  # GPU scope: the DRA devices quarantined (the GPU and its MIG devices)
-    node_floor: str | None = None  # a GPU step failed: the node ladder starts here, above it (e.g. reboot)
-    reset_phase: ResetPhase | None = None  # reset_gpu's step; None: neither
-    paused: tuple[str, ...] = ()  # the operand labels gpuhealth set to the pause value (restored when the rung ends)
-    pause_value: str | None = None  # the value it set them to (a policy changed meanwhile still finds them)
+    # the episode quarantines one GPU (DRA device taints), the node stays in service
+    scope: Scope = field(default=Scope.NODE, metadata=kept(since=2))
+    # GPU scope: the DRA devices quarantined; after a GPU step failed, the node ladder's first rung
+    gpu_scope: GpuScope = field(default_factory=GpuScope, metadata=record(GpuScope))
+    # reset_gpu stopping the GPU's clients, and what it paused
+    reset: Reset = field(default_factory=Reset, metadata=record(Reset))
     # the failed Job rung's Job never ran its container (why: decide/job_start.py): gpuhealth's breakage, not the
     # node's, so the ladder does not climb from it
-    not_started: str | None = None
+    not_started: str | None = field(default=None, metadata=kept(since=4))
     # fingerprints of the firing alerts counted as a monitoring fault (gpuhealth's own failure on many nodes): they
     # start nothing; reported (an Event) when they join, and they stay one while min_nodes still fire them
     monitoring_faults: tuple[str, ...] = ()
     # fingerprints of the firing alerts counted as a correlated fault (the same alert on nodes behind one switch or
     # rack, decide/correlated.py): they climb no higher than their own rung, and stay counted while they fire
-    correlated: tuple[str, ...] = ()
-    # the diagnostic Job of this rung (decide/validation.py): its name, why it runs (decide/diagnosis.py Purpose),
-    # when it was asked for, and its result once read ("passed", "failed: ...", "not started: ..."), which outlives
-    # the Job (deleted jobs.ttl_seconds_after_finished after it ends)
-    diagnosis_job: str | None = None
-    diagnosis_purpose: str | None = None
-    diagnosis_started: datetime | None = None
-    diagnosis_result: str | None = None
+    correlated: tuple[str, ...] = field(default=(), metadata=kept(omitted=True))
+    # the diagnostic Job of this rung, and its result once read
+    diagnostic: DiagnosticRun = field(default_factory=DiagnosticRun, metadata=record(DiagnosticRun))
     # the Karpenter-watched conditions another agent set False that this episode already reported (once each)
     repair_reported: tuple[str, ...] = ()
     # acts this state was written for that are not a part of its write (Action.REPLACE: the hand-over;
     # Action.QUARANTINE_GPU: the devices' DeviceTaintRules), not yet seen done: set in the write before them, cleared
     # in a write after them, so that a remediator killed in between does them (again, idempotently) on its next pass
-    pending: tuple[str, ...] = ()
-    # the episode's evidence before its first rung past drain (decide/evidence.py): the Job's name, when it was made,
-    # and once the rung went on, how it ended (collected | incomplete). Absent from the annotation while unset.
-    evidence_job: str | None = None
-    evidence_started: datetime | None = None
-    evidence: EvidenceOutcome | None = None
-    # the repeat-offender rule that escalated this episode to replace (decide/offenders.py: "episodes" or
-    # "same_gpu") and why, said once (an Event) when it applied; None: none did. Absent from the annotation while None
-    repeat_offender: str | None = None
-    repeat_offender_why: str | None = None
+    pending: tuple[str, ...] = field(default=(), metadata=kept(omitted=True))
+    # the episode's evidence Job before its first rung past drain
+    evidence_run: EvidenceRun = field(default_factory=EvidenceRun, metadata=record(EvidenceRun))
+    # the repeat-offender rule that escalated this episode to replace, and why
+    offence: Offence = field(default_factory=Offence, metadata=record(Offence))
     # an idle-node sweep's diagnostic failed (decide/sweep.py): the rung its failure asks for, which the episode climbs
     # to as a hardware fault with no alert behind it. Absent from the annotation while None
-    sweep_rung: str | None = None
+    sweep_rung: str | None = field(default=None, metadata=kept(omitted=True, since=5))
     # a new node's burn-in (decide/burn_in.py): how many of its diagnostic Jobs were started again because the one
     # before was gone before its result was read (bounded: MAX_BURN_IN_JOBS). Absent from the annotation while 0
-    burn_in_restarts: int = 0
+    burn_in_restarts: int = field(default=0, metadata=kept(omitted=True))
     # the validation of this episode's reset or reboot failed (decide/validation.py): the rung and what failed. The node
     # stays out of service whatever its alerts do, and the ladder climbs from that rung, until a later rung starts or a
     # person releases it (`gpuhealth-remediator release`). Absent from the annotation while None
-    validation_failed: str | None = None
+    validation_failed: str | None = field(default=None, metadata=kept(omitted=True, since=6))
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
@@ -239,7 +231,7 @@ class NodeState:
     def reset_request(self) -> str | None:
         """What gpuhealth.io/gpu-reset-request says while the GPU's clients are stopped for this rung: the reset Job
         and when the rung started, so an answer to an earlier stop (of the same Job) is not taken for this one."""
-        if self.reset_phase is None or not self.job:
+        if self.reset.phase is None or not self.job:
             return None
         started = str(time_text(self.rung_started))  # as the annotation writes it
         return f"{self.job}.{hashlib.sha1(started.encode()).hexdigest()[:6]}"
@@ -250,22 +242,18 @@ class NodeState:
         return replace(self, actions=(*recent, now), **changes)
 
     def to_json(self) -> str:
-        data = _fields_json(self, _STATE_FIELDS)
+        """The annotation: each field under its key (decide/state_records.py), times as RFC 3339; a key added since
+        version 1 left out while unset, and the version the newest field set asks for (STATE_VERSION's notes)."""
+        data: dict[str, Any] = {}
+        version = 1
+        for k, value in state_records.values(self, _STATE_KEYS):
+            if k.omitted and not value:  # the annotation as before where there is none
+                continue
+            if value and value != k.default:
+                version = max(version, k.since)
+            data[k.key] = fmt_time(value) if isinstance(value, datetime) else value
         data["alerts"] = {fp: _alert_json(a) for fp, a in self.alerts.items()}
         data["actions"] = [fmt_time(t) for t in self.actions]
-        for key in _UNSET_OMITTED:  # the annotation as before where there is none
-            if not data[key]:
-                del data[key]
-        if self.validation_failed:
-            version = 6
-        elif self.sweep_rung:
-            version = 5
-        elif self.not_started:
-            version = 4
-        elif self.reset_phase or self.paused or self.pause_value:
-            version = 3
-        else:
-            version = 2 if self.scope != Scope.NODE or self.devices else 1
         return _compact_json({"v": version, **data})
 
     @classmethod
@@ -292,42 +280,44 @@ class NodeState:
         try:
             alerts = {str(fp): AlertRecord(**_read_times(_checked_alert(fp, a, alert_fields), _ALERT_TIMES))
                       for fp, a in raw_alerts.items()}
-            known = set(cls.__dataclass_fields__)
+            known = {k.key for k in _STATE_KEYS}
             _check_state(data, "state annotation: ")
             rest = _read_times({k: v for k, v in data.items() if k in known}, _STATE_TIMES)
             rest["actions"] = tuple(parse_time(t) for t in rest.get("actions") or ())
-            rest["devices"] = tuple(rest.get("devices") or ())
-            rest["paused"] = tuple(rest.get("paused") or ())
-            rest["monitoring_faults"] = tuple(rest.get("monitoring_faults") or ())
-            rest["repair_reported"] = tuple(rest.get("repair_reported") or ())
-            rest["pending"] = tuple(rest.get("pending") or ())
-            # the words of the vocabulary, read into its types: an unknown one is a damaged state (fail closed)
-            for key, kind in (("rung", Rung), ("rung_status", RungStatus), ("reset_phase", ResetPhase),
-                              ("scope", Scope), ("evidence", EvidenceOutcome)):
-                if key in rest and (rest[key] is not None or key == "scope"):  # every state has a scope
-                    try:
-                        rest[key] = kind(rest[key])
-                    except ValueError:
-                        raise ValueError(f"state annotation: {key} {rest[key]!r} is unknown") from None
-            return cls(alerts=alerts, **rest)
+            for k in _STATE_KEYS:
+                if k.type == "tuple[str, ...]":
+                    rest[k.key] = tuple(rest.get(k.key) or ())
+            _read_words(rest)
+            return cls(alerts=alerts, **state_records.grouped(cls, rest, _STATE_KEYS))
         except (TypeError, AttributeError, OverflowError) as exc:  # overflow: a time past year 9999 in UTC
             raise ValueError(f"state annotation is damaged: {exc}") from exc
 
 
-# The fields the annotation holds, and of them the times: RFC 3339 text there, datetime in memory (to_json /
-# from_json). The times are read off the fields' types, so a new one is never written as a time and read as text.
-_STATE_FIELDS = tuple(f.name for f in fields(NodeState) if f.name != "alerts")
+# The keys the annotation holds (decide/state_records.py), and of them the times: RFC 3339 text there, datetime in
+# memory (to_json / from_json). The times are read off the fields' types, so a new one is never written as a time
+# and read as text.
+_STATE_KEYS = state_records.keys_of(NodeState, skip=("alerts",))
 _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
-# The fields added since version 1 that the annotation leaves out while they are unset (empty, None), so that a state
-# that uses none of them is written as before
-_UNSET_OMITTED = ("pending", "correlated", "diagnosis_job", "diagnosis_purpose", "diagnosis_started",
-                  "diagnosis_result", "repeat_offender", "repeat_offender_why", "evidence_job", "evidence_started",
-                  "evidence", "sweep_rung", "burn_in_restarts", "validation_failed")
-_STATE_TIMES = tuple(f.name for f in fields(NodeState) if f.type in ("datetime", "datetime | None"))
+_STATE_TIMES = tuple(k.key for k in _STATE_KEYS if k.type in ("datetime", "datetime | None"))
+# The words of the vocabulary the state holds, by their declared type: read into their enums on read
+_WORDS: dict[str, type[StrEnum]] = {"Rung": Rung, "RungStatus": RungStatus, "ResetPhase": ResetPhase, "Scope": Scope,
+                                    "EvidenceOutcome": EvidenceOutcome}
+
+
+def _read_words(rest: dict[str, Any]) -> None:
+    """The words of the vocabulary read into their types: an unknown one is a damaged state (fail closed). A null
+    where the type allows none (every state has a scope) is unknown too."""
+    for k in _STATE_KEYS:
+        kind = _WORDS.get(k.type.removesuffix(" | None"))
+        if kind is not None and k.key in rest and (rest[k.key] is not None or not k.type.endswith(" | None")):
+            try:
+                rest[k.key] = kind(rest[k.key])
+            except ValueError:
+                raise ValueError(f"state annotation: {k.key} {rest[k.key]!r} is unknown") from None
 _ALERT_TIMES = tuple(f.name for f in fields(AlertRecord) if f.type in ("datetime", "datetime | None"))
 
 
-def _fields_json(record: NodeState | AlertRecord, names: tuple[str, ...]) -> dict[str, Any]:
+def _fields_json(record: AlertRecord, names: tuple[str, ...]) -> dict[str, Any]:
     """A record's fields as its JSON holds them: times as RFC 3339 (the words are str, the tuples lists as they are).
     Not dataclasses.asdict: its deep copy of every value cost a recording more than all the rest of it."""
     return {name: fmt_time(v) if isinstance(v := getattr(record, name), datetime) else v for name in names}

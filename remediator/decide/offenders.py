@@ -15,26 +15,21 @@ the rest of the episode; alerts that ask for replace themselves need no rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 
-from remediator.decide.climb import ClimbSteps, _Flow, _Step
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.history import Episode, gpu_ids, hardware_alerts, history_after, in_window
 from remediator.decide.nodestate import AlertRecord, NodeState, rung_index, time_text
-from remediator.decide.scope import ScopeSteps
+from remediator.decide.planner import Draft, Pass, alert_ceiling, note, out
+from remediator.decide.state_records import Offence
+from remediator.decide.step import Step
 from remediator.decide.vocabulary import Action, Rung, Severity, Verdict
 from remediator.policy.repeat_offenders import RepeatOffenderSettings
 
 EPISODES = "episodes"
 SAME_GPU = "same_gpu"
 RULES = (EPISODES, SAME_GPU)  # the counter's reason label values
-
-
-@dataclass(frozen=True)
-class Offence:
-    rule: str  # EPISODES | SAME_GPU
-    why: str
 
 
 def span(d: timedelta) -> str:
@@ -73,54 +68,57 @@ def judge(history: tuple[Episode, ...], episode: datetime, gpus: tuple[str, ...]
     return None
 
 
-class OffenderSteps(ScopeSteps, ClimbSteps):
-    """The planner's repeat-offender steps: judged as the episode acts on hardware alerts, then the climb's target
-    raised to replace (or stopped after the drain for a person where ladder.max_rung is below replace)."""
+def judge_offender(d: Draft, ctx: Pass, actionable: dict[str, AlertRecord]) -> None:
+    """As the episode acts on hardware alerts: the rule it breaks recorded in the state and said once (before the
+    target: a repeat offender's is replace, raise_target)."""
+    st, settings = d.state, ctx.policy.repeat_offenders
+    if not settings.enabled or st.offence.rule is not None or st.episode is None:
+        return
+    hardware = hardware_alerts(st, firing_only=True)
+    own = [a for fp, a in hardware.items() if fp in actionable]
+    if not own or max(rung_index(a.remediation) for a in own) >= rung_index(Rung.REPLACE):
+        return  # no hardware alert acts, or the alerts ask for replace themselves
+    if alert_ceiling(d, [fp for fp in hardware if fp in actionable]).index < rung_index(Rung.REPLACE):
+        return  # none of its alerts may climb to replace (a cable's max_rung, a correlated fault)
+    offence = judge(d.full.history, st.episode, gpu_ids(own, d.full.devices), settings)
+    if offence is None:
+        return
+    asks = max((a.remediation for a in own), key=rung_index)
+    top = ctx.policy.ladder.max_rung
+    then = ("escalating to replace" if rung_index(top) >= rung_index(Rung.REPLACE) else
+            f"replace is above ladder.max_rung ({top}): the node is drained and left for a person")
+    why = f"repeat offender: {offence.why}; the alerts ask for {asks}, {then}"
+    d.state = replace(st, offence=Offence(offence.rule, why))
+    note(d, Note(EventReason.REPEAT_OFFENDER, why, Severity.WARNING))
 
-    def _judge_offender(self, actionable: dict[str, AlertRecord]) -> None:
-        st, settings = self.state, self.policy.repeat_offenders
-        if not settings.enabled or st.repeat_offender is not None or st.episode is None:
-            return
-        hardware = hardware_alerts(st, firing_only=True)
-        own = [a for fp, a in hardware.items() if fp in actionable]
-        if not own or max(rung_index(a.remediation) for a in own) >= rung_index(Rung.REPLACE):
-            return  # no hardware alert acts, or the alerts ask for replace themselves
-        if self.alert_ceiling([fp for fp in hardware if fp in actionable]).index < rung_index(Rung.REPLACE):
-            return  # none of its alerts may climb to replace (a cable's max_rung, a correlated fault)
-        offence = judge(self.full.history, st.episode, gpu_ids(own, self.full.devices), settings)
-        if offence is None:
-            return
-        asks = max((a.remediation for a in own), key=rung_index)
-        top = self.policy.ladder.max_rung
-        then = ("escalating to replace" if rung_index(top) >= rung_index(Rung.REPLACE) else
-                f"replace is above ladder.max_rung ({top}): the node is drained and left for a person")
-        why = f"repeat offender: {offence.why}; the alerts ask for {asks}, {then}"
-        self.state = replace(st, repeat_offender=offence.rule, repeat_offender_why=why)
-        self.note(Note(EventReason.REPEAT_OFFENDER, why, Severity.WARNING))
 
-    def _history(self) -> tuple[Episode, ...] | None:
-        """The history to write with this plan's state (None: as it is), decide/history.py."""
-        return history_after(self.full.history, self.full.devices, self.full.taken_over, self.plan.base_state,
-                             self.state, self.now, self.policy.repeat_offenders.window, self.seen)
+def history_to_write(d: Draft, ctx: Pass) -> tuple[Episode, ...] | None:
+    """The history to write with this plan's state (None: as it is), decide/history.py."""
+    return history_after(d.full.history, d.full.devices, d.full.taken_over, d.plan.base_state,
+                         d.state, ctx.now, ctx.policy.repeat_offenders.window, d.seen)
 
-    def _offending(self, st: NodeState) -> bool:
-        return st.repeat_offender is not None and self.policy.repeat_offenders.enabled
 
-    def _target(self, actionable: dict[str, AlertRecord], st: NodeState) -> int:
-        target = super()._target(actionable, st)
-        return max(target, rung_index(Rung.REPLACE)) if self._offending(st) else target
+def _offending(d: Draft, ctx: Pass, st: NodeState) -> bool:
+    return st.offence.rule is not None and ctx.policy.repeat_offenders.enabled
 
-    def _start(self, step: _Step, gpu: str | None, fps: list[str]) -> _Flow:
-        """The climb's step, said with the rule; past the drain, where replace is beyond the ladder: a person."""
-        st = self.state
-        if not self._offending(st) or step.resume or st.repeat_offender_why is None:
-            return super()._start(step, gpu, fps)
-        if rung_index(self.policy.ladder.max_rung) < rung_index(Rung.REPLACE) and (
-                rung_index(step.rung) > min(rung_index(Rung.DRAIN), rung_index(self.policy.ladder.max_rung))):
-            self.out(Action.NONE, Verdict.SKIPPED, f"{st.repeat_offender_why}: needs a person")
-            return _Flow.STOP
-        if step.rung == Rung.CORDON:
-            step = replace(step, why=f"{st.repeat_offender_why}{self.scope_note}")
-        elif step.rung == Rung.REPLACE:
-            step = replace(step, why=st.repeat_offender_why)
-        return super()._start(step, gpu, fps)
+
+def raise_target(d: Draft, ctx: Pass, target: int, st: NodeState) -> int:
+    """The climb's target (scope.target_of): a repeat offender's is replace."""
+    return max(target, rung_index(Rung.REPLACE)) if _offending(d, ctx, st) else target
+
+
+def restate(d: Draft, ctx: Pass, step: Step) -> Step | None:
+    """The climb's step before its start (climb.start): a repeat offender's said with its rule; None where replace
+    is beyond the ladder and the step is past the drain (said: needs a person). Any other step as it is."""
+    st = d.state
+    if not _offending(d, ctx, st) or step.resume or st.offence.why is None:
+        return step
+    if rung_index(ctx.policy.ladder.max_rung) < rung_index(Rung.REPLACE) and (
+            rung_index(step.rung) > min(rung_index(Rung.DRAIN), rung_index(ctx.policy.ladder.max_rung))):
+        out(d, Action.NONE, Verdict.SKIPPED, f"{st.offence.why}: needs a person")
+        return None
+    if step.rung == Rung.CORDON:
+        return replace(step, why=f"{st.offence.why}{d.scope_note}")
+    if step.rung == Rung.REPLACE:
+        return replace(step, why=st.offence.why)
+    return step

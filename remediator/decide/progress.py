@@ -27,14 +27,14 @@ def observe(view: NodeView, state: NodeState, now: datetime,
     rung = state.rung
     if rung == Rung.DRAIN and view.pods_known and not view.evictable:
         return done, [Note(EventReason.DRAIN_FINISHED, "no evictable pods left on the node", rung=Rung.DRAIN)]
-    if rung == Rung.RESET_GPU and state.reset_phase == ResetPhase.STOPPING and not still_holding(view, state, policy):
-        resetting = replace(state, reset_phase=ResetPhase.RESETTING)
+    if rung == Rung.RESET_GPU and state.reset.phase == ResetPhase.STOPPING and not still_holding(view, state, policy):
+        resetting = replace(state, reset=replace(state.reset, phase=ResetPhase.RESETTING))
         return resetting, [Note(EventReason.GPU_CLIENTS_STOPPED, "nothing holds the GPU any more (paused: "
-                                f"{', '.join(state.paused) or 'no operand'}): starting reset job {state.job}",
+                                f"{', '.join(state.reset.paused) or 'no operand'}): starting reset job {state.job}",
                                 rung=Rung.RESET_GPU)]
     timeout = policy.rung(rung).timeout
     timed_out = rung != Rung.DRAIN and timeout is not None and elapsed(now, state.rung_started) >= timeout
-    if rung == Rung.RESET_GPU and state.reset_phase != ResetPhase.STOPPING:
+    if rung == Rung.RESET_GPU and state.reset.phase != ResetPhase.STOPPING:
         if view.job_status == JobStatus.SUCCEEDED:
             return done, [Note(EventReason.GPU_RESET_SUCCEEDED, f"reset job {state.job} succeeded",
                                    rung=Rung.RESET_GPU)]

@@ -2,15 +2,16 @@
 built: a field of the wrong JSON type (a count written as text, a time as a number, a list as a string) is a damaged
 state, refused on read (the node fails closed alone: decide/views.py), never a value that raises later in a pass.
 
-The check is read off the fields' declared types, so a new field is checked as soon as it is declared; a field whose
-type has no JSON form below fails at import (add its form here).
+The check is read off the fields' declared types (a record's fields each under its own key), so a new field is
+checked as soon as it is declared; a field whose type has no JSON form below fails at import (add its form here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
+
+from remediator.decide.state_records import keys_of
 
 # The largest count the state holds (NodeState.burn_in_restarts, bounded far below this by the ladder): a bigger or
 # negative one was not written by gpuhealth
@@ -52,9 +53,10 @@ WHY: dict[Callable[[Any], bool], str] = {
 
 
 def checker(cls: type, skip: tuple[str, ...] = ()) -> Callable[[dict[str, Any], str], None]:
-    """A check of a JSON object's known keys against `cls`'s fields (those in `skip` are checked by the caller):
-    ValueError naming the first key of the wrong type, its value and what it must be."""
-    forms = {f.name: _FORMS[str(f.type)] for f in fields(cls) if f.name not in skip}
+    """A check of a JSON object's known keys against `cls`'s fields, each under its key (a record's fields each as
+    their own: decide/state_records.py; those in `skip` are checked by the caller): ValueError naming the first key of
+    the wrong type, its value and what it must be."""
+    forms = {k.key: _FORMS[k.type] for k in keys_of(cls, skip)}
 
     def check(data: dict[str, Any], where: str) -> None:
         for key, value in data.items():

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from remediator.decide import climb
 from remediator.decide.diagnose_step import read_diagnosis
-from remediator.decide.diagnosis import Diagnosis, Purpose, job_name
+from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import ALL_GPUS, NodeState, rung_index, time_text
-from remediator.decide.planner import Ceiling
-from remediator.decide.validation import ValidationSteps
-from remediator.decide.vocabulary import RUNG_ORDER, Action, Rung, RungStatus, Severity, Verdict
+from remediator.decide.planner import NO_CEILING, Ceiling, Draft, Pass, note, out
+from remediator.decide.state_records import DiagnosticRun
+from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
 
 # The rung each failed check asks for: a diag test or an all-reduce under its floor is a GPU's (its reset first, then
 # the climb: reboot, replace); a GPU or EFA device missing from the bus is the node's (a reboot re-enumerates them);
@@ -33,108 +34,111 @@ def sweep_rung(categories: tuple[str, ...]) -> Rung:
     return max((SWEEP_RUNGS.get(c, Rung.CORDON) for c in categories), key=rung_index, default=Rung.CORDON)
 
 
-class SweepSteps(ValidationSteps):
-    def alert_ceiling(self, fps: list[str]) -> Ceiling:
-        """A failed sweep has no alert: its fault may climb as far as ladder.max_rung lets any."""
-        if not fps and self.state.sweep_rung is not None:
-            return Ceiling(len(RUNG_ORDER) - 1, "")
-        return super().alert_ceiling(fps)
+def ceiling(d: Draft, fps: list[str]) -> Ceiling | None:
+    """A failed sweep has no alert: its fault may climb as far as ladder.max_rung lets any. None: not a failed
+    sweep's climb (the alerts' ceiling applies: planner.alert_ceiling)."""
+    return NO_CEILING if not fps and d.state.sweep_rung is not None else None
 
-    # --- the start ----------------------------------------------------------------------------
-    def _start_sweep(self) -> None:
-        """An idle node due for a sweep, within its pool's sweep limit, the cordon budget and the breaker: cordoned,
-        and its diagnostic Job asked for, in one plan. One held back is no decision (thousands of idle nodes would
-        each say so every pass): it is taken on a later pass."""
-        v, policy, now = self.v, self.policy, self.now
-        if v.gpu_work is None or v.gpu_work:  # not a candidate this pass (decide/sweep_due.py), or GPU work on it
-            return
-        usage = self.ledger.pools[v.pool]
-        if len(usage.sweeping) >= policy.sweep.max_per_pool.limit(usage.size) or self.ledger.breaker_open(v.pool):
-            return
-        if self.ledger.gate(v, Action.CORDON) is not None:  # the cordon budget, the action rate cap
-            return
-        self.ledger.take(v, Action.CORDON)
-        usage.sweeping.add(v.name)
-        name = job_name(v.name, Purpose.SWEEP, now)
-        self.state = NodeState(actions=self.state.actions).with_action(
-            now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
-            cordoned=True, diagnosis_job=name, diagnosis_purpose=str(Purpose.SWEEP), diagnosis_started=now)
-        self.plan.swept = now
-        last = f"last swept {time_text(v.last_sweep)}" if v.last_sweep else "never swept"
-        self.note(Note(EventReason.SWEEP_STARTED, f"idle-node sweep ({last}, no GPU pod): cordoned while diagnostic "
-                       f"job {name} runs dcgmi diag -r {policy.sweep.level} and the GPU and EFA counts"))
-        self.out(Action.CORDON, Verdict.EXECUTE, f"idle-node sweep: no GPU pod, {last}")
-        self.out(Action.DIAGNOSE, Verdict.EXECUTE, f"idle-node sweep: diagnostic job {name} "
-                 f"(dcgmi diag -r {policy.sweep.level})", job=name)
 
-    # --- under way --------------------------------------------------------------------------
-    def _sweep_holds(self) -> bool:
-        """A sweep's episode (no alert): True while this decides the node (the sweep under way, or its failure's
-        climb); False for the ladder's own return to service (a repair done: its validation, then the node returns)."""
-        st = self.state
-        if not st.active or st.alerts:  # an alert fired meanwhile: the ladder's as any episode
-            return False
-        if st.sweep_rung is not None:
-            return self._sweep_climb()
-        if st.diagnosis_purpose == Purpose.SWEEP and st.diagnosis_result is None:
-            return self._read_sweep()
+# --- the start ----------------------------------------------------------------------------
+def start_sweep(d: Draft, ctx: Pass) -> None:
+    """An idle node due for a sweep, within its pool's sweep limit, the cordon budget and the breaker: cordoned,
+    and its diagnostic Job asked for, in one plan. One held back is no decision (thousands of idle nodes would
+    each say so every pass): it is taken on a later pass."""
+    v, policy, now = d.view, ctx.policy, ctx.now
+    if v.gpu_work is None or v.gpu_work:  # not a candidate this pass (decide/sweep_due.py), or GPU work on it
+        return
+    usage = ctx.ledger.pools[v.pool]
+    if len(usage.sweeping) >= policy.sweep.max_per_pool.limit(usage.size) or ctx.ledger.breaker_open(v.pool):
+        return
+    if ctx.ledger.gate(v, Action.CORDON) is not None:  # the cordon budget, the action rate cap
+        return
+    ctx.ledger.take(v, Action.CORDON)
+    usage.sweeping.add(v.name)
+    name = diagnosis_job_name(v.name, Purpose.SWEEP, now)
+    d.state = NodeState(actions=d.state.actions).with_action(
+        now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
+        cordoned=True, diagnostic=DiagnosticRun(name, str(Purpose.SWEEP), now))
+    d.plan.swept = now
+    last = f"last swept {time_text(v.last_sweep)}" if v.last_sweep else "never swept"
+    note(d, Note(EventReason.SWEEP_STARTED, f"idle-node sweep ({last}, no GPU pod): cordoned while diagnostic "
+                 f"job {name} runs dcgmi diag -r {policy.sweep.level} and the GPU and EFA counts"))
+    out(d, Action.CORDON, Verdict.EXECUTE, f"idle-node sweep: no GPU pod, {last}")
+    out(d, Action.DIAGNOSE, Verdict.EXECUTE, f"idle-node sweep: diagnostic job {name} "
+        f"(dcgmi diag -r {policy.sweep.level})", job=name)
+
+# --- under way --------------------------------------------------------------------------
+def sweep_holds(d: Draft, ctx: Pass) -> bool:
+    """A sweep's episode (no alert): True while this decides the node (the sweep under way, or its failure's
+    climb); False for the ladder's own return to service (a repair done: its validation, then the node returns)."""
+    st = d.state
+    if not st.active or st.alerts:  # an alert fired meanwhile: the ladder's as any episode
         return False
+    if st.sweep_rung is not None:
+        return _sweep_climb(d, ctx)
+    if st.diagnostic.purpose == Purpose.SWEEP and st.diagnostic.result is None:
+        return _read_sweep(d, ctx)
+    return False
 
-    def _read_sweep(self) -> bool:
-        st, v, policy = self.state, self.v, self.policy
-        started = st.diagnosis_started or self.now
-        busy = [p for p in v.evictable if p.uses_gpu and not p.terminating]
-        if busy:
-            return self._sweep_return(EventReason.SWEEP_ABANDONED, f"GPU pod {busy[0].namespace}/{busy[0].name} came "
-                                      "to the node during its sweep (it tolerates gpuhealth's taint): a sweep never "
-                                      "touches GPU work; the node returns unswept")
-        found = read_diagnosis(self, policy.sweep.level)
-        if isinstance(found, str):
-            return self._sweep_return(EventReason.SWEEP_NOT_STARTED, f"diagnostic job {st.diagnosis_job} did not "
-                                      f"start: {found}. gpuhealth's own breakage: no fault was seen, so the "
-                                      "node returns unswept (it is not swept again before sweep.interval)",
-                                      Severity.WARNING)
-        if found is None:
-            self.out(Action.UNCORDON, Verdict.DEFERRED, f"idle-node sweep: diagnostic job {st.diagnosis_job} under "
-                     f"way since {time_text(started)}")
-            return True
-        if found.passed:
-            return self._sweep_return(EventReason.SWEEP_PASSED, f"idle-node sweep passed: diagnostic job "
-                                      f"{st.diagnosis_job} ({found.detail}); the node returns to service")
-        return self._sweep_failed(found)
 
-    def _sweep_return(self, reason: EventReason, why: str, severity: Severity = Severity.NORMAL) -> bool:
-        """The node back in service now: no alert fired, so no healthy delay."""
-        self.note(Note(reason, why, severity))
-        self.ledger.release(self.v)
-        self.state = NodeState(actions=self.state.actions)
-        self.out(Action.UNCORDON, Verdict.EXECUTE, why)
+def _read_sweep(d: Draft, ctx: Pass) -> bool:
+    st, v, policy = d.state, d.view, ctx.policy
+    started = st.diagnostic.started or ctx.now
+    busy = [p for p in v.evictable if p.uses_gpu and not p.terminating]
+    if busy:
+        return _sweep_return(d, ctx, EventReason.SWEEP_ABANDONED, f"GPU pod {busy[0].namespace}/{busy[0].name} came "
+                             "to the node during its sweep (it tolerates gpuhealth's taint): a sweep never "
+                             "touches GPU work; the node returns unswept")
+    found = read_diagnosis(d, ctx, policy.sweep.level)
+    if isinstance(found, str):
+        return _sweep_return(d, ctx, EventReason.SWEEP_NOT_STARTED, f"diagnostic job {st.diagnostic.job} did not "
+                             f"start: {found}. gpuhealth's own breakage: no fault was seen, so the "
+                             "node returns unswept (it is not swept again before sweep.interval)",
+                             Severity.WARNING)
+    if found is None:
+        out(d, Action.UNCORDON, Verdict.DEFERRED, f"idle-node sweep: diagnostic job {st.diagnostic.job} under "
+            f"way since {time_text(started)}")
         return True
+    if found.passed:
+        return _sweep_return(d, ctx, EventReason.SWEEP_PASSED, f"idle-node sweep passed: diagnostic job "
+                             f"{st.diagnostic.job} ({found.detail}); the node returns to service")
+    return _sweep_failed(d, ctx, found)
 
-    def _sweep_failed(self, found: Diagnosis) -> bool:
-        st = self.state
-        rung = sweep_rung(found.categories)
-        gpu = found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS
-        what = ", ".join(found.categories) or "failed"
-        self.state = replace(st, diagnosis_result=f"failed: {what}", sweep_rung=rung, gpu=gpu)
-        then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
-                f"a hardware episode: the ladder climbs from its cordon to {rung}")
-        self.note(Note(EventReason.SWEEP_FAILED, f"idle-node sweep failed: diagnostic job {st.diagnosis_job} "
-                       f"({what}: {found.detail}); {then}", Severity.WARNING))
-        return self._sweep_climb()
 
-    def _sweep_climb(self) -> bool:
-        """A failed sweep's episode: up the ladder to the rung its failure asks for, then on failure above it; a
-        repair done goes to the ladder's return to service (False: its validation, then the node returns)."""
-        st = self.state
-        assert st.sweep_rung is not None
-        target = rung_index(st.sweep_rung)
-        if target <= rung_index(Rung.CORDON):
-            what = "burn-in" if st.diagnosis_purpose == Purpose.BURN_IN else "idle-node sweep"
-            self.out(Action.NONE, Verdict.SKIPPED, f"the {what} failed ({st.diagnosis_result}): the node "
-                     "stays cordoned for a person; `gpuhealth-remediator release` returns it")
-            return True
-        if st.rung_status == RungStatus.DONE and rung_index(st.rung) >= target:
-            return False
-        self._climb(target, st.gpu or ALL_GPUS, [])
+def _sweep_return(d: Draft, ctx: Pass, reason: EventReason, why: str, severity: Severity = Severity.NORMAL) -> bool:
+    """The node back in service now: no alert fired, so no healthy delay."""
+    note(d, Note(reason, why, severity))
+    ctx.ledger.release(d.view)
+    d.state = NodeState(actions=d.state.actions)
+    out(d, Action.UNCORDON, Verdict.EXECUTE, why)
+    return True
+
+
+def _sweep_failed(d: Draft, ctx: Pass, found: Diagnosis) -> bool:
+    st = d.state
+    rung = sweep_rung(found.categories)
+    gpu = found.gpus[0] if len(found.gpus) == 1 else ALL_GPUS
+    what = ", ".join(found.categories) or "failed"
+    d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"failed: {what}"), sweep_rung=rung, gpu=gpu)
+    then = ("no evidence either way: the node stays cordoned for a person" if rung == Rung.CORDON else
+            f"a hardware episode: the ladder climbs from its cordon to {rung}")
+    note(d, Note(EventReason.SWEEP_FAILED, f"idle-node sweep failed: diagnostic job {st.diagnostic.job} "
+                 f"({what}: {found.detail}); {then}", Severity.WARNING))
+    return _sweep_climb(d, ctx)
+
+
+def _sweep_climb(d: Draft, ctx: Pass) -> bool:
+    """A failed sweep's episode: up the ladder to the rung its failure asks for, then on failure above it; a
+    repair done goes to the ladder's return to service (False: its validation, then the node returns)."""
+    st = d.state
+    assert st.sweep_rung is not None
+    target = rung_index(st.sweep_rung)
+    if target <= rung_index(Rung.CORDON):
+        what = "burn-in" if st.diagnostic.purpose == Purpose.BURN_IN else "idle-node sweep"
+        out(d, Action.NONE, Verdict.SKIPPED, f"the {what} failed ({st.diagnostic.result}): the node "
+            "stays cordoned for a person; `gpuhealth-remediator release` returns it")
         return True
+    if st.rung_status == RungStatus.DONE and rung_index(st.rung) >= target:
+        return False
+    climb.run(d, ctx, target, st.gpu or ALL_GPUS, [], NO_CEILING)  # a failed sweep's climb: sweep.ceiling
+    return True

@@ -51,5 +51,5 @@ def sweep_candidate(view: NodeView, policy: Policy, now: datetime) -> bool:
 def sweeping(state: NodeState) -> bool:
     """A sweep under way: an episode of no alert whose sweep diagnostic has no result yet (decide/budget.py counts
     these against sweep.max_per_pool)."""
-    return state.active and not state.alerts and state.diagnosis_purpose == Purpose.SWEEP \
-        and state.diagnosis_result is None and state.sweep_rung is None
+    return state.active and not state.alerts and state.diagnostic.purpose == Purpose.SWEEP \
+        and state.diagnostic.result is None and state.sweep_rung is None

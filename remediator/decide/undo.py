@@ -84,8 +84,8 @@ def undo_node(node: RawNode, policy: Policy, job_running: str | None = None) -> 
     if restored:
         changes += [c for c in restored.split("; ") if not c.startswith("removed ")]
     body = _restore_stray_pauses(body, labels, state, policy, changes)
-    kept += [f"{key}={labels[key]} (changed by a person since gpuhealth paused it)" for key in state.paused
-             if key in labels and labels[key] != state.pause_value]
+    kept += [f"{key}={labels[key]} (changed by a person since gpuhealth paused it)" for key in state.reset.paused
+             if key in labels and labels[key] != state.reset.pause_value]
     if drop:
         body = with_meta(body, annotations=drop)
         changes += [f"removed {key}" for key in drop]
@@ -133,7 +133,7 @@ def _restore_stray_pauses(body: NodePatch, labels: dict[str, str], state: NodeSt
                           changes: list[str]) -> NodePatch:
     """Operand labels holding gpuhealth's pause value that the state does not list (a state removed by hand
     mid-reset): the value is gpuhealth's alone, so they go back to "true" too."""
-    values = {policy.reset.pause_value, *([state.pause_value] if state.pause_value else [])}
+    values = {policy.reset.pause_value, *([state.reset.pause_value] if state.reset.pause_value else [])}
     already = (body.get("metadata") or {}).get("labels") or {}
     stray = {key: "true" for key, value in labels.items()
              if key.startswith(OPERAND_LABEL_PREFIX) and value in values and key not in already}

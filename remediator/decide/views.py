@@ -221,7 +221,7 @@ def _annotation_time(node: str, value: str | None) -> datetime | None:
 def gpu_clients(pods: Iterable[RawPod], state: NodeState, policy: Policy) -> tuple[str, ...]:
     """namespace/name of the pods of the operands this reset paused that are still on the node (running or
     terminating: a terminating pod may still hold the GPU)."""
-    selectors = [dict(op.pods) for op in policy.reset.operands if op.label in state.paused and op.pods]
+    selectors = [dict(op.pods) for op in policy.reset.operands if op.label in state.reset.paused and op.pods]
     out = []
     for pod in pods:
         if api_objects.phase(pod) in ("Succeeded", "Failed"):
@@ -350,22 +350,22 @@ def _episode_reads(view: NodeView, pods: list[RawPod], policy: Policy,
                    job_status: Callable[[str], JobRecord] | None) -> None:
     """What a node in an episode is decided on: its evictable pods, the GPU's clients, its Jobs' status."""
     view.evictable = evictable_pods(pods)
-    if view.state.reset_phase == ResetPhase.STOPPING:
+    if view.state.reset.phase == ResetPhase.STOPPING:
         view.gpu_clients = gpu_clients(pods, view.state, policy)
     if job_status is not None and view.state.job and view.state.rung_status == RungStatus.RUNNING:
         record = job_status(view.state.job)
         view.job_status = record.status
         if record.status != JobStatus.MISSING:
             view.job_start = job_start(record, pods, policy.jobs.namespace, view.state.job)
-    diagnostic = view.state.diagnosis_job
-    if job_status is not None and diagnostic and view.state.diagnosis_result is None:
+    diagnostic = view.state.diagnostic.job
+    if job_status is not None and diagnostic and view.state.diagnostic.result is None:
         record = job_status(diagnostic)
         view.diagnosis_missing = record.status == JobStatus.MISSING
         if not view.diagnosis_missing:
             view.diagnosis_start = job_start(record, pods, policy.jobs.namespace, diagnostic)
         view.diagnosis = diagnosis_of(record, pods, policy.jobs.namespace, diagnostic)
-    if job_status is not None and view.state.evidence_job and view.state.evidence is None:
-        view.evidence_status = job_status(view.state.evidence_job).status
+    if job_status is not None and view.state.evidence_run.job and view.state.evidence_run.outcome is None:
+        view.evidence_status = job_status(view.state.evidence_run.job).status
 
 
 def needs_dra(views: Iterable[NodeView]) -> bool:
@@ -376,7 +376,7 @@ def needs_dra(views: Iterable[NodeView]) -> bool:
     def needs(st: NodeState) -> bool:
         if not st.active:
             return False
-        if st.scope == Scope.GPU or st.devices:
+        if st.scope == Scope.GPU or st.gpu_scope.devices:
             return True
         return st.rung is None and any(a.status == "firing" and a.remediation != "none" for a in st.alerts.values())
     return any(needs(v.state) for v in views)

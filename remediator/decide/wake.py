@@ -33,8 +33,9 @@ def next_decision(states: Iterable[NodeState], policy: Policy, breaker_trips: di
             escalate = policy.rung(st.rung).escalate_after
             if escalate is not None:
                 when.append(st.rung_done + escalate)
-        if st.evidence_job and st.evidence is None and st.evidence_started:  # the evidence's wait ends
-            when.append(st.evidence_started + policy.evidence.max_wait)
+        evidence = st.evidence_run
+        if evidence.job and evidence.outcome is None and evidence.started:  # the evidence's wait ends
+            when.append(evidence.started + policy.evidence.max_wait)
         if st.active and st.healthy_since:
             when.append(st.healthy_since + policy.return_to_service.healthy_delay)
         for alert in st.alerts.values():

@@ -20,7 +20,7 @@ from remediator.act.diagnose_job import attach_diagnosis, render_diagnose_job
 from remediator.act.node_jobs import job_records
 from remediator.clients.fleet_cache import slim_pod
 from remediator.clients.kube import Kube
-from remediator.decide.diagnosis import Diagnosis, Provisioned, Purpose, job_name, provisioned
+from remediator.decide.diagnosis import Diagnosis, Provisioned, Purpose, diagnosis_job_name, provisioned
 from remediator.decide.job_start import MISSING
 from remediator.decide.views import node_view
 from remediator.policy import parse_policy
@@ -98,14 +98,15 @@ def test_a_node_says_what_it_was_provisioned_with() -> None:
 
 
 def test_the_name_is_the_same_for_the_same_node_purpose_and_episode() -> None:
-    a = job_name("gpu-0", Purpose.DIAGNOSE, T0)
-    assert a == job_name("gpu-0", Purpose.DIAGNOSE, T0) and a.startswith("gpuhealth-diagnose-gpu-0-")
-    assert a != job_name("gpu-0", Purpose.VALIDATE, T0) and len(job_name("n" * 80, Purpose.SWEEP, T0)) <= 63
+    a = diagnosis_job_name("gpu-0", Purpose.DIAGNOSE, T0)
+    assert a == diagnosis_job_name("gpu-0", Purpose.DIAGNOSE, T0) and a.startswith("gpuhealth-diagnose-gpu-0-")
+    assert a != diagnosis_job_name("gpu-0", Purpose.VALIDATE, T0) and len(
+        diagnosis_job_name("n" * 80, Purpose.SWEEP, T0)) <= 63
 
 
 def _started(cluster: FakeCluster) -> tuple[Kube, str]:
     kube = Kube(client.ApiClient(chart_rbac.configuration(cluster)), request_timeout=2.0)
-    name = job_name("gpu-0", Purpose.DIAGNOSE, T0)
+    name = diagnosis_job_name("gpu-0", Purpose.DIAGNOSE, T0)
     assert kube.create_job(render_diagnose_job(name, "gpu-0", Purpose.DIAGNOSE, P5, POLICY))
     assert not kube.create_job(render_diagnose_job(name, "gpu-0", Purpose.DIAGNOSE, P5, POLICY))  # 409: the same
     return kube, name
@@ -177,7 +178,7 @@ def test_a_running_or_missing_job_has_no_diagnosis_yet(cluster: FakeCluster) -> 
     kube, job = _started(cluster)
     cluster.job_pod(NS, job)  # ContainerCreating
     assert _read(cluster, kube, job, True)[0] is None
-    diagnosis, start = _read(cluster, kube, job_name("gpu-0", Purpose.VALIDATE, T0), False)
+    diagnosis, start = _read(cluster, kube, diagnosis_job_name("gpu-0", Purpose.VALIDATE, T0), False)
     assert diagnosis is None and start is None
 
 

@@ -93,7 +93,7 @@ def _mid_reset(h: Harness, c: FakeCluster, node: str) -> None:
     release_for_reset(c, node)
     h.step()
     state = h.state(node)
-    assert (state.rung, state.reset_phase) == ("reset_gpu", "resetting") and _reset_jobs(c)
+    assert (state.rung, state.reset.phase) == ("reset_gpu", "resetting") and _reset_jobs(c)
 
 
 def _mid_drain(h: Harness, c: FakeCluster, node: str) -> None:

@@ -23,6 +23,7 @@ from remediator.decide.nodestate import (
     AlertRecord,
     NodeState,
 )
+from remediator.decide.state_records import Reset
 from remediator.decide.undo import undo_conditions, undo_node
 from remediator.decide.views import evictable_pods, gpu_work, node_view
 from remediator.decide.vocabulary import Rung, RungStatus
@@ -41,7 +42,7 @@ def _node_in_an_episode() -> dict[str, Any]:
     state = NodeState(alerts={"fp": AlertRecord("GPUFallenOffBus", "reboot", "firing", starts_at=NOW, last_seen=NOW,
                                                 gpu="all")}, episode=NOW, rung=Rung.DRAIN,
                       rung_status=RungStatus.RUNNING, rung_started=NOW, cordoned=True,
-                      paused=("nvidia.com/gpu.deploy.dcgm",), pause_value="paused-for-gpuhealth")
+                      reset=Reset(paused=("nvidia.com/gpu.deploy.dcgm",), pause_value="paused-for-gpuhealth"))
     node["metadata"]["annotations"].update({STATE_ANNOTATION: state.to_json(), DO_NOT_DISRUPT_ANNOTATION: "true",
                                             HOLD_ANNOTATION: json.dumps({"reason": "rma", "by": "ops", "at": "x"})})
     node["metadata"]["labels"]["nvidia.com/gpu.deploy.dcgm"] = "paused-for-gpuhealth"

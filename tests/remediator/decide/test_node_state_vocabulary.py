@@ -18,9 +18,9 @@ WRITTEN = {"v": 3, "alerts": {}, "episode": "2026-12-02T10:00:00Z", "rung": "res
 
 def test_the_words_on_the_node_are_enums_in_memory_and_the_same_words_written_back() -> None:
     state = NodeState.from_json(json.dumps(WRITTEN))
-    assert (type(state.rung), type(state.rung_status), type(state.reset_phase), type(state.scope)) == (
+    assert (type(state.rung), type(state.rung_status), type(state.reset.phase), type(state.scope)) == (
         Rung, RungStatus, ResetPhase, Scope)
-    assert (state.rung, state.rung_status, state.reset_phase, state.scope) == (
+    assert (state.rung, state.rung_status, state.reset.phase, state.scope) == (
         Rung.RESET_GPU, RungStatus.RUNNING, ResetPhase.STOPPING, Scope.GPU)
     written = json.loads(state.to_json())
     assert {k: written[k] for k in ("rung", "rung_status", "reset_phase", "scope")} == {
@@ -29,7 +29,7 @@ def test_the_words_on_the_node_are_enums_in_memory_and_the_same_words_written_ba
 
 def test_a_state_without_the_optional_words_reads_as_before() -> None:
     state = NodeState.from_json(json.dumps({"v": 1, "alerts": {}}))
-    assert (state.rung, state.rung_status, state.reset_phase, state.scope) == (None, None, None, Scope.NODE)
+    assert (state.rung, state.rung_status, state.reset.phase, state.scope) == (None, None, None, Scope.NODE)
 
 
 @pytest.mark.parametrize("key,word", [("rung", "defrag"), ("rung_status", "paused"), ("reset_phase", "flashing"),

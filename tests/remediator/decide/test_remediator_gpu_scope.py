@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from remediator.decide.nodestate import TAINT_KEY
+from remediator.decide.state_records import GpuScope
 from remediator.decide.vocabulary import Deferral
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.dra_gpus import DRIVER, alert_gpu, dra_node
@@ -101,7 +102,7 @@ def test_a_reset_runs_on_the_quarantined_gpu_and_a_failed_one_takes_the_node_lad
     assert [d.action for d in h.decided(plans)][:2] == ["cordon", "drain"]  # the node ladder, from its start
     assert any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
     state = h.state("gpu-1")
-    assert state.scope == "node" and state.node_floor == "reboot"  # above the reset that failed
+    assert state.scope == "node" and state.gpu_scope.node_floor == "reboot"  # above the reset that failed
 
 
 @pytest.mark.parametrize(("remediation", "gpu", "why"), [
@@ -181,7 +182,7 @@ def test_a_reset_that_was_not_enough_reboots_only_after_the_nodes_cordon_and_dra
     assert decided[:2] == ["cordon", "drain"] and "reboot" not in decided  # the node's pods first
     assert any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
     assert not [j for j in cluster.jobs if "reboot" in j[1]]
-    assert h.state("gpu-1").scope == "node" and h.state("gpu-1").node_floor == "reboot"
+    assert h.state("gpu-1").scope == "node" and h.state("gpu-1").gpu_scope.node_floor == "reboot"
 
 
 def test_one_failed_read_of_the_dra_objects_keeps_the_gpu_scope_and_waits(cluster: FakeCluster) -> None:
@@ -240,7 +241,7 @@ def test_a_gpu_scope_state_is_version_2_and_an_unknown_scope_fails_closed() -> N
     from remediator.decide.nodestate import NodeState
 
     episode = datetime(2026, 12, 2, 10, tzinfo=UTC)
-    gpu = NodeState(episode=episode, scope="gpu", devices=("gpu-1",))
+    gpu = NodeState(episode=episode, scope="gpu", gpu_scope=GpuScope(("gpu-1",)))
     assert json.loads(gpu.to_json())["v"] == 2 and NodeState.from_json(gpu.to_json()) == gpu
     assert json.loads(NodeState(episode=episode).to_json())["v"] == 1  # what an older remediator reads
     with pytest.raises(ValueError, match="scope"):
@@ -316,11 +317,12 @@ def test_a_mig_instance_that_grows_to_its_gpu_widens_the_quarantine_and_keeps_th
     alert = _mig_alert(gpus, migs[1])
     h.fire("gpu-1", "cordon", alertname="GPUXidUnknown", **alert)
     h.step()
-    assert h.state("gpu-1").devices == (migs[1]["name"],) and cluster.evictions() == []
+    assert h.state("gpu-1").gpu_scope.devices == (migs[1]["name"],) and cluster.evictions() == []
     h.fire("gpu-1", "reset_gpu", alertname="GPUXidFatal", **alert)
     decided = h.decided(h.step())
     assert decided[0].action == "quarantine_gpu" and "grew from MIG device" in decided[0].reason
-    assert h.state("gpu-1").scope == "gpu" and set(h.state("gpu-1").devices) == {"gpu-1", *(m["name"] for m in migs)}
+    assert h.state("gpu-1").scope == "gpu" and set(h.state("gpu-1").gpu_scope.devices) == {
+        "gpu-1", *(m["name"] for m in migs)}
     assert "NodeScope" not in cluster.reasons("gpu-1") and not cluster.taints("gpu-1")
     assert sorted(cluster.evictions()) == sorted(f"default/train-{m['name']}" for m in migs)
 
@@ -331,7 +333,7 @@ def test_another_instance_of_the_same_gpu_widens_to_the_gpu_and_never_takes_the_
     h = Harness(cluster, POLICY)
     h.fire("gpu-1", "cordon", alertname="XidA", **_mig_alert(gpus, migs[1]))
     h.step()
-    assert h.state("gpu-1").devices == (migs[1]["name"],)
+    assert h.state("gpu-1").gpu_scope.devices == (migs[1]["name"],)
     h.resolve("gpu-1", "cordon", alertname="XidA", **_mig_alert(gpus, migs[1]))
     h.advance(seconds=120)
     h.step()
@@ -339,7 +341,8 @@ def test_another_instance_of_the_same_gpu_widens_to_the_gpu_and_never_takes_the_
     h.advance(seconds=30)
     decided = h.decided(h.step())
     assert decided[0].action == "quarantine_gpu" and "grew from MIG device" in decided[0].reason
-    assert h.state("gpu-1").scope == "gpu" and set(h.state("gpu-1").devices) == {"gpu-1", *(m["name"] for m in migs)}
+    assert h.state("gpu-1").scope == "gpu" and set(h.state("gpu-1").gpu_scope.devices) == {
+        "gpu-1", *(m["name"] for m in migs)}
     assert "NodeScope" not in cluster.reasons("gpu-1")
     assert not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
     assert sorted(cluster.evictions()) == sorted(f"default/train-{m['name']}" for m in migs)  # the GPU's, no more
@@ -394,7 +397,7 @@ def test_after_a_successful_family_reset_the_instances_alert_keeps_the_gpu_scope
         h.advance(seconds=30)
         h.step()
     assert "GPUResetSucceeded" in cluster.reasons("gpu-1") and "NodeScope" not in cluster.reasons("gpu-1")
-    assert h.state("gpu-1").scope == "gpu" and "gpu-1" in h.state("gpu-1").devices
+    assert h.state("gpu-1").scope == "gpu" and "gpu-1" in h.state("gpu-1").gpu_scope.devices
     assert not any(t["key"] == TAINT_KEY for t in cluster.taints("gpu-1"))
     assert len(cluster.jobs) == 1  # no second reset, no reboot
 
@@ -425,7 +428,7 @@ def test_instances_made_anew_after_the_reset_are_quarantined_with_their_gpu_unti
         ("quarantine_gpu", "NoSchedule", tuple(sorted(made))), ("quarantine_gpu", "NoExecute", tuple(sorted(made)))]
     assert "made anew after its reset" in decided[0].reason
     assert {(d, e) for d in made for e in ("NoSchedule", "NoExecute")} <= set(_rules(cluster))
-    assert set(made) <= set(h.state("gpu-1").devices) and h.state("gpu-1").scope == "gpu"
+    assert set(made) <= set(h.state("gpu-1").gpu_scope.devices) and h.state("gpu-1").scope == "gpu"
     h.advance(seconds=30)
     assert not [d for d in h.decided(h.step()) if d.action == "quarantine_gpu"]  # once
     h.resolve("gpu-1", "reset_gpu", alertname="GPUXidFatal", **alert)

@@ -48,7 +48,7 @@ def test_a_dra_mode_nodes_dcgm_operands_are_paused_for_the_reset_and_restored_af
         h.fire("gpu-1", "reset_gpu", gpu=GPU)
         assert h.decisions(h.step()) == [("gpu-1", "cordon", "execute"), ("gpu-1", "drain", "execute"),
                                          ("gpu-1", "stop_gpu_clients", "execute")]
-        assert set(h.state("gpu-1").paused) == {label("dcgm-dra"), label("dcgm-exporter-dra")}
+        assert set(h.state("gpu-1").reset.paused) == {label("dcgm-dra"), label("dcgm-exporter-dra")}
         assert _deploy_labels(cluster) == {"dcgm-dra": PAUSED, "dcgm-exporter-dra": PAUSED, "dra-driver": "true",
                                            "dra-validator": "true", "driver": "true", "device-plugin": "false"}
         assert not cluster.jobs
@@ -69,5 +69,5 @@ def test_a_dra_mode_nodes_dcgm_operands_are_paused_for_the_reset_and_restored_af
         h.step()
         assert _deploy_labels(cluster) == {"dcgm-dra": "true", "dcgm-exporter-dra": "true", "dra-driver": "true",
                                            "dra-validator": "true", "driver": "true", "device-plugin": "false"}
-        assert h.state("gpu-1").paused == ()
+        assert h.state("gpu-1").reset.paused == ()
         assert "GPUClientsRestored" in cluster.reasons("gpu-1")

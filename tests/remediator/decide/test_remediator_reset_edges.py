@@ -166,7 +166,7 @@ def test_a_pause_value_changed_mid_reset_still_finds_the_labels_it_paused(cluste
     h2.now = h.now
     _finish(cluster, "succeeded")
     h2.step()
-    assert h2.state("gpu-1").paused == ()
+    assert h2.state("gpu-1").reset.paused == ()
     assert all(v == "true" for v in _labels(cluster).values()), _labels(cluster)
 
 

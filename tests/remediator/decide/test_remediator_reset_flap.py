@@ -47,11 +47,11 @@ def _stopping(h: Harness, gpu: str) -> None:
     h.fire("gpu-1", "reset_gpu", gpu=gpu)
     for _ in range(3):  # GPU scope: the GPU's pod is evicted by the device taint first
         h.step()
-        if h.state("gpu-1").reset_phase == "stopping":
+        if h.state("gpu-1").reset.phase == "stopping":
             break
         h.advance(seconds=60)
     state = h.state("gpu-1")
-    assert (state.rung, state.rung_status, state.reset_phase) == ("reset_gpu", "running", "stopping"), state
+    assert (state.rung, state.rung_status, state.reset.phase) == ("reset_gpu", "running", "stopping"), state
     assert set(deploy_labels(h.cluster, "gpu-1").values()) == {PAUSED, "true"}  # the driver's label stays "true"
 
 
@@ -59,7 +59,7 @@ def _assert_not_needed(h: Harness, cluster: FakeCluster, scope: str) -> None:
     state = h.state("gpu-1")
     # the recorded outcome: the ladder is back at the drain it had reached, the reset neither failed nor done
     assert (state.scope, state.rung, state.rung_status) == (scope, "drain", "done"), state
-    assert (state.reset_phase, state.paused, state.node_floor) == (None, (), None), state
+    assert (state.reset.phase, state.reset.paused, state.gpu_scope.node_floor) == (None, (), None), state
     assert _all_true(cluster) and RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
     assert "GPUResetNotNeeded" in cluster.reasons("gpu-1") and "GPUResetFailed" not in cluster.reasons("gpu-1")
     assert h.metric(NOT_NEEDED[0], **NOT_NEEDED[1]) == 1
@@ -84,7 +84,7 @@ def test_a_node_scope_reset_whose_alert_flaps_mid_stop_is_not_needed_and_never_r
     decided = [(d.action, d.decision) for d in h.decided(h.step())]
     assert decided == [("stop_gpu_clients", "execute")], decided
     state = h.state("gpu-1")
-    assert (state.rung, state.rung_status, state.reset_phase, state.scope) == ("reset_gpu", "running", "stopping",
+    assert (state.rung, state.rung_status, state.reset.phase, state.scope) == ("reset_gpu", "running", "stopping",
                                                                                "node")
     assert not _jobs(cluster, "reboot") and cluster.evictions() == evicted  # no reboot, nothing more evicted
 
@@ -133,7 +133,7 @@ def test_a_flap_that_no_pass_saw_leaves_the_sequence_going(cluster: FakeCluster)
     (waiting,) = h.decided(h.step())
     assert (waiting.action, waiting.decision) == ("reset_gpu", "deferred")
     state = h.state("gpu-1")
-    assert (state.rung, state.rung_status, state.reset_phase) == ("reset_gpu", "running", "stopping")
+    assert (state.rung, state.rung_status, state.reset.phase) == ("reset_gpu", "running", "stopping")
     assert set(deploy_labels(cluster, "gpu-1").values()) == {PAUSED, "true"}
     assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == request
     assert "GPUResetNotNeeded" not in cluster.reasons("gpu-1") and h.metric(NOT_NEEDED[0], **NOT_NEEDED[1]) == 0

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, NodeState
+from remediator.decide.state_records import Reset
 from remediator.policy import PolicyError, parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.gpu_operator import (
@@ -61,7 +62,7 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     operator_node(cluster)
     h = Harness(cluster, POLICY)
     state = _to_stopping(h)
-    assert state.reset_phase == "stopping" and set(state.paused) == {label(op) for op in OPERAND_PODS}
+    assert state.reset.phase == "stopping" and set(state.reset.paused) == {label(op) for op in OPERAND_PODS}
     assert deploy_labels(cluster, "gpu-1") == {**{label(op): PAUSED for op in OPERAND_PODS}, label("driver"): "true"}
     assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == state.reset_request
     assert state.reset_request is not None and state.reset_request.startswith(f"{state.job}.")
@@ -82,7 +83,7 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     (start,) = h.decided(h.step())
     assert (start.action, start.decision, start.gpu) == ("reset_gpu", "execute", GPU)
     assert [j for j in cluster.jobs if "reset" in j[1]] and "GPUClientsStopped" in cluster.reasons("gpu-1")
-    assert h.state("gpu-1").reset_phase == "resetting"
+    assert h.state("gpu-1").reset.phase == "resetting"
     assert cluster.annotations("gpu-1")[RESET_REQUEST_ANNOTATION] == state.reset_request  # released while it runs
 
     _finish(cluster, "succeeded")
@@ -91,7 +92,7 @@ def test_the_reset_job_waits_until_the_operands_pods_are_gone_and_the_exporter_r
     assert deploy_labels(cluster, "gpu-1") == {**{label(op): "true" for op in OPERAND_PODS}, label("driver"): "true"}
     assert RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
     after = h.state("gpu-1")
-    assert (after.rung, after.rung_status, after.reset_phase, after.paused) == ("reset_gpu", "done", None, ())
+    assert (after.rung, after.rung_status, after.reset.phase, after.reset.paused) == ("reset_gpu", "done", None, ())
     assert {"GPUResetSucceeded", "GPUClientsRestored"} <= set(cluster.reasons("gpu-1"))
 
 
@@ -128,7 +129,7 @@ def test_only_labels_that_were_true_are_paused_and_one_a_person_changed_meanwhil
     operator_node(cluster, **{label("dcgm"): "false"})  # DCGM is not deployed on this node
     h = Harness(cluster, POLICY)
     state = _to_stopping(h)
-    assert label("dcgm") not in state.paused and deploy_labels(cluster, "gpu-1")[label("dcgm")] == "false"
+    assert label("dcgm") not in state.reset.paused and deploy_labels(cluster, "gpu-1")[label("dcgm")] == "false"
     cluster.update_node("gpu-1", lambda n: n["metadata"]["labels"].update({label("gpu-feature-discovery"): "false"}))
     release_for_reset(cluster, "gpu-1")
     h.step()
@@ -158,7 +159,7 @@ def test_a_node_without_the_gpu_operator_or_the_exporter_resets_at_once(cluster:
     h.fire("gpu-1", "reset_gpu", gpu=GPU)
     decided = [(d.action, d.decision) for d in h.decided(h.step())]
     assert decided == [("cordon", "execute"), ("drain", "execute"), ("reset_gpu", "execute")]
-    assert h.state("gpu-1").reset_phase is None and RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
+    assert h.state("gpu-1").reset.phase is None and RESET_REQUEST_ANNOTATION not in cluster.annotations("gpu-1")
 
 
 def test_a_person_taking_the_node_over_mid_reset_gets_the_operands_back(cluster: FakeCluster) -> None:
@@ -227,7 +228,7 @@ def test_a_bad_reset_section_is_refused_with_its_key_and_line(text: str, key: st
 
 
 def test_a_state_mid_reset_is_version_3_and_an_unknown_phase_fails_closed() -> None:
-    state = NodeState(rung="reset_gpu", rung_status="running", reset_phase="stopping", paused=(label("dcgm"),))
+    state = NodeState(rung="reset_gpu", rung_status="running", reset=Reset("stopping", (label("dcgm"),)))
     assert json.loads(state.to_json())["v"] == 3
     assert NodeState.from_json(state.to_json()) == state
     with pytest.raises(ValueError, match="reset_phase"):

@@ -72,13 +72,13 @@ RESET = [("cordon", "execute"), ("drain", "execute"), ("reset_gpu", "execute")]
 def test_two_hardware_episodes_in_a_week_do_not_escalate_the_alerts_own_rung() -> None:
     p = plan(view((episode(3, gpus=("0000:1a:00",)),)))
     assert steps(p) == RESET
-    assert p.final_state.repeat_offender is None and not p.notes
+    assert p.final_state.offence.rule is None and not p.notes
 
 
 def test_the_third_hardware_episode_in_a_week_escalates_to_replace_and_says_why() -> None:
     p = plan(view((episode(2, gpus=("0000:1a:00",)), episode(6, gpus=("0000:1a:00",)))))
     assert steps(p) == REPLACED
-    assert p.final_state.rung == Rung.REPLACE and p.final_state.repeat_offender == "episodes"
+    assert p.final_state.rung == Rung.REPLACE and p.final_state.offence.rule == "episodes"
     cordon, _, repl = p.decisions
     assert "3rd hardware episode in 7d" in cordon.reason and "escalating to replace" in repl.reason
     assert "the alerts ask for reset_gpu" in repl.reason
@@ -92,7 +92,7 @@ def test_a_third_episode_after_episodes_that_never_repaired_the_node_is_not_esca
     failed to hold: the ladder is climbed one rung at a time, never skipped to replace (issue 35, item 6)."""
     record = dataclasses.replace(alert(remediation="cordon", gpu=None, component="thermal"), max_rung="replace")
     p = plan(view((episode(0.03, rungs[0], ()), episode(0.06, rungs[1], ())), record))
-    assert steps(p) == [("cordon", "execute")] and p.final_state.repeat_offender is None
+    assert steps(p) == [("cordon", "execute")] and p.final_state.offence.rule is None
 
 
 @pytest.mark.parametrize("max_rung", ["drain", "reset_gpu"])
@@ -100,23 +100,23 @@ def test_a_third_episode_whose_alerts_may_not_climb_to_replace_is_not_escalated(
     """A cable's alert (max_rung drain) or one that stops at its reset: no node swap fixes what it sees."""
     record = dataclasses.replace(alert(remediation="drain" if max_rung == "drain" else "reset_gpu"), max_rung=max_rung)
     p = plan(view((episode(2, gpus=("0000:1a:00",)), episode(6, gpus=("0000:1a:00",))), record))
-    assert p.final_state.repeat_offender is None and ("replace", "execute") not in steps(p)
+    assert p.final_state.offence.rule is None and ("replace", "execute") not in steps(p)
 
 
 def test_three_episodes_spread_over_more_than_the_window_do_not_escalate() -> None:
     p = plan(view((episode(4, gpus=("0000:1a:00",)), episode(7.5, gpus=("0000:1a:00",)))))
-    assert steps(p) == RESET and p.final_state.repeat_offender is None
+    assert steps(p) == RESET and p.final_state.offence.rule is None
 
 
 def test_the_same_gpu_failing_again_after_a_reset_escalates_even_on_the_second_episode() -> None:
     p = plan(view((episode(5, rung="reset_gpu", gpus=("0000:9b:00",)),), alert(gpu="00000000:9B:00.0")))
-    assert steps(p) == REPLACED and p.final_state.repeat_offender == "same_gpu"
+    assert steps(p) == REPLACED and p.final_state.offence.rule == "same_gpu"
     assert "GPU 0000:9b:00 fails again after the reset_gpu" in p.decisions[-1].reason
 
 
 def test_a_different_gpu_after_a_reset_does_not_escalate() -> None:
     p = plan(view((episode(5, rung="reset_gpu", gpus=("0000:1a:00",)),)))
-    assert steps(p) == RESET and p.final_state.repeat_offender is None
+    assert steps(p) == RESET and p.final_state.offence.rule is None
 
 
 def test_the_same_gpu_after_an_episode_that_never_reset_it_does_not_escalate() -> None:
@@ -132,7 +132,7 @@ def test_the_same_gpu_after_a_reset_longer_ago_than_the_window_does_not_escalate
 def test_the_same_gpu_rule_matches_an_index_alert_to_a_uuid_history_through_dra() -> None:
     devices = NodeDevices("gpu.nvidia.com", "gpu-1", (Device("gpu-3", "GPU-5a1c", "gpu", "0000:9b:00", index=3),))
     p = plan(view((episode(5, rung="reboot", gpus=("GPU-5a1c",)),), alert(gpu="3"), devices=devices))
-    assert p.final_state.repeat_offender == "same_gpu"
+    assert p.final_state.offence.rule == "same_gpu"
 
 
 def test_the_rules_switched_off_leave_the_alerts_rung() -> None:
@@ -150,7 +150,7 @@ def test_the_rules_switched_off_leave_the_alerts_rung() -> None:
 def test_alerts_of_gpuhealths_own_monitoring_are_no_hardware_episode() -> None:
     history = (episode(2, gpus=()), episode(6, gpus=()))
     p = plan(view(history, alert("cordon", gpu=None, component="probe")))
-    assert steps(p) == [("cordon", "execute")] and p.final_state.repeat_offender is None
+    assert steps(p) == [("cordon", "execute")] and p.final_state.offence.rule is None
     assert p.history is None  # nor is it written down as one
 
 
@@ -192,7 +192,7 @@ def test_an_episode_that_started_within_a_second_is_one_episode_of_its_history_n
     first = plan(view(state=st))
     stored = read_history(history_json(first.history or ()))
     again = plan(view(stored, state=first.final_state, unschedulable=True, our_taint=True))
-    assert len(again.history or stored) == 1 and again.final_state.repeat_offender is None
+    assert len(again.history or stored) == 1 and again.final_state.offence.rule is None
     assert [e.start for e in read_history(history_json(again.history or stored))] == [st.episode]
 
 

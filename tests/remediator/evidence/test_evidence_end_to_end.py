@@ -69,7 +69,7 @@ def test_a_reset_is_preceded_by_the_evidence_job_and_its_event_names_the_configm
         "reset_gpu" and cm["metadata"]["labels"]["gpuhealth.io/node"] == "gpu-4"
     collected = [e for e in cluster.events_for("gpu-4") if e["reason"] == "EvidenceCollected"]
     assert len(collected) == 1 and f"ConfigMap {NS}/{name}" in collected[0]["message"]
-    assert h.state("gpu-4").evidence == "collected" and h.state("gpu-4").evidence_job == name
+    assert h.state("gpu-4").evidence_run.outcome == "collected" and h.state("gpu-4").evidence_run.job == name
     assert not cluster.forbidden  # the chart's RBAC grants what it does
 
 
@@ -101,7 +101,7 @@ def test_an_evidence_job_the_api_server_refuses_never_blocks_the_rung(cluster: F
     assert "EvidenceCollectingFailed" in cluster.reasons("gpu-4")
     h.advance(seconds=30)
     assert h.decisions(h.step()) == [("gpu-4", "store_evidence", "execute"), ("gpu-4", "reset_gpu", "execute")]
-    assert h.state("gpu-4").evidence == "incomplete"
+    assert h.state("gpu-4").evidence_run.outcome == "incomplete"
 
 
 def test_the_dry_run_decides_the_evidence_and_creates_nothing(cluster: FakeCluster) -> None:

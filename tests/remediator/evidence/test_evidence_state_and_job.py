@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from remediator.act.evidence_job import render_evidence_job
 from remediator.decide.evidence import evidence_name
 from remediator.decide.nodestate import NodeState
+from remediator.decide.state_records import EvidenceRun
 from remediator.decide.vocabulary import EvidenceOutcome
 from remediator.policy import parse_policy
 
@@ -14,10 +15,9 @@ T = datetime(2026, 12, 2, 9, 37, 37, 851000, tzinfo=UTC)
 
 
 def test_the_evidence_fields_round_trip_and_are_absent_while_unset() -> None:
-    st = NodeState(episode=T, evidence_job="gpuhealth-evidence-n1-abc", evidence_started=T,
-                   evidence=EvidenceOutcome.INCOMPLETE)
+    st = NodeState(episode=T, evidence_run=EvidenceRun("gpuhealth-evidence-n1-abc", T, EvidenceOutcome.INCOMPLETE))
     back = NodeState.from_json(st.to_json())
-    assert back == st and isinstance(back.evidence_started, datetime)
+    assert back == st and isinstance(back.evidence_run.started, datetime)
     assert "evidence" not in NodeState(episode=T).to_json()
 
 

@@ -23,6 +23,7 @@ from remediator.decide.nodestate import (
     NodeState,
     fmt_time,
 )
+from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Reset
 from remediator.decide.vocabulary import EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -74,15 +75,17 @@ def states() -> st.SearchStrategy[NodeState]:
         boot_id=st.none() | st.just("boot-1"), healthy_since=optional_time, quiet=st.booleans(),
         timed_out=st.booleans(), drain_failed=st.booleans(),
         actions=st.lists(_time_near(), max_size=3).map(tuple), scope=st.sampled_from(list(Scope)),
-        devices=st.lists(st.sampled_from(["gpu-0", "gpu-1"]), max_size=2).map(tuple),
-        node_floor=st.none() | st.sampled_from(list(Rung)), reset_phase=st.none() | st.sampled_from(list(ResetPhase)),
-        paused=st.lists(st.just("nvidia.com/gpu.deploy.dcgm-exporter"), max_size=1).map(tuple),
-        pause_value=st.none() | st.just("paused-for-reset"), not_started=st.none() | st.just("ImagePullBackOff"),
-        diagnosis_job=words, diagnosis_purpose=st.none() | st.sampled_from(list(Purpose)),
-        diagnosis_started=optional_time, diagnosis_result=st.none() | st.sampled_from(["passed", "failed: x"]),
+        gpu_scope=st.builds(GpuScope, devices=st.lists(st.sampled_from(["gpu-0", "gpu-1"]), max_size=2).map(tuple),
+                            node_floor=st.none() | st.sampled_from(list(Rung))), reset=st.builds(
+            Reset, phase=st.none() | st.sampled_from(list(ResetPhase)),
+            paused=st.lists(st.just("nvidia.com/gpu.deploy.dcgm-exporter"), max_size=1).map(tuple),
+            pause_value=st.none() | st.just("paused-for-reset")), not_started=st.none() | st.just("ImagePullBackOff"),
+        diagnostic=st.builds(
+            DiagnosticRun, job=words, purpose=st.none() | st.sampled_from(list(Purpose)),
+            started=optional_time, result=st.none() | st.sampled_from(["passed", "failed: x"])),
         pending=st.lists(st.sampled_from(["replace", "quarantine_gpu"]), max_size=1).map(tuple),
-        evidence_job=words, evidence_started=optional_time,
-        evidence=st.none() | st.sampled_from(list(EvidenceOutcome)),
+        evidence_run=st.builds(EvidenceRun, job=words, started=optional_time,
+                               outcome=st.none() | st.sampled_from(list(EvidenceOutcome))),
         sweep_rung=st.none() | st.sampled_from(list(Rung)), burn_in_restarts=st.integers(0, 5))
 
 

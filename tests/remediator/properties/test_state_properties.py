@@ -4,14 +4,14 @@ on read never refuses gpuhealth's own write."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediator.decide.nodestate import AlertRecord, NodeState
+from remediator.decide.nodestate import NodeState
 from remediator.decide.vocabulary import EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
 from tests.remediator.properties.objects import state_texts, states
 
@@ -33,10 +33,12 @@ def _holds(value: Any, declared: str) -> bool:
         return isinstance(value, tuple) and all(_holds(v, inner) for v in value)
     if declared == "dict[str, AlertRecord]":
         return all(isinstance(k, str) and _well_typed(a) for k, a in value.items())
+    if is_dataclass(value) and type(value).__name__ == declared:  # a record of the state's (decide/state_records.py)
+        return _well_typed(value)
     return isinstance(value, _HOLDS[declared]) and not (declared == "int" and isinstance(value, bool))
 
 
-def _well_typed(record: NodeState | AlertRecord) -> bool:
+def _well_typed(record: Any) -> bool:
     return all(_holds(getattr(record, f.name), str(f.type)) for f in fields(record))
 
 

@@ -89,7 +89,7 @@ class World:
         return NodeView(name=NODE, pool="gpu", labels={}, unschedulable=ours and s.cordoned, our_taint=ours,
                         state=s, hold=None, excluded=False, ready=True, boot_id=f"boot-{self.boot}",
                         resource_version="1", job_status=step.job if s.job else None, history=self.history,
-                        diagnosis=verdict[step.diagnosis] if s.diagnosis_job and s.diagnosis_result is None else None)
+                        diagnosis=verdict[step.diagnosis] if s.diagnostic.job and s.diagnostic.result is None else None)
 
     def run(self, step: Step) -> NodePlan:
         self.now += timedelta(minutes=step.minutes)
@@ -114,11 +114,11 @@ class World:
 
 def _failed_validation(before: NodeState, after: NodeState) -> str | None:
     """The rung whose validation this pass read as failed (the world's verdict on a validation Job), or None."""
-    if before.diagnosis_purpose == "validate" and before.diagnosis_result is None and before.diagnosis_job and \
-            after.diagnosis_job == before.diagnosis_job and (after.diagnosis_result or "").startswith("failed"):
+    if before.diagnostic.purpose == "validate" and before.diagnostic.result is None and before.diagnostic.job and \
+            after.diagnostic.job == before.diagnostic.job and (after.diagnostic.result or "").startswith("failed"):
         return before.rung
-    if before.diagnosis_purpose == "validate" and before.diagnosis_result is None and before.diagnosis_job and \
-            after.diagnosis_purpose == "diagnose" and before.rung is not None:
+    if before.diagnostic.purpose == "validate" and before.diagnostic.result is None and before.diagnostic.job and \
+            after.diagnostic.purpose == "diagnose" and before.rung is not None:
         return before.rung  # failed, and the climb asked for the diagnosis before a replacement in the same pass
     return None
 

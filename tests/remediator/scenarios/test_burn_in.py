@@ -72,7 +72,7 @@ def test_a_new_node_that_passes_its_burn_in_loses_the_taint_and_nothing_else(clu
     h.advance(minutes=1)
     assert h.decisions(h.step()) == [("gpu-new", "end_burn_in", "execute")]
     assert taints(cluster, "gpu-new") == set() and not cluster.node("gpu-new")["spec"].get("unschedulable")
-    assert "BurnInPassed" in cluster.reasons("gpu-new") and not h.state("gpu-new").diagnosis_job
+    assert "BurnInPassed" in cluster.reasons("gpu-new") and not h.state("gpu-new").diagnostic.job
     assert h.metric("gpuhealth_remediator_burn_ins_total", result="passed") == 1
     h.advance(minutes=1)
     assert h.decisions(h.step()) == []  # burnt in once

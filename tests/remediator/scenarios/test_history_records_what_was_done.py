@@ -40,7 +40,7 @@ def _fires_again_a_day_later(h: Harness, cluster: FakeCluster) -> None:
     decided = h.decisions(h.step())
     assert (NODE, "replace", "execute") not in decided, decided
     assert "RepeatOffender" not in cluster.reasons(NODE)
-    assert h.state(NODE).rung != "replace" and h.state(NODE).repeat_offender is None
+    assert h.state(NODE).rung != "replace" and h.state(NODE).offence.rule is None
 
 
 def test_a_reset_a_flap_cancelled_before_its_job_is_no_reset_and_the_same_gpu_is_not_replaced_next_time(
@@ -49,7 +49,7 @@ def test_a_reset_a_flap_cancelled_before_its_job_is_no_reset_and_the_same_gpu_is
     h = Harness(cluster, POLICY)
     h.fire(NODE, "reset_gpu", gpu=GPU, fingerprint="fp-first", starts=h.now)
     h.step()
-    assert (h.state(NODE).rung, h.state(NODE).reset_phase) == ("reset_gpu", "stopping")
+    assert (h.state(NODE).rung, h.state(NODE).reset.phase) == ("reset_gpu", "stopping")
     assert _rungs(cluster) == ["drain"]  # under way is not done
     _returned(h)  # the flap: the reset is no longer needed and never began
     assert "GPUResetNotNeeded" in cluster.reasons(NODE)

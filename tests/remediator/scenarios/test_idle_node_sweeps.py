@@ -103,7 +103,7 @@ def test_a_failed_sweep_whose_reset_does_not_repair_climbs_to_a_reboot(cluster: 
     h.advance(minutes=1)
     decided = h.decided(h.step())  # the reset is done: validated before the node returns
     assert ("diagnose", "execute") in [(d.action, d.decision) for d in decided]
-    validate = h.state("gpu-0").diagnosis_job
+    validate = h.state("gpu-0").diagnostic.job
     assert validate is not None and validate.startswith("gpuhealth-validate-")
     judge_ends(cluster, validate, Verdict((Failure(Check.GPU_DIAG, "still failing", ("3",)),), level=1))
     h.advance(minutes=1)

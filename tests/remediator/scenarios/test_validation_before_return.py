@@ -68,7 +68,7 @@ def test_a_reset_whose_validation_passes_returns_the_node_after_the_healthy_dela
     decided = h.decided(h.step())
     assert [(d.action, d.decision) for d in decided] == [("diagnose", "execute")]
     (validate,) = jobs(cluster, "diagnose")
-    assert validate == h.state("gpu-1").diagnosis_job and validate.startswith("gpuhealth-validate-gpu-1-")
+    assert validate == h.state("gpu-1").diagnostic.job and validate.startswith("gpuhealth-validate-gpu-1-")
     spec = cluster.jobs[(NS, validate)]["spec"]["template"]["spec"]
     assert spec["nodeName"] == "gpu-1" and "--level" in spec["containers"][0]["command"]
     assert spec["containers"][0]["command"][spec["containers"][0]["command"].index("--level") + 1] == "1"
@@ -100,7 +100,7 @@ def test_a_reset_whose_validation_fails_climbs_to_a_reboot(cluster: FakeCluster)
     h.advance(minutes=2)
     decided = h.decided(h.step())  # the reboot is done, and its validation starts in the same pass
     assert ("diagnose", "execute") in [(d.action, d.decision) for d in decided]
-    assert len(jobs(cluster, "diagnose")) == 2 and h.state("gpu-1").diagnosis_job != validate
+    assert len(jobs(cluster, "diagnose")) == 2 and h.state("gpu-1").diagnostic.job != validate
 
 
 def test_a_validation_that_ends_without_a_verdict_fails_closed_and_climbs(cluster: FakeCluster) -> None:
@@ -189,22 +189,22 @@ def test_a_reboot_whose_validation_fails_stays_out_while_the_replacement_waits_f
     h = Harness(cluster, POLICY)
     reset_then_resolve(h, cluster)
     h.step()
-    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    judge_ends(cluster, h.state("gpu-1").diagnostic.job or "", failed())
     h.advance(seconds=30)
     assert ("gpu-1", "reboot", "execute") in h.decisions(h.step())
     cluster.update_node("gpu-1", lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
     h.advance(minutes=2)
     h.step()  # the reboot is done; its validation starts
-    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    judge_ends(cluster, h.state("gpu-1").diagnostic.job or "", failed())
     h.advance(seconds=30)
     h.step()  # the reboot did not repair: replace, after the drained node's diagnosis
-    assert h.state("gpu-1").diagnosis_purpose == "diagnose"
+    assert h.state("gpu-1").diagnostic.purpose == "diagnose"
     for _ in range(3):  # well past the healthy delay (10m) with every alert resolved
         h.advance(minutes=6)
         decided = h.decisions(h.step())
         assert ("gpu-1", "uncordon", "execute") not in decided, decided
         assert cluster.node("gpu-1")["spec"]["unschedulable"] is True
-    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    judge_ends(cluster, h.state("gpu-1").diagnostic.job or "", failed())
     h.advance(seconds=30)
     assert ("gpu-1", "replace", "execute") in h.decisions(h.step())
 
@@ -215,7 +215,7 @@ def test_a_reset_whose_validation_fails_stays_out_while_the_rate_cap_defers_its_
     h = Harness(cluster, POLICY.replace("max_cordoned: 4}", "max_cordoned: 4, max_actions_per_hour: 3}"))
     reset_then_resolve(h, cluster)
     h.step()
-    judge_ends(cluster, h.state("gpu-1").diagnosis_job or "", failed())
+    judge_ends(cluster, h.state("gpu-1").diagnostic.job or "", failed())
     h.advance(seconds=30)
     decided = h.decided(h.step())
     assert [(d.action, d.decision) for d in decided][-1] == ("reboot", "deferred"), decided
@@ -232,7 +232,7 @@ def test_a_reset_whose_validation_fails_stays_out_while_the_rate_cap_defers_its_
 def test_a_failed_validation_at_the_alerts_ceiling_holds_the_node_until_a_person_releases_it(
         cluster: FakeCluster, tmp_path: Path) -> None:
     h = _reset_at_its_ceiling_then_resolved(cluster)
-    judge_ends(cluster, h.state("gpu-2").diagnosis_job or "", failed())
+    judge_ends(cluster, h.state("gpu-2").diagnostic.job or "", failed())
     h.advance(seconds=30)
     h.step()
     h.advance(hours=2)  # nothing fires, and the node stays out for its person
