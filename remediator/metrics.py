@@ -11,7 +11,7 @@ from remediator.decide.event_reasons import EventReason
 from remediator.decide.vocabulary import JOB_RUNGS, Action, Rung, Verdict
 
 if TYPE_CHECKING:
-    from remediator.clients.kube import EventOutbox
+    from remediator.clients.event_outbox import EventOutbox
 
 # The label values the remediator's error and timeout counters can take, as enums: the code passes members
 # (the typed methods below take nothing else), and each series is created at 0 when the remediator starts, so
@@ -158,7 +158,7 @@ class Metrics:
     def _events_and_http(self) -> None:
         """The audit trail's Events, and the requests the HTTP server answered itself."""
         r = self.registry
-        # The audit trail (actions.EventOutbox): Events the API could not take yet, sent late, or lost.
+        # The audit trail (clients/event_outbox.py): Events the API could not take yet, sent late, or lost.
         self.events_pending = Gauge("gpuhealth_remediator_events_pending", "Kubernetes Events kept to send again "
                                     "after the API failed to take them", registry=r)
         self.events_sent_late = Counter("gpuhealth_remediator_events_sent_late", "Kept Events sent once the API "
