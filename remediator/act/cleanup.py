@@ -249,7 +249,7 @@ def _our_rules(taints: DeviceTaints, policy: Policy, report: CleanupReport) -> t
             return None, {}
         by_node: dict[str, list[str]] = defaultdict(list)
         for rule in taints.kube.list_device_taint_rules(version, MANAGED_BY):
-            by_node[node_of(rule) or ""].append(rule["metadata"]["name"])
+            by_node[node_of(rule) or ""].append(api_objects.name(rule))
         return version, dict(by_node)
     except KubeError as exc:
         report.failed["DeviceTaintRules"] = f"cannot be listed: {exc}"

@@ -33,6 +33,7 @@ from remediator.clients.pager import PAGE_SIZE, list_pages
 from remediator.clients.watch_cache import newer_rv
 from remediator.decide import api_objects
 from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawJob, RawNode, RawObject, RawPod
+from remediator.decide.dra_objects import RawDeviceTaintRule, RawResourceClaim, RawResourceSlice
 from remediator.decide.node_patches import state_body
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
 
@@ -56,16 +57,16 @@ def api_client_from(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def read_or_none(read: Callable[..., Any], *args: Any, timeout: float) -> dict[str, Any] | None:
-    """`read` (a client's read_namespaced_*) as plain JSON; None when the object does not exist."""
+def read_or_none(read: Callable[..., Any], *args: Any, timeout: float) -> Any:
+    """`read` (a client's read_namespaced_*) as plain JSON (its caller types it); None when the object does not
+    exist."""
     try:
         response: Any = read(*args, _preload_content=False, _request_timeout=timeout)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    obj: dict[str, Any] = json.loads(response.data)
-    return obj
+    return json.loads(response.data)
 
 
 class ApiHealth:
@@ -122,13 +123,13 @@ class Kube:
         return items
 
     # --- DRA: the GPUs drivers publish and the claims on them (GPU scope) ---------------------
-    def list_resource_slices(self) -> list[dict[str, Any]]:
+    def list_resource_slices(self) -> list[RawResourceSlice]:
         return self._resource_items(RESOURCE_SLICES)
 
-    def list_resource_claims(self) -> list[dict[str, Any]]:
+    def list_resource_claims(self) -> list[RawResourceClaim]:
         return self._resource_items(RESOURCE_CLAIMS)
 
-    def _resource_items(self, resource: str) -> list[dict[str, Any]]:
+    def _resource_items(self, resource: str) -> list[Any]:
         """Every object of a resource.k8s.io resource, cluster-wide, as plain JSON: in the version the cluster serves
         it in (clients/dra_api.py; NotFound when none does), in pages of `page_size` (clients/pager.py)."""
         version = self.dra_api.version(resource)
@@ -140,17 +141,17 @@ class Kube:
         return items
 
     # --- DRA device taints (clients/device_taints.py chooses the version and the rules) --------
-    def create_device_taint_rule(self, version: str, body: dict[str, Any]) -> bool:
+    def create_device_taint_rule(self, version: str, body: RawDeviceTaintRule) -> bool:
         """True if created, False if one of that name exists (rule names are deterministic: idempotent)."""
         try:
             with api_call():
-                self.custom.create_cluster_custom_object(DRA_GROUP, version, DEVICE_TAINT_RULES, body,
+                self.custom.create_cluster_custom_object(DRA_GROUP, version, DEVICE_TAINT_RULES, {**body},
                                                          _request_timeout=self.timeout)
         except Conflict:
             return False
         return True
 
-    def list_device_taint_rules(self, version: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    def list_device_taint_rules(self, version: str, labels: dict[str, str]) -> list[RawDeviceTaintRule]:
         with api_call():
             items, _ = list_pages(self.custom.list_cluster_custom_object, self.page_size, group=DRA_GROUP,
                                   version=version, plural=DEVICE_TAINT_RULES,
