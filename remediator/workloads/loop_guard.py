@@ -15,7 +15,7 @@ from remediator.decide import api_objects
 from remediator.decide.api_objects import RawJob, RawPod
 from remediator.decide.event_reasons import EventReason
 from remediator.policy import Policy
-from remediator.workloads.classify import Verdict, pod_facts
+from remediator.workloads.classify import PodClassification, pod_facts
 from remediator.workloads.ended_pods import Workload
 from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState, count_failure, in_loop, job_of
 
@@ -28,7 +28,7 @@ class RestartLoopGuard:
         self.kube, self.policy, self.dry_run, self.event = kube, policy, dry_run, event
         self.loops: dict[Workload, LoopState] = {}  # workloads without a Job to keep the count on; dry run
 
-    def count(self, pod: RawPod, workload: Workload, verdict: Verdict, now: datetime) -> LoopState:
+    def count(self, pod: RawPod, workload: Workload, verdict: PodClassification, now: datetime) -> LoopState:
         """Count the failure on the owning Job's annotation (in memory for pods without a Job, and in a dry run)."""
         w = self.policy.workloads
         job_name = job_of(pod)
