@@ -30,7 +30,7 @@ from remediator.decide.decision import Decision, NodePlan
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.evidence import EVIDENCE_RUNGS
 from remediator.decide.nodestate import parse_time, time_text
-from remediator.decide.vocabulary import EvidenceOutcome
+from remediator.decide.vocabulary import AlertStatus, EvidenceOutcome
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -178,7 +178,7 @@ class EvidenceStore:
         st = plan.final_state
         return {"node": d.node, "episode": time_text(st.episode), "rung": str(st.rung), "job": st.evidence_job,
                 "outcome": str(st.evidence), "why": d.reason, "job_started": time_text(st.evidence_started),
-                "alerts": sorted({a.name for a in st.alerts.values() if a.status == "firing"})}
+                "alerts": sorted({a.name for a in st.alerts.values() if a.status == AlertStatus.FIRING})}
 
     def _configmap(self, name: str, node: str, plan: NodePlan, data: dict[str, str]) -> dict[str, Any]:
         st = plan.final_state

@@ -34,6 +34,7 @@ from remediator.decide import api_objects
 from remediator.decide.api_objects import RawCondition, RawPod, RawPodStatus
 from remediator.decide.nodestate import parse_time
 from remediator.decide.views import asks_for
+from remediator.decide.vocabulary import Remediation
 
 INFRA, APP, UNKNOWN = "infra", "app", "unknown"
 CLASSES = (INFRA, APP, UNKNOWN)
@@ -293,7 +294,7 @@ def _signals_around(f: PodFacts, signals: list[NodeSignal], s: Settings, pod_gpu
                 evidence.append(f"{sig.describe()} started {when}: an application Xid on the pod's GPU")
             else:
                 evidence.append(f"{sig.describe()} started {when}: not on the pod's GPU(s), not used")
-        elif sig.remediation != "none" and sig.component not in NOT_HARDWARE_COMPONENTS:
+        elif sig.remediation != Remediation.NONE and sig.component not in NOT_HARDWARE_COMPONENTS:
             around.hardware.append(sig)
             evidence.append(f"{sig.describe()} {'started' if sig.kind == 'alert' else 'at'} {when}")
     return around
