@@ -48,6 +48,13 @@ class PassAbortReason(StrEnum):
     DEADLINE = "pass ran past its deadline"
 
 
+class SyncResult(StrEnum):
+    """How a read of Alertmanager's active alerts ended (intake/alertmanager_sync.py)."""
+
+    OK = "ok"
+    ERROR = "error"
+
+
 class ActionResult(StrEnum):
     EXECUTED = "executed"
     FAILED = "failed"
@@ -238,7 +245,7 @@ class Metrics:
                                 (self.rung_timeouts, RUNGS),
                                 (self.events_dropped, EVENT_DROP_REASONS),
                                 (self.http_rejected, HTTP_REJECT_REASONS),
-                                (self.am_syncs, ("ok", "error")),
+                                (self.am_syncs, tuple(SyncResult)),
                                 (self.am_calls_cut, ("deadline", "too_large")),
                                 (self.am_sync_changes, ("recorded", "resolved", "refreshed")),
                                 (self.repeat_offender_escalations, REPEAT_OFFENDER_RULES)):

@@ -22,7 +22,7 @@ import jinja2
 import yaml
 
 from remediator.act.node_jobs import NODE_LABEL
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawObject
@@ -206,7 +206,7 @@ class EvidenceStore:
         return gone
 
     def _report(self, d: Decision, reason: EventReason, message: str, now: datetime, ok: bool) -> None:
-        audit("evidence", node=d.node, reason=reason, message=message, stored=ok, dry_run=False)
+        audit(AuditKind.EVIDENCE, node=d.node, reason=reason, message=message, stored=ok, dry_run=False)
         try:
             self.kube.event(d.node, reason, message, now, warning=reason == EventReason.EVIDENCE_INCOMPLETE)
         except Exception as exc:

@@ -17,7 +17,7 @@ from typing import Any
 from remediator.act.acts import ACTS, JobRefused, Step, Tools
 from remediator.act.evidence_job import EvidenceStore
 from remediator.act.pass_guard import PassAborted, PassGuard
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.device_taints import DeviceTaints
 from remediator.clients.errors import Conflict
 from remediator.clients.kube import Kube
@@ -84,7 +84,7 @@ class Executor:
         for d in plan.decisions:
             if d.decision != Verdict.EXECUTE:
                 self.metrics.action(d.action, d.decision)
-                audit("decision", **self._fields(d))
+                audit(AuditKind.DECISION, **self._fields(d))
         if self.kube.dry_run:
             self._report_dry_run(plan, executes)
             self._warn_burn_in_kept(view)
@@ -105,9 +105,9 @@ class Executor:
     def _report_dry_run(self, plan: NodePlan, executes: list[Decision]) -> None:
         for d in executes:
             self.metrics.action(d.action, ActionResult.DRY_RUN)
-            audit("decision", **self._fields(d, result="dry_run"))
+            audit(AuditKind.DECISION, **self._fields(d, result=ActionResult.DRY_RUN))
         for note in plan.notes:
-            audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=True)
+            audit(AuditKind.PROGRESS, node=plan.node, reason=note.reason, message=note.message, dry_run=True)
 
     def _warn_burn_in_kept(self, view: NodeView) -> None:
         """A dry run never removes the burn-in taint (it writes nothing): a new node that registered with it takes no
@@ -120,7 +120,7 @@ class Executor:
                     "until a person does (kubectl taint node %s %s-). Remove %s from the NodePools' startupTaints "
                     "while gpuhealth runs in dry run (docs/remediation.md, \"Burn-in of new nodes\")",
                     view.name, taint, view.name, taint, taint)
-        audit("burn_in_kept", node=view.name, taint=taint, dry_run=True)
+        audit(AuditKind.BURN_IN_KEPT, node=view.name, taint=taint, dry_run=True)
 
     def _recheck(self, plan: NodePlan, view: NodeView, executes: list[Decision]) -> str | None:
         """Before anything disruptive: the Node still as listed, and (for Jobs and replacement) nothing left to
@@ -173,9 +173,9 @@ class Executor:
         except Conflict:
             return None
         if karpenter_note:
-            audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
+            audit(AuditKind.ANNOTATION, node=plan.node, detail=karpenter_note, dry_run=False)
         if clients_note:
-            audit("gpu_clients", node=plan.node, detail=clients_note, dry_run=False)
+            audit(AuditKind.GPU_CLIENTS, node=plan.node, detail=clients_note, dry_run=False)
         return node, karpenter_note
 
     def _report_notes(self, plan: NodePlan, now: datetime) -> None:
@@ -184,7 +184,7 @@ class Executor:
             if condition not in plan.base_state.repair_reported:
                 self.metrics.karpenter_repair_conflict(condition, self.policy.karpenter_repair.mode)
         for note in plan.notes:
-            audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=False)
+            audit(AuditKind.PROGRESS, node=plan.node, reason=note.reason, message=note.message, dry_run=False)
             if note.timed_out and note.rung is not None:
                 self.metrics.rung_timed_out(note.rung)
             if note.reason == EventReason.NODE_ACTION_JOB_NOT_STARTED and note.rung is not None:
@@ -213,18 +213,18 @@ class Executor:
                 raise
             except JobRefused as exc:  # gpuhealth's own breakage: the rung failed as not started (no climb on it)
                 self.metrics.action(d.action, ActionResult.NOT_STARTED)
-                audit("action", **fields, result="not_started", error=str(exc))
+                audit(AuditKind.ACTION, **fields, result=ActionResult.NOT_STARTED, error=str(exc))
                 self._event(d.node, EventReason.NODE_ACTION_JOB_NOT_STARTED, str(exc), now, warning=True)
                 return False
             except Exception as exc:  # any failure of the step: counted, audited, an Event; the rung's timeout
                 self.metrics.action(d.action, ActionResult.FAILED)
-                audit("action", **fields, result="failed", error=str(exc))
+                audit(AuditKind.ACTION, **fields, result=ActionResult.FAILED, error=str(exc))
                 self._event(d.node, action_failed_reason(d.action), f"{d.reason}: {exc}", now, warning=True)
                 return False
             if karpenter_note and d.action in KARPENTER_NOTE_ACTIONS:
                 message, karpenter_note = f"{message}; {karpenter_note}" if message else karpenter_note, ""
             self.metrics.action(d.action, ActionResult.EXECUTED)
-            audit("action", **fields, result="executed", detail=message)
+            audit(AuditKind.ACTION, **fields, result=ActionResult.EXECUTED, detail=message)
             if d.new or message:
                 self._event(d.node, action_reason(d.action), f"{d.reason}{': ' + message if message else ''}", now)
         return True
@@ -264,7 +264,7 @@ class Executor:
     def _drop(self, plan: NodePlan, why: str) -> None:
         for d in plan.executes():
             self.metrics.action(d.action, ActionResult.SKIPPED)
-            audit("decision", **self._fields(d, decision="skipped", reason=why))
+            audit(AuditKind.DECISION, **self._fields(d, decision=Verdict.SKIPPED, reason=why))
 
     def _fields(self, d: Decision, **extra: Any) -> dict[str, Any]:
         fields = {"node": d.node, "pool": d.pool, "action": d.action, "decision": d.decision, "reason": d.reason,

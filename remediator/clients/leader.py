@@ -37,7 +37,7 @@ from typing import Any, Protocol, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.errors import Conflict, api_call
 from remediator.clients.kube import read_or_none
 from remediator.decide import api_objects
@@ -278,7 +278,7 @@ class LeaderElector:
                 log.warning("leader: releasing lease %s/%s: %s", self.namespace, self.name, exc)
                 return False
             log.warning("leader: released lease %s/%s (%s): a standby takes over", self.namespace, self.name, why)
-            audit("lease_released", identity=self.identity, reason=why)
+            audit(AuditKind.LEASE_RELEASED, identity=self.identity, reason=why)
             self.on_release()
             return True
 

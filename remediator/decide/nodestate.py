@@ -17,16 +17,7 @@ from typing import Any
 
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
 from remediator.decide import json_text, state_schema
-from remediator.decide.vocabulary import (
-    RUNG_ORDER,
-    AlertStatus,
-    EvidenceOutcome,
-    Remediation,
-    ResetPhase,
-    Rung,
-    RungStatus,
-    Scope,
-)
+from remediator.decide.vocabulary import AlertStatus, EvidenceOutcome, Remediation, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
 ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
@@ -70,7 +61,7 @@ MAX_STATE_BYTES = 64 * 1024
 PASS_RESERVE_BYTES = 4 * 1024
 MAX_RECORDS_BYTES = MAX_STATE_BYTES - PASS_RESERVE_BYTES  # what a recording may fill
 
-RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
+RUNGS: tuple[str, ...] = tuple(Rung)  # the ladder's order, by name
 REMEDIATIONS: tuple[str, ...] = tuple(Remediation)  # an alert's remediation label: "none" or a rung
 
 _FRACTION = re.compile(r"\.(\d+)")
@@ -366,15 +357,15 @@ def _checked_alert(fingerprint: str, record: Any, known: set[str]) -> dict[str, 
     if not isinstance(record, dict):
         raise ValueError(f"{where}not a JSON object")
     _check_alert(record, where)
-    if record.get("status") not in tuple(AlertStatus):
-        raise ValueError(f"{where}status {record.get('status')!r} is neither firing nor resolved")
-    if record.get("remediation") not in REMEDIATIONS:
-        raise ValueError(f"{where}remediation {record.get('remediation')!r} is unknown")
-    if record.get("max_rung") is not None and record["max_rung"] not in RUNGS:
-        raise ValueError(f"{where}max_rung {record['max_rung']!r} is unknown")
-    words = {"status": AlertStatus(record["status"]), "remediation": Remediation(record["remediation"])}
-    if record.get("max_rung") is not None:
-        words["max_rung"] = Rung(record["max_rung"])
+    status, remediation, max_rung = record.get("status"), record.get("remediation"), record.get("max_rung")
+    if status not in tuple(AlertStatus):
+        raise ValueError(f"{where}status {status!r} is neither firing nor resolved")
+    if remediation not in REMEDIATIONS:
+        raise ValueError(f"{where}remediation {remediation!r} is unknown")
+    if max_rung is not None and max_rung not in RUNGS:
+        raise ValueError(f"{where}max_rung {max_rung!r} is unknown")
+    words = {"status": AlertStatus(status), "remediation": Remediation(remediation),
+             "max_rung": None if max_rung is None else Rung(max_rung)}
     return {k: v for k, v in {**record, **words}.items() if k in known}
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import Kube
 from remediator.clock import Clock
 from remediator.decide import api_objects
@@ -48,7 +48,7 @@ class Receiver:
 
         def dropped(node: str, error: str) -> None:
             self.metrics.webhook_error(WebhookErrorReason.RECORD_FAILED)
-            audit("record_dropped", node=node, error=error)
+            audit(AuditKind.RECORD_DROPPED, node=node, error=error)
 
         self.intake = Intake(record, self.clock, retry=retry, on_drop=dropped, hold_off=hold_off)
         self.intake.start(stop)
@@ -69,7 +69,7 @@ class Receiver:
             why = self._unusable(cache.nodes.get(node) if cache is not None and cache.synced else {}, len(alerts))
             if why:
                 out.ignored.append((node, why))
-                audit("alert_ignored", node=node, reason=why)
+                audit(AuditKind.ALERT_IGNORED, node=node, reason=why)
             else:
                 out.queued.append(node)
                 keep.add(node)

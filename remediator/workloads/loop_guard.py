@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import MERGE_PATCH, Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawJob, RawPod
@@ -68,7 +68,7 @@ class RestartLoopGuard:
         if not in_loop(after, threshold) or after == before:
             return
         action = ("would suspend" if self.dry_run else "suspend") if suspend else "none"
-        audit("restart_loop", namespace=workload.namespace, workload=f"{workload.kind}/{workload.name}",
+        audit(AuditKind.RESTART_LOOP, namespace=workload.namespace, workload=f"{workload.kind}/{workload.name}",
               cause=after.cause, count=after.count, pods=list(after.pods), action=action, dry_run=self.dry_run)
         if job_name is None:
             return

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawPod
@@ -149,7 +149,7 @@ class WorkloadWatcher:
         if not self.ended.annotate(pod, {ENDED_ANNOTATION: "Succeeded"}):
             return PodResult(ns, name, phase)
         self.metrics.workload_pods_ended.labels(ns, phase).inc()
-        audit("workload_ended", namespace=ns, pod=name, phase=phase, dry_run=self.dry_run)
+        audit(AuditKind.WORKLOAD_ENDED, namespace=ns, pod=name, phase=phase, dry_run=self.dry_run)
         return PodResult(ns, name, phase, recorded=True)
 
     def _failed(self, pod: RawPod, ns: str, name: str, phase: str, now: datetime) -> PodResult:
@@ -175,7 +175,7 @@ class WorkloadWatcher:
         if verdict.failed_at and facts.started and verdict.failed_at > facts.started:
             m.workload_lost_seconds.labels(verdict.cls, ns).inc((verdict.failed_at - facts.started).total_seconds())
         message = f"{verdict.cls} ({verdict.reason}): " + "; ".join(verdict.evidence)
-        audit("workload_failure", namespace=ns, pod=name, node=facts.node, workload=record["workload"],
+        audit(AuditKind.WORKLOAD_FAILURE, namespace=ns, pod=name, node=facts.node, workload=record["workload"],
               **{"class": verdict.cls}, reason=verdict.reason, evidence=list(verdict.evidence),
               node_suspect=suspect, dry_run=self.dry_run)
         self._event(name, ns, "Pod", "v1", EventReason.WORKLOAD_FAILURE_CLASSIFIED, message, now,
