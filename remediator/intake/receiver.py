@@ -16,7 +16,7 @@ from remediator.clock import Clock
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
-from remediator.intake.queue import Intake, RecordResult
+from remediator.intake.queue import Intake, RecordSummary
 from remediator.intake.recorder import Recorder
 from remediator.intake.webhook import Batch
 from remediator.metrics import AlertIgnoredReason, Metrics, WebhookErrorReason
@@ -42,9 +42,9 @@ class Receiver:
 
     def start_intake(self, stop: threading.Event | None = None, retry: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0),
                      hold_off: float = 5.0) -> Intake:
-        def record(batch: Batch, received: datetime) -> RecordResult:
+        def record(batch: Batch, received: datetime) -> RecordSummary:
             result = self.recorder.record(batch, received, pause=self.pause)  # recorded behind the answer
-            return RecordResult(result.recorded, result.failed, result.api_failing, frozenset(result.rejected))
+            return RecordSummary(result.recorded, result.failed, result.api_failing, frozenset(result.rejected))
 
         def dropped(node: str, error: str) -> None:
             self.metrics.webhook_error(WebhookErrorReason.RECORD_FAILED)
