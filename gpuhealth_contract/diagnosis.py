@@ -40,7 +40,7 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class DiagnosticReport:
     failures: tuple[Failure, ...] = ()
     skipped: tuple[str, ...] = ()  # checks not run, and why ("nccl_bandwidth: ...")
     level: int = 0  # the dcgmi diag level run
@@ -63,12 +63,12 @@ class Verdict:
             verdict = replace(verdict, failures=verdict.failures[:-1], truncated=verdict.truncated + 1)
         return _dumps(verdict)
 
-    def _cut(self, detail_chars: int, max_gpus: int) -> Verdict:
+    def _cut(self, detail_chars: int, max_gpus: int) -> DiagnosticReport:
         return replace(self, failures=tuple(
             Failure(f.category, _short(f.detail, detail_chars), f.gpus[:max_gpus]) for f in self.failures))
 
     @classmethod
-    def from_json(cls, text: str) -> Verdict:
+    def from_json(cls, text: str) -> DiagnosticReport:
         """The verdict `text` holds; ValueError when it is not one (not JSON, another version, a rule broken, or
         longer than MAX_BYTES: a pod's status is writable by more than the kubelet, which keeps no more)."""
         if len(text) > MAX_BYTES or len(text.encode()) > MAX_BYTES:
@@ -94,7 +94,7 @@ def _short(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[:chars - 3] + "..."
 
 
-def _dumps(verdict: Verdict) -> str:
+def _dumps(verdict: DiagnosticReport) -> str:
     doc: dict[str, Any] = {"v": VERSION, "passed": verdict.passed, "level": verdict.level,
                            "failures": [{"category": str(f.category), "gpus": list(f.gpus), "detail": f.detail}
                                         for f in verdict.failures],

@@ -24,7 +24,7 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.intake.webhook import WebhookError, parse_webhook
 from remediator.loop_process import LoopProcess
 from remediator.metrics import AlertIgnoredReason, WebhookErrorReason
@@ -81,7 +81,7 @@ def _rejecter(rem: Remediator) -> Reject:
     def reject(code: int, reason: str, label: WebhookErrorReason) -> tuple[Response, int]:
         rem.metrics.webhook_error(label)
         rem.metrics.webhooks.labels(str(code)).inc()
-        audit("webhook_rejected", status=code, reason=reason, remote=request.remote_addr)
+        audit(AuditKind.WEBHOOK_REJECTED, status=code, reason=reason, remote=request.remote_addr)
         return jsonify({"error": reason}), code
 
     return reject
@@ -132,7 +132,7 @@ def _webhook_route(app: Flask, config: ServeConfig, rem: Remediator, reject: Rej
         for fp, why in batch.ignored:
             rem.metrics.alert_ignored(AlertIgnoredReason.NO_LABEL if fp in batch.missing_label
                                       else AlertIgnoredReason.UNUSABLE)
-            audit("alert_ignored", fingerprint=fp, reason=why)
+            audit(AuditKind.ALERT_IGNORED, fingerprint=fp, reason=why)
         result = rem.accept(batch)  # queued for recording (the intake), or recorded now when there is no intake
         ignored = [{"fingerprint": f, "reason": r} for f, r in batch.ignored]
         ignored += [{"node": n, "reason": r} for n, r in result.ignored]

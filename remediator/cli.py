@@ -203,7 +203,7 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
     stale = state.stale(now, policy.episode.quiet_timeout)
     if stale:
         alerts = {fp: a for fp, a in state.alerts.items() if fp not in stale}
-        firing = any(a.status == "firing" and a.remediation != "none" for a in alerts.values())
+        firing = any(a.asks_action for a in alerts.values())
         state = replace(state, alerts=alerts, quiet=False,
                         healthy_since=None if firing else (state.healthy_since or now))
     # a repair that failed its validation holds the node out until a person says so (decide/validation.py): this

@@ -11,7 +11,7 @@ from remediator.decide.event_reasons import EventReason
 from remediator.decide.vocabulary import JOB_RUNGS, Action, Rung, Verdict
 
 if TYPE_CHECKING:
-    from remediator.clients.kube import EventOutbox
+    from remediator.clients.event_outbox import EventOutbox
 
 # The label values the remediator's error and timeout counters can take, as enums: the code passes members
 # (the typed methods below take nothing else), and each series is created at 0 when the remediator starts, so
@@ -46,6 +46,13 @@ class ApiOperation(StrEnum):
 class PassAbortReason(StrEnum):
     LOST_LEASE = "lost the Lease"
     DEADLINE = "pass ran past its deadline"
+
+
+class SyncResult(StrEnum):
+    """How a read of Alertmanager's active alerts ended (intake/alertmanager_sync.py)."""
+
+    OK = "ok"
+    ERROR = "error"
 
 
 class ActionResult(StrEnum):
@@ -158,7 +165,7 @@ class Metrics:
     def _events_and_http(self) -> None:
         """The audit trail's Events, and the requests the HTTP server answered itself."""
         r = self.registry
-        # The audit trail (actions.EventOutbox): Events the API could not take yet, sent late, or lost.
+        # The audit trail (clients/event_outbox.py): Events the API could not take yet, sent late, or lost.
         self.events_pending = Gauge("gpuhealth_remediator_events_pending", "Kubernetes Events kept to send again "
                                     "after the API failed to take them", registry=r)
         self.events_sent_late = Counter("gpuhealth_remediator_events_sent_late", "Kept Events sent once the API "
@@ -238,7 +245,7 @@ class Metrics:
                                 (self.rung_timeouts, RUNGS),
                                 (self.events_dropped, EVENT_DROP_REASONS),
                                 (self.http_rejected, HTTP_REJECT_REASONS),
-                                (self.am_syncs, ("ok", "error")),
+                                (self.am_syncs, tuple(SyncResult)),
                                 (self.am_calls_cut, ("deadline", "too_large")),
                                 (self.am_sync_changes, ("recorded", "resolved", "refreshed")),
                                 (self.repeat_offender_escalations, REPEAT_OFFENDER_RULES)):

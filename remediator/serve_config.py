@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.leader import leader_identity
 from remediator.policy import Policy, load_policy
 from remediator.service import Remediator
@@ -94,7 +94,7 @@ class TokenFile:
             self._seen, self._warned = key, False
             expected = f"Bearer {token}".encode()
             if not hmac.compare_digest(expected, self._expected):
-                audit("webhook_token_reloaded", path=self.path)
+                audit(AuditKind.WEBHOOK_TOKEN_RELOADED, path=self.path)
             self._expected = expected
             return expected
         finally:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from remediator.decide.nodestate import AlertRecord, record_alerts
+from remediator.decide.vocabulary import AlertStatus
 from simulator.detection import Pipeline
 from simulator.events import EventQueue
 from simulator.fleet import Fault, Fleet, SimNode
@@ -73,7 +74,7 @@ class Alerting:
         rule = self._pipe.alerts[fault.alert or ""]
         gpu = str(fault.gpu) if fault.cause.scope == "gpu" else None
         now = to_datetime(self._queue.now)
-        return AlertRecord(name=rule.name, remediation=rule.remediation, status="firing", starts_at=starts,
+        return AlertRecord(name=rule.name, remediation=rule.remediation, status=AlertStatus.FIRING, starts_at=starts,
                            last_seen=now, ends_at=None, gpu=gpu, max_rung=rule.max_rung)
 
     def _send_again(self, node: SimNode, fp: str, starts: datetime, fault: Fault) -> None:
@@ -116,7 +117,7 @@ class Alerting:
         if old is None:
             return
         now = to_datetime(self._queue.now)
-        record = AlertRecord(name=old.name, remediation=old.remediation, status="resolved", starts_at=starts,
+        record = AlertRecord(name=old.name, remediation=old.remediation, status=AlertStatus.RESOLVED, starts_at=starts,
                              last_seen=now, ends_at=now, gpu=old.gpu, max_rung=old.max_rung)
         self._record(node, fp, record)
         self._passes.request(self._queue.now, wake=True)

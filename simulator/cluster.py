@@ -43,15 +43,9 @@ class SimCluster:
         self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": sweep_level,
                                "burn-in": burn_in_level}
         self.burn_ins = BurnIns()
-        self._effects: dict[Action, Callable[[SimNode, NodePlan], None]] = {
-            Action.CORDON: self._cordon, Action.DRAIN: self._drain, Action.RESET_GPU: self._reset_gpu,
-            Action.REBOOT: self._reboot, Action.REPLACE: self._replace, Action.UNCORDON: self._uncordon,
-            Action.DIAGNOSE: self._diagnose, Action.COLLECT_EVIDENCE: self._collect_evidence,
-            Action.QUARANTINE_GPU: self._quarantine_gpu, Action.RELEASE_GPU: self._release_gpu,
-            Action.END_BURN_IN: self._end_burn_in}
 
     def apply(self, plan: NodePlan) -> None:
-        """The plan's state on its Node, then the effect of each decision it executes (the others have none here)."""
+        """The plan's state on its Node, then the effect of each decision it executes (EFFECTS)."""
         slot = self._fleet.by_name.get(plan.node)
         if slot is None:
             return
@@ -67,9 +61,7 @@ class SimCluster:
             self._fleet.tracked.add(node.slot)
         node.version += 1
         for d in executes:
-            effect = self._effects.get(d.action)
-            if effect is not None:
-                effect(node, plan)
+            EFFECTS[d.action](self, node, plan)
         self._jobs.node_changed(node)
 
     def _rung_rng(self, node: SimNode, rung: Rung) -> random.Random:
@@ -112,6 +104,9 @@ class SimCluster:
 
     def _release_gpu(self, node: SimNode, plan: NodePlan) -> None:
         node.quarantined = ()
+
+    def _no_effect(self, node: SimNode, plan: NodePlan) -> None:
+        """The operands' labels and the evidence's summary: nothing the simulation models beyond the state."""
 
     def _drain(self, node: SimNode, plan: NodePlan) -> None:
         if node.workload is not None:
@@ -252,3 +247,14 @@ class SimCluster:
         self.burn_ins.arrived(node)
         self._jobs.node_changed(node)
         self._passes.request(self._queue.now)
+
+
+# The effect on a simulated Node of each action a plan executes, as the executor's acts are one table
+# (remediator/act/acts.py ACTS); a test holds both to every Action a plan can carry.
+EFFECTS: dict[Action, Callable[[SimCluster, SimNode, NodePlan], None]] = {
+    Action.CORDON: SimCluster._cordon, Action.DRAIN: SimCluster._drain, Action.RESET_GPU: SimCluster._reset_gpu,
+    Action.REBOOT: SimCluster._reboot, Action.REPLACE: SimCluster._replace, Action.UNCORDON: SimCluster._uncordon,
+    Action.DIAGNOSE: SimCluster._diagnose, Action.COLLECT_EVIDENCE: SimCluster._collect_evidence,
+    Action.QUARANTINE_GPU: SimCluster._quarantine_gpu, Action.RELEASE_GPU: SimCluster._release_gpu,
+    Action.END_BURN_IN: SimCluster._end_burn_in, Action.STOP_GPU_CLIENTS: SimCluster._no_effect,
+    Action.RESTORE_GPU_CLIENTS: SimCluster._no_effect, Action.STORE_EVIDENCE: SimCluster._no_effect}

@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from remediator.decide.nodestate import max_rung_of
+from remediator.decide.nodestate import REMEDIATIONS, max_rung_of
+from remediator.decide.vocabulary import Remediation, Rung
 from remediator.policy import parse_duration
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,8 +51,8 @@ def _seconds(text: Any, where: str) -> float:
 @dataclass(frozen=True)
 class AlertRule:
     name: str
-    remediation: str
-    max_rung: str | None  # the ceiling of a persisting fault (nodestate.max_rung_of of its label)
+    remediation: Remediation
+    max_rung: Rung | None  # the ceiling of a persisting fault (nodestate.max_rung_of of its label)
     for_s: float
     keep_firing_for_s: float
     evaluation_interval_s: float
@@ -78,7 +79,7 @@ class Pipeline:
     detection_delay_s: float | None = None  # --detection-delay: replaces the rule-derived delay for every fault
 
     def route(self, alert: AlertRule) -> Route:
-        return self.informational_route if alert.remediation == "none" else self.actionable_route
+        return self.informational_route if alert.remediation == Remediation.NONE else self.actionable_route
 
     def fire_delay(self, alert: AlertRule, rng: random.Random, group_open: bool) -> float:
         """Signal on the node -> webhook at the remediator: the next scrape, the next evaluation of the group,
@@ -133,9 +134,9 @@ def load_rules(rules_dir: Path, evaluation_interval_s: float = DEFAULT_EVALUATIO
                     continue
                 where = f"{path}: {name}"
                 labels = rule.get("labels") or {}
+                remediation = _remediation(labels.get("remediation", "none"), where)
                 out[name] = AlertRule(
-                    name=name, remediation=str(labels.get("remediation", "none")),
-                    max_rung=max_rung_of(labels.get("max_rung"), str(labels.get("remediation", "none"))),
+                    name=name, remediation=remediation, max_rung=max_rung_of(labels.get("max_rung"), remediation),
                     for_s=_seconds(rule["for"], f"{where}.for") if rule.get("for") else 0.0,
                     keep_firing_for_s=_seconds(rule["keep_firing_for"], f"{where}.keep_firing_for")
                     if rule.get("keep_firing_for") else 0.0,
@@ -144,6 +145,13 @@ def load_rules(rules_dir: Path, evaluation_interval_s: float = DEFAULT_EVALUATIO
 
 
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"(.*)"\s*$')
+
+
+def _remediation(label: Any, where: str) -> Remediation:
+    """A rule's remediation label, as the webhook reads it (intake/webhook.py): "none" or a rung."""
+    if str(label) not in REMEDIATIONS:
+        raise DetectionConfigError(f"{where}: remediation {label!r} is not one of {', '.join(REMEDIATIONS)}")
+    return Remediation(str(label))
 
 
 def _route_takes(route: dict[str, Any], remediation: str) -> bool:

@@ -22,7 +22,7 @@ from exporter.diagnose.checks import (
     expected_gpus,
     gpus_seen,
 )
-from gpuhealth_contract.diagnosis import TERMINATION_LOG, Check, Failure, Verdict
+from gpuhealth_contract.diagnosis import TERMINATION_LOG, Check, DiagnosticReport, Failure
 
 
 def _count(text: str) -> int | None:
@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def judge(args: argparse.Namespace) -> Verdict:
+def judge(args: argparse.Namespace) -> DiagnosticReport:
     findings = Findings()
     gpu_run = ToolRun.read(args.dir, "gpus")
     gpus = gpus_seen(gpu_run, findings)
@@ -56,7 +56,7 @@ def judge(args: argparse.Namespace) -> Verdict:
     check_dcgm(ToolRun.read(args.dir, "dcgm"), findings)
     check_efa(args.sysfs_root, args.efa_expected, args.instance_type or None, findings)
     check_nccl(ToolRun.read(args.dir, "nccl"), gpus, args.nccl_floor, findings)
-    return Verdict(tuple(findings.failures), tuple(findings.skipped), args.level)
+    return DiagnosticReport(tuple(findings.failures), tuple(findings.skipped), args.level)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         verdict = judge(args)
     except Exception as exc:  # the judge's own failure: the node does not pass on it
-        verdict = Verdict((Failure(Check.TOOL_ERROR, f"gpuhealth-diagnose: {type(exc).__name__}: {exc}"),),
+        verdict = DiagnosticReport((Failure(Check.TOOL_ERROR, f"gpuhealth-diagnose: {type(exc).__name__}: {exc}"),),
                           level=args.level)
     text = verdict.to_json()
     print(text)

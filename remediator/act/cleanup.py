@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from remediator.act.node_jobs import JOB_SELECTOR, NODE_LABEL, job_status
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.device_taints import MANAGED_BY, DeviceTaints, node_of
 from remediator.clients.errors import Conflict, KubeError, NotFound
 from remediator.clients.kube import Kube
@@ -112,8 +112,8 @@ def run_cleanup(kube: Kube, policy: Policy, options: CleanupOptions, clock: Cloc
                 report.failed[f"lease {policy.leader.namespace}/{policy.leader.name}"] = f"not held on: {exc}"
         kube.events.flush(timeout=5.0)
     out(report.summary())
-    audit("cleanup", dry_run=kube.dry_run, cleaned=sorted(report.cleaned), left=report.left, failed=report.failed,
-          rules_deleted=report.rules_deleted)
+    audit(AuditKind.CLEANUP, dry_run=kube.dry_run, cleaned=sorted(report.cleaned), left=report.left,
+          failed=report.failed, rules_deleted=report.rules_deleted)
     return report
 
 
@@ -136,7 +136,7 @@ def _stop_remediators(elector: LeaderElector, kube: Kube, options: CleanupOption
     except KubeError as exc:
         raise CleanupError(f"{where}: cannot take it, so the remediators cannot be stopped ({exc}); nothing was "
                            "undone") from exc
-    audit("cleanup_lease", lease=where, previous=taken.previous, identity=options.identity)
+    audit(AuditKind.CLEANUP_LEASE, lease=where, previous=taken.previous, identity=options.identity)
     renewer = threading.Thread(target=elector.renew_loop, args=(stop,), name="cleanup-lease", daemon=True)
     renewer.start()
     out(f"{where}: taken from {taken.previous or 'nobody'}: no remediator starts a rung or records alerts now")
@@ -249,7 +249,7 @@ def _our_rules(taints: DeviceTaints, policy: Policy, report: CleanupReport) -> t
             return None, {}
         by_node: dict[str, list[str]] = defaultdict(list)
         for rule in taints.kube.list_device_taint_rules(version, MANAGED_BY):
-            by_node[node_of(rule) or ""].append(rule["metadata"]["name"])
+            by_node[node_of(rule) or ""].append(api_objects.name(rule))
         return version, dict(by_node)
     except KubeError as exc:
         report.failed["DeviceTaintRules"] = f"cannot be listed: {exc}"
@@ -276,7 +276,7 @@ def _report_node(kube: Kube, name: str, changes: list[str], undo: Undo, options:
     kept = f"; kept {', '.join(undo.kept)}" if undo.kept else ""
     episode = f" (it ends gpuhealth's {undo.episode})" if undo.episode else ""
     out(f"{name}: {'would: ' if kube.dry_run else ''}{'; '.join(changes)}{kept}{episode}")
-    audit("cleanup_node", node=name, changes=changes, kept=list(undo.kept), episode=undo.episode,
+    audit(AuditKind.CLEANUP_NODE, node=name, changes=changes, kept=list(undo.kept), episode=undo.episode,
           dry_run=kube.dry_run)
     _event(kube, name, EventReason.CLEANED_UP, f"gpuhealth-remediator cleanup{_by(options)}: {'; '.join(changes)}"
            f"{kept}{episode}", clock)

@@ -22,7 +22,7 @@ import jinja2
 import yaml
 
 from remediator.act.node_jobs import NODE_LABEL
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawObject
@@ -30,7 +30,7 @@ from remediator.decide.decision import Decision, NodePlan
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.evidence import EVIDENCE_RUNGS
 from remediator.decide.nodestate import parse_time, time_text
-from remediator.decide.vocabulary import EvidenceOutcome
+from remediator.decide.vocabulary import AlertStatus, EvidenceOutcome
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -179,7 +179,7 @@ class EvidenceStore:
         return {"node": d.node, "episode": time_text(st.episode), "rung": str(st.rung), "job": st.evidence_run.job,
                 "outcome": str(st.evidence_run.outcome), "why": d.reason,
                 "job_started": time_text(st.evidence_run.started),
-                "alerts": sorted({a.name for a in st.alerts.values() if a.status == "firing"})}
+                "alerts": sorted({a.name for a in st.alerts.values() if a.status == AlertStatus.FIRING})}
 
     def _configmap(self, name: str, node: str, plan: NodePlan, data: dict[str, str]) -> dict[str, Any]:
         st = plan.final_state
@@ -207,7 +207,7 @@ class EvidenceStore:
         return gone
 
     def _report(self, d: Decision, reason: EventReason, message: str, now: datetime, ok: bool) -> None:
-        audit("evidence", node=d.node, reason=reason, message=message, stored=ok, dry_run=False)
+        audit(AuditKind.EVIDENCE, node=d.node, reason=reason, message=message, stored=ok, dry_run=False)
         try:
             self.kube.event(d.node, reason, message, now, warning=reason == EventReason.EVIDENCE_INCOMPLETE)
         except Exception as exc:

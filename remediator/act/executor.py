@@ -9,26 +9,21 @@ next step, so each pass shows what a live replica would do now.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from remediator.act.diagnose_job import render_diagnose_job
-from remediator.act.drain import drain_pass, held_now
+from remediator.act.acts import ACTS, JobRefused, Step, Tools
 from remediator.act.evidence_job import EvidenceStore
-from remediator.act.node_jobs import render_job
 from remediator.act.pass_guard import PassAborted, PassGuard
-from remediator.act.replace import replace_node
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.device_taints import DeviceTaints
-from remediator.clients.errors import Conflict, Forbidden, KubeError, Rejected
+from remediator.clients.errors import Conflict
 from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode
-from remediator.decide.decision import NOT_STARTED, Decision, NodePlan
-from remediator.decide.diagnosis import Purpose, provisioned
+from remediator.decide.decision import Decision, NodePlan
 from remediator.decide.event_reasons import EventReason, action_failed_reason, action_reason
 from remediator.decide.history import HISTORY_ANNOTATION, history_json
 from remediator.decide.node_patches import (
@@ -43,14 +38,12 @@ from remediator.decide.node_patches import (
 )
 from remediator.decide.nodestate import (
     LAST_SWEEP_ANNOTATION,
-    RESET_REQUEST_ANNOTATION,
     STATE_ANNOTATION,
-    TAINT_KEY,
     NodeState,
     fmt_time,
 )
 from remediator.decide.views import NodeView, evictable_pods
-from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, RungStatus, Scope, TaintEffect, Verdict
+from remediator.decide.vocabulary import DISRUPTIVE, NEEDS_DRAINED, Action, Scope, TaintEffect, Verdict
 from remediator.metrics import BURN_IN_RESULTS, DIAGNOSTIC_RESULTS, SWEEP_RESULTS, ActionResult, Metrics
 from remediator.policy import Policy
 
@@ -76,24 +69,12 @@ def with_pending(state: NodeState, executes: list[Decision]) -> NodeState:
     return replace(state, pending=(*state.pending, *acts)) if acts else state
 
 
-class JobRefused(Exception):
-    """The API server refused a reset or reboot Job (403, 422): it never started (decide/job_start.py's kin)."""
-
-
-def _status_message(exc: KubeError) -> str:
-    """The message of the API server's Status in an error's body (its reason when there is none)."""
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except (ValueError, AttributeError):
-        return str(exc.reason)
-
-
 class Executor:
     def __init__(self, kube: Kube, policy: Policy, metrics: Metrics, guard: PassGuard) -> None:
         self.kube, self.policy, self.metrics, self.guard = kube, policy, metrics, guard
         self.taints = DeviceTaints(kube)
         self._burn_in_warned: set[str] = set()  # a dry run's nodes whose burn-in taint it warned of, once each
-        self.evidence = EvidenceStore(kube, policy)
+        self.tools = Tools(kube, policy, guard, self.taints, EvidenceStore(kube, policy))
         metrics.init_karpenter_repair(policy.karpenter_repair.conditions, policy.karpenter_repair.mode)
 
     def execute(self, plan: NodePlan, view: NodeView, node: RawNode, now: datetime) -> None:
@@ -103,7 +84,7 @@ class Executor:
         for d in plan.decisions:
             if d.decision != Verdict.EXECUTE:
                 self.metrics.action(d.action, d.decision)
-                audit("decision", **self._fields(d))
+                audit(AuditKind.DECISION, **self._fields(d))
         if self.kube.dry_run:
             self._report_dry_run(plan, executes)
             self._warn_burn_in_kept(view)
@@ -124,9 +105,9 @@ class Executor:
     def _report_dry_run(self, plan: NodePlan, executes: list[Decision]) -> None:
         for d in executes:
             self.metrics.action(d.action, ActionResult.DRY_RUN)
-            audit("decision", **self._fields(d, result="dry_run"))
+            audit(AuditKind.DECISION, **self._fields(d, result=ActionResult.DRY_RUN))
         for note in plan.notes:
-            audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=True)
+            audit(AuditKind.PROGRESS, node=plan.node, reason=note.reason, message=note.message, dry_run=True)
 
     def _warn_burn_in_kept(self, view: NodeView) -> None:
         """A dry run never removes the burn-in taint (it writes nothing): a new node that registered with it takes no
@@ -139,7 +120,7 @@ class Executor:
                     "until a person does (kubectl taint node %s %s-). Remove %s from the NodePools' startupTaints "
                     "while gpuhealth runs in dry run (docs/remediation.md, \"Burn-in of new nodes\")",
                     view.name, taint, view.name, taint, taint)
-        audit("burn_in_kept", node=view.name, taint=taint, dry_run=True)
+        audit(AuditKind.BURN_IN_KEPT, node=view.name, taint=taint, dry_run=True)
 
     def _recheck(self, plan: NodePlan, view: NodeView, executes: list[Decision]) -> str | None:
         """Before anything disruptive: the Node still as listed, and (for Jobs and replacement) nothing left to
@@ -192,9 +173,9 @@ class Executor:
         except Conflict:
             return None
         if karpenter_note:
-            audit("annotation", node=plan.node, detail=karpenter_note, dry_run=False)
+            audit(AuditKind.ANNOTATION, node=plan.node, detail=karpenter_note, dry_run=False)
         if clients_note:
-            audit("gpu_clients", node=plan.node, detail=clients_note, dry_run=False)
+            audit(AuditKind.GPU_CLIENTS, node=plan.node, detail=clients_note, dry_run=False)
         return node, karpenter_note
 
     def _report_notes(self, plan: NodePlan, now: datetime) -> None:
@@ -203,7 +184,7 @@ class Executor:
             if condition not in plan.base_state.repair_reported:
                 self.metrics.karpenter_repair_conflict(condition, self.policy.karpenter_repair.mode)
         for note in plan.notes:
-            audit("progress", node=plan.node, reason=note.reason, message=note.message, dry_run=False)
+            audit(AuditKind.PROGRESS, node=plan.node, reason=note.reason, message=note.message, dry_run=False)
             if note.timed_out and note.rung is not None:
                 self.metrics.rung_timed_out(note.rung)
             if note.reason == EventReason.NODE_ACTION_JOB_NOT_STARTED and note.rung is not None:
@@ -232,18 +213,18 @@ class Executor:
                 raise
             except JobRefused as exc:  # gpuhealth's own breakage: the rung failed as not started (no climb on it)
                 self.metrics.action(d.action, ActionResult.NOT_STARTED)
-                audit("action", **fields, result="not_started", error=str(exc))
+                audit(AuditKind.ACTION, **fields, result=ActionResult.NOT_STARTED, error=str(exc))
                 self._event(d.node, EventReason.NODE_ACTION_JOB_NOT_STARTED, str(exc), now, warning=True)
                 return False
             except Exception as exc:  # any failure of the step: counted, audited, an Event; the rung's timeout
                 self.metrics.action(d.action, ActionResult.FAILED)
-                audit("action", **fields, result="failed", error=str(exc))
+                audit(AuditKind.ACTION, **fields, result=ActionResult.FAILED, error=str(exc))
                 self._event(d.node, action_failed_reason(d.action), f"{d.reason}: {exc}", now, warning=True)
                 return False
             if karpenter_note and d.action in KARPENTER_NOTE_ACTIONS:
                 message, karpenter_note = f"{message}; {karpenter_note}" if message else karpenter_note, ""
             self.metrics.action(d.action, ActionResult.EXECUTED)
-            audit("action", **fields, result="executed", detail=message)
+            audit(AuditKind.ACTION, **fields, result=ActionResult.EXECUTED, detail=message)
             if d.new or message:
                 self._event(d.node, action_reason(d.action), f"{d.reason}{': ' + message if message else ''}", now)
         return True
@@ -274,115 +255,16 @@ class Executor:
         log.info("node %s: %s left pending after a conflict: done again next pass", plan.node, ", ".join(done))
 
     def _perform(self, d: Decision, view: NodeView, node: RawNode, plan: NodePlan, now: datetime) -> str:
-        kube, policy = self.kube, self.policy
-        if d.action == Action.END_BURN_IN:  # the state write did it
-            return f"removed taint {self.policy.burn_in.taint}"
-        if d.action in (Action.CORDON, Action.UNCORDON, Action.RELEASE_GPU):  # the state write did the rest
-            released = self._release(view, plan) if d.action != Action.CORDON else []
-            return f"removed device taint rule(s) {', '.join(released)}" if released else ""
-        if d.action in (Action.STOP_GPU_CLIENTS, Action.RESTORE_GPU_CLIENTS):  # the state write did it
-            st = plan.final_state if d.action == Action.STOP_GPU_CLIENTS else plan.base_state
-            labels = ", ".join(st.reset.paused) or "no operand label"
-            if d.action == Action.STOP_GPU_CLIENTS:
-                return f"paused {labels}; {RESET_REQUEST_ANNOTATION}={st.reset_request}"
-            return f"restored {labels}; removed {RESET_REQUEST_ANNOTATION}"
-        if d.action == Action.COLLECT_EVIDENCE:  # before the rung past drain (decide/evidence.py)
-            return self.evidence.collect(d, plan)
-        if d.action == Action.STORE_EVIDENCE:  # never raises: the rung goes on
-            return self.evidence.store(d, plan, now)
-        if d.action == Action.QUARANTINE_GPU:
-            try:
-                return self._quarantine(d, view)
-            except Exception:
-                self._fail_rung(plan, node, now)  # not quarantined: the next pass hands it to the node ladder
-                raise
-        if d.action == Action.DRAIN:
-            return self._drain(d, plan, now)
-        if d.action == Action.DIAGNOSE:
-            return self._start_diagnosis(d, plan, node)
-        at_gpu_scope = plan.final_state.scope == Scope.GPU and d.action == Action.RESET_GPU
-        tainted = any(t.get("key") == TAINT_KEY for t in api_objects.taints(node))
-        if not at_gpu_scope and not tainted:
-            raise RuntimeError("gpuhealth's taint is not on the node: a person took over; not starting")
-        if at_gpu_scope and view.taint_api is not None and not self.taints.ours(view.taint_api, d.node):
-            raise RuntimeError("gpuhealth's device taints are gone from the GPU: a person took over; not starting")
-        if d.action in (Action.RESET_GPU, Action.REBOOT):
-            return self._start_job(d, plan, node, now)
-        if d.action == Action.REPLACE:
-            try:
-                return replace_node(kube, d.node, policy, now, d.reason)
-            except Exception:
-                self._fail_rung(plan, node, now)
-                raise
-        raise ValueError(f"unknown action {d.action}")
-
-    def _drain(self, d: Decision, plan: NodePlan, now: datetime) -> str:
-        """One drain pass over the pods on the node now (not as listed), within the plan's GPU pods if it has them."""
-        kube, policy = self.kube, self.policy
-        pods = evictable_pods(kube.pods_on(d.node))
-        if plan.drain_only is not None:
-            pods = [p for p in pods if plan.drain_only.includes(p)]
-        # as Karpenter's drain: a pod with an active karpenter.sh/do-not-disrupt stays (unless forced at timeout)
-        spare = (lambda p: p.protected(now)) if policy.drain.honor_pod_do_not_disrupt and not d.force else None
-        result = drain_pass(kube, pods, policy.drain.eviction_backoff, self.guard.sleep, d.force,
-                            guard=self.guard.check, spare=spare, stop=lambda: held_now(kube, d.node))
-        if result.errors and not result.evicted and not result.blocked:
-            raise RuntimeError(f"drain pass failed: {result.summary()}")
-        return result.summary() if (result.evicted or result.errors or result.stopped or d.new) else ""
-
-    def _start_job(self, d: Decision, plan: NodePlan, node: RawNode, now: datetime) -> str:
-        """The reset or reboot Job; one the API server refuses fails the rung as not started (gpuhealth's own)."""
-        policy = self.policy
-        assert d.job is not None
-        try:
-            created = self.kube.create_job(render_job(d.action, d.job, d.node, policy, d.gpu))
-        except (Forbidden, Rejected) as exc:
-            if isinstance(exc, Rejected) and exc.throttled:
-                raise
-            why = f"the API server refused the Job ({exc}: {_status_message(exc)})"
-            self._fail_rung(plan, node, now, not_started=why)
-            raise JobRefused(f"{NOT_STARTED}: job {policy.jobs.namespace}/{d.job}: {why}. It touched no GPU: "
-                             "gpuhealth's own breakage (its RBAC, its Jobs' admission policy, a chart and an "
-                             "image of different releases), not the node's; the ladder does not climb for "
-                             "it") from exc
-        return f"job {policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
-
-    def _start_diagnosis(self, d: Decision, plan: NodePlan, node: RawNode) -> str:
-        """The diagnostic Job (decide/validation.py). One the API server refuses is retried on later passes; not made
-        within jobs.start_timeout, the ladder reports it as not started (gpuhealth's own breakage)."""
-        assert d.job is not None and plan.final_state.diagnostic.purpose is not None
-        manifest = render_diagnose_job(d.job, d.node, Purpose(plan.final_state.diagnostic.purpose), provisioned(node),
-                                       self.policy)
-        created = self.kube.create_job(manifest)
-        return f"job {self.policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
-
-    def _fail_rung(self, plan: NodePlan, node: RawNode, now: datetime, not_started: str | None = None) -> None:
-        """The step that started the plan's rung failed: the rung is failed, written on our own write's
-        resourceVersion (the Node exactly as this plan left it). not_started: its Job never could (why)."""
-        failed = replace(plan.final_state, rung_status=RungStatus.FAILED, rung_done=now,
-                         not_started=not_started, pending=())  # nothing of a failed rung is done again
-        self.guard.check()
-        self.kube.write_state(plan.node, failed, api_objects.resource_version(node))
-
-    def _quarantine(self, d: Decision, view: NodeView) -> str:
-        """One DeviceTaintRule per device, in the version the cluster serves (the ladder chose GPU scope only
-        where one does); kube-controller-manager evicts for NoExecute."""
-        assert view.devices is not None and view.taint_api is not None and d.effect is not None
-        names = self.taints.taint(view.taint_api, d.node, view.devices.driver, view.devices.pool, d.devices,
-                                  self.policy.dra.taint_key, d.effect, d.reason)
-        pods = f"; pods on it: {', '.join(d.pods)}" if d.pods else "; no pod holds it"
-        return f"{d.effect} device taint on {', '.join(d.devices)} (DeviceTaintRule {', '.join(names)}){pods}"
-
-    def _release(self, view: NodeView, plan: NodePlan) -> list[str]:
-        """Return to service: the DeviceTaintRules gpuhealth made for this node, and only those."""
-        if not plan.base_state.gpu_scope.devices or view.taint_api is None:
-            return []
-        return self.taints.release(view.taint_api, plan.node)
+        """The decision's act, through the table (act/acts.py ACTS); what it did, in words for the Event."""
+        act = ACTS.get(d.action)
+        if act is None:
+            raise ValueError(f"unknown action {d.action}")
+        return act(self.tools, Step(d, view, node, plan, now))
 
     def _drop(self, plan: NodePlan, why: str) -> None:
         for d in plan.executes():
             self.metrics.action(d.action, ActionResult.SKIPPED)
-            audit("decision", **self._fields(d, decision="skipped", reason=why))
+            audit(AuditKind.DECISION, **self._fields(d, decision=Verdict.SKIPPED, reason=why))
 
     def _fields(self, d: Decision, **extra: Any) -> dict[str, Any]:
         fields = {"node": d.node, "pool": d.pool, "action": d.action, "decision": d.decision, "reason": d.reason,

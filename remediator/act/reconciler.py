@@ -21,7 +21,7 @@ from remediator.act.offender_gauge import OffenderGauge
 from remediator.act.parallel import execute_plans
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.act.unreadable import UnreadableNodes
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.alertmanager import pass_deadline
 from remediator.clients.errors import Forbidden, KubeError, NotFound
 from remediator.clients.kube import Kube
@@ -177,7 +177,7 @@ class Reconciler:
             self._sweep_device_taints(views, plans, dra, now)
         except PassAborted as exc:
             self.metrics.pass_aborted(exc.reason)
-            audit("pass_aborted", reason=str(exc), identity=self.identity)
+            audit(AuditKind.PASS_ABORTED, reason=str(exc), identity=self.identity)
         finally:
             self.guard.end()
         self.last_plans = plans
@@ -272,7 +272,7 @@ class Reconciler:
             for node in self.executor.taints.nodes_with_rules(taint_api):
                 if node not in holding:
                     released = self.executor.taints.release(taint_api, node)
-                    audit("device_taints_swept", node=node, rules=released)
+                    audit(AuditKind.DEVICE_TAINTS_SWEPT, node=node, rules=released)
         except KubeError as exc:
             self.metrics.api_error(ApiOperation.LIST_DRA)
             log.warning("sweeping gpuhealth's device taints: %s", exc)
@@ -315,11 +315,11 @@ class Reconciler:
         faults = ledger.faults
         for key in sorted(set(faults.faults) - self._monitoring_faults):
             log.warning("monitoring fault: %s", faults.why(key))
-            audit("monitoring_fault", pool=key.pool, alert=key.alert, probe=key.probe, reason=key.reason,
+            audit(AuditKind.MONITORING_FAULT, pool=key.pool, alert=key.alert, probe=key.probe, reason=key.reason,
                   nodes=sorted(faults.faults[key]), pool_size=faults.pool_sizes.get(key.pool, 0),
                   dry_run=self.kube.dry_run)
         for key in sorted(self._monitoring_faults - set(faults.faults)):
-            audit("monitoring_fault_over", pool=key.pool, alert=key.alert, probe=key.probe, reason=key.reason,
+            audit(AuditKind.MONITORING_FAULT_OVER, pool=key.pool, alert=key.alert, probe=key.probe, reason=key.reason,
                   nodes_firing=len(faults.firing.get(key, ())), dry_run=self.kube.dry_run)
             self.metrics.monitoring_fault.labels(key.pool, key.alert, key.probe, key.reason).set(0)
         for key, nodes in faults.faults.items():
@@ -332,10 +332,11 @@ class Reconciler:
         shared = ledger.correlated
         for key in sorted(set(shared.faults) - self._correlated_faults):
             log.warning("correlated fault: %s", shared.why(key))
-            audit("correlated_fault", alert=key.alert, label=key.label, value=key.value,
+            audit(AuditKind.CORRELATED_FAULT, alert=key.alert, label=key.label, value=key.value,
                   nodes=sorted(shared.faults[key]), dry_run=self.kube.dry_run)
         for key in sorted(self._correlated_faults - set(shared.faults)):
-            audit("correlated_fault_over", alert=key.alert, label=key.label, value=key.value, dry_run=self.kube.dry_run)
+            audit(AuditKind.CORRELATED_FAULT_OVER, alert=key.alert, label=key.label, value=key.value,
+                  dry_run=self.kube.dry_run)
             self.metrics.correlated_fault.labels(key.alert, key.label, key.value).set(0)
         for key, nodes in shared.faults.items():
             self.metrics.correlated_fault.labels(key.alert, key.label, key.value).set(len(nodes))
@@ -353,7 +354,7 @@ class Reconciler:
                 m.budget_in_use.labels(pool, "quarantined_gpus").set(len(usage.quarantined))
                 m.budget_limit.labels(pool, "quarantined_gpus").set(ledger.quarantined_limit(pool))
         for pool, why in ledger.newly_tripped.items():  # closed -> open only
-            audit("breaker_open", pool=pool, reason=why, dry_run=self.kube.dry_run)
+            audit(AuditKind.BREAKER_OPEN, pool=pool, reason=why, dry_run=self.kube.dry_run)
             self.guard.check()
             self.kube.event(self.policy.leader.name, EventReason.CIRCUIT_BREAKER_OPEN,
                             f"pool {pool}: {why}; new disruptive actions stop for {self.policy.breaker.cooldown}",

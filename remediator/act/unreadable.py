@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import Kube
 from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import STATE_ANNOTATION
@@ -35,8 +35,8 @@ class UnreadableNodes:
             message = (f"gpuhealth cannot read this node ({why[node]}): it counts as disrupted and is left alone "
                        f"until it can be read again (a damaged {STATE_ANNOTATION} annotation: fix or remove it)")
             log.warning("node %s: %s", node, message)
-            audit("node_unreadable", node=node, reason=why[node], dry_run=self.kube.dry_run)
+            audit(AuditKind.NODE_UNREADABLE, node=node, reason=why[node], dry_run=self.kube.dry_run)
             self.kube.event(node, EventReason.UNREADABLE_STATE, message, now, warning=True)
         for node in sorted(self._reported - set(why)):
-            audit("node_readable_again", node=node, dry_run=self.kube.dry_run)
+            audit(AuditKind.NODE_READABLE_AGAIN, node=node, dry_run=self.kube.dry_run)
         self._reported = set(why)

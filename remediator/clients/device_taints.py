@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 from remediator.clients.dra_api import DEVICE_TAINT_RULES
 from remediator.clients.dra_api import GROUP as DRA_GROUP
 from remediator.clients.kube import Kube
+from remediator.decide import api_objects
+from remediator.decide.dra_objects import RawDeviceTaintRule
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -40,7 +41,7 @@ def rule_name(node: str, device: str, effect: str) -> str:
 
 
 def rule_body(version: str, node: str, driver: str, pool: str, device: str, key: str, effect: str,
-              reason: str) -> dict[str, Any]:
+              reason: str) -> RawDeviceTaintRule:
     return {"apiVersion": f"{DRA_GROUP}/{version}", "kind": "DeviceTaintRule",
             "metadata": {"name": rule_name(node, device, effect), "labels": {**MANAGED_BY, NODE_LABEL: node_hash(node)},
                          "annotations": {NODE_ANNOTATION: node, "gpuhealth.io/reason": reason[:1024]}},
@@ -63,12 +64,12 @@ class DeviceTaints:
         for device in devices:
             body = rule_body(version, node, driver, pool, device, key, effect, reason)
             self.kube.create_device_taint_rule(version, body)  # False: made by an earlier pass or replica
-            names.append(body["metadata"]["name"])
+            names.append(api_objects.name(body))
         return names
 
     def ours(self, version: str, node: str) -> list[str]:
         """The rules gpuhealth made for this node."""
-        return [item["metadata"]["name"] for item in self.kube.list_device_taint_rules(
+        return [api_objects.name(item) for item in self.kube.list_device_taint_rules(
                     version, {**MANAGED_BY, NODE_LABEL: node_hash(node)}) if node_of(item) == node]
 
     def nodes_with_rules(self, version: str) -> set[str]:
@@ -83,6 +84,5 @@ class DeviceTaints:
         return names
 
 
-def node_of(rule: dict[str, Any]) -> str | None:
-    node: str | None = (rule["metadata"].get("annotations") or {}).get(NODE_ANNOTATION)
-    return node
+def node_of(rule: RawDeviceTaintRule) -> str | None:
+    return api_objects.annotations(rule).get(NODE_ANNOTATION)

@@ -22,6 +22,7 @@ from remediator.clients.errors import Conflict
 from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawNode
+from remediator.decide.dra_objects import RawDeviceTaintRule
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState, time_text
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -109,8 +110,8 @@ class DryRunKube(Kube):
     def evict(self, namespace: str, name: str, force: bool = False) -> None:
         self._record("delete_pod" if force else "evict", f"{namespace}/{name}")
 
-    def create_device_taint_rule(self, version: str, body: dict[str, Any]) -> bool:
-        self._record("create_device_taint_rule", body["metadata"]["name"], spec=body.get("spec"))
+    def create_device_taint_rule(self, version: str, body: RawDeviceTaintRule) -> bool:
+        self._record("create_device_taint_rule", api_objects.name(body), spec=body.get("spec"))
         return True
 
     def delete_device_taint_rule(self, version: str, name: str) -> None:

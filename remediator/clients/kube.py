@@ -8,37 +8,32 @@ person, another replica) makes it fail with 409 instead of silently overwriting;
 re-reads and decides again. Events go to the involved object's namespace ("default" for Nodes, which
 are cluster-scoped), as the API server requires.
 
-Events are the audit trail, and an API outage must not leave holes in it (a reboot with no
-RebootSucceeded): an Event the API does not take (5xx, 429, no answer) is retried briefly, then kept in a
-bounded outbox (EventOutbox) and sent later, oldest first, by the next Event or a background flush. A
-pass never waits long on an Event: while the outbox holds something, a new Event gets one try.
+Events are the audit trail: one the API does not take is kept and sent later (clients/event_outbox.py).
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import secrets
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as TransportError
 
 from remediator.clients.dra_api import DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES, DraApi
 from remediator.clients.dra_api import GROUP as DRA_GROUP
 from remediator.clients.errors import Conflict, NotFound, api_call
+from remediator.clients.event_outbox import EventOutbox
 from remediator.clients.fleet_cache import FleetCache, NodeCache, slim_node
 from remediator.clients.pager import PAGE_SIZE, list_pages
 from remediator.clients.watch_cache import newer_rv
 from remediator.decide import api_objects
 from remediator.decide.api_objects import NodePatch, NodeStatusPatch, RawJob, RawNode, RawObject, RawPod
+from remediator.decide.dra_objects import RawDeviceTaintRule, RawResourceClaim, RawResourceSlice
 from remediator.decide.node_patches import state_body
 from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, fmt_time
 
@@ -62,16 +57,16 @@ def api_client_from(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def read_or_none(read: Callable[..., Any], *args: Any, timeout: float) -> dict[str, Any] | None:
-    """`read` (a client's read_namespaced_*) as plain JSON; None when the object does not exist."""
+def read_or_none(read: Callable[..., Any], *args: Any, timeout: float) -> Any:
+    """`read` (a client's read_namespaced_*) as plain JSON (its caller types it); None when the object does not
+    exist."""
     try:
         response: Any = read(*args, _preload_content=False, _request_timeout=timeout)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    obj: dict[str, Any] = json.loads(response.data)
-    return obj
+    return json.loads(response.data)
 
 
 class ApiHealth:
@@ -128,13 +123,13 @@ class Kube:
         return items
 
     # --- DRA: the GPUs drivers publish and the claims on them (GPU scope) ---------------------
-    def list_resource_slices(self) -> list[dict[str, Any]]:
+    def list_resource_slices(self) -> list[RawResourceSlice]:
         return self._resource_items(RESOURCE_SLICES)
 
-    def list_resource_claims(self) -> list[dict[str, Any]]:
+    def list_resource_claims(self) -> list[RawResourceClaim]:
         return self._resource_items(RESOURCE_CLAIMS)
 
-    def _resource_items(self, resource: str) -> list[dict[str, Any]]:
+    def _resource_items(self, resource: str) -> list[Any]:
         """Every object of a resource.k8s.io resource, cluster-wide, as plain JSON: in the version the cluster serves
         it in (clients/dra_api.py; NotFound when none does), in pages of `page_size` (clients/pager.py)."""
         version = self.dra_api.version(resource)
@@ -146,17 +141,17 @@ class Kube:
         return items
 
     # --- DRA device taints (clients/device_taints.py chooses the version and the rules) --------
-    def create_device_taint_rule(self, version: str, body: dict[str, Any]) -> bool:
+    def create_device_taint_rule(self, version: str, body: RawDeviceTaintRule) -> bool:
         """True if created, False if one of that name exists (rule names are deterministic: idempotent)."""
         try:
             with api_call():
-                self.custom.create_cluster_custom_object(DRA_GROUP, version, DEVICE_TAINT_RULES, body,
+                self.custom.create_cluster_custom_object(DRA_GROUP, version, DEVICE_TAINT_RULES, {**body},
                                                          _request_timeout=self.timeout)
         except Conflict:
             return False
         return True
 
-    def list_device_taint_rules(self, version: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    def list_device_taint_rules(self, version: str, labels: dict[str, str]) -> list[RawDeviceTaintRule]:
         with api_call():
             items, _ = list_pages(self.custom.list_cluster_custom_object, self.page_size, group=DRA_GROUP,
                                   version=version, plural=DEVICE_TAINT_RULES,
@@ -327,149 +322,3 @@ class Kube:
 
     def _create_event(self, namespace: str, body: client.CoreV1Event) -> None:
         self.core.create_namespaced_event(namespace, body, _request_timeout=self.timeout)
-
-
-def _retryable(exc: Exception) -> bool:
-    """The API's trouble (a server error, throttling, no answer), not the Event's: worth sending again."""
-    if isinstance(exc, ApiException):
-        return exc.status in (0, 429) or exc.status >= 500
-    return isinstance(exc, TransportError | OSError)
-
-
-class EventOutbox:
-    """Events kept to send again after the API failed to take them: the audit trail is part of 'nothing
-    lost'. Oldest first, one sender at a time (an Event is never sent twice: its name is fixed when it is
-    made, and 409 AlreadyExists means an earlier try got through). At most `capacity` kept; beyond, the
-    oldest is dropped, logged and counted. A 4xx other than 409 and 429 is the Event's own fault: dropped at
-    once (logged, counted), never retried. While nothing is kept, Events are sent as they come, several at once
-    from a pass's parallel writes (act/parallel.py): only Events kept while the API failed have an order to keep."""
-
-    def __init__(self, create: Callable[[str, Any], None], capacity: int = 1000,
-                 retry: Sequence[float] = (0.1, 0.4), patience: float = 1.0,
-                 backoff: Sequence[float] = (1.0, 2.0, 5.0, 10.0, 30.0)) -> None:
-        self.create, self.capacity = create, capacity
-        self.retry, self.patience, self.backoff = tuple(retry), patience, tuple(backoff)
-        self.on_drop: Callable[[str], None] | None = None  # called with the reason: rejected, outbox_full
-        self.on_sent_late: Callable[[int], None] | None = None
-        self._items: deque[tuple[str, Any, str]] = deque()  # (namespace, body, what: for the log)
-        self._lock = threading.Lock()  # guards _items and _flusher
-        self._sending = threading.Lock()  # one sender at a time: order kept
-        self._flusher: threading.Thread | None = None
-        self._failing = False  # the last try met the API's trouble: Events go one sender at a time until one is taken
-        self._exit_hook = False
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def send(self, namespace: str, body: Any, what: str) -> None:
-        """Create the Event now if the API takes it (retried briefly), else keep it to send later. Never raises
-        for the API's trouble; an Event the API refuses (4xx) is logged and dropped."""
-        item = (namespace, body, what)
-        # Nothing kept and the API not failing: no order to keep, so senders (a pass's parallel writes) go side by
-        # side, one try each; a failure goes the one-at-a-time way below (retries by one sender, the rest kept).
-        tried = not self._items and not self._failing
-        error = self._try(item) if tried else None
-        if tried and error is None:
-            return
-        if not self._sending.acquire(blocking=False):  # a flush (or another sender's retries) is under way
-            self._keep(item, error or "a flush of earlier Events is under way")
-            return
-        try:
-            if self._items and not self._flush_locked():  # the API is still failing: one try was enough
-                self._keep(item, "the API is still failing")
-                return
-            deadline = time.monotonic() + self.patience
-            attempt = 0
-            if not tried:
-                error = self._try(item)
-            while error is not None:
-                if attempt == len(self.retry) or time.monotonic() + self.retry[attempt] > deadline:
-                    self._keep(item, error)
-                    return
-                time.sleep(self.retry[attempt])
-                attempt += 1
-                error = self._try(item)
-        finally:
-            self._sending.release()
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Send what is kept, oldest first, until the API fails again; True when nothing is left."""
-        if not self._sending.acquire(timeout=-1 if timeout is None else timeout):
-            return False
-        try:
-            return self._flush_locked()
-        finally:
-            self._sending.release()
-
-    def _try(self, item: tuple[str, Any, str]) -> str | None:
-        """None: created (or it already was), or refused for good (dropped); else the API's error."""
-        namespace, body, what = item
-        try:
-            self.create(namespace, body)
-            self._failing = False
-            return None
-        except Exception as exc:
-            if isinstance(exc, ApiException) and exc.status == 409:
-                self._failing = False
-                return None  # an earlier try got through before its answer was lost
-            if _retryable(exc):
-                self._failing = True
-                return f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
-            log.warning("event %s refused by the API (%s): dropped", what,
-                        f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else exc)
-            self._dropped("rejected")
-            return None
-
-    def _flush_locked(self) -> bool:
-        sent = 0
-        while True:
-            with self._lock:
-                if not self._items:
-                    break
-                item = self._items[0]
-            error = self._try(item)
-            if error is not None:
-                return False
-            with self._lock:
-                if self._items and self._items[0] is item:
-                    self._items.popleft()
-            sent += 1
-        if sent:
-            log.info("sent %d Event(s) kept while the API was failing", sent)
-            if self.on_sent_late is not None:
-                self.on_sent_late(sent)
-        return True
-
-    def _keep(self, item: tuple[str, Any, str], why: str) -> None:
-        dropped = None
-        with self._lock:
-            if len(self._items) >= self.capacity:
-                dropped = self._items.popleft()
-            self._items.append(item)
-            waiting = len(self._items)
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_later, name="event-outbox", daemon=True)
-                self._flusher.start()
-            if not self._exit_hook:
-                self._exit_hook = True
-                atexit.register(self.flush, 2.0)
-        log.warning("event %s not sent (%s): kept to send later (%d waiting)", item[2], why, waiting)
-        if dropped is not None:
-            log.warning("event %s dropped: the outbox is full (%d Events)", dropped[2], self.capacity)
-            self._dropped("outbox_full")
-
-    def _dropped(self, reason: str) -> None:
-        if self.on_drop is not None:
-            self.on_drop(reason)
-
-    def _flush_later(self) -> None:
-        """While anything is kept: wait (backing off), then flush; ends when the outbox is empty."""
-        attempt = 0
-        while True:
-            time.sleep(self.backoff[min(attempt, len(self.backoff) - 1)])
-            attempt += 1
-            done = self.flush()
-            with self._lock:
-                if done and not self._items:
-                    self._flusher = None
-                    return

@@ -37,9 +37,11 @@ from typing import Any, Protocol, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.errors import Conflict, api_call
 from remediator.clients.kube import read_or_none
+from remediator.decide import api_objects
+from remediator.decide.api_objects import RawLease, RawLeaseSpec
 from remediator.decide.nodestate import fmt_time
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -56,9 +58,9 @@ def leader_identity(env: dict[str, str] | None = None) -> str:
     return f"{base}_{os.getpid()}_{uuid.uuid4().hex[:12]}"
 
 
-def breaker_trips_of(lease: dict[str, Any] | None) -> dict[str, str]:
+def breaker_trips_of(lease: RawLease | None) -> dict[str, str]:
     """Pool -> when its breaker last tripped, as kept on the Lease (also read by `plan --lease`)."""
-    raw = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(BREAKER_ANNOTATION)
+    raw = api_objects.annotations(lease).get(BREAKER_ANNOTATION) if lease is not None else None
     try:
         value = json.loads(raw) if raw else {}
     except ValueError:
@@ -66,16 +68,18 @@ def breaker_trips_of(lease: dict[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-def cleanup_mark(lease: dict[str, Any] | None) -> str | None:
+def cleanup_mark(lease: RawLease | None) -> str | None:
     """What the cleanup wrote on the Lease when it took it (None: no cleanup has it)."""
-    mark: str | None = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(CLEANUP_ANNOTATION)
-    return mark
+    return api_objects.annotations(lease).get(CLEANUP_ANNOTATION) if lease is not None else None
 
 
-def _without_cleanup_mark(lease: dict[str, Any]) -> dict[str, Any]:
-    meta = dict(lease.get("metadata") or {})
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != CLEANUP_ANNOTATION}
-    return {**lease, "metadata": {**meta, "annotations": annotations}}
+def _annotated(lease: RawLease, annotations: dict[str, str]) -> RawLease:
+    """The Lease with `annotations` in place of its own."""
+    return {**lease, "metadata": {**api_objects.meta(lease), "annotations": annotations}}
+
+
+def _without_cleanup_mark(lease: RawLease) -> RawLease:
+    return _annotated(lease, {k: v for k, v in api_objects.annotations(lease).items() if k != CLEANUP_ANNOTATION})
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,8 @@ class LeaseTaken:
     by_cleanup: bool = False
 
 
-def _lease(body: dict[str, Any]) -> client.V1Lease:
-    lease = client.V1Lease.from_dict(body)
+def _lease(body: RawLease) -> client.V1Lease:
+    lease = client.V1Lease.from_dict({**body})
     assert lease is not None
     return lease
 
@@ -102,7 +106,7 @@ class LeaderElector:
         self.api, self.namespace, self.name, self.identity = coordination, namespace, name, identity
         self.duration, self.clock, self.timeout = duration, clock, timeout
         self.renew_deadline = duration * 2 / 3
-        self.lease: dict[str, Any] | None = None
+        self.lease: RawLease | None = None
         self._lock = threading.RLock()
         self._observed: tuple[str, datetime] | None = None  # (resourceVersion, local time first seen)
         self._leader_until: datetime | None = None
@@ -111,10 +115,22 @@ class LeaderElector:
         self.on_release: Callable[[], None] = lambda: None  # counted: the Lease let go because a pass overran
 
     # --- reading ---------------------------------------------------------------------------
-    def _read(self) -> dict[str, Any] | None:
-        return read_or_none(self.api.read_namespaced_lease, self.name, self.namespace, timeout=self.timeout)
+    def _read(self) -> RawLease | None:
+        lease: RawLease | None = read_or_none(self.api.read_namespaced_lease, self.name, self.namespace,
+                                              timeout=self.timeout)
+        return lease
 
-    def peek(self) -> dict[str, Any] | None:
+    def _create(self, body: RawLease) -> RawLease:
+        created: RawLease = json.loads(cast(Any, self.api.create_namespaced_lease(
+            self.namespace, _lease(body), _preload_content=False, _request_timeout=self.timeout)).data)
+        return created
+
+    def _replace(self, body: RawLease) -> RawLease:
+        replaced: RawLease = json.loads(cast(Any, self.api.replace_namespaced_lease(
+            self.name, self.namespace, _lease(body), _preload_content=False, _request_timeout=self.timeout)).data)
+        return replaced
+
+    def peek(self) -> RawLease | None:
         """The Lease as it is, without taking part (dry run): for the breaker state."""
         try:
             return self._read()
@@ -122,7 +138,7 @@ class LeaderElector:
             log.warning("leader: reading lease %s/%s: %s", self.namespace, self.name, exc)
             return None
 
-    def _observe(self, lease: dict[str, Any], now: datetime) -> datetime:
+    def _observe(self, lease: RawLease, now: datetime) -> datetime:
         rv = str((lease.get("metadata") or {}).get("resourceVersion"))
         if self._observed is None or self._observed[0] != rv:
             self._observed = (rv, now)
@@ -139,15 +155,13 @@ class LeaderElector:
             now = self.clock()
             try:
                 current = self._read()
-                spec = {"holderIdentity": self.identity,
-                        "leaseDurationSeconds": int(self.duration.total_seconds()), "renewTime": fmt_time(now)}
+                spec: RawLeaseSpec = {"holderIdentity": self.identity, "renewTime": fmt_time(now),
+                                      "leaseDurationSeconds": int(self.duration.total_seconds())}
                 if current is None:
-                    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                            "metadata": {"name": self.name, "namespace": self.namespace},
-                            "spec": {**spec, "acquireTime": fmt_time(now), "leaseTransitions": 0}}
-                    self._won(json.loads(cast(Any, self.api.create_namespaced_lease(
-                        self.namespace, _lease(body), _preload_content=False,
-                        _request_timeout=self.timeout)).data), now)
+                    body: RawLease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                      "metadata": {"name": self.name, "namespace": self.namespace},
+                                      "spec": {**spec, "acquireTime": fmt_time(now), "leaseTransitions": 0}}
+                    self._won(self._create(body), now)
                     log.info("leader: acquired lease %s/%s as %s", self.namespace, self.name, self.identity)
                     return True
                 held = current.get("spec") or {}
@@ -162,7 +176,7 @@ class LeaderElector:
                     self._lost()
                     return False
                 self.stopped_by = None
-                new_spec = {**held, **spec}
+                new_spec: RawLeaseSpec = {**held, **spec}
                 if holder != self.identity:
                     new_spec["acquireTime"] = fmt_time(now)
                     new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
@@ -170,9 +184,7 @@ class LeaderElector:
                              else "nobody (released, or never held)")
                     current = _without_cleanup_mark(current)  # a cleanup's hold is over: its mark goes with it
                 body = {**current, "spec": new_spec}
-                self._won(json.loads(cast(Any, self.api.replace_namespaced_lease(
-                    self.name, self.namespace, _lease(body), _preload_content=False,
-                    _request_timeout=self.timeout)).data), now)
+                self._won(self._replace(body), now)
                 return True
             except ApiException as exc:
                 log.warning("leader: lease %s/%s: HTTP %s %s", self.namespace, self.name, exc.status, exc.reason)
@@ -190,30 +202,26 @@ class LeaderElector:
                 now = self.clock()
                 with api_call():
                     current = self._read()
-                spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration.total_seconds()),
-                        "renewTime": fmt_time(now), "acquireTime": fmt_time(now)}
+                spec: RawLeaseSpec = {"holderIdentity": self.identity, "renewTime": fmt_time(now),
+                                      "leaseDurationSeconds": int(self.duration.total_seconds()),
+                                      "acquireTime": fmt_time(now)}
                 try:
                     if current is None:
-                        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                "metadata": {"name": self.name, "namespace": self.namespace,
-                                             "annotations": {CLEANUP_ANNOTATION: mark}},
-                                "spec": {**spec, "leaseTransitions": 0}}
+                        body: RawLease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                          "metadata": {"name": self.name, "namespace": self.namespace,
+                                                       "annotations": {CLEANUP_ANNOTATION: mark}},
+                                          "spec": {**spec, "leaseTransitions": 0}}
                         with api_call():
-                            self._won(json.loads(cast(Any, self.api.create_namespaced_lease(
-                                self.namespace, _lease(body), _preload_content=False,
-                                _request_timeout=self.timeout)).data), now)
+                            self._won(self._create(body), now)
                         return LeaseTaken(None, timedelta(0))
                     held = current.get("spec") or {}
                     previous = held.get("holderIdentity") or None
                     by_cleanup = cleanup_mark(current) is not None
-                    meta = dict(current.get("metadata") or {})
-                    meta["annotations"] = {**(meta.get("annotations") or {}), CLEANUP_ANNOTATION: mark}
+                    marked = _annotated(current, {**api_objects.annotations(current), CLEANUP_ANNOTATION: mark})
                     transitions = int(held.get("leaseTransitions") or 0) + (previous != self.identity)
-                    body = {**current, "metadata": meta, "spec": {**held, **spec, "leaseTransitions": transitions}}
+                    body = {**marked, "spec": {**held, **spec, "leaseTransitions": transitions}}
                     with api_call():
-                        self._won(json.loads(cast(Any, self.api.replace_namespaced_lease(
-                            self.name, self.namespace, _lease(body), _preload_content=False,
-                            _request_timeout=self.timeout)).data), now)
+                        self._won(self._replace(body), now)
                 except Conflict:
                     continue  # a renewal (or another cleanup) got there first: read it again
                 live = previous is not None and previous != self.identity and not by_cleanup
@@ -227,16 +235,14 @@ class LeaderElector:
             if self.lease is None:
                 return
             now = self.clock()
-            body = {**self.lease, "spec": {**(self.lease.get("spec") or {}), "renewTime": fmt_time(now),
-                                           "leaseDurationSeconds": max(1, int(duration.total_seconds()))}}
+            body: RawLease = {**self.lease, "spec": {**(self.lease.get("spec") or {}), "renewTime": fmt_time(now),
+                                                     "leaseDurationSeconds": max(1, int(duration.total_seconds()))}}
             with api_call():
-                self.lease = json.loads(cast(Any, self.api.replace_namespaced_lease(
-                    self.name, self.namespace, _lease(body), _preload_content=False,
-                    _request_timeout=self.timeout)).data)
+                self.lease = self._replace(body)
 
-    def _won(self, lease: dict[str, Any], started: datetime) -> None:
+    def _won(self, lease: RawLease, started: datetime) -> None:
         self.lease = lease
-        self._observed = (str(lease["metadata"].get("resourceVersion")), started)
+        self._observed = (str(api_objects.resource_version(lease)), started)
         self._leader_until = started + self.renew_deadline
 
     def _lost(self) -> None:
@@ -263,8 +269,8 @@ class LeaderElector:
             lease, self.lease, self._leader_until = self.lease, None, None
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return False
-            spec = {**(lease.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1,
-                    "renewTime": fmt_time(self.clock())}
+            spec: RawLeaseSpec = {**(lease.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1,
+                                  "renewTime": fmt_time(self.clock())}
             try:
                 self.api.replace_namespaced_lease(self.name, self.namespace, _lease({**lease, "spec": spec}),
                                                   _preload_content=False, _request_timeout=self.timeout)
@@ -272,7 +278,7 @@ class LeaderElector:
                 log.warning("leader: releasing lease %s/%s: %s", self.namespace, self.name, exc)
                 return False
             log.warning("leader: released lease %s/%s (%s): a standby takes over", self.namespace, self.name, why)
-            audit("lease_released", identity=self.identity, reason=why)
+            audit(AuditKind.LEASE_RELEASED, identity=self.identity, reason=why)
             self.on_release()
             return True
 
@@ -285,15 +291,9 @@ class LeaderElector:
         with self._lock:
             if self.lease is None or not self.is_leader():
                 return
-            body = dict(self.lease)
-            meta = dict(body.get("metadata") or {})
-            meta["annotations"] = {**(meta.get("annotations") or {}),
-                                   BREAKER_ANNOTATION: json.dumps(trips, sort_keys=True)}
-            body["metadata"] = meta
-            self.lease = json.loads(cast(Any, self.api.replace_namespaced_lease(
-                self.name, self.namespace, _lease(body), _preload_content=False,
-                _request_timeout=self.timeout)).data)
-            self._observed = (str(self.lease["metadata"].get("resourceVersion")), self.clock())
+            self.lease = self._replace(_annotated(self.lease, {**api_objects.annotations(self.lease),
+                                                               BREAKER_ANNOTATION: json.dumps(trips, sort_keys=True)}))
+            self._observed = (str(api_objects.resource_version(self.lease)), self.clock())
 
 
 class Elector(Protocol):

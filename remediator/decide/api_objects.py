@@ -188,6 +188,21 @@ class RawEvent(RawObject, total=False):
     eventTime: str
 
 
+# --- Lease (coordination.k8s.io/v1: leadership, and the breaker state on it; clients/leader.py) -------------
+
+
+class RawLeaseSpec(TypedDict, total=False):
+    holderIdentity: str  # "": released
+    leaseDurationSeconds: int
+    acquireTime: str  # MicroTime
+    renewTime: str
+    leaseTransitions: int
+
+
+class RawLease(RawObject, total=False):
+    spec: RawLeaseSpec
+
+
 # --- the patches gpuhealth writes to a Node (JSON merge patches: None removes a key) ------------------
 
 

@@ -14,7 +14,7 @@ from remediator.decide.monitoring_fault import MonitoringFaults
 from remediator.decide.nodestate import fmt_time, parse_time
 from remediator.decide.sweep_due import sweeping
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import DISRUPTIVE, Action, Deferral, Scope
+from remediator.decide.vocabulary import DISRUPTIVE, Action, Deferral, Remediation, Scope
 from remediator.policy import Policy
 
 
@@ -92,7 +92,7 @@ class Ledger:
             if v.our_taint or v.state.cordoned:
                 usage.cordoned.add(v.name)
             actionable = {fp: a for fp, a in v.state.firing(now, policy.episode.quiet_timeout).items()
-                          if a.remediation != "none"}
+                          if a.remediation != Remediation.NONE}
             if set(actionable) - set(faults.of(v, actionable)):
                 usage.firing.add(v.name)
             actions += v.state.actions_since(hour_ago)

@@ -77,5 +77,5 @@ class NodePlan:
     def changed(self) -> bool:
         return self.final_state != self.base_state
 
-    def executes(self, *actions: str) -> list[Decision]:
-        return [d for d in self.decisions if d.decision == "execute" and (not actions or d.action in actions)]
+    def executes(self, *actions: Action) -> list[Decision]:
+        return [d for d in self.decisions if d.decision == Verdict.EXECUTE and (not actions or d.action in actions)]

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhealth_contract.pci import short_bus_id
+from remediator.decide import api_objects
+from remediator.decide.dra_objects import RawDevice, RawResourceClaim, RawResourceSlice
 
 DRA_DRIVER = "gpu.nvidia.com"
 PCI_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 
 
-def _attr(device: dict[str, Any], key: str) -> Any:
+def _attr(device: RawDevice, key: str) -> Any:
     attributes = (device.get("basic") or device).get("attributes") or {}  # v1alpha3 wraps devices in `basic`
     value = attributes.get(key) or {}
     return next((value[k] for k in ("string", "int", "version", "bool") if k in value), None)
@@ -86,21 +88,21 @@ class NodeDevices:
         return sum(1 for d in self.devices if d.kind == "gpu")
 
 
-def devices_by_node(slices: Iterable[dict[str, Any]], driver: str = DRA_DRIVER) -> dict[str, NodeDevices]:
+def devices_by_node(slices: Iterable[RawResourceSlice], driver: str = DRA_DRIVER) -> dict[str, NodeDevices]:
     """Each node's devices of `driver`, from ResourceSlices (`kubectl get resourceslices -o json` items). A
     pool spread over several slices is joined; slices of other drivers (compute-domain.nvidia.com) are not GPUs.
 
     As the scheduler reads a pool, only the slices of its newest `pool.generation` count (older ones are being
     replaced). When one node has several pools of the driver (one left behind by an earlier install or an earlier
     Node of the same name), the one a quarantine must name is `current_pool`'s choice."""
-    pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    pools: dict[tuple[str, str], list[RawResourceSlice]] = {}
     for obj in slices:
         spec = obj.get("spec") or {}
         node = spec.get("nodeName")
         if spec.get("driver") != driver or not node:
             continue
         pools.setdefault((node, (spec.get("pool") or {}).get("name") or node), []).append(obj)
-    by_node: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    by_node: dict[str, dict[str, list[RawResourceSlice]]] = {}
     for (node, pool), objs in pools.items():
         newest = max(_pool_generation(o) for o in objs)
         by_node.setdefault(node, {})[pool] = [o for o in objs if _pool_generation(o) == newest]
@@ -113,7 +115,7 @@ def devices_by_node(slices: Iterable[dict[str, Any]], driver: str = DRA_DRIVER) 
     return out
 
 
-def current_pool(node: str, pools: dict[str, list[dict[str, Any]]]) -> str:
+def current_pool(node: str, pools: dict[str, list[RawResourceSlice]]) -> str:
     """Of one node's pools (each its newest generation's slices), the one its driver publishes now: a complete pool
     (all of `resourceSliceCount` slices present: the scheduler allocates from no other) before an incomplete one,
     then the most recently created (a pool left behind is older than its successor), then the pool named after the
@@ -121,17 +123,17 @@ def current_pool(node: str, pools: dict[str, list[dict[str, Any]]]) -> str:
     def rank(pool: str) -> tuple[bool, str, bool, str]:
         objs = pools[pool]
         count = max(int((((o.get("spec") or {}).get("pool") or {}).get("resourceSliceCount")) or 1) for o in objs)
-        created = max(str((o.get("metadata") or {}).get("creationTimestamp") or "") for o in objs)
+        created = max(str(api_objects.meta(o).get("creationTimestamp") or "") for o in objs)
         return len(objs) >= count, created, pool == node, pool
     return max(pools, key=rank)
 
 
-def _pool_generation(obj: dict[str, Any]) -> int:
+def _pool_generation(obj: RawResourceSlice) -> int:
     value = (((obj.get("spec") or {}).get("pool") or {}).get("generation")) or 0
     return value if isinstance(value, int) else 0
 
 
-def _device(d: dict[str, Any]) -> Device | None:
+def _device(d: RawDevice) -> Device | None:
     kind = str(_attr(d, "type") or "gpu")
     if kind not in ("gpu", "mig"):
         return None
@@ -154,12 +156,12 @@ class ClaimIndex:
         return tuple(out)
 
 
-def claim_index(claims: Iterable[dict[str, Any]]) -> ClaimIndex:
+def claim_index(claims: Iterable[RawResourceClaim]) -> ClaimIndex:
     """From ResourceClaims (`kubectl get resourceclaims -A -o json` items): status.allocation's results and the
     pods in status.reservedFor."""
     pods: dict[tuple[str, str, str], list[str]] = {}
     for claim in claims:
-        ns = (claim.get("metadata") or {}).get("namespace", "")
+        ns = api_objects.namespace(claim)
         status = claim.get("status") or {}
         holders = [f"{ns}/{r['name']}" for r in status.get("reservedFor") or [] if r.get("resource") == "pods"]
         for result in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from gpuhealth_contract.diagnosis import Check, Verdict
+from gpuhealth_contract.diagnosis import Check, DiagnosticReport
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawContainerState, RawContainerStatus, RawNode, RawPod, RawPodStatus
 from remediator.decide.job_start import JobRecord, node_job_name
@@ -66,7 +66,7 @@ class Diagnosis:
     level: int | None = None  # the dcgmi diag level run (None: no verdict was read)
 
     @classmethod
-    def of(cls, verdict: Verdict) -> Diagnosis:
+    def of(cls, verdict: DiagnosticReport) -> Diagnosis:
         cats = tuple(dict.fromkeys(str(f.category) for f in verdict.failures))
         gpus = tuple(dict.fromkeys(g for f in verdict.failures for g in f.gpus))
         detail = "; ".join(f.detail for f in verdict.failures) or "passed" + (
@@ -146,7 +146,7 @@ def diagnosis_of(record: JobRecord, pods: list[RawPod], namespace: str, job: str
             if not message:
                 continue
             try:
-                verdict = Verdict.from_json(message)
+                verdict = DiagnosticReport.from_json(message)
             except ValueError as exc:
                 return Diagnosis.tool_error(f"the judge's verdict is unreadable ({exc})")
             if verdict.passed != (record.status == JobStatus.SUCCEEDED):

@@ -35,7 +35,7 @@ from gpuhealth_contract.pci import short_bus_id
 from remediator.decide import json_text
 from remediator.decide.devices import NodeDevices
 from remediator.decide.nodestate import ALL_GPUS, PREFIX, AlertRecord, NodeState, fmt_time, parse_time, rung_index
-from remediator.decide.vocabulary import JOB_RUNGS, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import JOB_RUNGS, AlertStatus, Remediation, Rung, RungStatus, Scope
 
 log = logging.getLogger("gpuhealth.remediator")
 
@@ -115,8 +115,8 @@ def history_json(episodes: Iterable[Episode]) -> str:
 def hardware_alerts(state: NodeState, firing_only: bool = False) -> dict[str, AlertRecord]:
     """The alerts of the state that make its episode a hardware one (the module's docstring)."""
     return {fp: a for fp, a in state.alerts.items()
-            if a.remediation != "none" and a.component not in NOT_HARDWARE_COMPONENTS
-            and fp not in state.monitoring_faults and (a.status == "firing" or not firing_only)}
+            if a.remediation != Remediation.NONE and a.component not in NOT_HARDWARE_COMPONENTS
+            and fp not in state.monitoring_faults and (a.status == AlertStatus.FIRING or not firing_only)}
 
 
 def gpu_ids(alerts: Iterable[AlertRecord], devices: NodeDevices | None) -> tuple[str, ...]:

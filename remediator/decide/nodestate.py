@@ -19,7 +19,7 @@ from typing import Any
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
 from remediator.decide import json_text, state_records, state_schema
 from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Offence, Reset, kept, record
-from remediator.decide.vocabulary import RUNG_ORDER, EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import AlertStatus, EvidenceOutcome, Remediation, ResetPhase, Rung, RungStatus, Scope
 
 PREFIX = "gpuhealth.io"
 ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
@@ -63,8 +63,8 @@ MAX_STATE_BYTES = 64 * 1024
 PASS_RESERVE_BYTES = 4 * 1024
 MAX_RECORDS_BYTES = MAX_STATE_BYTES - PASS_RESERVE_BYTES  # what a recording may fill
 
-RUNGS: tuple[str, ...] = RUNG_ORDER  # the ladder's order, by name
-REMEDIATIONS: tuple[str, ...] = ("none", *RUNGS)
+RUNGS: tuple[str, ...] = tuple(Rung)  # the ladder's order, by name
+REMEDIATIONS: tuple[str, ...] = tuple(Remediation)  # an alert's remediation label: "none" or a rung
 
 _FRACTION = re.compile(r"\.(\d+)")
 ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
@@ -109,14 +109,14 @@ def rung_index(rung: str | None) -> int:
     return RUNGS.index(rung) if rung in RUNGS else -1
 
 
-def max_rung_of(label: str | None, remediation: str) -> str | None:
+def max_rung_of(label: str | None, remediation: str) -> Rung | None:
     """An alert's ceiling as its max_rung label says (None: no label). A label that names no rung, or one below the
     alert's own rung, is the alert's own rung: a ceiling the rule does not say clearly never lets a fault climb."""
     if not label:
         return None
     if label not in RUNGS or remediation not in RUNGS or RUNGS.index(label) < RUNGS.index(remediation):
-        return remediation if remediation in RUNGS else None
-    return label
+        return Rung(remediation) if remediation in RUNGS else None
+    return Rung(label)
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,8 @@ class AlertRecord:
     """One alert (by Alertmanager fingerprint) as last seen for this node."""
 
     name: str
-    remediation: str
-    status: str  # firing | resolved
+    remediation: Remediation
+    status: AlertStatus
     starts_at: datetime
     last_seen: datetime
     ends_at: datetime | None = None
@@ -148,11 +148,16 @@ class AlertRecord:
     reason: str | None = None
     # the highest rung the alert's fault may climb to when it persists (its max_rung label; None: ladder.max_rung).
     # A label that names no rung is recorded as the alert's own rung: such a fault does not climb.
-    max_rung: str | None = None
+    max_rung: Rung | None = None
+
+    @property
+    def asks_action(self) -> bool:
+        """Firing, and asking for a rung (a remediation other than none)."""
+        return self.status == AlertStatus.FIRING and self.remediation != Remediation.NONE
 
     def order_key(self) -> tuple[datetime, int]:
         """Newer wins: a later start (a re-fire), or the same start resolved by Alertmanager's word."""
-        return self.starts_at, 1 if self.status == "resolved" and self.resolved_by is None else 0
+        return self.starts_at, 1 if self.status == AlertStatus.RESOLVED and self.resolved_by is None else 0
 
 
 @dataclass(frozen=True)
@@ -336,17 +341,22 @@ _check_alert = state_schema.checker(AlertRecord)
 
 
 def _checked_alert(fingerprint: str, record: Any, known: set[str]) -> dict[str, Any]:
-    """An alert record's known keys, each of its field's JSON type, its status and remediation words the webhook
-    records (intake/webhook.py): ValueError otherwise."""
+    """An alert record's known keys, each of its field's JSON type, its status, remediation and max_rung words the
+    webhook records (intake/webhook.py) read into their enums: ValueError otherwise."""
     where = f"state annotation: alert {fingerprint[:40]!r}: "
     if not isinstance(record, dict):
         raise ValueError(f"{where}not a JSON object")
     _check_alert(record, where)
-    if record.get("status") not in ("firing", "resolved"):
-        raise ValueError(f"{where}status {record.get('status')!r} is neither firing nor resolved")
-    if record.get("remediation") not in REMEDIATIONS:
-        raise ValueError(f"{where}remediation {record.get('remediation')!r} is unknown")
-    return {k: v for k, v in record.items() if k in known}
+    status, remediation, max_rung = record.get("status"), record.get("remediation"), record.get("max_rung")
+    if status not in tuple(AlertStatus):
+        raise ValueError(f"{where}status {status!r} is neither firing nor resolved")
+    if remediation not in REMEDIATIONS:
+        raise ValueError(f"{where}remediation {remediation!r} is unknown")
+    if max_rung is not None and max_rung not in RUNGS:
+        raise ValueError(f"{where}max_rung {max_rung!r} is unknown")
+    words = {"status": AlertStatus(status), "remediation": Remediation(remediation),
+             "max_rung": None if max_rung is None else Rung(max_rung)}
+    return {k: v for k, v in {**record, **words}.items() if k in known}
 
 
 def _read_times(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

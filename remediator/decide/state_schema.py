@@ -46,6 +46,7 @@ _FORMS: dict[str, Callable[[Any], bool]] = {
     "tuple[str, ...]": _texts, "tuple[datetime, ...]": _texts,
     "Rung | None": _optional_text, "RungStatus | None": _optional_text, "ResetPhase | None": _optional_text,
     "EvidenceOutcome | None": _optional_text, "Scope": _optional_text,  # a null scope: an unknown word (nodestate)
+    "Remediation": _text, "AlertStatus": _text,  # an alert record's words (nodestate._checked_alert)
 }
 WHY: dict[Callable[[Any], bool], str] = {
     _text: "text", _optional_text: "text or null", _flag: "true or false", _count: f"a count 0-{MAX_COUNT}",

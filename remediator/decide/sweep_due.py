@@ -11,7 +11,7 @@ from remediator.decide.nodestate import NodeState
 from remediator.policy import Policy
 
 
-class NodeView(Protocol):
+class SweepFacts(Protocol):
     """What of a node's view (decide/views.py NodeView, which calls these before its pods are looked up) is read."""
 
     damaged: str | None
@@ -26,12 +26,12 @@ class NodeView(Protocol):
     burn_in: bool
 
 
-def sweep_due(view: NodeView, policy: Policy, now: datetime) -> bool:
+def sweep_due(view: SweepFacts, policy: Policy, now: datetime) -> bool:
     """Never swept, or its last sweep started at least sweep.interval ago."""
     return view.last_sweep is None or now - view.last_sweep >= policy.sweep.interval
 
 
-def sweep_candidate(view: NodeView, policy: Policy, now: datetime) -> bool:
+def sweep_candidate(view: SweepFacts, policy: Policy, now: datetime) -> bool:
     """Sweeps on (and a diagnostic Job can be made), the node gpuhealth's to take and idle as far as the Node says
     (no episode, neither gpuhealth's taint nor the burn-in's, schedulable, Ready, not excluded, held or damaged, at
     least sweep.idle_for old), and due.

@@ -165,6 +165,6 @@ def _episode(state: NodeState) -> str:
     """The open episode, for the report: a node gpuhealth took out for a fault still firing goes back into service."""
     if not state.active:
         return ""
-    firing = sorted({a.name for a in state.alerts.values() if a.status == "firing" and a.remediation != "none"})
+    firing = sorted({a.name for a in state.alerts.values() if a.asks_action})
     rung = f"{state.rung} {state.rung_status}" if state.rung else "no rung"
     return f"episode since {time_text(state.episode)}, {rung}, firing: {', '.join(firing) or 'none'}"

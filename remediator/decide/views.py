@@ -378,7 +378,7 @@ def needs_dra(views: Iterable[NodeView]) -> bool:
             return False
         if st.scope == Scope.GPU or st.gpu_scope.devices:
             return True
-        return st.rung is None and any(a.status == "firing" and a.remediation != "none" for a in st.alerts.values())
+        return st.rung is None and any(a.asks_action for a in st.alerts.values())
     return any(needs(v.state) for v in views)
 
 

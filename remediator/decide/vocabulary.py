@@ -58,6 +58,24 @@ class Rung(StrEnum):
     REPLACE = "replace"
 
 
+class Remediation(StrEnum):
+    """What an alert asks for (its remediation label): a rung of the ladder, or nothing."""
+
+    NONE = "none"
+    CORDON = "cordon"
+    DRAIN = "drain"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    REPLACE = "replace"
+
+
+class AlertStatus(StrEnum):
+    """An alert as Alertmanager last said (or, resolved by sync, as its list no longer showed it)."""
+
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
 class RungStatus(StrEnum):
     """Where the episode's highest rung stands."""
 

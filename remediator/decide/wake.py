@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from remediator.decide.nodestate import NodeState, parse_time
-from remediator.decide.vocabulary import RungStatus
+from remediator.decide.vocabulary import AlertStatus, RungStatus
 from remediator.policy import Policy
 
 HOUR = timedelta(hours=1)  # the action rate cap's window (budget.max_actions_per_hour)
@@ -39,7 +39,7 @@ def next_decision(states: Iterable[NodeState], policy: Policy, breaker_trips: di
         if st.active and st.healthy_since:
             when.append(st.healthy_since + policy.return_to_service.healthy_delay)
         for alert in st.alerts.values():
-            if alert.status == "firing":
+            if alert.status == AlertStatus.FIRING:
                 when.append(alert.last_seen + policy.episode.quiet_timeout)
         if rate_capped:
             when.extend(t + HOUR for t in st.actions)

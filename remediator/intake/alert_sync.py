@@ -28,6 +28,7 @@ from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnav
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode
 from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
+from remediator.decide.vocabulary import AlertStatus, Remediation
 from remediator.intake.webhook import Batch, NodeAlert, parse_listed
 from remediator.policy import Policy
 
@@ -175,23 +176,24 @@ def sync_batch(states: Mapping[str, NodeState], active: list[ActiveAlert], asked
         for fp, a in listed.items():
             current = state.alerts.get(fp)
             if current is None or a.record.order_key() > current.order_key() or (
-                    current.status == "resolved" and a.record.order_key() >= current.order_key()):
+                    current.status == AlertStatus.RESOLVED and a.record.order_key() >= current.order_key()):
                 # new, fired again, or a resolution the sync inferred that Alertmanager now contradicts
                 if a.suppressed or not a.processed:
                     continue
                 plan.batch.alerts.append(NodeAlert(node, fp, a.record))
                 plan.recorded += 1
-            elif (current.status == "firing" and current.remediation != "none" and plan.refreshed < MAX_REFRESHES
+            elif (current.status == AlertStatus.FIRING and current.remediation != Remediation.NONE
+                  and plan.refreshed < MAX_REFRESHES
                   and (state.quiet or now - current.last_seen >= stale_after)):
                 plan.batch.alerts.append(NodeAlert(node, fp, replace(a.record, starts_at=current.starts_at)))
                 plan.refreshed += 1
         if not resolve:
             continue
         for fp, current in state.alerts.items():
-            if (current.status != "firing" or fp in listed or fp in unreadable
+            if (current.status != AlertStatus.FIRING or fp in listed or fp in unreadable
                     or current.last_seen >= asked_at):
                 continue
-            ended = replace(current, status="resolved", ends_at=asked_at, resolved_by="sync")
+            ended = replace(current, status=AlertStatus.RESOLVED, ends_at=asked_at, resolved_by="sync")
             plan.batch.alerts.append(NodeAlert(node, fp, ended))
             plan.resolved += 1
     return plan

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.alertmanager import AlertmanagerClient, AlertmanagerUnavailable
 from remediator.clock import Clock
 from remediator.decide.api_objects import RawNode
 from remediator.intake.alert_sync import SyncPlan, read_alertmanager, recorded_states, sync_batch
 from remediator.intake.recorder import Recorder
-from remediator.metrics import AlertIgnoredReason, Metrics
+from remediator.metrics import AlertIgnoredReason, Metrics, SyncResult
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -61,11 +61,11 @@ class AlertmanagerSync:
                 self._check_members(self.client)
                 reading = read_alertmanager(self.client, self.policy)
         except AlertmanagerUnavailable as exc:
-            self.metrics.am_syncs.labels("error").inc()
+            self.metrics.am_syncs.labels(SyncResult.ERROR).inc()
             self.metrics.am_up.set(0)
             log.warning("Alertmanager sync: %s: nothing is resolved until it answers (webhooks and "
                         "episode.quiet_timeout only)", exc)
-            audit("alertmanager_sync", result="error", error=str(exc))
+            audit(AuditKind.ALERTMANAGER_SYNC, result=SyncResult.ERROR, error=str(exc))
             return None
         kube = self.recorder.kube
         states = recorded_states(nodes, kube.recorded_overlay())
@@ -77,14 +77,15 @@ class AlertmanagerSync:
         failed: list[tuple[str, str]] = []
         if plan.batch.alerts:
             failed = self.recorder.record(plan.batch, self.clock()).failed
-        self.metrics.am_syncs.labels("ok").inc()
+        self.metrics.am_syncs.labels(SyncResult.OK).inc()
         self.metrics.am_up.set(1)
         for change, count in plan.changes().items():
             self.metrics.am_sync_changes.labels(change).inc(count)
         if not failed:
             self.metrics.am_last_sync.set(asked_at.timestamp())
         if plan.recorded or plan.resolved or failed or reading.untrusted:
-            audit("alertmanager_sync", result="ok", members=reading.members, active=len(reading.active),
-                  ignored=len(reading.ignored), unknown_nodes=plan.unknown_nodes, not_resolving=reading.untrusted,
-                  failed=[n for n, _ in failed], dry_run=kube.dry_run, **plan.changes())
+            audit(AuditKind.ALERTMANAGER_SYNC, result=SyncResult.OK, members=reading.members,
+                  active=len(reading.active), ignored=len(reading.ignored), unknown_nodes=plan.unknown_nodes,
+                  not_resolving=reading.untrusted, failed=[n for n, _ in failed], dry_run=kube.dry_run,
+                  **plan.changes())
         return plan

@@ -39,7 +39,9 @@ EXIT_FLUSH_SECONDS = 10.0  # within the server's graceful stop
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RecordSummary:
+    """A recording as the queue needs it (intake/recorder.py's RecordResult, frozen): which nodes, which failed."""
+
     recorded: list[str]
     failed: list[tuple[str, str]]  # (node, error)
     api_failing: bool = False  # some failure was the API's (5xx, no answer), not a node's own 4xx
@@ -66,7 +68,7 @@ class _Lane:
 
 
 class Intake:
-    def __init__(self, record: Callable[[Batch, datetime], Outcome], clock: Callable[[], datetime], *,
+    def __init__(self, record: Callable[[Batch, datetime], RecordSummary], clock: Callable[[], datetime], *,
                  workers: int = 2, max_pending: int = 1000, retry: Sequence[float] = (0.5, 1.0, 2.0, 5.0),
                  on_drop: Callable[[str, str], None] | None = None, hold_off: float = 5.0) -> None:
         self.record, self.clock, self.retry, self.on_drop = record, clock, tuple(retry), on_drop
@@ -176,7 +178,7 @@ class Intake:
             except Exception:
                 log.exception("retrying a webhook's recording failed")
 
-    def _attempt(self, batch: Batch, received: datetime) -> tuple[Outcome, set[str]]:
+    def _attempt(self, batch: Batch, received: datetime) -> tuple[RecordSummary, set[str]]:
         """Record; the outcome, and the failed nodes worth another try."""
         outcome = self.record(batch, received)
         if not outcome.failed:

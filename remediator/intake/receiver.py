@@ -10,13 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import Kube
 from remediator.clock import Clock
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode
 from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
-from remediator.intake.queue import Intake, Outcome
+from remediator.intake.queue import Intake, RecordSummary
 from remediator.intake.recorder import Recorder
 from remediator.intake.webhook import Batch
 from remediator.metrics import AlertIgnoredReason, Metrics, WebhookErrorReason
@@ -42,13 +42,13 @@ class Receiver:
 
     def start_intake(self, stop: threading.Event | None = None, retry: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0),
                      hold_off: float = 5.0) -> Intake:
-        def record(batch: Batch, received: datetime) -> Outcome:
+        def record(batch: Batch, received: datetime) -> RecordSummary:
             result = self.recorder.record(batch, received, pause=self.pause)  # recorded behind the answer
-            return Outcome(result.recorded, result.failed, result.api_failing, frozenset(result.rejected))
+            return RecordSummary(result.recorded, result.failed, result.api_failing, frozenset(result.rejected))
 
         def dropped(node: str, error: str) -> None:
             self.metrics.webhook_error(WebhookErrorReason.RECORD_FAILED)
-            audit("record_dropped", node=node, error=error)
+            audit(AuditKind.RECORD_DROPPED, node=node, error=error)
 
         self.intake = Intake(record, self.clock, retry=retry, on_drop=dropped, hold_off=hold_off)
         self.intake.start(stop)
@@ -69,7 +69,7 @@ class Receiver:
             why = self._unusable(cache.nodes.get(node) if cache is not None and cache.synced else {}, len(alerts))
             if why:
                 out.ignored.append((node, why))
-                audit("alert_ignored", node=node, reason=why)
+                audit(AuditKind.ALERT_IGNORED, node=node, reason=why)
             else:
                 out.queued.append(node)
                 keep.add(node)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.errors import Conflict, KubeError, NotFound
 from remediator.clients.kube import Kube
 from remediator.clock import Clock
@@ -72,7 +72,7 @@ class Recorder:
         if cleanup:
             why = f"gpuhealth-remediator cleanup holds the Lease ({cleanup}): not recorded"
             for node, alerts in batch.by_node().items():
-                audit("alert_ignored", node=node, reason=why)
+                audit(AuditKind.ALERT_IGNORED, node=node, reason=why)
                 self.metrics.alert_ignored(AlertIgnoredReason.CLEANUP, len(alerts))
                 result.ignored.append((node, why))
             return result
@@ -109,12 +109,12 @@ class Recorder:
                 if not unchanged:
                     self.kube.write_state(node, new, api_objects.resource_version(current))
                 self._report_forgotten(node, base, new, alerts)
-                audit("recorded", node=node, alerts=len(alerts), episode=time_text(new.episode),
+                audit(AuditKind.RECORDED, node=node, alerts=len(alerts), episode=time_text(new.episode),
                       dry_run=self.kube.dry_run)
                 self.kube.health.ok = True
                 return ("unchanged", "") if unchanged else None
             except NotFound:
-                audit("alert_ignored", node=node, reason="node not found")
+                audit(AuditKind.ALERT_IGNORED, node=node, reason="node not found")
                 self.metrics.alert_ignored(AlertIgnoredReason.UNKNOWN_NODE, len(alerts))
                 return "ignored", "node not found"
             except Conflict as exc:
@@ -147,7 +147,7 @@ class Recorder:
         log.warning("recording alerts on %s: the state annotation is at its cap (%d alert records, %d bytes of "
                     "records): %d record(s) forgotten, resolved and lowest-rung first", node, MAX_ALERT_RECORDS,
                     MAX_RECORDS_BYTES, len(forgotten))
-        audit("alerts_forgotten", node=node, fingerprints=forgotten[:20], count=len(forgotten))
+        audit(AuditKind.ALERTS_FORGOTTEN, node=node, fingerprints=forgotten[:20], count=len(forgotten))
 
 
 def _seen_again(before: NodeState, after: NodeState) -> bool:

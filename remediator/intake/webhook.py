@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuhealth_contract.pci import is_full_bus_id
 from remediator.decide.nodestate import ALL_GPUS, REMEDIATIONS, AlertRecord, max_rung_of, parse_time
+from remediator.decide.vocabulary import AlertStatus, Remediation
 from remediator.policy import Policy
 
 # ASCII digits only: \d and str.isdigit() also take other scripts' digits ("٣"), which nvidia-smi -i does not
@@ -155,9 +156,10 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
     """One alert into `batch` (as recorded or ignored, with why); WrongShape when it is not well-formed."""
     if not isinstance(alert, dict):
         raise WrongShape(f"{where}: expected an object")
-    status = _require(alert, "status", str, where)
-    if status not in ("firing", "resolved"):
-        raise WrongShape(f"{where}.status: expected firing or resolved, got {status!r}")
+    word = _require(alert, "status", str, where)
+    if word not in tuple(AlertStatus):
+        raise WrongShape(f"{where}.status: expected firing or resolved, got {word!r}")
+    status = AlertStatus(word)
     labels = _string_map(alert, "labels", where)
     annotations = _string_map(alert, "annotations", where) if "annotations" in alert else {}
     fingerprint = _require(alert, "fingerprint", str, where)
@@ -180,17 +182,18 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
     if not _NODE_NAME.match(node):
         batch.ignored.append((fingerprint, f"label {policy.alert_labels.node}={node!r} is not a node name"))
         return
-    remediation = labels.get(policy.alert_labels.remediation)
-    if remediation is None:
+    label = labels.get(policy.alert_labels.remediation)
+    if label is None:
         batch.ignored.append((fingerprint, f"no {policy.alert_labels.remediation!r} label"))
         batch.missing_label.add(fingerprint)
         return
-    if remediation not in REMEDIATIONS:
-        batch.ignored.append((fingerprint, f"unknown remediation {remediation!r}"))
+    if label not in REMEDIATIONS:
+        batch.ignored.append((fingerprint, f"unknown remediation {label!r}"))
         return
+    remediation = Remediation(label)
     record = AlertRecord(
         name=labels.get("alertname", ""), remediation=remediation, status=status, starts_at=started,
-        last_seen=started, ends_at=ended if status == "resolved" else None,
+        last_seen=started, ends_at=ended if status == AlertStatus.RESOLVED else None,
         gpu=valid_gpu(labels.get(policy.alert_labels.gpu)), severity=labels.get("severity", ""),
         component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
         gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)),

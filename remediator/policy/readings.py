@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from datetime import timedelta
+from enum import StrEnum
 from typing import TypeVar
 
 from remediator.policy.keys import Reading
@@ -15,6 +16,7 @@ from remediator.policy.reader import YamlReader
 
 T = TypeVar("T")
 E = TypeVar("E")
+W = TypeVar("W", bound=StrEnum)
 
 
 def string(r: YamlReader, key: str, value: object) -> str:
@@ -64,6 +66,16 @@ def choice(values: Iterable[str]) -> Reading[str]:
     def read(r: YamlReader, key: str, value: object) -> str:
         word: str = r.string(key, value, allowed)
         return word
+
+    return read
+
+
+def member(kind: type[W]) -> Reading[W]:
+    """One of a StrEnum's words, read once into its member (the words as choice(kind) allows them)."""
+    allowed = tuple(kind)
+
+    def read(r: YamlReader, key: str, value: object) -> W:
+        return kind(r.string(key, value, allowed))
 
     return read
 

@@ -38,6 +38,7 @@ from remediator.policy.readings import (
     duration,
     integer,
     list_of,
+    member,
     names,
     optional_duration,
     percent,
@@ -144,8 +145,8 @@ class LadderSettings:
     """The `ladder:` section: the highest rung gpuhealth climbs to by itself, and each rung's limits (a file's
     ladder.<rung> overrides only the keys it names). A field per rung of remediator.decide.vocabulary.Rung."""
 
-    max_rung: str = field(default="replace", metadata=setting(
-        choice(Rung), "The highest rung the ladder climbs to."))
+    max_rung: Rung = field(default=Rung.REPLACE, metadata=setting(
+        member(Rung), "The highest rung the ladder climbs to."))
     # cordon and drain climb too (issue 25): a fault whose alert asks only to keep work off a node, persisting half an
     # hour after it, is hardware a person would take a day to reach; each alert's max_rung says how far it may go
     cordon: RungPolicy = field(default=RungPolicy(timeout=None, escalate_after=timedelta(minutes=30)),

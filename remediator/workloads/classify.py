@@ -34,6 +34,7 @@ from remediator.decide import api_objects
 from remediator.decide.api_objects import RawCondition, RawPod, RawPodStatus
 from remediator.decide.nodestate import parse_time
 from remediator.decide.views import asks_for
+from remediator.decide.vocabulary import Remediation
 
 INFRA, APP, UNKNOWN = "infra", "app", "unknown"
 CLASSES = (INFRA, APP, UNKNOWN)
@@ -103,7 +104,7 @@ class NodeSignal:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PodClassification:
     cls: str
     reason: str
     evidence: tuple[str, ...]
@@ -227,7 +228,7 @@ class _AroundTheFailure:
 
 
 def classify(pod: RawPod, signals: list[NodeSignal], settings: Settings | None = None,
-             now: datetime | None = None, pod_gpus: frozenset[str] | None = None) -> Verdict:
+             now: datetime | None = None, pod_gpus: frozenset[str] | None = None) -> PodClassification:
     """The verdict on one Failed pod. `signals` may hold any node's: only the pod's node counts.
     `now` None: the look-ahead is taken as passed (the CLI asks after the fact). `pod_gpus`: the GPUs the
     pod had (indices or PCI bus ids, as the alerts' gpu label, and the UUIDs of the MIG devices it had), None
@@ -240,8 +241,9 @@ def classify(pod: RawPod, signals: list[NodeSignal], settings: Settings | None =
         around = _signals_around(f, signals, s, pod_gpus, evidence)
         finding = _node_fault(around) or _pod_story(f, s, around, evidence)
     final = now is None or f.failed_at is None or now >= f.failed_at + s.look_ahead
-    return Verdict(finding.cls, finding.reason, tuple(evidence), f.failed_at, final=finding.cls == INFRA or final,
-                   cause=finding.cause or finding.reason, exit_code=finding.exit_code)
+    return PodClassification(finding.cls, finding.reason, tuple(evidence), f.failed_at,
+                             final=finding.cls == INFRA or final, cause=finding.cause or finding.reason,
+                             exit_code=finding.exit_code)
 
 
 def _what_is_known(f: PodFacts) -> list[str]:
@@ -292,7 +294,7 @@ def _signals_around(f: PodFacts, signals: list[NodeSignal], s: Settings, pod_gpu
                 evidence.append(f"{sig.describe()} started {when}: an application Xid on the pod's GPU")
             else:
                 evidence.append(f"{sig.describe()} started {when}: not on the pod's GPU(s), not used")
-        elif sig.remediation != "none" and sig.component not in NOT_HARDWARE_COMPONENTS:
+        elif sig.remediation != Remediation.NONE and sig.component not in NOT_HARDWARE_COMPONENTS:
             around.hardware.append(sig)
             evidence.append(f"{sig.describe()} {'started' if sig.kind == 'alert' else 'at'} {when}")
     return around

@@ -22,7 +22,7 @@ from remediator.decide.nodestate import (
     NodeState,
     parse_time,
 )
-from remediator.decide.vocabulary import DISRUPTIVE
+from remediator.decide.vocabulary import DISRUPTIVE, AlertStatus
 from remediator.intake.webhook import parse_webhook
 from remediator.policy import Policy
 from remediator.workloads.classify import NodeSignal
@@ -41,7 +41,7 @@ def _from_record(node: str, r: AlertRecord) -> NodeSignal | None:
     if r.starts_at.year == 1:  # Go's zero time: no start known
         return None
     start = r.starts_at
-    end = r.ends_at if r.status == "resolved" and r.ends_at is not None and r.ends_at.year > 1 else None
+    end = r.ends_at if r.status == AlertStatus.RESOLVED and r.ends_at is not None and r.ends_at.year > 1 else None
     return NodeSignal("alert", r.name, node, start, end, r.remediation, r.component, r.gpu, r.mig_uuid)
 
 

@@ -9,13 +9,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import MERGE_PATCH, Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawJob, RawPod
 from remediator.decide.event_reasons import EventReason
 from remediator.policy import Policy
-from remediator.workloads.classify import Verdict, pod_facts
+from remediator.workloads.classify import PodClassification, pod_facts
 from remediator.workloads.ended_pods import Workload
 from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState, count_failure, in_loop, job_of
 
@@ -28,7 +28,7 @@ class RestartLoopGuard:
         self.kube, self.policy, self.dry_run, self.event = kube, policy, dry_run, event
         self.loops: dict[Workload, LoopState] = {}  # workloads without a Job to keep the count on; dry run
 
-    def count(self, pod: RawPod, workload: Workload, verdict: Verdict, now: datetime) -> LoopState:
+    def count(self, pod: RawPod, workload: Workload, verdict: PodClassification, now: datetime) -> LoopState:
         """Count the failure on the owning Job's annotation (in memory for pods without a Job, and in a dry run)."""
         w = self.policy.workloads
         job_name = job_of(pod)
@@ -68,7 +68,7 @@ class RestartLoopGuard:
         if not in_loop(after, threshold) or after == before:
             return
         action = ("would suspend" if self.dry_run else "suspend") if suspend else "none"
-        audit("restart_loop", namespace=workload.namespace, workload=f"{workload.kind}/{workload.name}",
+        audit(AuditKind.RESTART_LOOP, namespace=workload.namespace, workload=f"{workload.kind}/{workload.name}",
               cause=after.cause, count=after.count, pods=list(after.pods), action=action, dry_run=self.dry_run)
         if job_name is None:
             return

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from remediator.audit import audit
+from remediator.audit import AuditKind, audit
 from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawPod
@@ -35,7 +35,7 @@ from remediator.decide.event_reasons import EventReason
 from remediator.decide.nodestate import fmt_time
 from remediator.metrics import Metrics
 from remediator.policy import Policy
-from remediator.workloads.classify import APP, NODE_SUSPECT_REASONS, Settings, Verdict, classify, pod_facts
+from remediator.workloads.classify import APP, NODE_SUSPECT_REASONS, PodClassification, Settings, classify, pod_facts
 from remediator.workloads.ended_pods import (
     ENDED_ANNOTATION,
     ENDED_SELECTOR,
@@ -78,11 +78,11 @@ def start_watcher(kube: Kube, policy: Policy, metrics: Metrics, stop: threading.
 
 
 @dataclass
-class Outcome:
+class PodResult:
     namespace: str
     pod: str
     phase: str
-    verdict: Verdict | None = None
+    verdict: PodClassification | None = None
     recorded: bool = False  # False: waiting for the look-ahead, or the write failed (next pass retries)
 
 
@@ -108,7 +108,7 @@ class WorkloadWatcher:
         self.wake.set()
 
     # --- the pass ------------------------------------------------------------------------------
-    def run_once(self) -> list[Outcome]:
+    def run_once(self) -> list[PodResult]:
         if not self.is_leader():
             self.gauges.clear()  # another replica reports them
             return []
@@ -140,24 +140,24 @@ class WorkloadWatcher:
             self.wake.clear()
 
     # --- one pod -------------------------------------------------------------------------------
-    def _handle(self, pod: RawPod, now: datetime) -> Outcome:
+    def _handle(self, pod: RawPod, now: datetime) -> PodResult:
         meta = api_objects.meta(pod)
         ns, name = str(meta.get("namespace")), str(meta.get("name"))
         phase = str(api_objects.phase(pod))
         if phase != "Succeeded":
             return self._failed(pod, ns, name, phase, now)
         if not self.ended.annotate(pod, {ENDED_ANNOTATION: "Succeeded"}):
-            return Outcome(ns, name, phase)
+            return PodResult(ns, name, phase)
         self.metrics.workload_pods_ended.labels(ns, phase).inc()
-        audit("workload_ended", namespace=ns, pod=name, phase=phase, dry_run=self.dry_run)
-        return Outcome(ns, name, phase, recorded=True)
+        audit(AuditKind.WORKLOAD_ENDED, namespace=ns, pod=name, phase=phase, dry_run=self.dry_run)
+        return PodResult(ns, name, phase, recorded=True)
 
-    def _failed(self, pod: RawPod, ns: str, name: str, phase: str, now: datetime) -> Outcome:
+    def _failed(self, pod: RawPod, ns: str, name: str, phase: str, now: datetime) -> PodResult:
         facts = pod_facts(pod)
         node, signals = self.evidence.of(facts.node)
         verdict = classify(pod, signals, self.settings, now, self.evidence.pod_gpus(pod, facts.node, node))
         if not verdict.final:
-            return Outcome(ns, name, phase, verdict)
+            return PodResult(ns, name, phase, verdict)
         workload = workload_of(pod)
         suspect = verdict.reason in NODE_SUSPECT_REASONS and bool(facts.node)
         loop = self.guard.count(pod, workload, verdict, now)
@@ -168,19 +168,19 @@ class WorkloadWatcher:
                   "cause": verdict.cause}
         if not self.ended.annotate(pod, {ENDED_ANNOTATION: "Failed",
                                          FAILURE_ANNOTATION: json.dumps(record, sort_keys=True)}):
-            return Outcome(ns, name, phase, verdict)
+            return PodResult(ns, name, phase, verdict)
         m = self.metrics
         m.workload_failures.labels(verdict.cls, verdict.reason, ns).inc()
         m.workload_pods_ended.labels(ns, phase).inc()
         if verdict.failed_at and facts.started and verdict.failed_at > facts.started:
             m.workload_lost_seconds.labels(verdict.cls, ns).inc((verdict.failed_at - facts.started).total_seconds())
         message = f"{verdict.cls} ({verdict.reason}): " + "; ".join(verdict.evidence)
-        audit("workload_failure", namespace=ns, pod=name, node=facts.node, workload=record["workload"],
+        audit(AuditKind.WORKLOAD_FAILURE, namespace=ns, pod=name, node=facts.node, workload=record["workload"],
               **{"class": verdict.cls}, reason=verdict.reason, evidence=list(verdict.evidence),
               node_suspect=suspect, dry_run=self.dry_run)
         self._event(name, ns, "Pod", "v1", EventReason.WORKLOAD_FAILURE_CLASSIFIED, message, now,
                     verdict.cls != APP)
-        return Outcome(ns, name, phase, verdict, recorded=True)
+        return PodResult(ns, name, phase, verdict, recorded=True)
 
     def _event(self, name: str, namespace: str, kind: str, api_version: str, reason: str, message: str,
                now: datetime, warning: bool) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from remediator.decide.vocabulary import Remediation
 from simulator.detection import Pipeline
 from simulator.events import EventQueue
 from simulator.fleet import Fault, Fleet, SimNode
@@ -230,7 +231,7 @@ class TrainingJobs:
             node.excluded_by_job = node.fault is fault
             self._drop_node(job, node)
         else:
-            acts = rule is not None and rule.remediation != "none"
+            acts = rule is not None and rule.remediation != Remediation.NONE
             # an actionable alert: the job waits for the cordon, and gives up waiting after a while; else it
             # localises the node itself
             job.failed[slot] = WAITING if acts else LOCALIZING

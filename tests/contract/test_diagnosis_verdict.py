@@ -7,30 +7,30 @@ import json
 
 import pytest
 
-from gpuhealth_contract.diagnosis import MAX_BYTES, Check, Failure, Verdict
+from gpuhealth_contract.diagnosis import MAX_BYTES, Check, DiagnosticReport, Failure
 
 
 def test_a_verdict_round_trips() -> None:
-    verdict = Verdict((Failure(Check.GPU_DIAG, "dcgmi diag: memory failed on GPU 3: DBE", ("3",)),
+    verdict = DiagnosticReport((Failure(Check.GPU_DIAG, "dcgmi diag: memory failed on GPU 3: DBE", ("3",)),
                        Failure(Check.EFA_COUNT, "31 of 32 EFA devices in sysfs")),
                       ("nccl_bandwidth: all_reduce_perf is not in the image",), level=2)
-    back = Verdict.from_json(verdict.to_json())
+    back = DiagnosticReport.from_json(verdict.to_json())
     assert back == verdict and not back.passed
-    assert Verdict.from_json(Verdict(level=1).to_json()).passed
+    assert DiagnosticReport.from_json(DiagnosticReport(level=1).to_json()).passed
 
 
 def test_a_huge_verdict_is_cut_to_the_termination_message_limit_and_stays_failed() -> None:
     many = tuple(Failure(Check.GPU_DIAG, "é" * 2000, tuple(str(g) for g in range(200))) for _ in range(300))
-    text = Verdict(many, tuple("x" * 500 for _ in range(50)), level=3).to_json()
+    text = DiagnosticReport(many, tuple("x" * 500 for _ in range(50)), level=3).to_json()
     assert len(text.encode()) <= MAX_BYTES
-    back = Verdict.from_json(text)
+    back = DiagnosticReport.from_json(text)
     assert not back.passed and back.truncated > 0 and len(back.failures) + back.truncated == 300
     assert back.failures[0].category == Check.GPU_DIAG and back.failures[0].detail.endswith("...")
 
 
 def test_a_verdict_that_fits_is_not_cut() -> None:
-    verdict = Verdict((Failure(Check.GPU_COUNT, "7 of 8 GPUs visible to nvidia-smi"),), level=2)
-    assert Verdict.from_json(verdict.to_json()) == verdict
+    verdict = DiagnosticReport((Failure(Check.GPU_COUNT, "7 of 8 GPUs visible to nvidia-smi"),), level=2)
+    assert DiagnosticReport.from_json(verdict.to_json()) == verdict
 
 
 @pytest.mark.parametrize("text", [
@@ -45,7 +45,7 @@ def test_a_verdict_that_fits_is_not_cut() -> None:
 ])
 def test_anything_else_is_no_verdict(text: str) -> None:
     with pytest.raises(ValueError):
-        Verdict.from_json(text)
+        DiagnosticReport.from_json(text)
 
 
 @pytest.mark.parametrize("text, why", [
@@ -59,10 +59,10 @@ def test_anything_else_is_no_verdict(text: str) -> None:
 ])
 def test_a_verdict_past_the_termination_message_bound_or_too_deep_is_no_verdict(text: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
-        Verdict.from_json(text)
+        DiagnosticReport.from_json(text)
 
 
 def test_the_json_shape_is_the_documented_one() -> None:
-    doc = json.loads(Verdict((Failure(Check.NCCL_BANDWIDTH, "low", ()),), level=2).to_json())
+    doc = json.loads(DiagnosticReport((Failure(Check.NCCL_BANDWIDTH, "low", ()),), level=2).to_json())
     assert doc == {"v": 1, "passed": False, "level": 2, "skipped": [],
                    "failures": [{"category": "nccl_bandwidth", "gpus": [], "detail": "low"}]}

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from remediator.decide.vocabulary import Rung
 from remediator.policy import Policy, PolicyError, Quota, load_policy, parse_policy
 from tests.support import paths
 
@@ -136,3 +137,9 @@ def test_the_alertmanager_sync_can_be_turned_off_and_its_settings_are_checked() 
         parse_policy("alertmanager:\n  receiver: '(unclosed'\n")
     with pytest.raises(PolicyError, match=r"alertmanager\.url.*expected an http\(s\) URL"):
         parse_policy("alertmanager: {url: [http://am-0:9093, am-1:9093]}")
+
+
+def test_the_ladders_max_rung_is_read_once_into_a_rung_and_defaults_to_replace() -> None:
+    assert type(parse_policy("ladder: {max_rung: reboot}").ladder.max_rung) is Rung
+    assert parse_policy("ladder: {max_rung: reboot}").ladder.max_rung == Rung.REBOOT
+    assert type(parse_policy("").ladder.max_rung) is Rung

@@ -11,7 +11,7 @@ import pytest
 
 from exporter.diagnose.cli import main
 from exporter.diagnose.nccl import floor_for, parse_all_reduce
-from gpuhealth_contract.diagnosis import Check, Verdict
+from gpuhealth_contract.diagnosis import Check, DiagnosticReport
 from tests.support import paths
 
 DCGM = paths.FIXTURES / "dcgm"
@@ -38,18 +38,18 @@ def collected(tmp_path: Path, gpus: str = H200_ROWS, gpus_rc: int = 0, dcgm: str
     return d
 
 
-def judged(tmp_path: Path, directory: Path, *extra: str, expect_rc: int | None = None) -> Verdict:
+def judged(tmp_path: Path, directory: Path, *extra: str, expect_rc: int | None = None) -> DiagnosticReport:
     log = tmp_path / "termination-log"
     rc = main(["--dir", str(directory), "--level", "2", "--sysfs-root", str(P4D), "--gpus-expected", "8",
                "--termination-log", str(log), *extra])
-    verdict = Verdict.from_json(log.read_text())
+    verdict = DiagnosticReport.from_json(log.read_text())
     assert rc == (0 if verdict.passed else 1)
     if expect_rc is not None:
         assert rc == expect_rc
     return verdict
 
 
-def categories(verdict: Verdict) -> list[Check]:
+def categories(verdict: DiagnosticReport) -> list[Check]:
     return [f.category for f in verdict.failures]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpuhealth_contract.diagnosis import Check, Failure, Verdict
+from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
 from remediator.act.diagnose_job import attach_diagnosis, render_diagnose_job
 from remediator.act.node_jobs import job_records
 from remediator.clients.fleet_cache import slim_pod
@@ -131,7 +131,7 @@ def _read(cluster: FakeCluster, kube: Kube, job: str, slim: bool) -> tuple[Diagn
 @pytest.mark.parametrize("slim", [False, True])
 def test_a_passing_verdict_is_read_back(cluster: FakeCluster, slim: bool) -> None:
     kube, job = _started(cluster)
-    _judge_ended(cluster, job, 0, Verdict(skipped=("nccl_bandwidth: all_reduce_perf is not in the image",),
+    _judge_ended(cluster, job, 0, DiagnosticReport(skipped=("nccl_bandwidth: all_reduce_perf is not in the image",),
                                           level=2).to_json())
     diagnosis, start = _read(cluster, kube, job, slim)
     assert diagnosis is not None and diagnosis.passed and diagnosis.level == 2
@@ -141,7 +141,7 @@ def test_a_passing_verdict_is_read_back(cluster: FakeCluster, slim: bool) -> Non
 @pytest.mark.parametrize("slim", [False, True])
 def test_a_failing_verdict_names_its_categories_and_gpus(cluster: FakeCluster, slim: bool) -> None:
     kube, job = _started(cluster)
-    verdict = Verdict((Failure(Check.GPU_DIAG, "dcgmi diag: memory failed on GPU 3: DBE", ("3",)),
+    verdict = DiagnosticReport((Failure(Check.GPU_DIAG, "dcgmi diag: memory failed on GPU 3: DBE", ("3",)),
                        Failure(Check.EFA_COUNT, "31 of 32 EFA devices in sysfs")), level=2)
     _judge_ended(cluster, job, 1, verdict.to_json())
     diagnosis, _ = _read(cluster, kube, job, slim)
@@ -169,7 +169,7 @@ def test_a_job_past_its_deadline_whose_pod_is_gone_fails_closed(cluster: FakeClu
 
 def test_a_verdict_that_contradicts_the_jobs_outcome_fails_closed(cluster: FakeCluster) -> None:
     kube, job = _started(cluster)
-    _judge_ended(cluster, job, 1, Verdict(level=2).to_json())  # exit 1 with a pass
+    _judge_ended(cluster, job, 1, DiagnosticReport(level=2).to_json())  # exit 1 with a pass
     diagnosis, _ = _read(cluster, kube, job, False)
     assert diagnosis is not None and diagnosis.categories == ("tool_error",)
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from remediator.decide.nodestate import NodeState
-from remediator.decide.vocabulary import ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import AlertStatus, Remediation, ResetPhase, Rung, RungStatus, Scope
 
 WRITTEN = {"v": 3, "alerts": {}, "episode": "2026-12-02T10:00:00Z", "rung": "reset_gpu", "rung_status": "running",
            "rung_started": "2026-12-02T10:01:00Z", "scope": "gpu", "reset_phase": "stopping"}
@@ -60,3 +60,27 @@ def test_a_time_past_what_a_datetime_holds_is_a_damaged_state_not_a_crash() -> N
     OverflowError that would fail the whole pass."""
     with pytest.raises(ValueError, match="damaged"):
         NodeState.from_json('{"v": 1, "episode": "9999-12-31T23:59:59-01:00"}')
+
+
+ALERT = {"name": "GPUFallenOffBus", "remediation": "reboot", "status": "firing", "starts_at": "2026-12-02T10:00:00Z",
+         "last_seen": "2026-12-02T10:00:00Z", "max_rung": "replace"}
+
+
+def test_an_alert_records_words_are_enums_in_memory_and_the_same_words_written_back() -> None:
+    text = json.dumps({"v": 1, "alerts": {"fp": ALERT}, "episode": "2026-12-02T10:00:00Z"})
+    alert = NodeState.from_json(text).alerts["fp"]
+    assert (type(alert.remediation), type(alert.status), type(alert.max_rung)) == (Remediation, AlertStatus, Rung)
+    assert (alert.remediation, alert.status, alert.max_rung) == (Remediation.REBOOT, AlertStatus.FIRING, Rung.REPLACE)
+    written = json.loads(NodeState.from_json(text).to_json())["alerts"]["fp"]
+    assert {k: written[k] for k in ("remediation", "status", "max_rung")} == {
+        "remediation": "reboot", "status": "firing", "max_rung": "replace"}
+
+
+def test_an_alerts_remediation_is_none_or_a_rung_of_the_ladder_in_its_order() -> None:
+    assert [str(r) for r in Remediation] == ["none", *(str(r) for r in Rung)]
+
+
+@pytest.mark.parametrize("key,word", [("status", "pending"), ("remediation", "defrag"), ("max_rung", "defrag")])
+def test_an_alert_record_with_a_word_the_remediator_does_not_know_is_a_damaged_state(key: str, word: str) -> None:
+    with pytest.raises(ValueError, match=f"alert 'fp': {key} '{word}' is"):
+        NodeState.from_json(json.dumps({"v": 1, "alerts": {"fp": {**ALERT, key: word}}}))

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from remediator.intake.queue import Intake, Outcome
+from remediator.intake.queue import Intake, RecordSummary
 from remediator.intake.webhook import Batch, parse_webhook
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
@@ -292,10 +292,10 @@ def test_a_clean_shutdown_records_what_was_answered_first(caplog: pytest.LogCapt
     release = threading.Event()
     recorded: list[str] = []
 
-    def record(batch: Batch, received: datetime) -> Outcome:
+    def record(batch: Batch, received: datetime) -> RecordSummary:
         release.wait(5)  # the API is slow: the answer went out long before the write
         recorded.extend(a.node for a in batch.alerts)
-        return Outcome(recorded=[a.node for a in batch.alerts], failed=[])
+        return RecordSummary(recorded=[a.node for a in batch.alerts], failed=[])
 
     intake = Intake(record, lambda: datetime.now(UTC))
     assert intake.submit(parse_webhook(json.dumps(webhook("gpu-1", "none", status="resolved")), parse_policy("")))

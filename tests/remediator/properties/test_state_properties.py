@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remediator.decide.nodestate import NodeState
-from remediator.decide.vocabulary import EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import AlertStatus, EvidenceOutcome, Remediation, ResetPhase, Rung, RungStatus, Scope
 from tests.remediator.properties.objects import state_texts, states
 
 STATES = settings(max_examples=200, deadline=None, derandomize=True, database=None,
@@ -22,7 +22,8 @@ STATES = settings(max_examples=200, deadline=None, derandomize=True, database=No
 # What each declared type holds in memory once read (None allowed where the type says so)
 _HOLDS: dict[str, type | tuple[type, ...]] = {
     "bool": bool, "int": int, "str": str, "datetime": datetime, "Scope": Scope, "Rung": Rung,
-    "RungStatus": RungStatus, "ResetPhase": ResetPhase, "EvidenceOutcome": EvidenceOutcome}
+    "RungStatus": RungStatus, "ResetPhase": ResetPhase, "EvidenceOutcome": EvidenceOutcome,
+    "Remediation": Remediation, "AlertStatus": AlertStatus}
 
 
 def _holds(value: Any, declared: str) -> bool:

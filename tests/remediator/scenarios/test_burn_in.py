@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpuhealth_contract.diagnosis import Check, Failure, Verdict
+from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
 from remediator.decide.nodestate import TAINT_KEY, fmt_time
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
@@ -55,7 +55,7 @@ def burn_ins(cluster: FakeCluster) -> list[str]:
     return sorted(name for (_, name) in cluster.jobs if name.startswith("gpuhealth-burn-in-"))
 
 
-GPU_MISSING = Verdict((Failure(Check.GPU_COUNT, "7 GPUs on the bus, 8 expected", ()),), level=2)
+GPU_MISSING = DiagnosticReport((Failure(Check.GPU_COUNT, "7 GPUs on the bus, 8 expected", ()),), level=2)
 
 
 def test_a_new_node_that_passes_its_burn_in_loses_the_taint_and_nothing_else(cluster: FakeCluster) -> None:
@@ -68,7 +68,7 @@ def test_a_new_node_that_passes_its_burn_in_loses_the_taint_and_nothing_else(clu
     assert "BurnInStarted" in cluster.reasons("gpu-new") and taints(cluster, "gpu-new") == {BURN_IN}
     h.advance(minutes=2)
     assert h.decisions(h.step()) == [("gpu-new", "end_burn_in", "deferred")]
-    judge_ends(cluster, job, Verdict(level=2))
+    judge_ends(cluster, job, DiagnosticReport(level=2))
     h.advance(minutes=1)
     assert h.decisions(h.step()) == [("gpu-new", "end_burn_in", "execute")]
     assert taints(cluster, "gpu-new") == set() and not cluster.node("gpu-new")["spec"].get("unschedulable")

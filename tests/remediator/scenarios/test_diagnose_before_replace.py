@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuhealth_contract.diagnosis import Check, Failure, Verdict
+from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.scenarios.test_validation_before_return import jobs, judge_ends
@@ -61,8 +61,8 @@ def test_a_thermal_fault_climbs_is_diagnosed_and_is_replaced_when_the_diagnostic
     h.advance(minutes=1)
     fire(h)
     assert h.decisions(h.step()) == [(NODE, "replace", "deferred")]  # under way: no replacement yet
-    judge_ends(cluster, diag, Verdict((Failure(Check.GPU_DIAG, "dcgmi diag: Targeted Stress failed on GPU 2", ("2",)),),
-                                      level=2))
+    judge_ends(cluster, diag, DiagnosticReport(
+        (Failure(Check.GPU_DIAG, "dcgmi diag: Targeted Stress failed on GPU 2", ("2",)),), level=2))
     h.advance(minutes=1)
     fire(h)
     assert h.decisions(h.step()) == [(NODE, "replace", "execute")]
@@ -75,7 +75,7 @@ def test_a_diagnostic_that_passes_while_the_alert_fires_keeps_the_node_for_a_per
     h = Harness(cluster, POLICY)
     climb_to_the_replace(h, cluster)
     (diag,) = jobs(cluster, "diagnose")
-    judge_ends(cluster, diag, Verdict(level=2))
+    judge_ends(cluster, diag, DiagnosticReport(level=2))
     for _ in range(3):  # the alert keeps firing: nothing more happens, and the Event is said once
         h.advance(minutes=10)
         fire(h)
@@ -132,7 +132,7 @@ def test_with_replace_off_a_persisting_fault_is_diagnosed_before_the_node_is_lef
     h.advance(minutes=1)
     fire(h)
     assert h.decisions(h.step()) == [(NODE, "none", "deferred")]  # under way
-    judge_ends(cluster, diag, Verdict((Failure(Check.GPU_DIAG, "dcgmi diag: Memory failed on GPU 2", ("2",)),),
+    judge_ends(cluster, diag, DiagnosticReport((Failure(Check.GPU_DIAG, "dcgmi diag: Memory failed on GPU 2", ("2",)),),
                                       level=2))
     for _ in range(2):  # the verdict is kept for the person; said once
         h.advance(minutes=1)
@@ -149,7 +149,7 @@ def test_with_replace_off_a_passing_diagnostic_pages_that_the_signal_is_suspect(
     h = Harness(cluster, NO_REPLACE)
     climb_to_the_top(h, cluster)
     (diag,) = jobs(cluster, "diagnose")
-    judge_ends(cluster, diag, Verdict(level=2))
+    judge_ends(cluster, diag, DiagnosticReport(level=2))
     h.advance(minutes=1)
     fire(h)
     decided = h.decided(h.step())
@@ -219,7 +219,7 @@ def test_a_validation_waits_for_the_diagnostic_still_running_on_the_gpus(cluster
     decided = h.decided(h.step())
     assert [(d.action, d.decision) for d in decided] == [("uncordon", "deferred")]
     assert f"diagnostic job {diag} still runs" in decided[0].reason and jobs(cluster, "diagnose") == [diag]
-    judge_ends(cluster, diag, Verdict(level=2))
+    judge_ends(cluster, diag, DiagnosticReport(level=2))
     h.advance(minutes=1)
     assert (NODE, "diagnose", "execute") in h.decisions(h.step())  # now the validation of the reboot
     assert len(jobs(cluster, "diagnose")) == 2

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuhealth_contract.diagnosis import Check, Failure, Verdict
+from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
 from remediator.decide.nodestate import LAST_SWEEP_ANNOTATION, TAINT_KEY
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
@@ -56,7 +56,7 @@ def tainted(cluster: FakeCluster, node: str) -> bool:
     return any(t["key"] == TAINT_KEY for t in cluster.node(node)["spec"].get("taints") or [])
 
 
-def judge_ends(cluster: FakeCluster, job: str, verdict: Verdict) -> None:
+def judge_ends(cluster: FakeCluster, job: str, verdict: DiagnosticReport) -> None:
     pod = cluster.job_pod(NS, job, exit_code=0 if verdict.passed else 1)
 
     def write(p: dict[str, Any]) -> None:
@@ -64,7 +64,8 @@ def judge_ends(cluster: FakeCluster, job: str, verdict: Verdict) -> None:
     cluster.update_pod(NS, pod["metadata"]["name"], write)
 
 
-DIAG_FAILS = Verdict((Failure(Check.GPU_DIAG, "dcgmi diag -r 3: Memory test failed on GPU 3", ("3",)),), level=3)
+DIAG_FAILS = DiagnosticReport((Failure(Check.GPU_DIAG, "dcgmi diag -r 3: Memory test failed on GPU 3", ("3",)),),
+                              level=3)
 
 
 def test_an_idle_nodes_sweep_that_finds_a_diag_failure_keeps_it_out_and_climbs_to_the_reset(
@@ -105,7 +106,7 @@ def test_a_failed_sweep_whose_reset_does_not_repair_climbs_to_a_reboot(cluster: 
     assert ("diagnose", "execute") in [(d.action, d.decision) for d in decided]
     validate = h.state("gpu-0").diagnostic.job
     assert validate is not None and validate.startswith("gpuhealth-validate-")
-    judge_ends(cluster, validate, Verdict((Failure(Check.GPU_DIAG, "still failing", ("3",)),), level=1))
+    judge_ends(cluster, validate, DiagnosticReport((Failure(Check.GPU_DIAG, "still failing", ("3",)),), level=1))
     h.advance(minutes=1)
     assert ("gpu-0", "reboot", "execute") in h.decisions(h.step())
 
@@ -115,7 +116,7 @@ def test_a_passing_sweep_returns_the_node_at_once_and_is_not_repeated_before_the
     h = Harness(cluster, POLICY)
     h.step()
     (job,) = sweeps(cluster)
-    judge_ends(cluster, job, Verdict(level=3))
+    judge_ends(cluster, job, DiagnosticReport(level=3))
     h.advance(minutes=30)
     assert h.decisions(h.step()) == [("gpu-0", "uncordon", "execute")]  # no healthy delay: no alert fired
     assert not tainted(cluster, "gpu-0") and not cluster.node("gpu-0")["spec"].get("unschedulable")

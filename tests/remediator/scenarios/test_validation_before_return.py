@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuhealth_contract.diagnosis import Check, Failure, Verdict
+from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
 from remediator.cli import main
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
@@ -40,7 +40,7 @@ def jobs(cluster: FakeCluster, component: str) -> list[str]:
                   if job["metadata"]["labels"]["app.kubernetes.io/component"] == component)
 
 
-def judge_ends(cluster: FakeCluster, job: str, verdict: Verdict | None, exit_code: int | None = None) -> None:
+def judge_ends(cluster: FakeCluster, job: str, verdict: DiagnosticReport | None, exit_code: int | None = None) -> None:
     """The diagnostic Job's pod ends: its judge wrote `verdict` (None: no verdict, e.g. killed at its deadline)."""
     code = exit_code if exit_code is not None else (0 if verdict is not None and verdict.passed else 1)
     pod = cluster.job_pod(NS, job, exit_code=code)
@@ -75,7 +75,7 @@ def test_a_reset_whose_validation_passes_returns_the_node_after_the_healthy_dela
     assert "Diagnose" in cluster.reasons("gpu-1")
     h.advance(minutes=11)  # past the healthy delay, but the validation has not ended: the node stays out
     assert h.decisions(h.step()) == [("gpu-1", "uncordon", "deferred")]
-    judge_ends(cluster, validate, Verdict(level=1))
+    judge_ends(cluster, validate, DiagnosticReport(level=1))
     h.advance(seconds=30)
     assert h.decisions(h.step()) == [("gpu-1", "uncordon", "execute")]
     assert "DiagnosticPassed" in cluster.reasons("gpu-1")
@@ -89,8 +89,8 @@ def test_a_reset_whose_validation_fails_climbs_to_a_reboot(cluster: FakeCluster)
     reset_then_resolve(h, cluster)
     h.step()
     (validate,) = jobs(cluster, "diagnose")
-    judge_ends(cluster, validate, Verdict((Failure(Check.GPU_DIAG, "dcgmi diag: Memory failed on GPU 1", ("1",)),),
-                                          level=1))
+    judge_ends(cluster, validate, DiagnosticReport(
+        (Failure(Check.GPU_DIAG, "dcgmi diag: Memory failed on GPU 1", ("1",)),), level=1))
     h.advance(seconds=30)
     assert ("gpu-1", "reboot", "execute") in h.decisions(h.step())
     assert "DiagnosticFailed" in cluster.reasons("gpu-1")
@@ -151,7 +151,7 @@ def _reset_at_its_ceiling_then_resolved(cluster: FakeCluster) -> Harness:
 def test_a_failed_validation_at_the_alerts_ceiling_stops_for_a_person(cluster: FakeCluster) -> None:
     h = _reset_at_its_ceiling_then_resolved(cluster)
     (validate,) = jobs(cluster, "diagnose")
-    judge_ends(cluster, validate, Verdict((Failure(Check.GPU_COUNT, "7 of 8 GPUs"),), level=1))
+    judge_ends(cluster, validate, DiagnosticReport((Failure(Check.GPU_COUNT, "7 of 8 GPUs"),), level=1))
     h.advance(seconds=30)
     decided = h.decided(h.step())
     assert [(d.action, d.decision) for d in decided] == [("none", "skipped")]
@@ -178,8 +178,8 @@ def test_a_dry_run_decides_the_validation_and_creates_no_job(cluster: FakeCluste
     assert jobs(cluster, "diagnose") == []
 
 
-def failed(what: str = "dcgmi diag: Memory failed on GPU 1") -> Verdict:
-    return Verdict((Failure(Check.GPU_DIAG, what, ("1",)),), level=1)
+def failed(what: str = "dcgmi diag: Memory failed on GPU 1") -> DiagnosticReport:
+    return DiagnosticReport((Failure(Check.GPU_DIAG, what, ("1",)),), level=1)
 
 
 def test_a_reboot_whose_validation_fails_stays_out_while_the_replacement_waits_for_its_diagnosis(
