@@ -39,7 +39,8 @@ if str(ROOT) not in sys.path:  # run as a script: the project's packages come fr
 from remediator.act.diagnose_job import render_diagnose_job  # noqa: E402
 from remediator.act.evidence_job import render_evidence_job  # noqa: E402
 from remediator.act.node_jobs import render_job  # noqa: E402
-from remediator.decide.diagnosis import Provisioned, Purpose  # noqa: E402
+from remediator.decide.diagnosis import Provisioned  # noqa: E402
+from remediator.decide.vocabulary import Purpose  # noqa: E402
 from remediator.policy import Policy, parse_policy  # noqa: E402
 
 CHART = ROOT / "helm" / "gpuhealth"

@@ -25,10 +25,10 @@ from remediator.clients.kube import Kube
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawNode
 from remediator.decide.decision import NOT_STARTED, Decision, NodePlan
-from remediator.decide.diagnosis import Purpose, provisioned
+from remediator.decide.diagnosis import provisioned
 from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, TAINT_KEY
 from remediator.decide.views import NodeView, evictable_pods
-from remediator.decide.vocabulary import Action, RungStatus, Scope
+from remediator.decide.vocabulary import Action, Purpose, RungStatus, Scope
 from remediator.policy import Policy
 
 
@@ -44,7 +44,7 @@ class Tools:
 
 
 @dataclass(frozen=True)
-class Step:
+class Deed:
     """One executed decision and what its act reads: the node's view, its Node as the state's write left it."""
 
     d: Decision
@@ -69,17 +69,17 @@ def _status_message(exc: KubeError) -> str:
 # --- the acts the state's write did ----------------------------------------------------------------------------
 
 
-def written(t: Tools, s: Step) -> str:
+def written(t: Tools, s: Deed) -> str:
     """Cordon: the state write did it all."""
     return ""
 
 
-def burn_in_ended(t: Tools, s: Step) -> str:
+def burn_in_ended(t: Tools, s: Deed) -> str:
     """The state write took the burn-in taint off."""
     return f"removed taint {t.policy.burn_in.taint}"
 
 
-def returned(t: Tools, s: Step) -> str:
+def returned(t: Tools, s: Deed) -> str:
     """Return to service (uncordon, release_gpu): the state write did the Node; here, gpuhealth's DeviceTaintRules for
     this node, and only those."""
     if not s.plan.base_state.gpu_scope.devices or s.view.taint_api is None:
@@ -88,13 +88,13 @@ def returned(t: Tools, s: Step) -> str:
     return f"removed device taint rule(s) {', '.join(released)}" if released else ""
 
 
-def clients_stopped(t: Tools, s: Step) -> str:
+def clients_stopped(t: Tools, s: Deed) -> str:
     """The state write paused the operands and asked the exporter to let go."""
     st = s.plan.final_state
     return f"paused {', '.join(st.reset.paused) or 'no operand label'}; {RESET_REQUEST_ANNOTATION}={st.reset_request}"
 
 
-def clients_restored(t: Tools, s: Step) -> str:
+def clients_restored(t: Tools, s: Deed) -> str:
     """The state write restored what the reset paused."""
     labels = ", ".join(s.plan.base_state.reset.paused) or "no operand label"
     return f"restored {labels}; removed {RESET_REQUEST_ANNOTATION}"
@@ -103,17 +103,17 @@ def clients_restored(t: Tools, s: Step) -> str:
 # --- the acts outside the Node ------------------------------------------------------------------------------
 
 
-def collect_evidence(t: Tools, s: Step) -> str:
+def collect_evidence(t: Tools, s: Deed) -> str:
     """Before the rung past drain (decide/evidence.py)."""
     return t.evidence.collect(s.d, s.plan)
 
 
-def store_evidence(t: Tools, s: Step) -> str:
+def store_evidence(t: Tools, s: Deed) -> str:
     """Never raises: the rung goes on."""
     return t.evidence.store(s.d, s.plan, s.now)
 
 
-def quarantine(t: Tools, s: Step) -> str:
+def quarantine(t: Tools, s: Deed) -> str:
     """One DeviceTaintRule per device, in the version the cluster serves (the ladder chose GPU scope only where one
     does); kube-controller-manager evicts for NoExecute. Not quarantined: the rung fails, and the next pass hands the
     fault to the node ladder."""
@@ -129,7 +129,7 @@ def quarantine(t: Tools, s: Step) -> str:
     return f"{d.effect} device taint on {', '.join(d.devices)} (DeviceTaintRule {', '.join(names)}){pods}"
 
 
-def drain(t: Tools, s: Step) -> str:
+def drain(t: Tools, s: Deed) -> str:
     """One drain pass over the pods on the node now (not as listed), within the plan's GPU pods if it has them."""
     d, plan, now, kube, policy = s.d, s.plan, s.now, t.kube, t.policy
     pods = evictable_pods(kube.pods_on(d.node))
@@ -144,7 +144,7 @@ def drain(t: Tools, s: Step) -> str:
     return result.summary() if (result.evicted or result.errors or result.stopped or d.new) else ""
 
 
-def diagnose(t: Tools, s: Step) -> str:
+def diagnose(t: Tools, s: Deed) -> str:
     """The diagnostic Job (decide/validation.py). One the API server refuses is retried on later passes; not made
     within jobs.start_timeout, the ladder reports it as not started (gpuhealth's own breakage)."""
     d, plan = s.d, s.plan
@@ -155,7 +155,7 @@ def diagnose(t: Tools, s: Step) -> str:
     return f"job {t.policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
 
 
-def rung_job(t: Tools, s: Step) -> str:
+def rung_job(t: Tools, s: Deed) -> str:
     """reset_gpu, reboot: the Job, on a node (or GPU) still gpuhealth's. One the API server refuses fails the rung as
     not started (gpuhealth's own breakage)."""
     still_ours(t, s)
@@ -175,7 +175,7 @@ def rung_job(t: Tools, s: Step) -> str:
     return f"job {policy.jobs.namespace}/{d.job} {'created' if created else 'already exists'}"
 
 
-def replacement(t: Tools, s: Step) -> str:
+def replacement(t: Tools, s: Deed) -> str:
     """The node replaced (act/replace.py), if it is still gpuhealth's; failed, the rung fails."""
     still_ours(t, s)
     try:
@@ -185,7 +185,7 @@ def replacement(t: Tools, s: Step) -> str:
         raise
 
 
-def still_ours(t: Tools, s: Step) -> None:
+def still_ours(t: Tools, s: Deed) -> None:
     """Before a Job rung or a replacement: gpuhealth's taint (at GPU scope, its device taints) still there."""
     at_gpu_scope = s.plan.final_state.scope == Scope.GPU and s.d.action == Action.RESET_GPU
     tainted = any(taint.get("key") == TAINT_KEY for taint in api_objects.taints(s.node))
@@ -195,7 +195,7 @@ def still_ours(t: Tools, s: Step) -> None:
         raise RuntimeError("gpuhealth's device taints are gone from the GPU: a person took over; not starting")
 
 
-def fail_rung(t: Tools, s: Step, not_started: str | None = None) -> None:
+def fail_rung(t: Tools, s: Deed, not_started: str | None = None) -> None:
     """The step that started the plan's rung failed: the rung is failed, written on our own write's
     resourceVersion (the Node exactly as this plan left it). not_started: its Job never could (why)."""
     failed = replace(s.plan.final_state, rung_status=RungStatus.FAILED, rung_done=s.now,
@@ -206,7 +206,7 @@ def fail_rung(t: Tools, s: Step, not_started: str | None = None) -> None:
 
 # One act per action a plan executes (every Action but NONE, which is never executed); a test holds this table and
 # the simulator's EFFECTS to that.
-ACTS: dict[Action, Callable[[Tools, Step], str]] = {
+ACTS: dict[Action, Callable[[Tools, Deed], str]] = {
     Action.CORDON: written,
     Action.DRAIN: drain,
     Action.RESET_GPU: rung_job,

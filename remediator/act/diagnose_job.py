@@ -11,10 +11,10 @@ import jinja2
 import yaml
 
 from remediator.decide.api_objects import RawPod
-from remediator.decide.diagnosis import Provisioned, Purpose, diagnosis_of, level_for
+from remediator.decide.diagnosis import Provisioned, diagnosis_of, level_for
 from remediator.decide.job_start import JobRecord, job_start
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import JobStatus
+from remediator.decide.vocabulary import JobStatus, Purpose
 from remediator.policy import Policy
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from remediator.act.acts import ACTS, JobRefused, Step, Tools
+from remediator.act.acts import ACTS, Deed, JobRefused, Tools
 from remediator.act.evidence_job import EvidenceStore
 from remediator.act.pass_guard import PassAborted, PassGuard
 from remediator.audit import AuditKind, audit
@@ -259,7 +259,7 @@ class Executor:
         act = ACTS.get(d.action)
         if act is None:
             raise ValueError(f"unknown action {d.action}")
-        return act(self.tools, Step(d, view, node, plan, now))
+        return act(self.tools, Deed(d, view, node, plan, now))
 
     def _drop(self, plan: NodePlan, why: str) -> None:
         for d in plan.executes():

@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from remediator.decide.diagnose_step import read_diagnosis
-from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name
+from remediator.decide.diagnosis import Diagnosis, diagnosis_job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import ALL_GPUS, NodeState, elapsed, time_text
 from remediator.decide.planner import Draft, Pass, note, out
 from remediator.decide.state_records import DiagnosticRun
 from remediator.decide.sweep import sweep_rung
-from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
+from remediator.decide.vocabulary import Action, Purpose, Rung, RungStatus, Severity, Verdict
 
 # At most this many diagnostic Jobs per burn-in: one whose Job is gone before its result was read is started again,
 # but a Job the API never makes (gpuhealth's own breakage: its admission, its RBAC) must not keep the node out forever
@@ -93,7 +93,7 @@ def _start_burn_in(d: Draft, ctx: Pass, again: str = "") -> None:
                    f"({int(age.total_seconds())}s of {limit}s)")
     name = diagnosis_job_name(v.name, Purpose.BURN_IN, now)
     restarts = d.state.burn_in_restarts + 1 if again else 0
-    d.state = replace(NodeState(actions=d.state.actions), diagnostic=DiagnosticRun(name, str(Purpose.BURN_IN), now),
+    d.state = replace(NodeState(actions=d.state.actions), diagnostic=DiagnosticRun(name, Purpose.BURN_IN, now),
                       burn_in_restarts=restarts)
     level = policy.burn_in.level
     still = f" (started without {waiting}, {limit}s after the node was made)" if waiting else ""

@@ -11,7 +11,6 @@ from datetime import datetime
 from remediator.decide import offenders
 from remediator.decide.decision import NOT_STARTED
 from remediator.decide.diagnose_step import diagnosis_before_person, diagnosis_first
-from remediator.decide.diagnosis import Purpose
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.evidence import evidence_first
 from remediator.decide.job_start import node_job_name
@@ -35,6 +34,7 @@ from remediator.decide.vocabulary import (
     NEEDS_DRAINED,
     Action,
     JobStatus,
+    Purpose,
     ResetPhase,
     Rung,
     RungStatus,

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from remediator.decide.nodestate import AlertRecord
 from remediator.decide.views import NodeView
+from remediator.decide.vocabulary import Remediation
 from remediator.policy import Policy
 
 
@@ -52,7 +53,7 @@ class CorrelatedFaults:
         if settings.labels:
             for v in views:
                 names = {a.name for a in v.state.firing(now, policy.episode.quiet_timeout).values()
-                         if a.remediation != "none"}
+                         if a.remediation != Remediation.NONE}
                 for label in settings.labels:
                     value = v.labels.get(label)
                     if value:

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name, level_for
+from remediator.decide.diagnosis import Diagnosis, diagnosis_job_name, level_for
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import AlertRecord, elapsed, rung_index, time_text
 from remediator.decide.planner import Draft, Pass, note, out
 from remediator.decide.state_records import DiagnosticRun
-from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
+from remediator.decide.vocabulary import Action, Purpose, Rung, RungStatus, Scope, Severity, Verdict
 
 DIAGNOSED_COMPONENTS = frozenset({"gpu", "memory", "nvlink", "pcie", "thermal"})  # the alerts' component label
 PASSED = "passed"
@@ -69,7 +69,7 @@ def not_started_note(d: Draft, ctx: Pass, why: str) -> None:
 
 def start_diagnosis(d: Draft, ctx: Pass, purpose: Purpose, name: str, why: str) -> None:
     """The state that names the diagnostic Job, and the decision that makes it (act/executor.py)."""
-    d.state = replace(d.state, diagnostic=DiagnosticRun(name, str(purpose), ctx.now))
+    d.state = replace(d.state, diagnostic=DiagnosticRun(name, purpose, ctx.now))
     out(d, Action.DIAGNOSE, Verdict.EXECUTE, why, job=name)
 
 

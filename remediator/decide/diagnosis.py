@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from gpuhealth_contract.diagnosis import Check, DiagnosticReport
 from remediator.decide import api_objects
 from remediator.decide.api_objects import RawContainerState, RawContainerStatus, RawNode, RawPod, RawPodStatus
 from remediator.decide.job_start import JobRecord, node_job_name
 from remediator.decide.nodestate import time_text
-from remediator.decide.vocabulary import JobStatus
+from remediator.decide.vocabulary import JobStatus, Purpose
 from remediator.policy import Policy
 
 COMPONENT = "diagnose"  # app.kubernetes.io/component of the diagnostic Job and its pod
@@ -34,15 +33,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_LABEL = "gpuhealth.io/efa-expected"  # exporter/efa_expected.py LABEL
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-
-
-class Purpose(StrEnum):
-    """Why the diagnostic runs: its level (policy diagnose.level or validation_level) and its Job's name follow."""
-
-    DIAGNOSE = "diagnose"  # before a node leaves for a person or is replaced: the result decides
-    VALIDATE = "validate"  # after a reset, reboot or replacement, before the taint comes off
-    SWEEP = "sweep"  # an idle node's scheduled check
-    BURN_IN = "burn-in"  # a new node, before the burn-in taint comes off (decide/burn_in.py)
 
 
 def level_for(purpose: Purpose | str | None, policy: Policy) -> int:

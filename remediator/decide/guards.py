@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from remediator.decide import burn_in, sweep
-from remediator.decide.diagnosis import Purpose
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import AlertRecord, NodeState
 from remediator.decide.planner import Draft, Pass, note, out
-from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
+from remediator.decide.vocabulary import Action, Purpose, Rung, RungStatus, Scope, Severity, Verdict
 
 
 def left_alone(d: Draft, ctx: Pass, firing: dict[str, AlertRecord],

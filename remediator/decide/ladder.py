@@ -28,7 +28,7 @@ from remediator.decide.nodestate import ALL_GPUS, AlertRecord, NodeState, rung_i
 from remediator.decide.planner import Draft, Pass, alert_ceiling, out, replace_pending, scope_view
 from remediator.decide.progress import observe
 from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import Action, Rung, Scope, Verdict
+from remediator.decide.vocabulary import Action, Remediation, Rung, Scope, Verdict
 from remediator.policy import Policy
 
 log = logging.getLogger("gpuhealth.remediator")
@@ -88,7 +88,7 @@ def decide_node(d: Draft, ctx: Pass) -> None:
     """One node's steps, in order: each concern's functions over the draft and the pass's context."""
     st, policy = d.view.state, ctx.policy
     firing = st.firing(ctx.now, policy.episode.quiet_timeout)
-    actionable = {fp: a for fp, a in firing.items() if a.remediation != "none"}
+    actionable = {fp: a for fp, a in firing.items() if a.remediation != Remediation.NONE}
     if guards.left_alone(d, ctx, firing, actionable):  # not the ladder's this pass (burn-in and sweep starts too)
         return None
     faults = fault_steps.monitoring_faults(d, ctx, actionable)

@@ -25,6 +25,7 @@ from datetime import datetime
 
 from remediator.decide.nodestate import AlertRecord
 from remediator.decide.views import NodeView
+from remediator.decide.vocabulary import Remediation
 from remediator.policy import Policy
 
 
@@ -65,7 +66,7 @@ class MonitoringFaults:
         held: set[FaultKey] = set()
         for v in views:
             for fp, alert in v.state.firing(now, policy.episode.quiet_timeout).items():
-                if alert.remediation == "none" or alert.name not in settings.alerts:
+                if alert.remediation == Remediation.NONE or alert.name not in settings.alerts:
                     continue
                 key = FaultKey.of(v.pool, alert)
                 firing[key].add(v.name)

@@ -19,7 +19,16 @@ from typing import Any
 from gpuhealth_contract.names import GPU_RESET_REQUEST_ANNOTATION, RELEASED_FOR_GPU_RESET
 from remediator.decide import json_text, state_records, state_schema
 from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Offence, Reset, kept, record
-from remediator.decide.vocabulary import AlertStatus, EvidenceOutcome, Remediation, ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import (
+    AlertStatus,
+    EvidenceOutcome,
+    Purpose,
+    Remediation,
+    ResetPhase,
+    Rung,
+    RungStatus,
+    Scope,
+)
 
 PREFIX = "gpuhealth.io"
 ALL_GPUS = "all"  # a gpu label that names no single GPU: the fault takes (and a reset resets) them all
@@ -219,11 +228,11 @@ class NodeState:
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
         return {fp: a for fp, a in self.alerts.items()
-                if a.status == "firing" and now - a.last_seen < quiet_after}
+                if a.status == AlertStatus.FIRING and now - a.last_seen < quiet_after}
 
     def stale(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:
         return {fp: a for fp, a in self.alerts.items()
-                if a.status == "firing" and now - a.last_seen >= quiet_after}
+                if a.status == AlertStatus.FIRING and now - a.last_seen >= quiet_after}
 
     def actions_since(self, since: datetime) -> int:
         return sum(1 for t in self.actions if t >= since)
@@ -306,7 +315,7 @@ _ALERT_FIELDS = tuple(f.name for f in fields(AlertRecord))
 _STATE_TIMES = tuple(k.key for k in _STATE_KEYS if k.type in ("datetime", "datetime | None"))
 # The words of the vocabulary the state holds, by their declared type: read into their enums on read
 _WORDS: dict[str, type[StrEnum]] = {"Rung": Rung, "RungStatus": RungStatus, "ResetPhase": ResetPhase, "Scope": Scope,
-                                    "EvidenceOutcome": EvidenceOutcome}
+                                    "EvidenceOutcome": EvidenceOutcome, "Purpose": Purpose}
 
 
 def _read_words(rest: dict[str, Any]) -> None:
@@ -382,12 +391,12 @@ def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: 
     for fp, incoming in alerts:
         seen = replace(incoming, last_seen=now)
         current = merged.get(fp)
-        if (incoming.resolved_by == "sync" and current is not None and current.status == "firing"
+        if (incoming.resolved_by == "sync" and current is not None and current.status == AlertStatus.FIRING
                 and incoming.ends_at is not None and current.last_seen >= incoming.ends_at):
             continue  # seen firing after Alertmanager's list was read: the list is older news
         if current is None or incoming.order_key() >= current.order_key():
             merged[fp] = seen
-    firing_any = any(a.status == "firing" and a.remediation != "none" for a in merged.values())
+    firing_any = any(a.asks_action for a in merged.values())
     episode = state.episode
     healthy_since = state.healthy_since
     quiet = state.quiet
@@ -403,8 +412,8 @@ def record_alerts(state: NodeState, alerts: list[tuple[str, AlertRecord]], now: 
 def _keep_rank(fingerprint: str, a: AlertRecord) -> tuple[bool, bool, int, datetime, str]:
     """Which records a full state keeps, highest first. Only what a record's next copy keeps (not last_seen), so a
     forgotten alert recorded again is forgotten again: the state does not churn."""
-    firing = a.status == "firing"
-    acting = firing and a.remediation != "none"
+    firing = a.status == AlertStatus.FIRING
+    acting = a.asks_action
     return firing, acting, rung_index(a.remediation) if acting else -1, a.starts_at, fingerprint
 
 

@@ -135,8 +135,9 @@ def scope_view(d: Draft) -> None:
 def to_node_scope(d: Draft, why: str, floor: str | None) -> None:
     """The GPU-scoped steps are not enough: the node ladder from its start (cordon, drain), then `floor`."""
     st = d.state
+    node_floor = None if floor is None else Rung(floor)
     d.state = replace(st, scope=Scope.NODE, rung=None, rung_status=None, rung_started=None, rung_done=None,
-                      timed_out=False, gpu_scope=replace(st.gpu_scope, node_floor=floor), not_started=None)
+                      timed_out=False, gpu_scope=replace(st.gpu_scope, node_floor=node_floor), not_started=None)
     d.view = d.full
     d.plan.drain_only = None
     note(d, Note(EventReason.NODE_SCOPE, f"GPU {', '.join(st.gpu_scope.devices)}: {why}; the node ladder takes over",

@@ -15,7 +15,7 @@ from dataclasses import Field, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from remediator.decide.vocabulary import EvidenceOutcome, ResetPhase
+from remediator.decide.vocabulary import EvidenceOutcome, Purpose, ResetPhase, Rung
 
 
 def kept(key: str | None = None, omitted: bool = False, since: int = 1) -> dict[str, Any]:
@@ -42,7 +42,7 @@ class GpuScope:
     the rung the node ladder starts at (above it, e.g. reboot)."""
 
     devices: tuple[str, ...] = field(default=(), metadata=kept("devices", since=2))
-    node_floor: str | None = field(default=None, metadata=kept("node_floor"))
+    node_floor: Rung | None = field(default=None, metadata=kept("node_floor"))
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class DiagnosticRun:
     "not started: ..."), which outlives the Job (deleted jobs.ttl_seconds_after_finished after it ends)."""
 
     job: str | None = field(default=None, metadata=kept("diagnosis_job", omitted=True))
-    purpose: str | None = field(default=None, metadata=kept("diagnosis_purpose", omitted=True))
+    purpose: Purpose | None = field(default=None, metadata=kept("diagnosis_purpose", omitted=True))
     started: datetime | None = field(default=None, metadata=kept("diagnosis_started", omitted=True))
     result: str | None = field(default=None, metadata=kept("diagnosis_result", omitted=True))
 

@@ -45,7 +45,8 @@ _FORMS: dict[str, Callable[[Any], bool]] = {
     "datetime": _text, "datetime | None": _optional_text,
     "tuple[str, ...]": _texts, "tuple[datetime, ...]": _texts,
     "Rung | None": _optional_text, "RungStatus | None": _optional_text, "ResetPhase | None": _optional_text,
-    "EvidenceOutcome | None": _optional_text, "Scope": _optional_text,  # a null scope: an unknown word (nodestate)
+    "EvidenceOutcome | None": _optional_text,
+    "Purpose | None": _optional_text, "Scope": _optional_text,  # a null scope: an unknown word (nodestate)
     "Remediation": _text, "AlertStatus": _text,  # an alert record's words (nodestate._checked_alert)
 }
 WHY: dict[Callable[[Any], bool], str] = {

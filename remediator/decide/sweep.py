@@ -15,12 +15,12 @@ from dataclasses import replace
 
 from remediator.decide import climb
 from remediator.decide.diagnose_step import read_diagnosis
-from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name
+from remediator.decide.diagnosis import Diagnosis, diagnosis_job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import ALL_GPUS, NodeState, rung_index, time_text
 from remediator.decide.planner import NO_CEILING, Ceiling, Draft, Pass, note, out
 from remediator.decide.state_records import DiagnosticRun
-from remediator.decide.vocabulary import Action, Rung, RungStatus, Severity, Verdict
+from remediator.decide.vocabulary import Action, Purpose, Rung, RungStatus, Severity, Verdict
 
 # The rung each failed check asks for: a diag test or an all-reduce under its floor is a GPU's (its reset first, then
 # the climb: reboot, replace); a GPU or EFA device missing from the bus is the node's (a reboot re-enumerates them);
@@ -58,7 +58,7 @@ def start_sweep(d: Draft, ctx: Pass) -> None:
     name = diagnosis_job_name(v.name, Purpose.SWEEP, now)
     d.state = NodeState(actions=d.state.actions).with_action(
         now, episode=now, rung=Rung.CORDON, rung_status=RungStatus.DONE, rung_started=now, rung_done=now,
-        cordoned=True, diagnostic=DiagnosticRun(name, str(Purpose.SWEEP), now))
+        cordoned=True, diagnostic=DiagnosticRun(name, Purpose.SWEEP, now))
     d.plan.swept = now
     last = f"last swept {time_text(v.last_sweep)}" if v.last_sweep else "never swept"
     note(d, Note(EventReason.SWEEP_STARTED, f"idle-node sweep ({last}, no GPU pod): cordoned while diagnostic "

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from remediator.decide.diagnosis import Purpose
 from remediator.decide.nodestate import NodeState
+from remediator.decide.vocabulary import Purpose
 from remediator.policy import Policy
 
 

@@ -26,11 +26,11 @@ from remediator.decide.diagnose_step import (
     read_diagnosis,
     start_diagnosis,
 )
-from remediator.decide.diagnosis import Diagnosis, Purpose, diagnosis_job_name
+from remediator.decide.diagnosis import Diagnosis, diagnosis_job_name
 from remediator.decide.event_reasons import EventReason, Note
 from remediator.decide.nodestate import rung_index, time_text
 from remediator.decide.planner import Draft, Pass, alert_ceiling, note, out
-from remediator.decide.vocabulary import Action, Rung, RungStatus, Scope, Severity, Verdict
+from remediator.decide.vocabulary import Action, Purpose, Rung, RungStatus, Scope, Severity, Verdict
 
 VALIDATED_RUNGS = (Rung.RESET_GPU, Rung.REBOOT)  # the repairs a node returns from (a replaced node never returns)
 

@@ -133,3 +133,12 @@ DISRUPTIVE: frozenset[Action] = frozenset({Action.DRAIN, Action.STOP_GPU_CLIENTS
                                            Action.REPLACE})
 NEEDS_DRAINED: frozenset[Action] = frozenset({Action.STOP_GPU_CLIENTS, Action.RESET_GPU, Action.REBOOT, Action.REPLACE})
 JOB_RUNGS: frozenset[Rung] = frozenset({Rung.RESET_GPU, Rung.REBOOT})
+
+
+class Purpose(StrEnum):
+    """Why the diagnostic runs: its level (policy diagnose.level or validation_level) and its Job's name follow."""
+
+    DIAGNOSE = "diagnose"  # before a node leaves for a person or is replaced: the result decides
+    VALIDATE = "validate"  # after a reset, reboot or replacement, before the taint comes off
+    SWEEP = "sweep"  # an idle node's scheduled check
+    BURN_IN = "burn-in"  # a new node, before the burn-in taint comes off (decide/burn_in.py)

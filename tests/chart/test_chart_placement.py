@@ -12,7 +12,8 @@ import pytest
 from kubernetes import client
 
 from remediator.act.diagnose_job import render_diagnose_job
-from remediator.decide.diagnosis import Provisioned, Purpose
+from remediator.decide.diagnosis import Provisioned
+from remediator.decide.vocabulary import Purpose
 from remediator.policy.integrations import DiagnoseSettings
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac

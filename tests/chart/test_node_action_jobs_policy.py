@@ -17,7 +17,8 @@ from kubernetes.client.exceptions import ApiException
 
 from remediator.act.diagnose_job import render_diagnose_job
 from remediator.act.node_jobs import render_job
-from remediator.decide.diagnosis import Provisioned, Purpose
+from remediator.decide.diagnosis import Provisioned
+from remediator.decide.vocabulary import Purpose
 from remediator.policy import Policy
 from remediator.policy.integrations import DiagnoseSettings
 from tests.fakes.apiserver import FakeCluster

@@ -20,9 +20,10 @@ from remediator.act.diagnose_job import attach_diagnosis, render_diagnose_job
 from remediator.act.node_jobs import job_records
 from remediator.clients.fleet_cache import slim_pod
 from remediator.clients.kube import Kube
-from remediator.decide.diagnosis import Diagnosis, Provisioned, Purpose, diagnosis_job_name, provisioned
+from remediator.decide.diagnosis import Diagnosis, Provisioned, diagnosis_job_name, provisioned
 from remediator.decide.job_start import MISSING
 from remediator.decide.views import node_view
+from remediator.decide.vocabulary import Purpose
 from remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac

@@ -10,7 +10,6 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from remediator.decide.diagnosis import Purpose
 from remediator.decide.do_not_disrupt import POD_ANNOTATION
 from remediator.decide.history import HISTORY_ANNOTATION
 from remediator.decide.nodestate import (
@@ -24,7 +23,7 @@ from remediator.decide.nodestate import (
     fmt_time,
 )
 from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Reset
-from remediator.decide.vocabulary import EvidenceOutcome, ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import EvidenceOutcome, Purpose, ResetPhase, Rung, RungStatus, Scope
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 

@@ -12,7 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remediator.decide.nodestate import NodeState
-from remediator.decide.vocabulary import AlertStatus, EvidenceOutcome, Remediation, ResetPhase, Rung, RungStatus, Scope
+from remediator.decide.vocabulary import (
+    AlertStatus,
+    EvidenceOutcome,
+    Purpose,
+    Remediation,
+    ResetPhase,
+    Rung,
+    RungStatus,
+    Scope,
+)
 from tests.remediator.properties.objects import state_texts, states
 
 STATES = settings(max_examples=200, deadline=None, derandomize=True, database=None,
@@ -23,7 +32,7 @@ STATES = settings(max_examples=200, deadline=None, derandomize=True, database=No
 _HOLDS: dict[str, type | tuple[type, ...]] = {
     "bool": bool, "int": int, "str": str, "datetime": datetime, "Scope": Scope, "Rung": Rung,
     "RungStatus": RungStatus, "ResetPhase": ResetPhase, "EvidenceOutcome": EvidenceOutcome,
-    "Remediation": Remediation, "AlertStatus": AlertStatus}
+    "Remediation": Remediation, "AlertStatus": AlertStatus, "Purpose": Purpose}
 
 
 def _holds(value: Any, declared: str) -> bool:
