@@ -21,10 +21,7 @@ WORKDIR /src
 COPY requirements/image.txt ./requirements/image.txt
 RUN pip install --no-cache-dir -c requirements/image.txt setuptools wheel
 COPY pyproject.toml README.md ./
-COPY gpuhealth_contract ./gpuhealth_contract
-COPY exporter ./exporter
-COPY remediator ./remediator
-COPY simulator ./simulator
+COPY gpuhealth ./gpuhealth
 RUN pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels -c requirements/image.txt '.[nvml]'
 
 FROM python:3.11-slim@sha256:9534e5a8e315485d4061ed659af0fd78a284c015f9b73661b41d6bab25604534

@@ -111,19 +111,19 @@ install-tables: deps
 architecture: deps
 	$(BIN)/python docs/architecture/generate.py
 
-# Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from the policy reader (remediator/policy/)
+# Regenerate the remediator.policy part of helm/gpuhealth/values.schema.json from the policy reader (gpuhealth/remediator/policy/)
 # (tests/chart/test_policy_schema.py fails while it is stale), so `helm template` (Argo CD's diff) refuses a policy the
 # remediator would refuse at start. Run it after adding or changing a policy key.
 schema: deps
 	$(BIN)/python helm/policy_schema.py
 
-# Regenerate the kubelet pod-resources stubs (exporter/kubelet/api_pb2.py, .pyi, api_pb2_grpc.py) from the checked-in
-# exporter/kubelet/api.proto. grpcio-tools is installed into the venv for this alone (no dependency of the project);
+# Regenerate the kubelet pod-resources stubs (gpuhealth/exporter/kubelet/api_pb2.py, .pyi, api_pb2_grpc.py) from the checked-in
+# gpuhealth/exporter/kubelet/api.proto. grpcio-tools is installed into the venv for this alone (no dependency of the project);
 # the stubs it writes require grpcio and protobuf at least as new as it (pyproject.toml's pins follow it).
 GRPCIO_TOOLS ?= grpcio-tools==1.85.1
 podresources-stubs: deps
 	$(BIN)/python -m pip install -q '$(GRPCIO_TOOLS)'
-	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. exporter/kubelet/api.proto
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. gpuhealth/exporter/kubelet/api.proto
 
 # What a user installs. `make chart`: dist/gpuhealth-<version>.tgz, as `helm package` makes it, loaded back and
 # rendered before it is kept; it needs the venv only, not the apt packages (no Prometheus). `make image`: the

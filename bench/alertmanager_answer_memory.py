@@ -46,9 +46,9 @@ from tests.support.real_alertmanager import RealAlertmanager, stamp  # noqa: E40
 READ = """
 import json, resource, sys, tracemalloc
 sys.path.insert(0, sys.argv[1])
-from remediator.clients.alertmanager import client_from
-from remediator.intake.alert_sync import read_alertmanager
-from remediator.policy import parse_policy
+from gpuhealth.remediator.clients.alertmanager import client_from
+from gpuhealth.remediator.intake.alert_sync import read_alertmanager
+from gpuhealth.remediator.policy import parse_policy
 policy = parse_policy(sys.argv[2])
 client = client_from(policy)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -4,10 +4,11 @@ Runs the exporter's real Node-reading code for --nodes nodes against the fake AP
 the chart's RBAC enforced for each node's exporter token, as the e2e does), counts the requests the server receives
 by verb over a measured period, and extrapolates to 2,000 nodes. Two ways, one after the other:
 
-- after: what the exporter runs now. Per node the watch of its Node (exporter/node_watch.py: a list, then a watch
-  renewed every 5-10 minutes), the condition writer reading the watched Node (exporter/node_status.py), the GPU
-  reset marker's release (exporter/gpu_reset.py) and the node loop of `gpuhealth-exporter` (exporter/serve.py
-  `_node_loop`), with their shipped intervals;
+- after: what the exporter runs now. Per node the watch of its Node (gpuhealth/exporter/node_watch.py: a list, then a
+watch
+  renewed every 5-10 minutes), the condition writer reading the watched Node (gpuhealth/exporter/node_status.py), the
+  GPU reset marker's release (gpuhealth/exporter/gpu_reset.py) and the node loop of `gpuhealth-exporter`
+  (gpuhealth/exporter/serve.py `_node_loop`), with their shipped intervals;
 - before: the requests 799efd6's exporter made, replayed with the same HTTP client: a GET of the Node with
   `resourceVersion=0` every `reset_marker_interval` (10 s) for the reset marker, the condition writer's GET of
   the Node at start and every 600 s, and the instance type's GET at start.
@@ -49,14 +50,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporter import node_status  # noqa: E402
-from exporter.collector import Expectations  # noqa: E402
-from exporter.config import Settings  # noqa: E402
-from exporter.gpu_reset import ANNOTATION, GpuResetRelease  # noqa: E402
-from exporter.node_status import NodeConditionWriter  # noqa: E402
-from exporter.node_watch import WATCH_SECONDS, NodeWatch  # noqa: E402
-from exporter.serve import _node_loop  # noqa: E402
-from exporter.snapshot import Snapshot  # noqa: E402
+from gpuhealth.exporter import node_status  # noqa: E402
+from gpuhealth.exporter.collector import Expectations  # noqa: E402
+from gpuhealth.exporter.config import Settings  # noqa: E402
+from gpuhealth.exporter.gpu_reset import ANNOTATION, GpuResetRelease  # noqa: E402
+from gpuhealth.exporter.node_status import NodeConditionWriter  # noqa: E402
+from gpuhealth.exporter.node_watch import WATCH_SECONDS, NodeWatch  # noqa: E402
+from gpuhealth.exporter.serve import _node_loop  # noqa: E402
+from gpuhealth.exporter.snapshot import Snapshot  # noqa: E402
 from tests.fakes.apiserver import FakeCluster  # noqa: E402
 from tests.support import chart_rbac  # noqa: E402
 
@@ -84,7 +85,7 @@ def _sa_dir(workdir: Path, node: str) -> str:
 
 
 def start_after(cluster: FakeCluster, node: str, sa_dir: str, scale: float, stop: threading.Event) -> Agent:
-    """The exporter as it runs now (exporter/serve.py serve, less the probes)."""
+    """The exporter as it runs now (gpuhealth/exporter/serve.py serve, less the probes)."""
     settings = Settings(node=node, condition_interval=SHIPPED.condition_interval / scale,
                         reset_marker_interval=SHIPPED.reset_marker_interval / scale)
     changed = threading.Event()
@@ -105,7 +106,7 @@ def start_after(cluster: FakeCluster, node: str, sa_dir: str, scale: float, stop
 def _old_loop(writer: NodeConditionWriter, release: GpuResetRelease, snapshot: Snapshot, s: Settings,
               stop: threading.Event) -> None:
     """799efd6's _node_loop: the marker every reset_marker_interval, the conditions every condition_interval."""
-    from exporter.conditions import evaluate
+    from gpuhealth.exporter.conditions import evaluate
 
     now = time.monotonic()
     next_sync, next_poll = now + s.condition_interval, now + s.reset_marker_interval

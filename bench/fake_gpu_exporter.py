@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter import cli
+from gpuhealth.exporter import cli
 from tests.fakes.nvml import FakeGpu, FakeNvml
 
 

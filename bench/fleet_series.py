@@ -59,7 +59,7 @@ FAULTS = {
 def exporter_series_per_node(gpus: int = 8, efa_devices: int = 32, efa_counters: int | None = None) -> int:
     """Every series one healthy node's exporter serves (NVML on Hopper: no retired pages), read or not.
     efa_counters: hw_counters exported per device (default: the exporter's default selection)."""
-    from exporter.probes.efa import DEFAULT_COUNTERS
+    from gpuhealth.exporter.probes.efa import DEFAULT_COUNTERS
 
     per_gpu = 1 + 4 + 2 + 2 + 1 + 1 + 1 + 9 + 2 + 1 + 4 + 2  # info, ecc, remapped rows, remap flags, temp,
     # clock reasons, clock active x9, violations, pcie, nvlink errors, nvlink links and links down

@@ -79,7 +79,7 @@ def main() -> int:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log),
+            [sys.executable, "-m", "gpuhealth.exporter", "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log),
              "--state-file", str(state), "--no-conditions", "--no-pod-resources",
              "--disable", "nvml,dcgm,diag,efa", "--log-level", "warning"],
             cwd=tmp, env={**os.environ, "NODE_NAME": ""})

@@ -5,7 +5,7 @@
    everyday kernel chatter, 2% of it from user space, one record in ten with continuation lines) is
    read by the kmsg probe exactly as the exporter reads a followed log: KmsgProbe over a FileSource,
    collect() until the end (parse every line, match every kernel record against
-   exporter/data/kernel_patterns.yaml, count). Best of 3 runs, wall clock and CPU time. The stages
+   gpuhealth/exporter/data/kernel_patterns.yaml, count). Best of 3 runs, wall clock and CPU time. The stages
    (read + parse, match) are timed alone too.
    Reference: `LC_ALL=C grep -cE -f PATTERNS LOG` with the same patterns (Python syntax translated to
    POSIX ERE; `^` anchored at the record's text), best of 3. The records the patterns match must be
@@ -48,16 +48,16 @@ from typing import Any
 
 from synthetic_log import SyntheticLog, append_at_rate
 
-from exporter import catalog
-from exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
-from exporter.kernel.probe import KmsgProbe
-from exporter.kernel.records import KernelRecord
-from exporter.kernel.sources import Batch, FileSource, Position
-from exporter.runner import ProbeRunner
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter import catalog
+from gpuhealth.exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.kernel.records import KernelRecord
+from gpuhealth.exporter.kernel.sources import Batch, FileSource, Position
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.snapshot import Snapshot
 
 TARGET_RECORDS_PER_SECOND = 300_000
-KMSG_INTERVAL, KMSG_DEADLINE = 1.0, 5.0  # the shipped defaults (exporter/probes/registry.py)
+KMSG_INTERVAL, KMSG_DEADLINE = 1.0, 5.0  # the shipped defaults (gpuhealth/exporter/probes/registry.py)
 _KMSG_PREFIX = "[0-9]+,[0-9]+,[0-9]+,[^;]*;"
 
 

@@ -15,8 +15,8 @@ For each: requests a second by verb and resource, and the objects the list answe
 API server's counters. The Nodes and Pods come from the remediator's watches (one list, then a watch renewed every
 5 minutes: about nothing a second); the rest is the Lease and what each pass reads.
 
---remediator-root runs another checkout's remediator against the same fleet (its `python -m remediator`), e.g. the
-code before DRA objects were read in pages and only when a pass can use them:
+--remediator-root runs another checkout's remediator against the same fleet (its `python -m gpuhealth.remediator`), e.g.
+the code before DRA objects were read in pages and only when a pass can use them:
 
     git worktree add /tmp/before 799efd6
     .venv/bin/python bench/remediator_api_rate.py --remediator-root /tmp/before
@@ -162,7 +162,7 @@ def run(nodes: int, seconds: float, workdir: Path, remediator_root: Path) -> dic
         port = free_port()
         log = workdir / "remediator.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "remediator", "serve", "--policy",
+            proc = subprocess.Popen([sys.executable, "-m", "gpuhealth.remediator", "serve", "--policy",
                                      str(workdir / "policy.yaml"), "--listen", f"127.0.0.1:{port}",
                                      "--token-file", str(workdir / "token"),
                                      "--kubeconfig", str(workdir / "kubeconfig")],

@@ -3,9 +3,9 @@
 A fake Kubernetes API server (tests/fakes/apiserver/, in this process) holds N nodes in 20 pools,
 each node with a GPU training pod (one PodDisruptionBudget per pool), a DaemonSet pod and a
 ReplicaSet pod. The real remediator runs as in production: `gpuhealth-remediator serve` (waitress,
-four threads, and the reconcile loop in a process of its own: remediator/loop_process.py), with the
-shipped example policy (remediator/policy.example.yaml) and only these changes: no Alertmanager silence checks, the
-fleet-wide action rate cap raised (the storm is meant to hit the per-pool budgets, not the 20
+four threads, and the reconcile loop in a process of its own: gpuhealth/remediator/loop_process.py), with the
+shipped example policy (gpuhealth/remediator/policy.example.yaml) and only these changes: no Alertmanager silence
+checks, the fleet-wide action rate cap raised (the storm is meant to hit the per-pool budgets, not the 20
 actions an hour), a 2 s pass interval.
 
 The storm: N/5 node-level fatal alerts (GPUFallenOffBus, remediation=reboot), 40 to a webhook post
@@ -73,9 +73,9 @@ sys.path.insert(0, str(ROOT))
 
 from processes import free_port, stop_group, wait_until, write_kubeconfig  # noqa: E402
 
-from remediator.decide.nodestate import STATE_ANNOTATION, TAINT_KEY  # noqa: E402
-from remediator.decide.vocabulary import DISRUPTIVE  # noqa: E402
-from remediator.policy import parse_policy  # noqa: E402
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, TAINT_KEY  # noqa: E402
+from gpuhealth.remediator.decide.vocabulary import DISRUPTIVE  # noqa: E402
+from gpuhealth.remediator.policy import parse_policy  # noqa: E402
 from tests.fakes.apiserver import FakeCluster  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -120,7 +120,7 @@ class Run:
 
 
 def policy_text(kube_api: dict[str, int] | None = None) -> str:
-    policy = yaml.safe_load((ROOT / "remediator" / "policy.example.yaml").read_text())
+    policy = yaml.safe_load((ROOT / "gpuhealth" / "remediator" / "policy.example.yaml").read_text())
     for key, value in {**OVERRIDES, "kube_api": kube_api or {}}.items():
         policy.setdefault(key, {}).update(value)
     return yaml.safe_dump(policy)
@@ -479,9 +479,9 @@ def decision_cpu_ms(cluster: FakeCluster, policy: Any) -> float:
     """What a pass computes before it acts, on the fleet as the storm left it (2,000 nodes in an episode at
     10,000): the views, the budget ledger and every node's ladder decision, with the same functions the
     remediator runs (evaluate), on one core, here where no other thread competes. The best of 3."""
-    from remediator.decide.job_start import JobRecord
-    from remediator.decide.plan import evaluate
-    from remediator.decide.views import build_views
+    from gpuhealth.remediator.decide.job_start import JobRecord
+    from gpuhealth.remediator.decide.plan import evaluate
+    from gpuhealth.remediator.decide.views import build_views
 
     with cluster.lock:
         nodes = [json.loads(json.dumps(n)) for n in cluster.nodes.values()]

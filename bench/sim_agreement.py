@@ -2,7 +2,7 @@
 
 ETTR of one synchronous job of N nodes with a fixed detection delay D = 5 min, restart overhead u0 = 5 min,
 blocking checkpoint cost w = 30 s and spares (no budget pressure), against Kokolis et al.'s first-order form
-(1 - N r_f (D + u0 + dt/2)) / (1 + w/dt) and the renewal form (simulator.results.ettr_renewal); then node
+(1 - N r_f (D + u0 + dt/2)) / (1 + w/dt) and the renewal form (gpuhealth.simulator.results.ettr_renewal); then node
 availability for a fixed repair against 1 / (1 + r_f MTTR).
 
     .venv/bin/python bench/sim_agreement.py --runs 3    # about 2 minutes on 2 cores
@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from remediator.policy import Policy
-from simulator.cli import simulate
-from simulator.detection import load_pipeline
-from simulator.results import ettr_closed_form, ettr_renewal
-from simulator.scenario import parse_scenario
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.simulator.cli import simulate
+from gpuhealth.simulator.detection import load_pipeline
+from gpuhealth.simulator.results import ettr_closed_form, ettr_renewal
+from gpuhealth.simulator.scenario import parse_scenario
 
 D = U0 = 300
 W = 30

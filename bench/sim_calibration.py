@@ -1,5 +1,5 @@
-"""The simulator's jobs against Kokolis et al. (HPCA 2025; simulator/data/meta_rsc_kokolis.csv), the figures of
-docs/simulation.md "Calibration of jobs": on the RSC-1-like failure model (tests/simulator/test_sim_calibration.py,
+"""The simulator's jobs against Kokolis et al. (HPCA 2025; gpuhealth/simulator/data/meta_rsc_kokolis.csv), the figures
+of docs/simulation.md "Calibration of jobs": on the RSC-1-like failure model (tests/simulator/test_sim_calibration.py,
 the same scenarios), the infrastructure's rate r_f and the all-cause MTTF of a 1,024-GPU job, the 8-GPU (one-node)
 jobs' MTTF from rsc1.yaml's small jobs, and the 512+-GPU job failure rate with the repeat-offender policy off and on
 (perfect detection, as the tests: the published figures already hold RSC-1's own misses), and off under the shipped
@@ -21,14 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from remediator.policy import Policy
-from simulator.cli import simulate
-from simulator.detection import Pipeline, load_pipeline
-from simulator.failure_data import rsc_rates
-from simulator.jobs.outcomes import SizeTally
-from simulator.overrides import Overrides, apply
-from simulator.results import poisson_interval
-from simulator.scenario import load_scenario
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.simulator.cli import simulate
+from gpuhealth.simulator.detection import Pipeline, load_pipeline
+from gpuhealth.simulator.failure_data import rsc_rates
+from gpuhealth.simulator.jobs.outcomes import SizeTally
+from gpuhealth.simulator.overrides import Overrides, apply
+from gpuhealth.simulator.results import poisson_interval
+from gpuhealth.simulator.scenario import load_scenario
 from tests.simulator.test_sim_calibration import REPEAT_OFFENDERS_OFF, rsc1_like
 
 

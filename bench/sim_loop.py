@@ -19,7 +19,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.sim_peers import provenance, row, summary, table_args
-from simulator.peers import GPUHEALTH
+from gpuhealth.simulator.peers import GPUHEALTH
 
 ROOT = Path(__file__).resolve().parent.parent
 OPEN_LOOP = ROOT / "examples" / "policies" / "open-loop.yaml"

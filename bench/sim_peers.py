@@ -1,6 +1,6 @@
 """The table of docs/simulation.md "Side by side: no remediation, Karpenter's node repair, gpuhealth": each shipped
 scenario on the same seeded fault traces under the three repairers (`gpuhealth-sim run SCENARIO --runs R
---remediation none|karpenter|gpuhealth`, simulator/peers.py), printed as the table's Markdown rows, then what
+--remediation none|karpenter|gpuhealth`, gpuhealth/simulator/peers.py), printed as the table's Markdown rows, then what
 Karpenter and people did in each (the "peer" figures of `--json`), for the paragraphs under the table.
 
     .venv/bin/python bench/sim_peers.py --runs 3                       # the four shipped scenarios, seeds 1-3
@@ -23,9 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulator.cli import main as sim_main
-from simulator.peers import GPUHEALTH, KARPENTER, NONE
-from simulator.scenario import shipped_scenarios
+from gpuhealth.simulator.cli import main as sim_main
+from gpuhealth.simulator.peers import GPUHEALTH, KARPENTER, NONE
+from gpuhealth.simulator.scenario import shipped_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,11 +1,11 @@
 """Fleet simulator speed: how long gpuhealth-sim takes per run against fleet size and simulated days.
 
-Runs the Llama 3 rates and causes (simulator/scenarios/llama3.yaml's failure model, lemon nodes included) with one
-synchronous training job on 15/16 of the fleet and no small jobs, through the remediator's real decide, one run
+Runs the Llama 3 rates and causes (gpuhealth/simulator/scenarios/llama3.yaml's failure model, lemon nodes included) with
+one synchronous training job on 15/16 of the fleet and no small jobs, through the remediator's real decide, one run
 per point on one core (no parallelism), and prints wall seconds, faults, remediator passes and the cost per
 pass. Target (issue 15): a fleet-year of 2,048 nodes under 60 s.
 
-`--rsc1`: the shipped RSC-1-like scenario (simulator/scenarios/rsc1.yaml: small jobs at 83% utilization, the
+`--rsc1`: the shipped RSC-1-like scenario (gpuhealth/simulator/scenarios/rsc1.yaml: small jobs at 83% utilization, the
 512+-GPU job streams, other causes) scaled to 2,048 nodes for a year, small jobs aggregated (the default), and the
 same scenario for 30 days per event (`jobs.aggregate_small: false`) for the cost of one event per small job.
 Target (issue 26): the fleet-year under 60 s on one core.
@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from remediator.policy import Policy
-from simulator.detection import load_pipeline
-from simulator.engine import Simulation
-from simulator.overrides import Overrides, apply
-from simulator.scenario import load_scenario
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.simulator.detection import load_pipeline
+from gpuhealth.simulator.engine import Simulation
+from gpuhealth.simulator.overrides import Overrides, apply
+from gpuhealth.simulator.scenario import load_scenario
 
 TARGET_SECONDS = 60.0
 

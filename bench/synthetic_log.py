@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from exporter.kernel.records import iter_text_records
+from gpuhealth.exporter.kernel.records import iter_text_records
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULT_SOURCES = (ROOT.parent / "shared" / "fixtures" / "kmsg" / "samples.txt",

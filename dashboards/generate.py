@@ -4,8 +4,8 @@
     python -m dashboards.generate --check   # exit 1 when the committed JSON is stale
 
 Built with grafana-foundation-sdk (pinned to the Grafana 11.6 schema). Every query reads only the
-exporter's families (exporter/catalog.py, docs/metrics.md), the recording rules in rules/recording/,
-the remediator's own metrics (remediator/metrics.py), Prometheus' `up`/`ALERTS`/`ALERTS_FOR_STATE`,
+exporter's families (gpuhealth/exporter/catalog.py, docs/metrics.md), the recording rules in rules/recording/,
+the remediator's own metrics (gpuhealth/remediator/metrics.py), Prometheus' `up`/`ALERTS`/`ALERTS_FOR_STATE`,
 and the exporter's `process_*` metrics, nothing from outside the project (no kube-state-metrics);
 tests/dashboards/test_dashboards.py checks that and parses every query with promtool.
 
@@ -42,8 +42,8 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from gpuhealth_contract import xids as xid_classes
-from gpuhealth_contract.xids import selector
+from gpuhealth.contract import xids as xid_classes
+from gpuhealth.contract.xids import selector
 
 OUT = Path(__file__).resolve().parent / "json"
 TAG = "gpuhealth"
@@ -61,7 +61,7 @@ PLATFORM_FAILURE_OBJECTIVE = 0.005
 OBJECTIVE = 0.9995
 ERROR_BUDGET = 1 - OBJECTIVE
 
-# One panel per Xid class (gpuhealth_contract/xids.py, the table the rules agree on), in its order.
+# One panel per Xid class (gpuhealth/contract/xids.py, the table the rules agree on), in its order.
 XID_CLASSES = {c.name: selector(c.xids) for c in xid_classes.CLASSES}
 KNOWN_XIDS = "|".join(XID_CLASSES.values())
 
@@ -402,7 +402,7 @@ def node() -> Dash:
                 Panel("timeseries", "Kernel-log events this boot", "short", [
                     q(f"max by (event, device) (gpuhealth_kernel_events_total{{{n}}})", "{{event}} {{device}}")],
                       "PCIe AER, machine checks, lockups, hung tasks, mlx5 and EFA driver errors "
-                      "(exporter/data/kernel_patterns.yaml).", min=0),
+                      "(gpuhealth/exporter/data/kernel_patterns.yaml).", min=0),
                 Panel("timeseries", "Exporter memory (RSS)", "bytes", [
                     q(f'max(process_resident_memory_bytes{{job="gpuhealth-exporter", {n}}})', "RSS")], min=0),
             ]),
@@ -521,7 +521,8 @@ def jobs() -> Dash:
     tj = 'job=~"$training_job"'
     return Dash(
         uid=UID_JOBS, title="gpuhealth / Job reliability",
-        description="Whether workloads succeed, why they fail (infra, app, unknown: remediator/workloads/classify.py), "
+        description="Whether workloads succeed, why they fail (infra, app, unknown: "
+                    "gpuhealth/remediator/workloads/classify.py), "
                     "the platform-caused failure rate against the 0.5% objective, restart loops, time lost to "
                     "failures, and slow ranks in training jobs (docs/jobs.md).",
         variables=[Variable("namespace", "Namespace", "label_values(gpuhealth_workload_pods_ended_total, namespace)",

@@ -5,7 +5,8 @@
 
 Two blocks, each between `<!-- BEGIN generated:<name> ... -->` and `<!-- END generated:<name> -->`:
 
-- `node-action-jobs`: the Jobs the remediator creates, one row per template (remediator/act/templates), rendered
+- `node-action-jobs`: the Jobs the remediator creates, one row per template (gpuhealth/remediator/act/templates),
+rendered
   with the policy the chart gives the remediator (its ConfigMap) by the remediator's own render functions, and each
   shape checked to be one the chart's ValidatingAdmissionPolicy names: image, command, environment, mounts,
   privileges.
@@ -36,12 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the project's packages come from the checkout
     sys.path.insert(0, str(ROOT))
 
-from remediator.act.diagnose_job import render_diagnose_job  # noqa: E402
-from remediator.act.evidence_job import render_evidence_job  # noqa: E402
-from remediator.act.node_jobs import render_job  # noqa: E402
-from remediator.decide.diagnosis import Provisioned  # noqa: E402
-from remediator.decide.vocabulary import Purpose  # noqa: E402
-from remediator.policy import Policy, parse_policy  # noqa: E402
+from gpuhealth.remediator.act.diagnose_job import render_diagnose_job  # noqa: E402
+from gpuhealth.remediator.act.evidence_job import render_evidence_job  # noqa: E402
+from gpuhealth.remediator.act.node_jobs import render_job  # noqa: E402
+from gpuhealth.remediator.decide.diagnosis import Provisioned  # noqa: E402
+from gpuhealth.remediator.decide.vocabulary import Purpose  # noqa: E402
+from gpuhealth.remediator.policy import Policy, parse_policy  # noqa: E402
 
 CHART = ROOT / "helm" / "gpuhealth"
 INSTALL_MD = ROOT / "docs" / "install.md"

@@ -6,9 +6,9 @@
 `helm template` (so Argo CD's diff, `helm lint`, `helm install`) validates the values against values.schema.json,
 so a typo in `remediator.policy` fails the render, naming the key, instead of crash-looping the remediator.
 
-Nothing here restates the policy: its sections are walked (remediator/policy/'s dataclasses, as load.read_section
-reads them) and each key's reading is run with a recording reader (a YamlReader over data) on documents that each set
-that one key (remediator.policy.read_policy, so the rules across keys hold too):
+Nothing here restates the policy: its sections are walked (gpuhealth/remediator/policy/'s dataclasses, as
+load.read_section reads them) and each key's reading is run with a recording reader (a YamlReader over data) on
+documents that each set that one key (gpuhealth.remediator.policy.read_policy, so the rules across keys hold too):
 - a section (a field's class, a list's item, a key's mapping one level down) is an object with exactly its fields'
   keys (additionalProperties false); an item read from no default requires the fields that have none;
 - a key read with a typed read (`r.duration`, `r.quota`, `r.integer`, `r.string`, `r.percent`) gets that read's
@@ -36,10 +36,10 @@ from typing import Any, cast
 
 import jsonschema  # type: ignore[import-untyped]
 
-from remediator import policy
-from remediator.policy import Policy, PolicyError, Quota, YamlReader, read_policy
-from remediator.policy.keys import Derived, Section, Sections, yaml_of
-from remediator.policy.keys import key_of as field_key
+from gpuhealth.remediator import policy
+from gpuhealth.remediator.policy import Policy, PolicyError, Quota, YamlReader, read_policy
+from gpuhealth.remediator.policy.keys import Derived, Section, Sections, yaml_of
+from gpuhealth.remediator.policy.keys import key_of as field_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "helm" / "gpuhealth" / "values.schema.json"
@@ -204,8 +204,8 @@ class Prober:
         return error is None or not _about(error, path)
 
     def section(self, cls: type, path: Path_, over: bool = False) -> Schema:
-        """A section (a dataclass of remediator/policy) at `path`: an object with exactly its fields' keys. Read
-        `over` its field's default, a key left out keeps its value there; else the fields without a default are
+        """A section (a dataclass of gpuhealth/remediator/policy) at `path`: an object with exactly its fields' keys.
+        Read `over` its field's default, a key left out keeps its value there; else the fields without a default are
         required (each given an accepted value beside the probes of the others), as load.read_section reads them."""
         fields = {field_key(f): f for f in dataclasses.fields(cls) if not isinstance(yaml_of(f), Derived)}
         self.bases[path] = {}
@@ -376,8 +376,8 @@ def _valid(schema: Schema, value: Any) -> bool:
 def policy_schema() -> Schema:
     """The schema of the chart's remediator.policy: the policy file's, from the parsers."""
     schema = Prober().section(Policy, ())
-    return {"description": "overrides of the policy file (remediator/policy.example.yaml); generated from "
-                           "remediator/policy/ by `make schema`", **schema}
+    return {"description": "overrides of the policy file (gpuhealth/remediator/policy.example.yaml); generated from "
+                           "gpuhealth/remediator/policy/ by `make schema`", **schema}
 
 
 # --- the file ---

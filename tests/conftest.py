@@ -67,8 +67,8 @@ def _end_process_trees() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _collector_not_left_frozen() -> Iterator[None]:
-    """A test that runs serve's receiver in this process may freeze the garbage collector (remediator/service.py):
-    the next test of the worker starts with it as it was."""
+    """A test that runs serve's receiver in this process may freeze the garbage collector
+    (gpuhealth/remediator/service.py): the next test of the worker starts with it as it was."""
     yield
     gc.unfreeze()
 

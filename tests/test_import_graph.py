@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.import_graph import circles, graph
 
-PROGRAMS = ("gpuhealth_contract", "exporter", "remediator", "simulator", "training/gpuhealth_training")
+PROGRAMS = ("gpuhealth.contract", "exporter", "remediator", "simulator", "training/gpuhealth_training")
 # The tools around them: the benchmarks and the chart's scripts (folders of scripts, whose modules import each other
 # by their bare names) and the dashboards' generator.
 TOOLS = ("bench", "helm", "dashboards")

@@ -5,10 +5,10 @@
                                                    # nowhere, a named module does not exist, or a room imports
                                                    # what its row does not allow
 
-The table declares, per program (exporter/, remediator/, simulator/, gpuhealth_contract/, the training package),
-its rooms: the paths each holds (relative to the program's root), what it holds, and what it may import (`may_use`:
-paths, or another room by its name; a room may always import itself). The one line per module says what the module
-is for. tests/remediator/test_remediator_layout.py reads the remediator's rooms from it, and
+The table declares, per program (gpuhealth/exporter/, gpuhealth/remediator/, gpuhealth/simulator/, gpuhealth/contract/,
+the training package), its rooms: the paths each holds (relative to the program's root), what it holds, and what it may
+import (`may_use`: paths, or another room by its name; a room may always import itself). The one line per module says
+what the module is for. tests/remediator/test_remediator_layout.py reads the remediator's rooms from it, and
 tests/docs/test_architecture.py checks every room's imports against it. Each program's block in the page, between
 `<!-- BEGIN generated:rooms-<program> ... -->` and `<!-- END generated:rooms-<program> -->`, is this script's:
 the rooms' table, then each room's modules, one line each, named by their path below the program's root (so that
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: the project's packages come from the checkout
     sys.path.insert(0, str(ROOT))
 
-from gpuhealth_contract.yaml_source import parse, read_text  # noqa: E402
+from gpuhealth.contract.yaml_source import parse, read_text  # noqa: E402
 
 TABLE = ROOT / "docs" / "architecture" / "rooms.yaml"
 PAGE = ROOT / "docs" / "architecture.md"
@@ -53,7 +53,7 @@ class Room:
 @dataclass(frozen=True)
 class Program:
     name: str  # the block's name: rooms-<name>
-    root: str  # the package's folder, from the repository's root: `remediator/`
+    root: str  # the package's folder, from the repository's root: `gpuhealth/remediator/`
     package: str  # its import name: `remediator`
     rooms: tuple[Room, ...]
 
@@ -75,7 +75,8 @@ def _holds(room_path: str, path: str) -> bool:
 
 
 def dotted(package: str, path: str) -> str:
-    """`decide/` -> `remediator.decide`, `clock.py` -> `remediator.clock`, `` (all of it) -> `remediator`."""
+    """`decide/` -> `gpuhealth.remediator.decide`, `clock.py` -> `gpuhealth.remediator.clock`, `` (all of it) ->
+    `remediator`."""
     return ".".join([package, *(path.removesuffix("/").removesuffix(".py").split("/") if path else [])])
 
 

@@ -6,9 +6,10 @@
 What gpuhealth does for an alert, and how a person takes a node over, follow from two things only: the alert's
 labels in rules/ (`remediation`, `component`, `node="*"` for a fleet alert, a summary that names `$labels.gpu` for
 an alert about one GPU, an expression that another alert holds back) and the remediator's policy defaults, read
-with remediator.policy's own loader from remediator/policy.example.yaml (tests/remediator/test_remediator_policy.py
-checks that file against the built-in defaults). No number is written here by hand: every timeout, delay and budget
-comes from the policy, every annotation and taint name from the remediator's code.
+with remediator.policy's own loader from gpuhealth/remediator/policy.example.yaml
+(tests/remediator/test_remediator_policy.py checks that file against the built-in defaults). No number is written here
+by hand: every timeout, delay and budget comes from the policy, every annotation and taint name from the remediator's
+code.
 
 A runbook keeps its own text (what the alert means, what on-call does, anything particular to the alert) outside
 two marked blocks, which this script owns:
@@ -45,8 +46,8 @@ if str(ROOT) not in sys.path:  # run as a script: the project's packages come fr
     sys.path.insert(0, str(ROOT))
 
 from docs.runbooks.safeguards import dur, safeguards  # noqa: E402  (evidence, validation, diagnosis, offenders)
-from remediator.decide.history import NOT_HARDWARE_COMPONENTS  # noqa: E402
-from remediator.decide.nodestate import (  # noqa: E402
+from gpuhealth.remediator.decide.history import NOT_HARDWARE_COMPONENTS  # noqa: E402
+from gpuhealth.remediator.decide.nodestate import (  # noqa: E402
     DO_NOT_DISRUPT_ANNOTATION,
     HOLD_ANNOTATION,
     LAST_EPISODE_ANNOTATION,
@@ -57,11 +58,11 @@ from remediator.decide.nodestate import (  # noqa: E402
     max_rung_of,
     rung_index,
 )
-from remediator.policy import Policy, load_policy  # noqa: E402
+from gpuhealth.remediator.policy import Policy, load_policy  # noqa: E402
 
 RUNBOOKS = ROOT / "docs" / "runbooks"
 RULE_FILES = sorted([*(ROOT / "rules").glob("alerts/*.yaml"), *(ROOT / "rules").glob("recording/*.yaml")])
-POLICY_DEFAULTS = ROOT / "remediator" / "policy.example.yaml"
+POLICY_DEFAULTS = ROOT / "gpuhealth" / "remediator" / "policy.example.yaml"
 BLOCKS = ("what-gpuhealth-does", "on-call")
 GENERATOR = "docs/runbooks/generate.py"
 GPU_SCOPE_RUNGS = ("cordon", "drain", "reset_gpu")  # what a fault on one GPU can stay within (docs/remediation.md)
@@ -337,8 +338,9 @@ def what_gpuhealth_does(facts: AlertFacts, policy: Policy) -> str:
 
 
 def hold_command(node: str, reason: str, by: str) -> str:
-    """The exact `kubectl annotate` that holds a node as `gpuhealth-remediator hold` does (remediator/clients/kube.py
-    set_hold writes this value: JSON with reason, by, and at, which may be left out)."""
+    """The exact `kubectl annotate` that holds a node as `gpuhealth-remediator hold` does
+    (gpuhealth/remediator/clients/kube.py set_hold writes this value: JSON with reason, by, and at, which may be left
+    out)."""
     value = json.dumps({"reason": reason, "by": by}, sort_keys=True)
     return f"kubectl annotate node {node} {HOLD_ANNOTATION}='{value}'"
 

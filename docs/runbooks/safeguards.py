@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from remediator.decide.diagnose_step import DIAGNOSED_COMPONENTS
-from remediator.decide.event_reasons import EventReason
-from remediator.decide.history import HISTORY_ANNOTATION, NOT_HARDWARE_COMPONENTS
-from remediator.decide.nodestate import rung_index
-from remediator.policy import Policy
+from gpuhealth.remediator.decide.diagnose_step import DIAGNOSED_COMPONENTS
+from gpuhealth.remediator.decide.event_reasons import EventReason
+from gpuhealth.remediator.decide.history import HISTORY_ANNOTATION, NOT_HARDWARE_COMPONENTS
+from gpuhealth.remediator.decide.nodestate import rung_index
+from gpuhealth.remediator.policy import Policy
 
 DESTROYING = ("reset_gpu", "reboot", "replace")  # the rungs that destroy what a vendor's RMA asks for
 REPAIRS = ("reset_gpu", "reboot")  # the rungs a validation checks before the node returns

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from remediator import cli as remediator_cli
-from remediator.policy import parse_duration
+from gpuhealth.remediator import cli as remediator_cli
+from gpuhealth.remediator.policy import parse_duration
 from tests.support.chart_render import CHART, granted, render
 
 NAME = "gpuhealth-cleanup"

@@ -11,10 +11,10 @@ import kubernetes_validate
 import pytest
 from kubernetes import client
 
-from remediator.act.diagnose_job import render_diagnose_job
-from remediator.decide.diagnosis import Provisioned
-from remediator.decide.vocabulary import Purpose
-from remediator.policy.integrations import DiagnoseSettings
+from gpuhealth.remediator.act.diagnose_job import render_diagnose_job
+from gpuhealth.remediator.decide.diagnosis import Provisioned
+from gpuhealth.remediator.decide.vocabulary import Purpose
+from gpuhealth.remediator.policy.integrations import DiagnoseSettings
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.chart_render import granted, render, render_fresh

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from remediator.policy import Policy
+from gpuhealth.remediator.policy import Policy
 from tests.support.chart_render import render
 
 FLEETS = (1, 3, 10, 49, 50, 51, 200, 2000, 10000)  # nodes the exporter runs on

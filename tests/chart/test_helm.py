@@ -34,14 +34,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from exporter import cli as exporter_cli
-from exporter.conditions import Condition
-from exporter.config import DEFAULT_PROBES, load_file
-from exporter.node_status import NodeConditionWriter
-from exporter.node_watch import NodeWatch
-from remediator import cli as remediator_cli
-from remediator.clients.kube import Kube
-from remediator.policy import load_policy
+from gpuhealth.exporter import cli as exporter_cli
+from gpuhealth.exporter.conditions import Condition
+from gpuhealth.exporter.config import DEFAULT_PROBES, load_file
+from gpuhealth.exporter.node_status import NodeConditionWriter
+from gpuhealth.exporter.node_watch import NodeWatch
+from gpuhealth.remediator import cli as remediator_cli
+from gpuhealth.remediator.clients.kube import Kube
+from gpuhealth.remediator.policy import load_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac, paths
 from tests.support.chart_render import granted, render_fresh, rules_by_role
@@ -129,7 +129,7 @@ WORKLOADS_NAMESPACED = {
     ("", "events"): {"create", "list"},
     ("batch", "jobs"): {"get", "patch"},
 }
-# list and watch: its own Node, by a metadata.name field selector (exporter/node_watch.py)
+# list and watch: its own Node, by a metadata.name field selector (gpuhealth/exporter/node_watch.py)
 EXPORTER_CLUSTER = {("", "nodes"): {"get", "list", "watch"}, ("", "nodes/status"): {"patch"}}
 
 
@@ -421,7 +421,7 @@ def test_workload_classification_is_granted_in_its_namespaces_only() -> None:
 
 
 def test_pods_delete_is_granted_only_when_the_policy_force_deletes() -> None:
-    # remediator/act/drain.py deletes pods only for drain.on_timeout: force; wait and escalate only evict.
+    # gpuhealth/remediator/act/drain.py deletes pods only for drain.on_timeout: force; wait and escalate only evict.
     assert granted(RENDERED["default"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch"}
     assert granted(RENDERED["custom"], "gpuhealth-remediator")[("*", "", "pods")] == {"list", "watch", "delete"}
     escalate = render({"remediator": {"policy": {"drain": {"on_timeout": "escalate"}}}})
@@ -430,7 +430,7 @@ def test_pods_delete_is_granted_only_when_the_policy_force_deletes() -> None:
 
 @pytest.mark.parametrize("method", ["nodeclaim", "hook"])
 def test_node_status_is_granted_only_when_the_policy_replaces_by_condition(method: str) -> None:
-    # remediator/act/replace.py patches nodes/status only to set the condition of replace.method: condition.
+    # gpuhealth/remediator/act/replace.py patches nodes/status only to set the condition of replace.method: condition.
     policy = {"replace": {"method": method, "hook_url": "http://repair.example"}}
     assert ("*", "", "nodes/status") not in granted(render({"remediator": {"policy": policy}}), "gpuhealth-remediator")
     condition = render({"remediator": {"policy": {"replace": {"method": "condition"}}}})
@@ -448,7 +448,8 @@ def test_the_dra_objects_are_granted_only_with_gpu_scope() -> None:
 
 
 def test_every_request_of_the_remediators_watch_caches_is_granted() -> None:
-    # The remediator keeps Nodes and Pods in watch caches (remediator/clients/fleet_cache.py): list, then watch.
+    # The remediator keeps Nodes and Pods in watch caches (gpuhealth/remediator/clients/fleet_cache.py): list, then
+    # watch.
     grants = granted(RENDERED["default"], "gpuhealth-remediator")
     with FakeCluster() as cluster:
         cluster.add_node("gpu-a")
@@ -610,7 +611,7 @@ def test_every_request_the_exporter_makes_is_granted(tmp_path: Path) -> None:
     with FakeCluster(token="t") as cluster:
         cluster.add_node("gpu-a")
         watch = NodeWatch(cluster.url, "gpu-a", sa_dir=str(tmp_path), watch_seconds=(1, 1))
-        watch.list()  # the Node: its labels, EFA capacity and the GPU reset marker (exporter/node_watch.py)
+        watch.list()  # the Node: its labels, EFA capacity and the GPU reset marker (gpuhealth/exporter/node_watch.py)
         watch.watch_once(threading.Event())
         # the conditions it wrote, read with a GET while the watch has not read the Node
         writer = NodeConditionWriter(cluster.url, "gpu-a", sa_dir=str(tmp_path), read_node=lambda: None)

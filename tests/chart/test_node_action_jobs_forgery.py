@@ -22,12 +22,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.act.diagnose_job import render_diagnose_job
-from remediator.act.evidence_job import render_evidence_job
-from remediator.act.node_jobs import render_job
-from remediator.decide.diagnosis import Provisioned
-from remediator.decide.vocabulary import Purpose
-from remediator.policy import Policy
+from gpuhealth.remediator.act.diagnose_job import render_diagnose_job
+from gpuhealth.remediator.act.evidence_job import render_evidence_job
+from gpuhealth.remediator.act.node_jobs import render_job
+from gpuhealth.remediator.decide.diagnosis import Provisioned
+from gpuhealth.remediator.decide.vocabulary import Purpose
+from gpuhealth.remediator.policy import Policy
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.apiserver.admission import attributes, service_account
 from tests.fakes.apiserver.defaults import default_job

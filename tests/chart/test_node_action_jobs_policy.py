@@ -1,7 +1,7 @@
 """The remediator's ServiceAccount may create Jobs in a privileged namespace: the chart's ValidatingAdmissionPolicy
 admits from it only Jobs of the four templates' shape (reset, reboot, evidence, diagnose; the forgeries of each:
 test_node_action_jobs_forgery.py). The fake API server enforces the rendered policy with its own CEL
-(tests/fakes/apiserver/admission.py), against Jobs rendered by the real remediator/act/node_jobs.py and
+(tests/fakes/apiserver/admission.py), against Jobs rendered by the real gpuhealth/remediator/act/node_jobs.py and
 diagnose_job.py and sent by the official client with the remediator's token."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.act.diagnose_job import render_diagnose_job
-from remediator.act.node_jobs import render_job
-from remediator.decide.diagnosis import Provisioned
-from remediator.decide.vocabulary import Purpose
-from remediator.policy import Policy
-from remediator.policy.integrations import DiagnoseSettings
+from gpuhealth.remediator.act.diagnose_job import render_diagnose_job
+from gpuhealth.remediator.act.node_jobs import render_job
+from gpuhealth.remediator.decide.diagnosis import Provisioned
+from gpuhealth.remediator.decide.vocabulary import Purpose
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.remediator.policy.integrations import DiagnoseSettings
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.chart_render import render
@@ -247,8 +247,8 @@ def test_the_policy_can_be_turned_off() -> None:
     assert ("ValidatingAdmissionPolicy", POLICY_NAME) in {(d["kind"], d["metadata"]["name"]) for d in render()}
 
 
-# The diagnostic Job (remediator/act/templates/diagnose.yaml.j2): the DCGM collect step, privileged, as an init
-# container, and gpuhealth's judge, unprivileged, with an emptyDir between them and the host's /sys read-only.
+# The diagnostic Job (gpuhealth/remediator/act/templates/diagnose.yaml.j2): the DCGM collect step, privileged, as an
+# init container, and gpuhealth's judge, unprivileged, with an emptyDir between them and the host's /sys read-only.
 P5 = Provisioned(gpus=8, efa=32, instance_type="p5.48xlarge")
 DCGM_MIRROR = "registry.example.com/mirror/dcgm@sha256:" + "cd" * 32
 

@@ -1,6 +1,6 @@
 """The chart refuses at render time a `remediator.policy` the remediator would refuse at start (values.schema.json,
-whose remediator.policy part helm/policy_schema.py derives from the policy reader, remediator/policy/): `helm template`,
-so Argo CD's diff, names the key, instead of a pod that crash-loops after the sync."""
+whose remediator.policy part helm/policy_schema.py derives from the policy reader, gpuhealth/remediator/policy/): `helm
+template`, so Argo CD's diff, names the key, instead of a pod that crash-loops after the sync."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import jsonschema
 import pytest
 import yaml
 
-from remediator.policy import PolicyError, parse_policy
+from gpuhealth.remediator.policy import PolicyError, parse_policy
 from tests.support import paths
 from tests.support.chart_render import render_fresh
 
 ROOT = paths.REPO
 VALUES_SCHEMA = ROOT / "helm" / "gpuhealth" / "values.schema.json"
-EXAMPLE = ROOT / "remediator" / "policy.example.yaml"
+EXAMPLE = ROOT / "gpuhealth" / "remediator" / "policy.example.yaml"
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
 
 
@@ -117,11 +117,11 @@ def test_the_policy_example_renders_as_the_charts_policy_and_is_the_remediators(
 def _documented_policies() -> Iterator[tuple[str, Any]]:
     """Every policy the project shows a user: the example file, the examples in its comments, and the policies of
     the docs' YAML blocks (a policy file, or the chart's remediator.policy)."""
-    yield "remediator/policy.example.yaml", yaml.safe_load(EXAMPLE.read_text())
+    yield "gpuhealth/remediator/policy.example.yaml", yaml.safe_load(EXAMPLE.read_text())
     for number, line in enumerate(EXAMPLE.read_text().splitlines(), start=1):
         commented = re.match(r"^\s*#\s+(- \{.*\})\s*$", line)
         if commented:  # exclude: [...] items
-            yield f"remediator/policy.example.yaml:{number}", {"exclude": yaml.safe_load(commented.group(1))}
+            yield f"gpuhealth/remediator/policy.example.yaml:{number}", {"exclude": yaml.safe_load(commented.group(1))}
     for path in [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]:
         for block in FENCE.finditer(path.read_text()):
             if block.group("lang") not in ("yaml", "yml"):

@@ -14,9 +14,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.act.node_jobs import job_statuses, render_job
-from remediator.clients.errors import Forbidden, KubeError, Unauthorized
-from remediator.clients.kube import Kube
+from gpuhealth.remediator.act.node_jobs import job_statuses, render_job
+from gpuhealth.remediator.clients.errors import Forbidden, KubeError, Unauthorized
+from gpuhealth.remediator.clients.kube import Kube
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.remediator_harness import Harness
@@ -108,8 +108,8 @@ def _with_the_old_jobs_role() -> list[dict[str, Any]]:
 
 
 def test_the_old_charts_jobs_role_would_have_hidden_every_reset_outcome() -> None:
-    """The chart granted jobs create and get, but each pass LISTs the Jobs (remediator/act/node_jobs.py): in a cluster
-    the list was forbidden, and a reset could never be seen to finish. Enforcement catches it."""
+    """The chart granted jobs create and get, but each pass LISTs the Jobs (gpuhealth/remediator/act/node_jobs.py): in a
+    cluster the list was forbidden, and a reset could never be seen to finish. Enforcement catches it."""
     docs = _with_the_old_jobs_role()
     with FakeCluster() as c:
         c.load_rbac(docs)

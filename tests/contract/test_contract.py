@@ -1,4 +1,4 @@
-"""The contract between the programs (gpuhealth_contract/) is written once: each shared name appears as a string in
+"""The contract between the programs (gpuhealth/contract/) is written once: each shared name appears as a string in
 no other module, and the one PCI reader gives each program the form it compares by."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from gpuhealth_contract import names, pci
+from gpuhealth.contract import names, pci
 from tests.support import paths
 
 ROOT = paths.REPO

@@ -1,4 +1,4 @@
-"""The diagnostic Job's verdict (gpuhealth_contract/diagnosis.py): what the judge writes the remediator reads back,
+"""The diagnostic Job's verdict (gpuhealth/contract/diagnosis.py): what the judge writes the remediator reads back,
 within the 4096 bytes the kubelet keeps of a termination message, and nothing else reads as a verdict."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpuhealth_contract.diagnosis import MAX_BYTES, Check, DiagnosticReport, Failure
+from gpuhealth.contract.diagnosis import MAX_BYTES, Check, DiagnosticReport, Failure
 
 
 def test_a_verdict_round_trips() -> None:

@@ -1,4 +1,4 @@
-"""The Xid classes (gpuhealth_contract/xids.py) are the one table behind the alert rules, the exporter's GPU
+"""The Xid classes (gpuhealth/contract/xids.py) are the one table behind the alert rules, the exporter's GPU
 condition and the dashboards: every `xid` selector of rules/alerts/gpu.yaml must be exactly the union of the
 classes that name its alert, the unknown-Xid alert must exclude exactly the known Xids, and the condition must
 follow each class's rule."""
@@ -10,10 +10,10 @@ import re
 import pytest
 import yaml
 
-from exporter.conditions import _is_node_fault
-from exporter.samples import KernelFault
-from gpuhealth_contract import xids as xid_classes
-from gpuhealth_contract.xids import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
+from gpuhealth.contract import xids as xid_classes
+from gpuhealth.contract.xids import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
+from gpuhealth.exporter.conditions import _is_node_fault
+from gpuhealth.exporter.samples import KernelFault
 from tests.support import paths
 
 ROOT = paths.REPO

@@ -1,4 +1,4 @@
-"""One way to read every file a person edits (gpuhealth_contract/yaml_source.py): the exporter's settings, the
+"""One way to read every file a person edits (gpuhealth/contract/yaml_source.py): the exporter's settings, the
 kernel-log patterns, the policy and a simulator scenario all refuse what it refuses, with the line."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ConfigError, load_file
-from exporter.kernel.patterns import PatternError, load_patterns
-from gpuhealth_contract.yaml_source import YamlSourceError, parse, read_text
-from remediator.policy import PolicyError, load_policy
+from gpuhealth.contract.yaml_source import YamlSourceError, parse, read_text
+from gpuhealth.exporter.config import ConfigError, load_file
+from gpuhealth.exporter.kernel.patterns import PatternError, load_patterns
+from gpuhealth.remediator.policy import PolicyError, load_policy
 
 TWICE = "ladder:\n  drain:\n    timeout: 1h\n    timeout: 2h\n"
 

@@ -2,7 +2,7 @@
 exist and parses, every panel has a unit, uids are stable, the dashboards link to each other.
 
 Metric names are read at test time from the exporter's catalog (exposed names, as in docs/metrics.md),
-rules/recording/*.yaml and the remediator's registry (remediator/metrics.py), so a renamed metric or
+rules/recording/*.yaml and the remediator's registry (gpuhealth/remediator/metrics.py), so a renamed metric or
 recording rule fails here instead of leaving an empty panel.
 """
 
@@ -20,8 +20,8 @@ import yaml
 from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 
 from dashboards import generate
-from exporter.catalog import FAMILIES
-from remediator.metrics import Metrics
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.remediator.metrics import Metrics
 from tests.support import paths
 from tests.support.promql_names import metric_names
 
@@ -229,7 +229,7 @@ def test_query_reads_only_known_metrics(name: str, where: str, expr: str) -> Non
     known = known_metrics()
     unknown = sorted(m for m in metric_names(substitute(expr)) if m not in known)
     assert not unknown, (f"{name} {where}: {unknown} is not an exporter metric (docs/metrics.md), a recording rule "
-                         f"(rules/recording) or a remediator metric (remediator/metrics.py): {expr}")
+                         f"(rules/recording) or a remediator metric (gpuhealth/remediator/metrics.py): {expr}")
     assert metric_names(substitute(expr)), f"{name} {where}: no metric in {expr}"
 
 

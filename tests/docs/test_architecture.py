@@ -34,10 +34,10 @@ def test_each_room_imports_only_what_its_row_in_the_table_allows() -> None:
 
 
 def test_the_table_covers_every_program_and_the_remediators_five_rooms() -> None:
-    assert {p.root for p in gen.load()} == {"exporter/", "remediator/", "simulator/", "gpuhealth_contract/",
-                                           "training/gpuhealth_training/"}
+    assert {p.root for p in gen.load()} == {"gpuhealth/exporter/", "gpuhealth/remediator/", "gpuhealth/simulator/",
+                                           "gpuhealth/contract/", "training/gpuhealth_training/"}
     # tests/remediator/test_remediator_layout.py holds these rooms to their rows: none may drop out of the table
-    assert set(architecture.may_import("remediator")) == {"decide", "clients", "intake", "act", "workloads"}
+    assert set(architecture.may_import("gpuhealth.remediator")) == {"decide", "clients", "intake", "act", "workloads"}
 
 
 def _tree_of(program: Any, root: Path, leave_out: str, add: tuple[str, ...]) -> None:
@@ -50,17 +50,18 @@ def _tree_of(program: Any, root: Path, leave_out: str, add: tuple[str, ...]) -> 
 
 def test_a_module_named_nowhere_is_reported_with_the_room_to_add_it_under(tmp_path: Path) -> None:
     programs = gen.load()
-    remediator = next(p for p in programs if p.package == "remediator")
+    remediator = next(p for p in programs if p.package == "gpuhealth.remediator")
     _tree_of(remediator, tmp_path, leave_out="clients/pager.py", add=("decide/new_step.py", "odd.py"))
     problems = gen.unnamed(gen.PAGE.read_text(), (remediator,), tmp_path)
     assert problems == [
-        "remediator/decide/new_step.py is named nowhere in docs/architecture.md: add `decide/new_step.py: <what it is "
-        "for>` under room `decide/`'s `modules:` in docs/architecture/rooms.yaml, then run `make architecture`",
-        "remediator/odd.py is named nowhere in docs/architecture.md: no room of remediator/ holds it: add its path to "
-        "a room's `paths:` (or a new room) in docs/architecture/rooms.yaml, with a line under that room's "
-        "`modules:`, then run `make architecture`",
-        "remediator/clients/pager.py is named in docs/architecture.md but does not exist: take its line out of "
-        "docs/architecture/rooms.yaml (or write its new path), then run `make architecture`"]
+        "gpuhealth/remediator/decide/new_step.py is named nowhere in docs/architecture.md: add `decide/new_step.py: "
+        "<what it is for>` under room `decide/`'s `modules:` in docs/architecture/rooms.yaml, then run "
+        "`make architecture`",
+        "gpuhealth/remediator/odd.py is named nowhere in docs/architecture.md: no room of gpuhealth/remediator/ holds "
+        "it: add its path to a room's `paths:` (or a new room) in docs/architecture/rooms.yaml, with a line under that "
+        "room's `modules:`, then run `make architecture`",
+        "gpuhealth/remediator/clients/pager.py is named in docs/architecture.md but does not exist: take its line out "
+        "of docs/architecture/rooms.yaml (or write its new path), then run `make architecture`"]
 
 
 def test_a_room_that_imports_what_its_row_does_not_allow_is_reported(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from exporter.catalog import FAMILIES
-from exporter.kernel.patterns import load_patterns
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.kernel.patterns import load_patterns
 from tests.support import paths
 
 ROOT = paths.REPO
@@ -24,7 +24,7 @@ def test_metrics_page_lists_every_family_with_its_type_and_labels() -> None:
 
 
 def test_metrics_page_table_is_the_catalog_verbatim() -> None:
-    from exporter.metrics_table import markdown_table
+    from gpuhealth.exporter.metrics_table import markdown_table
 
     assert markdown_table() in (ROOT / "docs" / "metrics.md").read_text()
 

@@ -1,13 +1,13 @@
 """What docs/install.md and docs/remediation.md tell a platform engineer setting up a fleet agrees with the code:
 one release for a fleet of mixed instance types (each exporter reads its own Node's instance type), and which
 resource.k8s.io versions and feature gates GPU scope needs on each Kubernetes version (what the remediator's
-discovery looks for, remediator/clients/dra_api.py)."""
+discovery looks for, gpuhealth/remediator/clients/dra_api.py)."""
 
 from __future__ import annotations
 
 import re
 
-from exporter.serve import INSTANCE_TYPE_LABEL
+from gpuhealth.exporter.serve import INSTANCE_TYPE_LABEL
 from tests.support import paths
 
 ROOT = paths.REPO
@@ -31,7 +31,8 @@ def test_no_doc_or_value_advises_a_release_per_instance_type() -> None:
 
 def test_install_says_one_release_serves_mixed_instance_types_read_from_each_node() -> None:
     bullet = " ".join(_bullet(INSTALL.read_text(), "Expected GPU and EFA counts.").split())
-    assert f"`{INSTANCE_TYPE_LABEL}`" in bullet  # the label exporter/cli.py reads from the exporter's own Node
+    # the label gpuhealth/exporter/cli.py reads from the exporter's own Node
+    assert f"`{INSTANCE_TYPE_LABEL}`" in bullet
     assert "One release serves a fleet of mixed instance types" in bullet
     assert "not one per instance type" in bullet and "budget" in bullet
 
@@ -45,7 +46,7 @@ def _version_table() -> dict[str, tuple[str, str, str]]:
 
 
 def test_remediation_md_names_per_kubernetes_version_the_versions_the_remediator_discovers() -> None:
-    from remediator.clients.dra_api import DEVICE_TAINT_RULES, PREFERRED, RESOURCE_CLAIMS, RESOURCE_SLICES
+    from gpuhealth.remediator.clients.dra_api import DEVICE_TAINT_RULES, PREFERRED, RESOURCE_CLAIMS, RESOURCE_SLICES
 
     table = _version_table()
     assert set(table) == {"1.32", "1.33", "1.34", "1.35", "1.36", "1.37 and later"}

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from remediator.audit import audit
-from remediator.decide.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, STATE_ANNOTATION
+from gpuhealth.remediator.audit import audit
+from gpuhealth.remediator.decide.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, STATE_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac, paths
 from tests.support.remediator_harness import Harness
@@ -71,7 +71,7 @@ def test_on_call_docs_say_events_expire_and_where_the_lasting_record_is(caplog: 
         assert "--event-ttl" in text and ("one hour" in text or "an hour" in text)
         for lasting in (STATE_ANNOTATION, LAST_EPISODE_ANNOTATION, "gpuhealth_remediator_actions_total"):
             assert lasting in text, lasting
-    # The documented grep finds the audit line of a node as remediator/audit.py writes it.
+    # The documented grep finds the audit line of a node as gpuhealth/remediator/audit.py writes it.
     (grep,) = re.findall(r"grep\s+'([^']+)'", RUNBOOK.read_text().replace("\n", " "))
     with caplog.at_level("INFO", logger="gpuhealth.remediator"):
         audit("decision", node="<node>", action="cordon", decision="execute", reason="alert asks for cordon")

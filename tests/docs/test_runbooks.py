@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from remediator.decide.nodestate import RUNGS, rung_index
-from remediator.policy import Policy, parse_duration, parse_policy
+from gpuhealth.remediator.decide.nodestate import RUNGS, rung_index
+from gpuhealth.remediator.policy import Policy, parse_duration, parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import paths
 from tests.support.remediator_harness import Harness

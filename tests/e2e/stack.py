@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from exporter.diagnose.cli import main as judge
+from gpuhealth.exporter.diagnose.cli import main as judge
 from tests.e2e.chart_pods import SA_MOUNT, Addresses, Pod, ServiceProxy, find, materialize
 from tests.e2e.operator_prometheus import pod_monitor, rule_groups, service_monitor
 from tests.fakes.apiserver import FakeCluster
@@ -518,7 +518,7 @@ class Stack:
                 self.cluster.add_node(name, pool=pool, created=rfc3339(self.cluster.clock()),
                                       taints=[BURN_IN_TAINT] if options.burn_in else None)
                 # 2 EFA interfaces attached, as the EFA device plugin advertises them: what EFADevicesMissing
-                # measures against (exporter/efa_expected.py), beside the 2 devices in its sysfs below
+                # measures against (gpuhealth/exporter/efa_expected.py), beside the 2 devices in its sysfs below
                 # and 8 GPUs, as the device plugin advertises them: what the diagnostic Job counts against
                 self.cluster.update_node(name, lambda n: n["status"].update(
                     capacity={EFA_RESOURCE: str(EFA_DEVICES), GPU_RESOURCE: str(NODE_GPUS)},

@@ -161,7 +161,7 @@ def test_an_xid_94_on_one_mig_instance_names_that_instance_and_leaves_every_pod_
     (mig_uuid), Alertmanager's route, the chart's remediator. Xid 94 asks for no action (remediation none in the
     shipped rules): the alert names the instance, the remediator records it, and no pod on any instance or GPU is
     touched, nothing is quarantined and the node is not cordoned."""
-    from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
+    from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, NodeState
     from tests.fakes.apiserver.dra import recorded_mig_layout
 
     stack = mig_stack

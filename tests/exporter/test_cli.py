@@ -255,7 +255,7 @@ def _chart_config(tmp_path: Path, extra: str = "") -> Path:
 
 def _refused(metrics: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> None:
     assert metrics["gpuhealth_exporter_config_error"] == {(): 1}
-    from exporter import __version__
+    from gpuhealth.exporter import __version__
     assert metrics["gpuhealth_exporter_build_info"] == {(("version", __version__),): 1}
     # nothing a node-fault alert reads: no probe ran, so no probe, GPU or EFA series at all
     assert not [name for name in metrics if name.startswith("gpuhealth_") and name not in (
@@ -265,7 +265,7 @@ def _refused(metrics: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> No
 def test_a_served_exporter_refuses_a_setting_it_does_not_know_with_one_line_and_stays_up(tmp_path: Path) -> None:
     """A newer chart's setting on a node that runs an older (cached) image: not a crash loop, which reads as a node
     fault (GpuhealthExporterDown, cordon), but one line that says what and what to do, and a metric of its own."""
-    from exporter import __version__
+    from gpuhealth.exporter import __version__
 
     config = _chart_config(tmp_path, extra="efa_expected_from: node\n")
     metrics, stderr, status = _serve_and_scrape("--config", str(config))

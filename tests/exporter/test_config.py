@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import DEFAULT_PROBES, ConfigError, Settings, UnknownSetting, listen_in, load_file
+from gpuhealth.exporter.config import DEFAULT_PROBES, ConfigError, Settings, UnknownSetting, listen_in, load_file
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -81,7 +81,7 @@ def test_a_bad_file_is_refused_with_file_line_and_reason(tmp_path: Path, text: s
                                   "probes:\n  gpu: {}\n"])
 def test_a_key_it_does_not_have_is_told_apart_from_a_bad_value(tmp_path: Path, text: str) -> None:
     """An unknown key (or probe) is most often a newer exporter's: the refusal says to check the image, not the value
-    (exporter/cli.py's refusal line)."""
+    (gpuhealth/exporter/cli.py's refusal line)."""
     with pytest.raises(UnknownSetting):
         load_file(write(tmp_path, text))
     with pytest.raises(ConfigError) as err:

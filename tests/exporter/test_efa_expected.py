@@ -1,10 +1,10 @@
 """EFA devices are expected as the node was provisioned, never as many as its instance type can take
-(exporter/efa_expected.py): Karpenter attaches EFA interfaces only when a pod asks for vpc.amazonaws.com/efa or the
-EC2NodeClass sets networkInterfaces, so a p5.48xlarge may have 0 of its 32 and be healthy.
+(gpuhealth/exporter/efa_expected.py): Karpenter attaches EFA interfaces only when a pod asks for vpc.amazonaws.com/efa
+or the EC2NodeClass sets networkInterfaces, so a p5.48xlarge may have 0 of its 32 and be healthy.
 
 The efa probe reads sysfs trees laid out as the efa driver lays them out (tests/support/sysfs_tree.py); the Node, with
 its labels and the EFA device plugin's capacity, is served by the fake API server under the chart's RBAC and read by
-the exporter's own watch (exporter/node_watch.py). The conditions and the metrics are the exporter's.
+the exporter's own watch (gpuhealth/exporter/node_watch.py). The conditions and the metrics are the exporter's.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.agent import expectations
-from exporter.collector import Expectations, GpuhealthCollector
-from exporter.conditions import evaluate
-from exporter.config import DEFAULT_PROBES, Settings
-from exporter.efa_expected import CAPACITY, EFA_COUNTS_FILE, LABEL, EfaExpectation, Expected
-from exporter.instance_types import lookup
-from exporter.node_watch import NodeWatch
-from exporter.probes.efa import EfaProbe
-from exporter.probes.settings import ProbeSettings
-from exporter.runner import ProbeRunner
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.agent import expectations
+from gpuhealth.exporter.collector import Expectations, GpuhealthCollector
+from gpuhealth.exporter.conditions import evaluate
+from gpuhealth.exporter.config import DEFAULT_PROBES, Settings
+from gpuhealth.exporter.efa_expected import CAPACITY, EFA_COUNTS_FILE, LABEL, EfaExpectation, Expected
+from gpuhealth.exporter.instance_types import lookup
+from gpuhealth.exporter.node_watch import NodeWatch
+from gpuhealth.exporter.probes.efa import EfaProbe
+from gpuhealth.exporter.probes.settings import ProbeSettings
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.polling import wait_for
@@ -39,7 +39,7 @@ from tests.support.sysfs_tree import build_efa_sysfs
 
 NODE = "p5-node-1"
 TOKEN = "exporter-token"
-P5_MAX = 32  # exporter/data/instance_types.csv: p5.48xlarge takes at most 32 EFA interfaces
+P5_MAX = 32  # gpuhealth/exporter/data/instance_types.csv: p5.48xlarge takes at most 32 EFA interfaces
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def provision(cluster: FakeCluster, capacity: int | None = None, label: str | No
 
 class Agent:
     """The exporter's parts that judge the EFA count: the efa probe, the watch of its Node, the expectation, the
-    conditions and the collector, wired as `gpuhealth-exporter` wires them (exporter/cli.py)."""
+    conditions and the collector, wired as `gpuhealth-exporter` wires them (gpuhealth/exporter/cli.py)."""
 
     def __init__(self, cluster: FakeCluster, sysfs: Path, tmp_path: Path, setting: int | None = None,
                  remembered: Path | None = None) -> None:
@@ -159,7 +159,7 @@ def test_a_label_that_is_not_a_count_is_ignored_with_a_warning(cluster: FakeClus
                                                                caplog: pytest.LogCaptureFixture) -> None:
     provision(cluster, capacity=32, label="all")
     agent = Agent(cluster, efa_devices(tmp_path / "sysfs", 32), tmp_path)
-    with caplog.at_level(logging.WARNING, logger="exporter.efa_expected"):
+    with caplog.at_level(logging.WARNING, logger="gpuhealth.exporter.efa_expected"):
         agent.run()
         assert agent.expected() == {"capacity": 32}
         agent.scrape()
@@ -171,7 +171,7 @@ def test_more_than_the_instance_type_can_take_is_cut_to_its_maximum(cluster: Fak
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     provision(cluster, label="40")  # a typo: a p5.48xlarge takes 32
     agent = Agent(cluster, efa_devices(tmp_path / "sysfs", 32), tmp_path)
-    with caplog.at_level(logging.WARNING, logger="exporter.efa_expected"):
+    with caplog.at_level(logging.WARNING, logger="gpuhealth.exporter.efa_expected"):
         agent.run()
         assert agent.efa_condition()[:2] == ("True", "EFAHealthy")  # no node rebooted for interfaces it cannot have
     assert agent.expected() == {"label": P5_MAX}
@@ -264,8 +264,8 @@ def test_an_unreadable_counts_file_is_counted_afresh_with_a_warning(cluster: Fak
 
 
 def test_the_serving_exporter_keeps_the_counts_beside_the_kernel_logs_state_and_only_there(tmp_path: Path) -> None:
-    """As `gpuhealth-exporter` builds its expectations (exporter/cli.py): the file sits in the state file's directory
-    (the chart's hostStateDir, mounted for the kernel log); without the kernel log, or for --once, nothing is
+    """As `gpuhealth-exporter` builds its expectations (gpuhealth/exporter/cli.py): the file sits in the state file's
+    directory (the chart's hostStateDir, mounted for the kernel log); without the kernel log, or for --once, nothing is
     written."""
     state = tmp_path / "host" / "kmsg-state.json"
     served = expectations(Settings(state_file=str(state)), remember=True)

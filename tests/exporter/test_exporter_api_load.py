@@ -1,6 +1,6 @@
 """The served exporter's load on the API server, and how soon it obeys the GPU reset marker: it watches its own
-Node (exporter/node_watch.py) instead of reading it every reset_marker_interval (a GET of every Node every 10 s was
-200 requests a second at 2,000 nodes; bench/api_requests.py measures both).
+Node (gpuhealth/exporter/node_watch.py) instead of reading it every reset_marker_interval (a GET of every Node every 10
+s was 200 requests a second at 2,000 nodes; bench/api_requests.py measures both).
 
 `gpuhealth-exporter` runs as a process against the fake API server, under the chart's RBAC for its ServiceAccount
 (the fixtures `api` and `sa_dir`: tests/exporter/conftest.py).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.gpu_reset import ANNOTATION, RELEASED_REASON
+from gpuhealth.exporter.gpu_reset import ANNOTATION, RELEASED_REASON
 from tests.exporter.node_identity import NODE
 from tests.fakes.apiserver import FakeCluster
 from tests.support import process_tree

@@ -1,5 +1,5 @@
-"""The exporter's rooms (exporter/kernel, exporter/probes, the shared modules; docs/architecture.md) and the
-imports between them: the kernel-log pipeline and the probes use only the low shared modules, and the probes
+"""The exporter's rooms (gpuhealth/exporter/kernel, gpuhealth/exporter/probes, the shared modules; docs/architecture.md)
+and the imports between them: the kernel-log pipeline and the probes use only the low shared modules, and the probes
 are built in one place, the registry."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tests.support import paths
 
-ROOT = paths.REPO / "exporter"
+ROOT = paths.REPO / "gpuhealth" / "exporter"
+PACKAGE = "gpuhealth.exporter"
 LOW = ("exporter.samples", "exporter.catalog", "exporter.condition_types", "exporter.clock_events",
        "exporter.instance_types")
 # The probe contract (base.py) and the tool supervisor that runs a probe's command (tools.py)
@@ -22,13 +23,14 @@ def _module(path: Path) -> str:
 
 
 def _imports(path: Path) -> set[str]:
+    """The modules of the exporter the file imports, named below the gpuhealth namespace (`exporter.cli`)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("exporter"):
-            found |= {node.module} if node.module != "exporter" else {f"exporter.{a.name}" for a in node.names}
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
+            found |= {node.module} if node.module != PACKAGE else {f"{PACKAGE}.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("exporter")}
-    return found
+            found |= {a.name for a in node.names if a.name.startswith(PACKAGE)}
+    return {name.removeprefix("gpuhealth.") for name in found}
 
 
 def _modules() -> dict[str, set[str]]:
@@ -60,7 +62,7 @@ def test_the_kernel_log_pipeline_uses_only_the_probe_contract_and_the_low_shared
 
 def test_a_probe_uses_only_the_probe_contract_and_the_low_shared_modules() -> None:
     probes = [*CONTRACT, *(m for m in PROBE_MODULES if m.startswith("exporter.probes."))]
-    # a probe of its own package (exporter/probes/dcgm/) may also use its own modules
+    # a probe of its own package (gpuhealth/exporter/probes/dcgm/) may also use its own modules
     assert [w for p in probes for w in _wrong(p, (*CONTRACT, p, *LOW))] == []
 
 
@@ -70,8 +72,8 @@ def test_the_kubelet_reader_uses_only_its_room_and_the_low_shared_modules() -> N
 
 
 def test_the_diagnostic_judge_uses_the_probes_parsers_and_the_low_shared_modules_only() -> None:
-    """exporter/diagnose runs in the diagnostic Job, not in the exporter: it reads the tools' outputs with the probes'
-    own parsers (one reading of dcgmi diag and of EFA's sysfs), and nothing of the exporter's loop."""
+    """gpuhealth/exporter/diagnose runs in the diagnostic Job, not in the exporter: it reads the tools' outputs with the
+    probes' own parsers (one reading of dcgmi diag and of EFA's sysfs), and nothing of the exporter's loop."""
     allowed = ("exporter.diagnose", "exporter.probes.base", "exporter.probes.dcgm.diag",
                "exporter.probes.dcgm.tool_output", "exporter.probes.efa", *LOW)
     assert _wrong("exporter.diagnose", allowed) == []
@@ -80,7 +82,8 @@ def test_the_diagnostic_judge_uses_the_probes_parsers_and_the_low_shared_modules
 def test_probes_are_built_only_by_the_registry() -> None:
     # config.py and cli.py parse the EFA counter words (efa_counters, --efa-counters), which efa.py defines.
     counter_words = {"exporter.config", "exporter.cli"}
-    # The diagnostic Job's judge counts EFA devices once with the probe, outside the exporter (exporter/diagnose).
+    # The diagnostic Job's judge counts EFA devices once with the probe, outside the exporter
+    # (gpuhealth/exporter/diagnose).
     wrong = sorted(f"{module}: {imported}" for module, imports in _modules().items()
                    for imported in imports & set(PROBE_MODULES)
                    if module != "exporter.probes.registry" and not module.startswith("exporter.kernel")

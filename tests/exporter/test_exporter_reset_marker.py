@@ -1,10 +1,10 @@
 """The exporter lets go of the GPUs while its Node carries gpuhealth's GPU reset marker, and says so on the Node
-(exporter/gpu_reset.py; the remediator's side is remediator/decide/reset.py).
+(gpuhealth/exporter/gpu_reset.py; the remediator's side is gpuhealth/remediator/decide/reset.py).
 
 The node agent runs in-process with its real parts: the nvml probe over tests/fakes/nvml.py (the GPUs are the only
 stand-in), the dcgm and diag probes running a stand-in `dcgmi` script that prints recorded real outputs, the kmsg
 probe following a kernel-log file, the runners, the snapshot, the conditions, the collector, the watch of its Node
-(exporter/node_watch.py) and the NodeConditionWriter over HTTP against the fake API server, which enforces the
+(gpuhealth/exporter/node_watch.py) and the NodeConditionWriter over HTTP against the fake API server, which enforces the
 chart's RBAC and admission policy for the exporter's ServiceAccount.
 """
 
@@ -22,19 +22,19 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import build_parser, settings_from_args
-from exporter.collector import Expectations, GpuhealthCollector
-from exporter.conditions import evaluate
-from exporter.config import ConfigError, Settings, load_file
-from exporter.gpu_reset import ANNOTATION, RELEASED_REASON, GpuResetRelease, released_message
-from exporter.node_status import KubeError, NodeConditionWriter
-from exporter.node_watch import NodeWatch
-from exporter.probes.base import ProbePaused
-from exporter.probes.nvml import NvmlProbe
-from exporter.probes.registry import BY_NAME
-from exporter.runner import ProbeRunner
-from exporter.serve import _node_loop
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.cli import build_parser, settings_from_args
+from gpuhealth.exporter.collector import Expectations, GpuhealthCollector
+from gpuhealth.exporter.conditions import evaluate
+from gpuhealth.exporter.config import ConfigError, Settings, load_file
+from gpuhealth.exporter.gpu_reset import ANNOTATION, RELEASED_REASON, GpuResetRelease, released_message
+from gpuhealth.exporter.node_status import KubeError, NodeConditionWriter
+from gpuhealth.exporter.node_watch import NodeWatch
+from gpuhealth.exporter.probes.base import ProbePaused
+from gpuhealth.exporter.probes.nvml import NvmlProbe
+from gpuhealth.exporter.probes.registry import BY_NAME
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.serve import _node_loop
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.nvml import P5_BUS_IDS, FakeGpu, FakeNvml, uuid_of
 from tests.support import paths
@@ -82,7 +82,8 @@ def dcgmi(tmp_path: Path) -> tuple[Path, Path]:
 
 
 class Agent:
-    """The node agent's parts as `gpuhealth-exporter` wires them (exporter/cli.py serve), one step at a time."""
+    """The node agent's parts as `gpuhealth-exporter` wires them (gpuhealth/exporter/cli.py serve), one step at a
+    time."""
 
     def __init__(self, cluster: FakeCluster, tmp_path: Path, wait: float = 0.2, interval: float = 10.0) -> None:
         self.cluster = cluster
@@ -491,7 +492,7 @@ def test_every_probe_the_registry_pauses_can_pause() -> None:
 
 
 def test_the_contract_matches_the_remediators() -> None:
-    from remediator.decide import nodestate
+    from gpuhealth.remediator.decide import nodestate
 
     assert nodestate.RESET_REQUEST_ANNOTATION == ANNOTATION
     assert nodestate.RELEASED_REASON == RELEASED_REASON

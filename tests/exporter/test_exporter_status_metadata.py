@@ -21,9 +21,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from exporter.conditions import Condition
-from exporter.node_status import NodeConditionWriter
-from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION
+from gpuhealth.exporter.conditions import Condition
+from gpuhealth.exporter.node_status import NodeConditionWriter
+from gpuhealth.remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.chart_render import NAMESPACE, render

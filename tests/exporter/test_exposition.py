@@ -14,15 +14,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from exporter.collector import Expectations, GpuhealthCollector
-from exporter.efa_expected import EfaExpectation
-from exporter.exposition import start_server
-from exporter.kernel.probe import KmsgProbe
-from exporter.probes.base import Probe
-from exporter.probes.efa import EfaProbe
-from exporter.probes.nvml import NvmlProbe
-from exporter.runner import ProbeRunner
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.collector import Expectations, GpuhealthCollector
+from gpuhealth.exporter.efa_expected import EfaExpectation
+from gpuhealth.exporter.exposition import start_server
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.probes.base import Probe
+from gpuhealth.exporter.probes.efa import EfaProbe
+from gpuhealth.exporter.probes.nvml import NvmlProbe
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.fakes.nvml import FakeNvml, p5_fleet
 from tests.support import paths
 

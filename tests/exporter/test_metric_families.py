@@ -1,5 +1,5 @@
-"""The exporter's metric families are typed handles, each declared once in exporter/catalog.py: what a scrape serves
-is declared there with its type and help, and no module names a family by its text. (That rules/ and dashboards/
+"""The exporter's metric families are typed handles, each declared once in gpuhealth/exporter/catalog.py: what a scrape
+serves is declared there with its type and help, and no module names a family by its text. (That rules/ and dashboards/
 read only declared families: tests/rules/test_rules.py and tests/dashboards/test_dashboards.py, over the same
 catalog.)"""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalog
-from exporter.catalog import FAMILIES, Family
+from gpuhealth.exporter import catalog
+from gpuhealth.exporter.catalog import FAMILIES, Family
 from tests.exporter.recorded_node import fixture_node_args, run_exporter
 from tests.support import paths
 
@@ -32,7 +32,7 @@ def test_each_family_is_declared_once_as_a_handle_in_one_group() -> None:
 def test_no_module_of_the_exporter_names_a_family_by_its_text() -> None:
     """A family is filled through its handle (`catalog.GPU_INFO`): a name typed as text is checked by nothing."""
     names = set(FAMILIES) | {f.exposed_name for f in FAMILIES.values()}
-    root = paths.REPO / "exporter"
+    root = paths.REPO / "gpuhealth" / "exporter"
     found = sorted(f"{path.relative_to(root.parent)}:{node.lineno}: {node.value}"
                    for path in root.rglob("*.py") if path.name != "catalog.py"
                    for node in ast.walk(ast.parse(path.read_text()))

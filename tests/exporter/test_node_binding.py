@@ -17,9 +17,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from exporter.conditions import Condition
-from exporter.node_status import KubeError, NodeConditionWriter
-from exporter.node_watch import NodeWatch
+from gpuhealth.exporter.conditions import Condition
+from gpuhealth.exporter.node_status import KubeError, NodeConditionWriter
+from gpuhealth.exporter.node_watch import NodeWatch
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.apiserver.admission import AdmissionPolicies, Attributes, Identity, service_account
 from tests.support.chart_render import render

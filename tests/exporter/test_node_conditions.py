@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.catalog import FAMILIES
-from exporter.collector import Expectations
-from exporter.conditions import evaluate
-from exporter.efa_expected import EfaExpectation
-from exporter.kernel.probe import KmsgProbe
-from exporter.node_status import KubeError, NodeConditionWriter
-from exporter.runner import ProbeRunner
-from exporter.samples import GpuIdentity, ProbeResult, Sample
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.collector import Expectations
+from gpuhealth.exporter.conditions import evaluate
+from gpuhealth.exporter.efa_expected import EfaExpectation
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.node_status import KubeError, NodeConditionWriter
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.samples import GpuIdentity, ProbeResult, Sample
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.probe import FakeProbe
 from tests.support import chart_rbac, process_tree

@@ -1,5 +1,5 @@
-"""The watch of the exporter's own Node (exporter/node_watch.py) over HTTP against the fake API server, under the
-chart's RBAC (the fixtures `api` and `sa_dir`: tests/exporter/conftest.py): it resumes where it stopped, lists again
+"""The watch of the exporter's own Node (gpuhealth/exporter/node_watch.py) over HTTP against the fake API server, under
+the chart's RBAC (the fixtures `api` and `sa_dir`: tests/exporter/conftest.py): it resumes where it stopped, lists again
 only when it must, and backs off without giving up. What it means for the GPU reset marker (nothing changes while it
 is broken): tests/exporter/test_exporter_reset_marker.py.
 """
@@ -10,9 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-from exporter.gpu_reset import ANNOTATION
-from exporter.kube_http import KubeError
-from exporter.node_watch import NodeWatch
+from gpuhealth.exporter.gpu_reset import ANNOTATION
+from gpuhealth.exporter.kube_http import KubeError
+from gpuhealth.exporter.node_watch import NodeWatch
 from tests.exporter.node_identity import NODE
 from tests.fakes.apiserver import FakeCluster
 from tests.support.polling import wait_for

@@ -8,12 +8,12 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.catalog import FAMILIES, Family
-from exporter.collector import Expectations, GpuhealthCollector
-from exporter.probes.base import ProbeError
-from exporter.runner import ProbeRunner
-from exporter.samples import ProbeResult, Sample
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.catalog import FAMILIES, Family
+from gpuhealth.exporter.collector import Expectations, GpuhealthCollector
+from gpuhealth.exporter.probes.base import ProbeError
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.samples import ProbeResult, Sample
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.fakes.probe import FakeProbe
 
 Scrape = dict[str, dict[tuple[tuple[str, str], ...], float]]
@@ -135,7 +135,7 @@ def test_a_scrape_while_a_probe_hangs_answers_at_once() -> None:
 
 
 def test_kernel_log_xids_gain_the_gpu_index_nvml_knows() -> None:
-    from exporter.samples import GpuIdentity
+    from gpuhealth.exporter.samples import GpuIdentity
 
     snapshot = Snapshot()
     kmsg = ProbeResult([Sample(FAMILIES["gpuhealth_xid_errors"], {"xid": "79", "gpu": "", "uuid": "",
@@ -154,7 +154,7 @@ def test_kernel_log_xids_gain_the_gpu_index_nvml_knows() -> None:
 
 
 def test_xid_counters_keep_their_gpu_labels_when_nvml_fails_later() -> None:
-    from exporter.samples import GpuIdentity
+    from gpuhealth.exporter.samples import GpuIdentity
 
     snapshot = Snapshot()
     kmsg = ProbeResult([Sample(FAMILIES["gpuhealth_xid_errors"], {"xid": "79", "gpu": "", "uuid": "",

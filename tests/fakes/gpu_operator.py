@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
+from gpuhealth.remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
 from tests.fakes.apiserver import FakeCluster, Obj
 
 OPERATOR_NS = "gpu-operator"

@@ -1,5 +1,5 @@
 """The kubelet's pod-resources endpoint: a real gRPC server (grpcio) on a Unix socket, serving
-v1.PodResourcesLister through the generated stubs (exporter/kubelet/api_pb2_grpc.py), as the kubelet serves it
+v1.PodResourcesLister through the generated stubs (gpuhealth/exporter/kubelet/api_pb2_grpc.py), as the kubelet serves it
 on /var/lib/kubelet/pod-resources/kubelet.sock.
 
 Only the kubelet is stood in for. `device_plugin_node()` is a List answer shaped like a real kubelet's on a
@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from exporter.kubelet import api_pb2, api_pb2_grpc
+from gpuhealth.exporter.kubelet import api_pb2, api_pb2_grpc
 from tests.fakes.nvml import uuid_of
 
 # The MIG device (1g.10gb) the device plugin's mixed strategy hands out on GPU 7 of device_plugin_node().

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from exporter.samples import ProbeResult
+from gpuhealth.exporter.samples import ProbeResult
 
 
 class FakeProbe:

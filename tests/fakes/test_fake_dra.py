@@ -114,11 +114,11 @@ def test_a_cluster_without_the_feature_serves_no_device_taint_rules_and_discover
     assert "devicetaintrules" in {r["name"] for r in listing["resources"]}
 
 
-# --- the remediator's client for device taints (remediator/clients/device_taints.py) ---------------------
+# --- the remediator's client for device taints (gpuhealth/remediator/clients/device_taints.py) ---------------------
 
 def _taints(c: FakeCluster) -> Any:
-    from remediator.clients.device_taints import DeviceTaints
-    from remediator.clients.kube import Kube
+    from gpuhealth.remediator.clients.device_taints import DeviceTaints
+    from gpuhealth.remediator.clients.kube import Kube
 
     return DeviceTaints(Kube(client.ApiClient(client.Configuration(host=c.url))))
 

@@ -78,7 +78,7 @@ def test_every_console_script_runs_from_the_package_the_image_builds(tmp_path: P
     """The wheel is built from exactly the files the build stage copies (as `pip wheel` there does) and installed
     alone into a fresh venv, with the project's venv for its dependencies: every script of [project.scripts]
     imports and answers --help, and the simulator finds its packaged scenarios. (On 799efd6 the build stage did
-    not copy simulator/: gpuhealth-sim was installed, and failed with ModuleNotFoundError.)"""
+    not copy gpuhealth/simulator/: gpuhealth-sim was installed, and failed with ModuleNotFoundError.)"""
     context, wheels, venv = tmp_path / "src", tmp_path / "wheels", tmp_path / "venv"
     _copy_build_context(context)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PIP_CONFIG_FILE": os.devnull}

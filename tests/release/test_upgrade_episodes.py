@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from remediator.decide.nodestate import parse_time
+from gpuhealth.remediator.decide.nodestate import parse_time
 from tests.fakes.apiserver import FakeCluster
 from tests.release import previous_release
 from tests.support import paths
@@ -91,7 +91,7 @@ def _kept(written: Any, read: Any, where: str) -> list[str]:
 
 
 def test_this_remediator_reads_every_state_the_previous_one_wrote(previous: Path) -> None:
-    from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, hold_of
+    from gpuhealth.remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION, NodeState, hold_of
 
     nodes = _previous_episodes(previous)["nodes"]
     versions = set()
@@ -111,10 +111,10 @@ def test_this_remediator_reads_every_state_the_previous_one_wrote(previous: Path
 def test_a_new_state_format_is_named_in_the_upgrade_notes(previous: Path) -> None:
     """A rollback runs the previous remediator on this one's states: it fails closed on a version it does not know
     (the node counts as disrupted and is left alone), which the person rolling back must be told."""
-    from remediator.decide.nodestate import STATE_VERSION
+    from gpuhealth.remediator.decide.nodestate import STATE_VERSION
 
     was = int(previous_release.run_python(
-        previous, "from remediator.decide.nodestate import STATE_VERSION; print(STATE_VERSION)"))
+        previous, "from gpuhealth.remediator.decide.nodestate import STATE_VERSION; print(STATE_VERSION)"))
     assert was <= STATE_VERSION
     if was < STATE_VERSION:
         assert f"version {STATE_VERSION}" in _release_notes()
@@ -123,7 +123,12 @@ def test_a_new_state_format_is_named_in_the_upgrade_notes(previous: Path) -> Non
 def test_this_remediator_finishes_the_episodes_the_previous_one_left(previous: Path) -> None:
     """After the upgrade the alerts resolve: this remediator returns the nodes the previous one cordoned, restores the
     GPU Operator operands it paused mid-reset, and leaves the held node to its person."""
-    from remediator.decide.nodestate import HOLD_ANNOTATION, RESET_REQUEST_ANNOTATION, STATE_ANNOTATION, TAINT_KEY
+    from gpuhealth.remediator.decide.nodestate import (
+        HOLD_ANNOTATION,
+        RESET_REQUEST_ANNOTATION,
+        STATE_ANNOTATION,
+        TAINT_KEY,
+    )
 
     episodes = _previous_episodes(previous)
     policy = "alertmanager: {url: none}\nreturn_to_service: {healthy_delay: 1m}\nladder:\n  reset_gpu: {timeout: 10m}\n"

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import yaml
 
-import exporter
-import remediator
+from gpuhealth import exporter, remediator
 from tests.release import previous_release
 from tests.support import paths
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from remediator.policy import parse_policy
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac, process_tree
 from tests.support.real_alertmanager import free_port

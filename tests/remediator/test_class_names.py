@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from tests.support import paths
 
-PACKAGES = ("remediator", "simulator", "gpuhealth_contract")
+PACKAGES = ("remediator", "simulator", "gpuhealth.contract")
 
 
 def test_no_two_classes_of_the_remediator_the_simulator_and_the_contract_share_a_name() -> None:

@@ -1,5 +1,5 @@
-"""The policy's one section reader (remediator/policy/load.py): every section is read by walking its dataclass's
-fields, so these hold for every key; tests/test_remediator_policy.py has the keys' own rules."""
+"""The policy's one section reader (gpuhealth/remediator/policy/load.py): every section is read by walking its
+dataclass's fields, so these hold for every key; tests/test_remediator_policy.py has the keys' own rules."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from remediator.decide.vocabulary import RUNG_ORDER
-from remediator.policy import Policy, PolicyError, Quota, parse_policy
-from remediator.policy.keys import Derived, Key, Section, Sections, key_of, yaml_of
-from remediator.policy.schema import LadderSettings
+from gpuhealth.remediator.decide.vocabulary import RUNG_ORDER
+from gpuhealth.remediator.policy import Policy, PolicyError, Quota, parse_policy
+from gpuhealth.remediator.policy.keys import Derived, Key, Section, Sections, key_of, yaml_of
+from gpuhealth.remediator.policy.schema import LadderSettings
 
 
 def _error(text: str) -> PolicyError:

@@ -1,5 +1,5 @@
-"""The audit log's kinds and outcomes are enums (remediator/audit.py AuditKind, metrics.ActionResult, SyncResult),
-and a line carries the same words a log query selects on as when they were strings."""
+"""The audit log's kinds and outcomes are enums (gpuhealth/remediator/audit.py AuditKind, metrics.ActionResult,
+SyncResult), and a line carries the same words a log query selects on as when they were strings."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from remediator.audit import AuditKind, audit
-from remediator.decide.vocabulary import Action, Verdict
-from remediator.metrics import ActionResult, SyncResult
+from gpuhealth.remediator.audit import AuditKind, audit
+from gpuhealth.remediator.decide.vocabulary import Action, Verdict
+from gpuhealth.remediator.metrics import ActionResult, SyncResult
 
 
 def test_an_audit_line_holds_its_kind_and_outcome_as_plain_words(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,4 +1,4 @@
-"""The remediator's rooms (remediator/intake, decide, act, clients, workloads) and the one rule between them:
+"""The remediator's rooms (gpuhealth/remediator/intake, decide, act, clients, workloads) and the one rule between them:
 decide imports no client and no side effect, so a decision can be computed (plan, the simulator) with nothing
 but the node views, the policy and a clock."""
 
@@ -9,17 +9,17 @@ from pathlib import Path
 
 from tests.support import architecture, paths
 
-ROOT = paths.REPO / "remediator"
-ALLOWED_FOR_DECIDE = ("remediator.decide", "remediator.policy", "remediator.clock")
+ROOT = paths.REPO / "gpuhealth" / "remediator"
+ALLOWED_FOR_DECIDE = ("gpuhealth.remediator.decide", "gpuhealth.remediator.policy", "gpuhealth.remediator.clock")
 
 
 def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("remediator"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuhealth.remediator"):
             found.add(node.module)
         elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("remediator")}
+            found |= {a.name for a in node.names if a.name.startswith("gpuhealth.remediator")}
     return found
 
 
@@ -42,7 +42,7 @@ def test_every_module_lives_in_a_room_or_is_one_of_the_shared_few() -> None:
 # shared few at the bottom (policy, clock, metrics, audit) are open to all; app, cli and service (the facade)
 # sit on top, and no room imports them. Declared once, in docs/architecture/rooms.yaml (each room's may_use), which
 # also writes the rooms' rows of docs/architecture.md.
-MAY_IMPORT = architecture.may_import("remediator")
+MAY_IMPORT = architecture.may_import("gpuhealth.remediator")
 
 
 def test_imports_run_one_way_between_the_rooms() -> None:
@@ -55,8 +55,9 @@ def test_the_app_talks_to_the_facade_not_to_the_rooms_behind_it() -> None:
     """app.py imports the service and what a web request needs (the webhook parser, the policy), never the
     loop, the recorder or a client's internals."""
     used = _imports(ROOT / "app.py")
-    assert not {m for m in used if m.startswith(("remediator.act", "remediator.decide", "remediator.workloads"))}
-    assert "remediator.service" in used
+    rooms = ("gpuhealth.remediator.act", "gpuhealth.remediator.decide", "gpuhealth.remediator.workloads")
+    assert not {m for m in used if m.startswith(rooms)}
+    assert "gpuhealth.remediator.service" in used
 
 
 def test_no_class_in_the_remediator_has_more_than_a_dozen_public_methods() -> None:

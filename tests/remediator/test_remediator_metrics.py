@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from remediator import metrics as m
+from gpuhealth.remediator import metrics as m
 
 COUNTERS = {
     "webhook_errors": ("gpuhealth_remediator_webhook_errors_total", "reason", m.WEBHOOK_ERROR_REASONS),
@@ -49,7 +49,7 @@ def test_the_typed_counters_take_only_the_enums_members_and_count_on_the_initial
 
 
 def test_a_pass_aborted_counts_under_its_reason_not_under_its_message() -> None:
-    from remediator.act.pass_guard import PassAborted
+    from gpuhealth.remediator.act.pass_guard import PassAborted
 
     exc = PassAborted(m.PassAbortReason.DEADLINE, "0:00:10")
     assert str(exc) == "pass ran past its deadline (0:00:10)" and exc.reason is m.PassAbortReason.DEADLINE
@@ -58,7 +58,7 @@ def test_a_pass_aborted_counts_under_its_reason_not_under_its_message() -> None:
 def test_every_rung_a_timeout_can_name_is_an_initialised_series_and_reads_back_as_its_rung() -> None:
     """A rung timeout is counted by the rung the Note carries (no reason text parsed back), on a series the
     metrics initialise; the workload classifier reads the Event reason back into the same rung."""
-    from remediator.decide.event_reasons import TIMED_OUT_REASON, EventReason, Note, rung_of_reason
+    from gpuhealth.remediator.decide.event_reasons import TIMED_OUT_REASON, EventReason, Note, rung_of_reason
 
     assert set(TIMED_OUT_REASON) == set(m.RUNGS)
     for rung in m.RUNGS:
@@ -72,7 +72,7 @@ def test_every_rung_a_timeout_can_name_is_an_initialised_series_and_reads_back_a
 
 
 def test_workload_counters_start_at_zero_for_every_class_reason_and_namespace() -> None:
-    from remediator.workloads.classify import REASONS
+    from gpuhealth.remediator.workloads.classify import REASONS
 
     metrics = m.Metrics()
     metrics.init_workloads(("ml", "research"))

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from remediator.decide.vocabulary import Rung
-from remediator.policy import Policy, PolicyError, Quota, load_policy, parse_policy
+from gpuhealth.remediator.decide.vocabulary import Rung
+from gpuhealth.remediator.policy import Policy, PolicyError, Quota, load_policy, parse_policy
 from tests.support import paths
 
-EXAMPLE = paths.REPO / "remediator" / "policy.example.yaml"
+EXAMPLE = paths.REPO / "gpuhealth" / "remediator" / "policy.example.yaml"
 
 
 def test_example_policy_is_valid_and_states_every_default() -> None:

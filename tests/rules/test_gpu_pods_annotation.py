@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from exporter.catalog import FAMILIES
+from gpuhealth.exporter.catalog import FAMILIES
 from tests.support import paths
 
 ROOT = paths.REPO

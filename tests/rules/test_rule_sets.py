@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 
-from exporter.catalog import FAMILIES
+from gpuhealth.exporter.catalog import FAMILIES
 from tests.support import rule_sets
 
 GROUPS = rule_sets.groups()
@@ -70,7 +70,7 @@ def test_node_groups_hold_back_only_on_fleet_alerts() -> None:
 def test_the_shards_remote_write_in_docs_sends_exactly_what_the_fleet_groups_read() -> None:
     """docs/scaling.md's write_relabel_configs (the e2e's too): every series a fleet group reads that a shard has,
     and nothing else (the remediator's series the global Prometheus scrapes itself)."""
-    from remediator.metrics import Metrics
+    from gpuhealth.remediator.metrics import Metrics
 
     remediator = {f"{f.name}_total" if f.type == "counter" else f.name for f in Metrics().registry.collect()}
     (doc,) = rule_sets.scaling_doc_yaml("### The shards' remote write")

@@ -3,9 +3,9 @@
 Every alert must carry the labels and annotations the remediator and on-call rely on, have a runbook
 page, be tested both firing and not firing (and on both sides of its `for` and keep_firing_for, checked
 by mutating the rule and requiring the promtool tests to fail), read only metrics the exporter serves
-(exporter.catalog), recording rules of its own group evaluated before it (in a fleet group also a node group's record,
-which the shards forward, read by alerts with a `for`), `up` or ALERTS, and match its row in docs/alerts.md and its
-runbook header.
+(gpuhealth.exporter.catalog), recording rules of its own group evaluated before it (in a fleet group also a node group's
+record, which the shards forward, read by alerts with a `for`), `up` or ALERTS, and match its row in docs/alerts.md and
+its runbook header.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pytest
 import yaml
 from gpuhealth_training.metrics import EXPOSED_NAMES as TRAINING_METRICS
 
-from exporter.catalog import FAMILIES
-from exporter.probes.registry import filled_by
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.probes.registry import filled_by
 from tests.support import paths, rule_sets
 from tests.support.promql_names import metric_names
 
@@ -73,8 +73,9 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _remediator_metrics() -> set[str]:
-    """The remediator's own series (remediator/metrics.py): the job-reliability rules read its workload metrics."""
-    from remediator.metrics import Metrics
+    """The remediator's own series (gpuhealth/remediator/metrics.py): the job-reliability rules read its workload
+    metrics."""
+    from gpuhealth.remediator.metrics import Metrics
 
     return {f"{f.name}_total" if f.type == "counter" else f.name for f in Metrics().registry.collect()}
 
@@ -200,7 +201,7 @@ def test_unknown_metric_is_rejected() -> None:
 def test_expression_uses_only_known_metrics(rule: dict[str, Any]) -> None:
     unknown = sorted(n for n in metric_names(rule["expr"]) if not _known_metric(n))
     name = rule.get("alert") or rule["record"]
-    assert not unknown, f"{name}: metrics neither in exporter.catalog nor recorded: {unknown}"
+    assert not unknown, f"{name}: metrics neither in gpuhealth.exporter.catalog nor recorded: {unknown}"
 
 
 def test_health_inputs_never_read_cordon_state() -> None:

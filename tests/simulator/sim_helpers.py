@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from functools import cache
 
-from remediator.policy import Policy
-from simulator.cli import simulate
-from simulator.detection import Pipeline, load_pipeline
-from simulator.results import RunResult
-from simulator.scenario import Scenario, parse_scenario
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.simulator.cli import simulate
+from gpuhealth.simulator.detection import Pipeline, load_pipeline
+from gpuhealth.simulator.results import RunResult
+from gpuhealth.simulator.scenario import Scenario, parse_scenario
 
 
 @cache

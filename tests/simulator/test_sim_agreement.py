@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from remediator.policy import Policy
-from simulator.results import ettr_closed_form, ettr_renewal, poisson_interval
-from simulator.scenario import load_scenario, parse_scenario
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.simulator.results import ettr_closed_form, ettr_renewal, poisson_interval
+from gpuhealth.simulator.scenario import load_scenario, parse_scenario
 from tests.simulator.sim_helpers import model_job, pipeline, run
 
 DAY = 86400.0
@@ -89,7 +89,7 @@ def test_llama3_interruptions_by_cause_within_the_papers_poisson_interval() -> N
     sc = replace(load_scenario("llama3"), small=None)
     results = run(sc, runs=3)
     counts = [next(iter(r.interruptions.values())) for r in results]
-    from simulator.failure_data import llama3_counts
+    from gpuhealth.simulator.failure_data import llama3_counts
 
     paper = llama3_counts()
     total = statistics.fmean(sum(c.values()) for c in counts)

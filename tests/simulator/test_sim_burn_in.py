@@ -1,15 +1,15 @@
-"""Burn-in of new nodes in the simulation (simulator/burn_in.py; the remediator's decide/burn_in.py, run as it is):
-with the NodePool's startup taint (`fleet.burn_in`), a new node is held out of work until the diagnostic passes, so a
-faulty new node is caught before its first job, within the diagnostic's coverage; without it, the first job meets
+"""Burn-in of new nodes in the simulation (gpuhealth/simulator/burn_in.py; the remediator's decide/burn_in.py, run as it
+is): with the NodePool's startup taint (`fleet.burn_in`), a new node is held out of work until the diagnostic passes, so
+a faulty new node is caught before its first job, within the diagnostic's coverage; without it, the first job meets
 the fault. The time in burn-in is counted apart, not as time out of service."""
 
 from __future__ import annotations
 
 from functools import cache
 
-from remediator.policy import parse_policy
-from simulator.results import RunResult
-from simulator.scenario import parse_scenario
+from gpuhealth.remediator.policy import parse_policy
+from gpuhealth.simulator.results import RunResult
+from gpuhealth.simulator.scenario import parse_scenario
 from tests.simulator.sim_helpers import run
 
 # every new node arrives with a dead GPU; its alert sees half of them (the rest only a job or the diagnostic finds)

@@ -1,5 +1,5 @@
 """Jobs against Kokolis et al. (HPCA 2025, "Revisiting Reliability in Large-Scale Machine Learning Research
-Clusters"; simulator/data/meta_rsc_kokolis.csv): on an RSC-1-like fleet, the infrastructure's failure rate r_f
+Clusters"; gpuhealth/simulator/data/meta_rsc_kokolis.csv): on an RSC-1-like fleet, the infrastructure's failure rate r_f
 (6.50 per 1,000 node-days) and the all-cause 7.9 h MTTF of 1,024-GPU jobs (Fig. 7) both come out of the model,
 and the 512+-GPU job failure rate before lemon-node removal (14%). The published 4% after removal does NOT come out
 of it (docs/simulation.md, "Calibration of jobs"): that test pins the model's figure, so a better lemon model
@@ -15,12 +15,12 @@ runs give 15.2% [14.2%, 16.2%] failing over seeds 1-3 (17.1% with seed 1 alone) 
 
 from __future__ import annotations
 
-from remediator.policy import Policy, parse_policy
-from simulator.engine import Simulation
-from simulator.failure_data import rsc_rates
-from simulator.jobs.outcomes import SizeTally
-from simulator.results import poisson_interval
-from simulator.scenario import Scenario, parse_scenario
+from gpuhealth.remediator.policy import Policy, parse_policy
+from gpuhealth.simulator.engine import Simulation
+from gpuhealth.simulator.failure_data import rsc_rates
+from gpuhealth.simulator.jobs.outcomes import SizeTally
+from gpuhealth.simulator.results import poisson_interval
+from gpuhealth.simulator.scenario import Scenario, parse_scenario
 from tests.simulator.sim_helpers import pipeline, run
 
 FIG7_MTTF_1024_H = 7.9  # Kokolis Fig. 7 (meta_rsc_kokolis.csv mttf_1024gpu_jobs_empirical)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from gpuhealth.simulator.cli import main
 from tests.support import process_tree
 
 SMALL = ["--nodes", "120", "--days", "10", "--runs", "2"]
@@ -96,8 +96,8 @@ def test_bad_inputs_exit_2_with_file_and_line(tmp_path: Path, capsys: pytest.Cap
 def test_a_reader_that_stops_early_is_not_an_error() -> None:
     """`gpuhealth-sim run ... | head -1`: the closed pipe ends the program quietly, with status 0."""
     read, write = os.pipe()
-    proc = process_tree.spawn([sys.executable, "-m", "simulator.cli", "run", "rsc2", "--days", "2", "--runs", "1",
-                             "--nodes", "50"], stdout=write, stderr=subprocess.PIPE)
+    proc = process_tree.spawn([sys.executable, "-m", "gpuhealth.simulator.cli", "run", "rsc2", "--days", "2",
+                               "--runs", "1", "--nodes", "50"], stdout=write, stderr=subprocess.PIPE)
     os.close(write)
     os.close(read)  # the reader is gone before the first line
     _, err = proc.communicate(timeout=60)

@@ -6,7 +6,7 @@ import random
 import shutil
 from pathlib import Path
 
-from simulator.detection import load_pipeline, load_rules, serve_default_interval
+from gpuhealth.simulator.detection import load_pipeline, load_rules, serve_default_interval
 from tests.support import paths
 
 REPO = paths.REPO

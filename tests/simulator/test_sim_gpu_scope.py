@@ -4,8 +4,8 @@ reported."""
 
 from __future__ import annotations
 
-from remediator.policy import parse_policy
-from simulator.scenario import parse_scenario
+from gpuhealth.remediator.policy import parse_policy
+from gpuhealth.simulator.scenario import parse_scenario
 from tests.simulator.sim_helpers import run
 
 

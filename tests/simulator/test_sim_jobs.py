@@ -10,11 +10,11 @@ import statistics
 from dataclasses import replace
 from functools import cache
 
-from remediator.policy import Policy, parse_policy
-from simulator.engine import Simulation
-from simulator.peers import NONE
-from simulator.results import RunResult, run_figures
-from simulator.scenario import Scenario, parse_scenario
+from gpuhealth.remediator.policy import Policy, parse_policy
+from gpuhealth.simulator.engine import Simulation
+from gpuhealth.simulator.peers import NONE
+from gpuhealth.simulator.results import RunResult, run_figures
+from gpuhealth.simulator.scenario import Scenario, parse_scenario
 from tests.simulator.sim_helpers import pipeline, run
 
 CLASSIFIER_ON = parse_policy("alertmanager: {url: none}\nworkloads: {enabled: true, namespaces: [jobs]}\n")

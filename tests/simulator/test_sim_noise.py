@@ -1,13 +1,13 @@
-"""Detection that is not perfect (simulator/noise.py): a fault its alert misses is found only by jobs and people, a
-false positive raises an alert on a healthy node and the remediator's own decisions act on it, a flapping alert
-resolves and fires again. Each side of each threshold, on seeded runs."""
+"""Detection that is not perfect (gpuhealth/simulator/noise.py): a fault its alert misses is found only by jobs and
+people, a false positive raises an alert on a healthy node and the remediator's own decisions act on it, a flapping
+alert resolves and fires again. Each side of each threshold, on seeded runs."""
 
 from __future__ import annotations
 
-from remediator.policy import parse_policy
-from simulator.failure_data import Cause, DetectionModel
-from simulator.noise import seen_by
-from simulator.scenario import parse_scenario
+from gpuhealth.remediator.policy import parse_policy
+from gpuhealth.simulator.failure_data import Cause, DetectionModel
+from gpuhealth.simulator.noise import seen_by
+from gpuhealth.simulator.scenario import parse_scenario
 from tests.simulator.sim_helpers import run
 
 

@@ -1,6 +1,6 @@
-"""The peers on the same fault traces (simulator/peers.py): no automated remediation (people only), and Karpenter's
-node repair alone (the EKS agent's conditions, their tolerations, the 20% guard), and what each did in the run's
-figures."""
+"""The peers on the same fault traces (gpuhealth/simulator/peers.py): no automated remediation (people only), and
+Karpenter's node repair alone (the EKS agent's conditions, their tolerations, the 20% guard), and what each did in the
+run's figures."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from remediator.policy import Policy
-from simulator.cli import main
-from simulator.engine import Simulation
-from simulator.fleet import SimNode
-from simulator.peers import KARPENTER, NONE, Karpenter
-from simulator.remediation import to_seconds
-from simulator.scenario import Scenario, parse_scenario
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.simulator.cli import main
+from gpuhealth.simulator.engine import Simulation
+from gpuhealth.simulator.fleet import SimNode
+from gpuhealth.simulator.peers import KARPENTER, NONE, Karpenter
+from gpuhealth.simulator.remediation import to_seconds
+from gpuhealth.simulator.scenario import Scenario, parse_scenario
 from tests.simulator.sim_helpers import pipeline, run
 
 _XID = "GPU fault: {alert: GPUXidFatal, scope: gpu, job: crash, kind: hardware, fixed_by: {reboot: 1.0}}"

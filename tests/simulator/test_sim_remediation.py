@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from remediator.policy import BudgetSettings, Policy, Quota, ReturnToServiceSettings, parse_policy
-from simulator.fleet import Fault, SimNode
-from simulator.scenario import parse_scenario
+from gpuhealth.remediator.policy import BudgetSettings, Policy, Quota, ReturnToServiceSettings, parse_policy
+from gpuhealth.simulator.fleet import Fault, SimNode
+from gpuhealth.simulator.scenario import parse_scenario
 from tests.simulator.sim_helpers import run
 
 

@@ -1,10 +1,10 @@
 """Replacement is neither free nor perfect: a finite spare pool per node pool (a replacement waits for one, out of
-service), new nodes that arrive faulty, and a swap that fixes only what is in the node (simulator/spares.py,
+service), new nodes that arrive faulty, and a swap that fixes only what is in the node (gpuhealth/simulator/spares.py,
 cluster.py's replace_node and node_arrives)."""
 
 from __future__ import annotations
 
-from simulator.scenario import parse_scenario
+from gpuhealth.simulator.scenario import parse_scenario
 from tests.simulator.sim_helpers import run
 
 _DEAD = "Dead GPU: {alert: GPUXidFatal, scope: gpu, job: crash, kind: hardware, fixed_by: {replace: 1.0}}"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from remediator.policy.keys import Derived, Section, key_of, yaml_of
-from simulator.detection import load_rules
-from simulator.failure_data import Cause
-from simulator.scenario import ScenarioError, check_alerts, load_scenario, parse_scenario, shipped_scenarios
-from simulator.scenario_file import ScenarioFile
-from simulator.scenario_parts import LemonModel, RungModel, SmallJobSpec, SwitchModel, TrainingJobSpec
+from gpuhealth.remediator.policy.keys import Derived, Section, key_of, yaml_of
+from gpuhealth.simulator.detection import load_rules
+from gpuhealth.simulator.failure_data import Cause
+from gpuhealth.simulator.scenario import ScenarioError, check_alerts, load_scenario, parse_scenario, shipped_scenarios
+from gpuhealth.simulator.scenario_file import ScenarioFile
+from gpuhealth.simulator.scenario_parts import LemonModel, RungModel, SmallJobSpec, SwitchModel, TrainingJobSpec
 from tests.support import paths
 
 REPO = paths.REPO

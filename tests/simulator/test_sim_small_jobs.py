@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from remediator.policy import Policy, parse_policy
-from simulator.detection import load_pipeline
-from simulator.engine import Simulation
-from simulator.overrides import Overrides, apply
-from simulator.scenario import load_scenario, parse_scenario
+from gpuhealth.remediator.policy import Policy, parse_policy
+from gpuhealth.simulator.detection import load_pipeline
+from gpuhealth.simulator.engine import Simulation
+from gpuhealth.simulator.overrides import Overrides, apply
+from gpuhealth.simulator.scenario import load_scenario, parse_scenario
 
 # Tight budgets and a high failure rate keep training jobs waiting for nodes, so a small job that ends frees a node
 # into a preemption. With this seed the first such moment comes on day 2 (job 14299).

@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from remediator.policy import Policy, parse_policy
+from gpuhealth.remediator.policy import Policy, parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.apiserver.admission import Identity
 from tests.support.chart_render import NAMESPACE, render

@@ -15,12 +15,12 @@ from typing import Any
 
 from kubernetes import client
 
-from remediator.app import ServeConfig, create_app
-from remediator.clients.kube import Kube
-from remediator.decide.decision import Decision, NodePlan, SilenceCheck
-from remediator.decide.nodestate import STATE_ANNOTATION, NodeState
-from remediator.policy import Policy, parse_policy
-from remediator.service import Remediator
+from gpuhealth.remediator.app import ServeConfig, create_app
+from gpuhealth.remediator.clients.kube import Kube
+from gpuhealth.remediator.decide.decision import Decision, NodePlan, SilenceCheck
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, NodeState
+from gpuhealth.remediator.policy import Policy, parse_policy
+from gpuhealth.remediator.service import Remediator
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac, paths
 

@@ -1,1 +1,1 @@
-../../../remediator/act/templates/diagnose_collect.sh
+../../../gpuhealth/remediator/act/templates/diagnose_collect.sh

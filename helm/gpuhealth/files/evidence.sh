@@ -1,1 +1,1 @@
-../../../remediator/act/templates/evidence.sh
+../../../gpuhealth/remediator/act/templates/evidence.sh

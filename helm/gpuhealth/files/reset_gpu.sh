@@ -1,1 +1,1 @@
-../../../remediator/act/templates/reset_gpu.sh
+../../../gpuhealth/remediator/act/templates/reset_gpu.sh

@@ -1,6 +1,6 @@
 """gpuhealth-diagnose, the diagnostic Job's judge: real tool outputs (tests/fixtures/dcgm, tests/fixtures/nccl, the p4d
 sysfs tree) laid out as the Job's collect step writes them, judged by the console script's main, read back through the
-contract the remediator reads (gpuhealth_contract/diagnosis.py)."""
+contract the remediator reads (gpuhealth/contract/diagnosis.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.diagnose.cli import main
-from exporter.diagnose.nccl import floor_for, parse_all_reduce
-from gpuhealth_contract.diagnosis import Check, DiagnosticReport
+from gpuhealth.contract.diagnosis import Check, DiagnosticReport
+from gpuhealth.exporter.diagnose.cli import main
+from gpuhealth.exporter.diagnose.nccl import floor_for, parse_all_reduce
 from tests.support import paths
 
 DCGM = paths.FIXTURES / "dcgm"

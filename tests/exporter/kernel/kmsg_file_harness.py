@@ -8,8 +8,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from exporter.kernel.probe import KmsgProbe
-from exporter.samples import ProbeResult
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.samples import ProbeResult
 
 
 def settled_copy(source: Path, directory: Path) -> Path:

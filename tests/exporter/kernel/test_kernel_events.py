@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kernel.patterns import KernelEventMatcher, PatternError, load_patterns
-from exporter.kernel.records import iter_text_records
+from gpuhealth.exporter.kernel.patterns import KernelEventMatcher, PatternError, load_patterns
+from gpuhealth.exporter.kernel.records import iter_text_records
 
 # One row per record of tests/fixtures/kmsg/samples.txt, in order: (kind, the fields that matter).
 EXPECTED_SAMPLES: list[tuple[str | None, dict[str, str]]] = [
@@ -150,7 +150,7 @@ def test_every_shipped_pattern_is_anchored_at_the_start_of_the_kernel_message() 
 
 # --- the node condition each pattern sets (`condition:`) ---
 
-# What exporter/conditions.py decided in code before the patterns named their condition: every Xid (the
+# What gpuhealth/exporter/conditions.py decided in code before the patterns named their condition: every Xid (the
 # fatal ones) the GPU condition, every SXid (the fatal ones) NVLink's, and these events.
 _EVENT_CONDITIONS_IN_CODE = {
     "nvlink_error": "GpuhealthNVLinkHealthy", "efa_error": "GpuhealthEFAHealthy",

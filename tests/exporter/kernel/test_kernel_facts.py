@@ -1,5 +1,5 @@
 """The kmsg probe's typed facts (KernelFacts), the state file that carries them across restarts, and the
-event grouping between a pattern match and a count: the seams between exporter/kernel/ and the conditions."""
+event grouping between a pattern match and a count: the seams between gpuhealth/exporter/kernel/ and the conditions."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import json
 import time
 from pathlib import Path
 
-from exporter.collector import Expectations
-from exporter.conditions import evaluate
-from exporter.kernel.events import EventGrouper
-from exporter.kernel.patterns import Match
-from exporter.kernel.probe import KmsgProbe
-from exporter.kernel.records import KernelRecord
-from exporter.kernel.sources import FileSource
-from exporter.kernel.state import Saved, StateFile
-from exporter.runner import ProbeRunner
-from exporter.samples import KernelFault, RecoveryAction
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.collector import Expectations
+from gpuhealth.exporter.conditions import evaluate
+from gpuhealth.exporter.kernel.events import EventGrouper
+from gpuhealth.exporter.kernel.patterns import Match
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.kernel.records import KernelRecord
+from gpuhealth.exporter.kernel.sources import FileSource
+from gpuhealth.exporter.kernel.state import Saved, StateFile
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.samples import KernelFault, RecoveryAction
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.exporter.kernel.kmsg_file_harness import file_probe
 
 GPU, NVLINK, KERNEL = "GpuhealthGPUHealthy", "GpuhealthNVLinkHealthy", "GpuhealthKernelHealthy"

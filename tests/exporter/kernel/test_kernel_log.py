@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.kernel.records import iter_text_records, parse_kmsg_record
+from gpuhealth.exporter.kernel.records import iter_text_records, parse_kmsg_record
 
 
 def test_kmsg_record_keeps_sequence_time_and_kernel_facility() -> None:

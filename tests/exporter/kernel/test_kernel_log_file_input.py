@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from exporter.catalog import FAMILIES
-from exporter.kernel.probe import KmsgProbe
-from exporter.runner import ProbeRunner
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.exporter.kernel.kmsg_file_harness import file_probe, settle, total, xids
 
 XID79 = "[ 100.000001] NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from exporter.catalog import FAMILIES
-from exporter.samples import ProbeResult
-from gpuhealth_contract.pci import normalize_bus_id
+from gpuhealth.contract.pci import normalize_bus_id
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.samples import ProbeResult
 from tests.exporter.kernel.kmsg_file_harness import event_totals, file_probe, settled_copy, total, xids
 from tests.support import paths
 

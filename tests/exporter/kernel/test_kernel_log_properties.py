@@ -10,11 +10,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.catalog import FAMILIES
-from exporter.kernel.patterns import KernelEventMatcher
-from exporter.kernel.probe import KmsgProbe
-from exporter.kernel.records import iter_text_records, parse_kmsg_record
-from exporter.probes.base import BAD_OUTPUT, ProbeError
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.kernel.patterns import KernelEventMatcher
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.kernel.records import iter_text_records, parse_kmsg_record
+from gpuhealth.exporter.probes.base import BAD_OUTPUT, ProbeError
 from tests.support import paths
 
 MATCHER = KernelEventMatcher()

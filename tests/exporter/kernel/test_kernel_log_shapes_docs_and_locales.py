@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.samples import ProbeResult
+from gpuhealth.exporter.samples import ProbeResult
 from tests.exporter.kernel.kmsg_file_harness import file_probe, settle, settled_copy, total, xids
 from tests.exporter.kernel.test_kernel_log_task_names import TASK_NAME_LINES
 from tests.support import paths

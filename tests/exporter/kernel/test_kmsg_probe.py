@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from exporter.kernel.probe import KmsgProbe
-from exporter.probes.base import NOT_FOUND, ProbeError
-from exporter.runner import validate
-from exporter.samples import ProbeResult
+from gpuhealth.exporter.kernel.probe import KmsgProbe
+from gpuhealth.exporter.probes.base import NOT_FOUND, ProbeError
+from gpuhealth.exporter.runner import validate
+from gpuhealth.exporter.samples import ProbeResult
 
 
 def values(result: ProbeResult, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -258,8 +258,8 @@ def test_one_gpu_falling_off_the_bus_reported_in_two_shapes_counts_once(tmp_path
 def test_a_log_that_blocks_forever_is_a_timeout_not_a_hung_exporter(tmp_path: Path) -> None:
     import time
 
-    from exporter.runner import ProbeRunner
-    from exporter.snapshot import Snapshot
+    from gpuhealth.exporter.runner import ProbeRunner
+    from gpuhealth.exporter.snapshot import Snapshot
 
     fifo = tmp_path / "kmsg.fifo"
     os.mkfifo(fifo)  # opening it for reading blocks until a writer comes: none will
@@ -278,7 +278,7 @@ def test_a_log_that_blocks_forever_is_a_timeout_not_a_hung_exporter(tmp_path: Pa
 
 class FakeKmsgDevice:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import exporter.kernel.sources as sources
+        import gpuhealth.exporter.kernel.sources as sources
 
         self.records: list[str] = []
         self.first = 0  # index of the oldest record still in the ring

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
-from exporter.kernel.prefilter import gate, required_literals
-from exporter.kernel.records import iter_text_records
+from gpuhealth.exporter.kernel.patterns import KernelEventMatcher, Pattern, load_patterns
+from gpuhealth.exporter.kernel.prefilter import gate, required_literals
+from gpuhealth.exporter.kernel.records import iter_text_records
 from tests.support import paths
 
 PATTERNS = load_patterns()

@@ -18,11 +18,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import Expectations, GpuhealthCollector
-from exporter.config import ConfigError, load_file
-from exporter.kubelet import api_pb2
-from exporter.kubelet.allocations import resolve
-from exporter.kubelet.client import (
+from gpuhealth.exporter.collector import Expectations, GpuhealthCollector
+from gpuhealth.exporter.config import ConfigError, load_file
+from gpuhealth.exporter.kubelet import api_pb2
+from gpuhealth.exporter.kubelet.allocations import resolve
+from gpuhealth.exporter.kubelet.client import (
     DRA_GPU_CLAIMS,
     ERROR,
     NO_DEVICE_PLUGIN_GPUS,
@@ -30,11 +30,11 @@ from exporter.kubelet.client import (
     NOT_A_SOCKET,
     TIMEOUT,
 )
-from exporter.kubelet.reader import STALE, PodResourcesReader
-from exporter.probes.nvml import NvmlProbe
-from exporter.runner import ProbeRunner
-from exporter.samples import GpuIdentity
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.kubelet.reader import STALE, PodResourcesReader
+from gpuhealth.exporter.probes.nvml import NvmlProbe
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.samples import GpuIdentity
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.fakes.kubelet_podresources import (
     MIG_UUID,
     FakeKubelet,

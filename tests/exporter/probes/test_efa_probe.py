@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.catalog import FAMILIES
-from exporter.probes import efa
-from exporter.probes.base import BAD_OUTPUT, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
-from exporter.probes.efa import DEFAULT_COUNTERS, EfaProbe, counter_selection
-from exporter.probes.registry import BY_NAME
-from exporter.samples import ProbeResult, Sample
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.probes import efa
+from gpuhealth.exporter.probes.base import BAD_OUTPUT, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
+from gpuhealth.exporter.probes.efa import DEFAULT_COUNTERS, EfaProbe, counter_selection
+from gpuhealth.exporter.probes.registry import BY_NAME
+from gpuhealth.exporter.samples import ProbeResult, Sample
 from tests.support import paths
 from tests.support.sysfs_tree import (
     DEVICE_COUNTERS,
@@ -286,8 +286,8 @@ def test_unreadable_counter_is_permission_denied(tmp_path: Path) -> None:
         shutil.copytree(code / "exporter", base / "code" / "exporter")
         path = counter_file(base, "rdmap0s31", "retrans_bytes")
         path.chmod(0)
-        script = ("import sys; sys.path.insert(0, sys.argv[2]); from exporter.probes.efa import EfaProbe\n"
-                  "from exporter.probes.base import ProbeError\n"
+        script = ("import sys; sys.path.insert(0, sys.argv[2]); from gpuhealth.exporter.probes.efa import EfaProbe\n"
+                  "from gpuhealth.exporter.probes.base import ProbeError\n"
                   "try:\n    EfaProbe(sys.argv[1]).collect(5)\nexcept ProbeError as e:\n"
                   "    print(e.reason); print(e.message)\n")
         prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if as_root else []

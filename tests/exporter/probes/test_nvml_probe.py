@@ -9,11 +9,11 @@ import threading
 import pynvml
 import pytest
 
-from exporter.catalog import FAMILIES
-from exporter.probes.base import ERROR, MISSING_TOOL, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
-from exporter.probes.nvml import NvmlProbe
-from exporter.probes.registry import BY_NAME
-from exporter.samples import GpuIdentity, ProbeResult, Sample
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.probes.base import ERROR, MISSING_TOOL, NOT_FOUND, PERMISSION_DENIED, TIMEOUT, ProbeError
+from gpuhealth.exporter.probes.nvml import NvmlProbe
+from gpuhealth.exporter.probes.registry import BY_NAME
+from gpuhealth.exporter.samples import GpuIdentity, ProbeResult, Sample
 from tests.fakes.nvml import P5_BUS_IDS, FakeGpu, FakeMig, FakeNvml, p5_fleet, uuid_of
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter import catalog, cli, collector, conditions
-from exporter.condition_types import EFA, FAULTS, GPU, KERNEL, NVLINK
-from exporter.config import DEFAULT_PROBES, Settings
-from exporter.probes.registry import BY_NAME, PROBES, ProbeSettings, feeding, filled_by
+from gpuhealth.exporter import catalog, cli, collector, conditions
+from gpuhealth.exporter.condition_types import EFA, FAULTS, GPU, KERNEL, NVLINK
+from gpuhealth.exporter.config import DEFAULT_PROBES, Settings
+from gpuhealth.exporter.probes.registry import BY_NAME, PROBES, ProbeSettings, feeding, filled_by
 
 
 def test_the_probes_and_their_config_sections_are_as_the_config_format_has_them() -> None:
@@ -36,7 +36,7 @@ def test_each_entry_builds_the_probe_it_names_without_touching_hardware(tmp_path
 def test_every_family_is_filled_by_a_registered_probe_or_by_the_exporter_itself() -> None:
     by_probes = {f.name for spec in PROBES for f in spec.families}
     assert by_probes <= set(catalog.FAMILIES)
-    # The exporter's own, and the kubelet's pod-resources read (exporter/kubelet/: no probe, no probe metrics)
+    # The exporter's own, and the kubelet's pod-resources read (gpuhealth/exporter/kubelet/: no probe, no probe metrics)
     assert set(catalog.FAMILIES) - by_probes == {f.name for f in (*catalog.EXPORTER, *catalog.POD_RESOURCES)}
     assert filled_by("gpuhealth_gpu_info") == ("nvml", "dcgm_exporter")
     assert filled_by("gpuhealth_xid_errors") == ("kmsg",)

@@ -66,7 +66,7 @@ def exporter(tmp_path: Path, dcgmi: str, deadline: float) -> Iterator[tuple[subp
     config = tmp_path / "exporter.yaml"
     config.write_text(f"probes:\n  dcgm: {{interval: 1, deadline: {deadline}}}\n")
     proc = process_tree.spawn(
-        [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", "--config", str(config),
+        [sys.executable, "-m", "gpuhealth.exporter", "--listen", f"127.0.0.1:{port}", "--config", str(config),
          "--no-conditions", "--no-pod-resources", "--disable", "kmsg,nvml,diag,efa", "--dcgmi", dcgmi],
         # Not run from the checkout: the code imported is the installed one, or the one on PYTHONPATH.
         cwd=tmp_path, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "NODE_NAME": ""})

@@ -21,12 +21,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import Expectations, GpuhealthCollector
-from exporter.probes.base import OUTPUT_TOO_LARGE, REASONS, TIMEOUT, ProbeError
-from exporter.probes.dcgm import DcgmDiagProbe, DcgmHealthProbe
-from exporter.probes.tools import run_command
-from exporter.runner import ProbeRunner
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.collector import Expectations, GpuhealthCollector
+from gpuhealth.exporter.probes.base import OUTPUT_TOO_LARGE, REASONS, TIMEOUT, ProbeError
+from gpuhealth.exporter.probes.dcgm import DcgmDiagProbe, DcgmHealthProbe
+from gpuhealth.exporter.probes.tools import run_command
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.exporter.probes.live_processes import with_argv_word as with_marker
 from tests.support import paths, process_tree
 from tests.support.polling import wait_for
@@ -162,7 +162,7 @@ def serve(tmp_path: Path, dcgmi: str) -> Iterator[tuple[subprocess.Popen[str], i
     config = tmp_path / "exporter.yaml"
     config.write_text("probes:\n  dcgm: {interval: 1, deadline: 30}\n")
     proc = process_tree.spawn(
-        [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", "--config", str(config),
+        [sys.executable, "-m", "gpuhealth.exporter", "--listen", f"127.0.0.1:{port}", "--config", str(config),
          "--no-conditions", "--disable", "kmsg,nvml,diag,efa", "--dcgmi", dcgmi],
         cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "NODE_NAME": ""})
     try:

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
-from remediator.act.diagnose_job import attach_diagnosis, render_diagnose_job
-from remediator.act.node_jobs import job_records
-from remediator.clients.fleet_cache import slim_pod
-from remediator.clients.kube import Kube
-from remediator.decide.diagnosis import Diagnosis, Provisioned, diagnosis_job_name, provisioned
-from remediator.decide.job_start import MISSING
-from remediator.decide.views import node_view
-from remediator.decide.vocabulary import Purpose
-from remediator.policy import parse_policy
+from gpuhealth.contract.diagnosis import Check, DiagnosticReport, Failure
+from gpuhealth.remediator.act.diagnose_job import attach_diagnosis, render_diagnose_job
+from gpuhealth.remediator.act.node_jobs import job_records
+from gpuhealth.remediator.clients.fleet_cache import slim_pod
+from gpuhealth.remediator.clients.kube import Kube
+from gpuhealth.remediator.decide.diagnosis import Diagnosis, Provisioned, diagnosis_job_name, provisioned
+from gpuhealth.remediator.decide.job_start import MISSING
+from gpuhealth.remediator.decide.views import node_view
+from gpuhealth.remediator.decide.vocabulary import Purpose
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.remediator_harness import T0

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from remediator.act.node_jobs import render_job
-from remediator.policy import PolicyError, load_policy, parse_policy
+from gpuhealth.remediator.act.node_jobs import render_job
+from gpuhealth.remediator.policy import PolicyError, load_policy, parse_policy
 from tests.support.chart_render import render
 
 JOBS = """

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from remediator.decide.nodestate import STATE_ANNOTATION, TAINT_KEY, NodeState
-from remediator.decide.vocabulary import DISRUPTIVE
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, TAINT_KEY, NodeState
+from gpuhealth.remediator.decide.vocabulary import DISRUPTIVE
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 

@@ -15,14 +15,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from remediator import cli
-from remediator.act.cleanup import CleanupOptions, CleanupReport, run_cleanup
-from remediator.clients.dry_run import DryRunKube
-from remediator.clients.kube import Kube
-from remediator.clients.leader import CLEANUP_ANNOTATION
-from remediator.decide.history import HISTORY_ANNOTATION
-from remediator.decide.node_patches import cordon_body
-from remediator.decide.nodestate import (
+from gpuhealth.remediator import cli
+from gpuhealth.remediator.act.cleanup import CleanupOptions, CleanupReport, run_cleanup
+from gpuhealth.remediator.clients.dry_run import DryRunKube
+from gpuhealth.remediator.clients.kube import Kube
+from gpuhealth.remediator.clients.leader import CLEANUP_ANNOTATION
+from gpuhealth.remediator.decide.history import HISTORY_ANNOTATION
+from gpuhealth.remediator.decide.node_patches import cordon_body
+from gpuhealth.remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
     HOLD_ANNOTATION,
     RESET_REQUEST_ANNOTATION,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remediator.cli import main
+from gpuhealth.remediator.cli import main
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.remediator_harness import Harness

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from remediator.decide.nodestate import STATE_ANNOTATION
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.dra_gpus import alert_gpu, dra_node
 from tests.remediator.real_remediator import ServeProcess

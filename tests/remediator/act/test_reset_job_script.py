@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from remediator.act.node_jobs import render_job
-from remediator.policy import Policy
+from gpuhealth.remediator.act.node_jobs import render_job
+from gpuhealth.remediator.policy import Policy
 
 GPU = "00000000:86:00.0"
 UUID = "GPU-8b1b4b1c-6a5f-2c3e-9f1d-4e2a7b9c0d11"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from remediator.clients.kube import Kube
-from remediator.clients.limited_client import is_lease, rate_limited
-from remediator.clients.rate_limit import TokenBucket
-from remediator.policy import PolicyError, parse_policy
+from gpuhealth.remediator.clients.kube import Kube
+from gpuhealth.remediator.clients.limited_client import is_lease, rate_limited
+from gpuhealth.remediator.clients.rate_limit import TokenBucket
+from gpuhealth.remediator.policy import PolicyError, parse_policy
 from tests.fakes.apiserver import FakeCluster
 
 

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.clients.kube import Kube
+from gpuhealth.remediator.clients.kube import Kube
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.dra_gpus import DRIVER, alert_gpu, dra_node
 from tests.support.remediator_harness import Harness
@@ -66,7 +66,7 @@ def test_the_pages_of_one_list_are_one_revision_whatever_changes_between_them(cl
             cluster.dra.add_claim("ns-0", "claim-late", [(DRIVER, "gpu-1", "gpu-0")], ["pod-late"])
         return api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims", **kw)
 
-    from remediator.clients.pager import list_pages
+    from gpuhealth.remediator.clients.pager import list_pages
 
     items, rv = list_pages(changing, 100)
     names = {c["metadata"]["name"] for c in items}
@@ -87,7 +87,7 @@ def test_an_expired_continue_token_starts_the_paged_list_again_from_its_first_pa
             cluster.compact()  # the first page's revision is gone: its token is 410 Expired
         return api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims", **kw)
 
-    from remediator.clients.pager import list_pages
+    from gpuhealth.remediator.clients.pager import list_pages
 
     items, _ = list_pages(compacting, 100)
     assert len(items) == 251 and "claim-late" in {c["metadata"]["name"] for c in items}  # one list, of now
@@ -179,7 +179,7 @@ def test_dra_in_v1beta1_without_device_taints_is_node_scope_and_says_why(cluster
 
 
 def test_at_rest_leftover_device_taints_are_swept_every_five_minutes_not_every_pass(cluster: FakeCluster) -> None:
-    from remediator.clients.device_taints import DeviceTaints
+    from gpuhealth.remediator.clients.device_taints import DeviceTaints
 
     _dra_fleet(cluster, 2)
     h = Harness(cluster, POLICY)

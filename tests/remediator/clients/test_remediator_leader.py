@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from remediator.app import config_from_env
-from remediator.clients.leader import leader_identity
-from remediator.decide.nodestate import HOLD_ANNOTATION
-from remediator.decide.vocabulary import DISRUPTIVE
+from gpuhealth.remediator.app import config_from_env
+from gpuhealth.remediator.clients.leader import leader_identity
+from gpuhealth.remediator.decide.nodestate import HOLD_ANNOTATION
+from gpuhealth.remediator.decide.vocabulary import DISRUPTIVE
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import T0, Harness
 
@@ -141,7 +141,7 @@ def test_dry_run_takes_no_part_in_leader_election(cluster: FakeCluster) -> None:
 
 
 def test_policy_rejects_a_lease_too_short_to_renew() -> None:
-    from remediator.policy import PolicyError, parse_policy
+    from gpuhealth.remediator.policy import PolicyError, parse_policy
 
     with pytest.raises(PolicyError, match="lease_duration"):
         parse_policy("leader: {lease_duration: 1s}")

@@ -10,12 +10,12 @@ from typing import Any
 
 from kubernetes import client
 
-from gpuhealth_contract.names import EXPORTER_CONDITION
-from remediator.clients.fleet_cache import node_metadata, slim_node, slim_pod
-from remediator.clients.kube import Kube
-from remediator.decide.diagnosis import provisioned
-from remediator.decide.node_patches import claim_do_not_disrupt, cordon_body, with_gpu_clients
-from remediator.decide.nodestate import (
+from gpuhealth.contract.names import EXPORTER_CONDITION
+from gpuhealth.remediator.clients.fleet_cache import node_metadata, slim_node, slim_pod
+from gpuhealth.remediator.clients.kube import Kube
+from gpuhealth.remediator.decide.diagnosis import provisioned
+from gpuhealth.remediator.decide.node_patches import claim_do_not_disrupt, cordon_body, with_gpu_clients
+from gpuhealth.remediator.decide.nodestate import (
     DO_NOT_DISRUPT_ANNOTATION,
     HOLD_ANNOTATION,
     STATE_ANNOTATION,
@@ -23,11 +23,11 @@ from remediator.decide.nodestate import (
     AlertRecord,
     NodeState,
 )
-from remediator.decide.state_records import Reset
-from remediator.decide.undo import undo_conditions, undo_node
-from remediator.decide.views import evictable_pods, gpu_work, node_view
-from remediator.decide.vocabulary import Rung, RungStatus
-from remediator.policy import parse_policy
+from gpuhealth.remediator.decide.state_records import Reset
+from gpuhealth.remediator.decide.undo import undo_conditions, undo_node
+from gpuhealth.remediator.decide.views import evictable_pods, gpu_work, node_view
+from gpuhealth.remediator.decide.vocabulary import Rung, RungStatus
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.apiserver.real_objects import json_size, real_node, real_pod
 

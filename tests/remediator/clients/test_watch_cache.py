@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediator.clients.fleet_cache import slim_pod
-from remediator.clients.pager import RESTARTS, list_pages
-from remediator.clients.watch_cache import WatchCache
+from gpuhealth.remediator.clients.fleet_cache import slim_pod
+from gpuhealth.remediator.clients.pager import RESTARTS, list_pages
+from gpuhealth.remediator.clients.watch_cache import WatchCache
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 

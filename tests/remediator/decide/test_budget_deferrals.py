@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from remediator.decide.plan import plan_from_json
-from remediator.decide.vocabulary import Deferral, Verdict
-from remediator.intake.webhook import parse_webhook
-from remediator.policy import parse_policy
+from gpuhealth.remediator.decide.plan import plan_from_json
+from gpuhealth.remediator.decide.vocabulary import Deferral, Verdict
+from gpuhealth.remediator.intake.webhook import parse_webhook
+from gpuhealth.remediator.policy import parse_policy
 from tests.support.remediator_harness import T0, webhook
 
 NOW = T0 + timedelta(seconds=30)

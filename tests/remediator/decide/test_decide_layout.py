@@ -1,17 +1,17 @@
 """The planner's shape (issue 36): each concern a module of plain functions over one node's draft and the pass's
-context, called in one visible order by ladder.decide_node; no class of remediator/decide inherits from another
-(a stack of mixins redirects steps through the method resolution order, so the code you read is not always the code
-that runs). TypedDicts, enums and exceptions aside: they are vocabulary, not steps."""
+context, called in one visible order by ladder.decide_node; no class of gpuhealth/remediator/decide inherits from
+another (a stack of mixins redirects steps through the method resolution order, so the code you read is not always the
+code that runs). TypedDicts, enums and exceptions aside: they are vocabulary, not steps."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 
-from remediator.decide import ladder
+from gpuhealth.remediator.decide import ladder
 from tests.support import paths
 
-DECIDE = paths.REPO / "remediator" / "decide"
+DECIDE = paths.REPO / "gpuhealth" / "remediator" / "decide"
 # the bases that make a class vocabulary rather than a step: a derived TypedDict, enum or exception may extend another
 VOCABULARY = {"TypedDict", "Enum", "StrEnum", "IntEnum", "Exception", "ValueError", "RuntimeError"}
 
@@ -21,7 +21,7 @@ def _name(base: ast.expr) -> str:
 
 
 def _classes() -> dict[str, tuple[str, list[str]]]:
-    """Every class of remediator/decide: its module and the names of its bases."""
+    """Every class of gpuhealth/remediator/decide: its module and the names of its bases."""
     found: dict[str, tuple[str, list[str]]] = {}
     for path in sorted(DECIDE.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

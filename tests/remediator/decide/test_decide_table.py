@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from remediator.decide.budget import Ledger
-from remediator.decide.decision import NodePlan
-from remediator.decide.ladder import decide
-from remediator.decide.nodestate import AlertRecord, NodeState
-from remediator.decide.views import NodeView, PodRef
-from remediator.decide.vocabulary import Rung, RungStatus
-from remediator.policy import Policy, parse_policy
+from gpuhealth.remediator.decide.budget import Ledger
+from gpuhealth.remediator.decide.decision import NodePlan
+from gpuhealth.remediator.decide.ladder import decide
+from gpuhealth.remediator.decide.nodestate import AlertRecord, NodeState
+from gpuhealth.remediator.decide.views import NodeView, PodRef
+from gpuhealth.remediator.decide.vocabulary import Rung, RungStatus
+from gpuhealth.remediator.policy import Policy, parse_policy
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
 POLICY = parse_policy("""

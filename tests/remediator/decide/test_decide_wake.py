@@ -1,5 +1,5 @@
-"""The ladder says when it next needs to decide (remediator/decide/wake.py), and its decision changes exactly then:
-not a second before. The fleet simulator sleeps until that time, so a time the ladder turns on that the wake does
+"""The ladder says when it next needs to decide (gpuhealth/remediator/decide/wake.py), and its decision changes exactly
+then: not a second before. The fleet simulator sleeps until that time, so a time the ladder turns on that the wake does
 not know would be a decision the simulator never makes. Pure decisions, no cluster."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from remediator.decide.decision import NodePlan
-from remediator.decide.nodestate import TAINT_EFFECT, TAINT_KEY, NodeState, record_alerts
-from remediator.decide.plan import evaluate
-from remediator.decide.views import node_view
-from remediator.decide.wake import next_decision
-from remediator.intake.webhook import parse_webhook
-from remediator.policy import parse_policy
+from gpuhealth.remediator.decide.decision import NodePlan
+from gpuhealth.remediator.decide.nodestate import TAINT_EFFECT, TAINT_KEY, NodeState, record_alerts
+from gpuhealth.remediator.decide.plan import evaluate
+from gpuhealth.remediator.decide.views import node_view
+from gpuhealth.remediator.decide.wake import next_decision
+from gpuhealth.remediator.intake.webhook import parse_webhook
+from gpuhealth.remediator.policy import parse_policy
 from tests.support.remediator_harness import T0, webhook
 
 POLICY = parse_policy("""

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from gpuhealth_contract.pci import short_bus_id
-from remediator.decide.devices import claim_index, devices_by_node
+from gpuhealth.contract.pci import short_bus_id
+from gpuhealth.remediator.decide.devices import claim_index, devices_by_node
 from tests.support import paths
 
 FIXTURES = paths.FIXTURES / "dra"

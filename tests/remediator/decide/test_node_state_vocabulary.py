@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from remediator.decide.nodestate import NodeState
-from remediator.decide.vocabulary import AlertStatus, Remediation, ResetPhase, Rung, RungStatus, Scope
+from gpuhealth.remediator.decide.nodestate import NodeState
+from gpuhealth.remediator.decide.vocabulary import AlertStatus, Remediation, ResetPhase, Rung, RungStatus, Scope
 
 WRITTEN = {"v": 3, "alerts": {}, "episode": "2026-12-02T10:00:00Z", "rung": "reset_gpu", "rung_status": "running",
            "rung_started": "2026-12-02T10:01:00Z", "scope": "gpu", "reset_phase": "stopping"}

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from remediator.decide.nodestate import AlertRecord, NodeState, record_alerts
-from remediator.decide.plan import evaluate
-from remediator.decide.views import build_views
-from remediator.decide.vocabulary import Action, Verdict
-from remediator.policy import Policy
+from gpuhealth.remediator.decide.nodestate import AlertRecord, NodeState, record_alerts
+from gpuhealth.remediator.decide.plan import evaluate
+from gpuhealth.remediator.decide.views import build_views
+from gpuhealth.remediator.decide.vocabulary import Action, Verdict
+from gpuhealth.remediator.policy import Policy
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediator.decide.nodestate import TAINT_KEY
-from remediator.decide.vocabulary import DISRUPTIVE
+from gpuhealth.remediator.decide.nodestate import TAINT_KEY
+from gpuhealth.remediator.decide.vocabulary import DISRUPTIVE
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 
@@ -118,7 +118,7 @@ def test_a_node_with_an_unreadable_state_counts_as_disrupted_and_is_left_alone(c
 
 
 def test_unknown_keys_in_alert_records_are_ignored() -> None:
-    from remediator.decide.nodestate import NodeState
+    from gpuhealth.remediator.decide.nodestate import NodeState
 
     text = ('{"v": 1, "episode": "2026-12-02T10:00:00Z", "future": 1, "alerts": {"fp": {"name": "A", '
             '"remediation": "cordon", "status": "firing", "starts_at": "2026-12-02T10:00:00Z", '

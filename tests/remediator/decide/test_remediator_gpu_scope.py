@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from remediator.decide.nodestate import TAINT_KEY
-from remediator.decide.state_records import GpuScope
-from remediator.decide.vocabulary import Deferral
+from gpuhealth.remediator.decide.nodestate import TAINT_KEY
+from gpuhealth.remediator.decide.state_records import GpuScope
+from gpuhealth.remediator.decide.vocabulary import Deferral
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.dra_gpus import DRIVER, alert_gpu, dra_node
 from tests.support.remediator_harness import Harness
@@ -238,7 +238,7 @@ def test_a_gpu_scope_state_is_version_2_and_an_unknown_scope_fails_closed() -> N
     import json
     from datetime import UTC, datetime
 
-    from remediator.decide.nodestate import NodeState
+    from gpuhealth.remediator.decide.nodestate import NodeState
 
     episode = datetime(2026, 12, 2, 10, tzinfo=UTC)
     gpu = NodeState(episode=episode, scope="gpu", gpu_scope=GpuScope(("gpu-1",)))
@@ -464,9 +464,9 @@ def test_an_alert_records_its_mig_device_and_a_state_from_before_mig_still_reads
     import dataclasses
     import json
 
-    from remediator.decide.nodestate import NodeState
-    from remediator.intake.webhook import parse_webhook
-    from remediator.policy import Policy
+    from gpuhealth.remediator.decide.nodestate import NodeState
+    from gpuhealth.remediator.intake.webhook import parse_webhook
+    from gpuhealth.remediator.policy import Policy
     from tests.support.remediator_harness import webhook
 
     uuid = "MIG-8aa1fc52-9818-58ec-bc64-8f0cae121bb4"

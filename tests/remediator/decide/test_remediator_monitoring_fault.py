@@ -1,5 +1,5 @@
 """Monitoring faults: gpuhealth's own alerts on many nodes of a pool at once start no node action (policy
-monitoring_fault, remediator/decide/monitoring_fault.py); on one node they fail closed as before."""
+monitoring_fault, gpuhealth/remediator/decide/monitoring_fault.py); on one node they fail closed as before."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from remediator.cli import main
-from remediator.decide.nodestate import TAINT_KEY
-from remediator.policy import PolicyError, parse_policy
+from gpuhealth.remediator.cli import main
+from gpuhealth.remediator.decide.nodestate import TAINT_KEY
+from gpuhealth.remediator.policy import PolicyError, parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.gpu_operator import PAUSED, deploy_labels, operator_node
 from tests.support.remediator_harness import T0, Harness, webhook
@@ -200,7 +200,7 @@ def test_plan_shows_a_monitoring_fault(tmp_path: Path, cluster: FakeCluster,
 
 
 def test_the_policy_names_the_share_the_node_count_and_the_alerts() -> None:
-    from remediator.policy import MonitoringFaultSettings
+    from gpuhealth.remediator.policy import MonitoringFaultSettings
 
     assert parse_policy("").monitoring_fault == MonitoringFaultSettings(
         20.0, 3, (FAILING, "GpuhealthProbeStale", "GpuhealthExporterDown", "GpuhealthExporterTargetMissing"))

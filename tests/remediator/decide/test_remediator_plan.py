@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remediator.cli import main
+from gpuhealth.remediator.cli import main
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import FIXTURES, T0, Harness, webhook
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediator.decide.do_not_disrupt import go_duration, go_duration_ns, protects
+from gpuhealth.remediator.decide.do_not_disrupt import go_duration, go_duration_ns, protects
 from tests.fakes.apiserver import FakeCluster, Obj
 from tests.support.remediator_harness import Harness
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
-from remediator.policy import PolicyError, parse_policy
+from gpuhealth.remediator.decide.nodestate import RESET_REQUEST_ANNOTATION
+from gpuhealth.remediator.policy import PolicyError, parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.gpu_operator import (
     OPERAND_PODS,

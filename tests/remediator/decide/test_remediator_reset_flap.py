@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, TAINT_KEY
-from remediator.decide.vocabulary import Scope
+from gpuhealth.remediator.decide.nodestate import RESET_REQUEST_ANNOTATION, TAINT_KEY
+from gpuhealth.remediator.decide.vocabulary import Scope
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.gpu_operator import OPERAND_PODS, PAUSED, deploy_labels, label, operator_node, start_operand_pods
 from tests.remediator.dra_gpus import alert_gpu, dra_node

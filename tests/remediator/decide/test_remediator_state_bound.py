@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from remediator.decide.nodestate import (
+from gpuhealth.remediator.decide.nodestate import (
     MAX_ALERT_RECORDS,
     MAX_STATE_BYTES,
     STATE_ANNOTATION,

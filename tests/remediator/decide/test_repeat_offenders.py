@@ -11,23 +11,23 @@ from typing import Any
 
 import pytest
 
-from remediator.decide.budget import Ledger
-from remediator.decide.decision import NodePlan
-from remediator.decide.devices import Device, NodeDevices
-from remediator.decide.event_reasons import EventReason
-from remediator.decide.history import (
+from gpuhealth.remediator.decide.budget import Ledger
+from gpuhealth.remediator.decide.decision import NodePlan
+from gpuhealth.remediator.decide.devices import Device, NodeDevices
+from gpuhealth.remediator.decide.event_reasons import EventReason
+from gpuhealth.remediator.decide.history import (
     HISTORY_ANNOTATION,
     MAX_HISTORY_BYTES,
     Episode,
     history_json,
     read_history,
 )
-from remediator.decide.ladder import decide
-from remediator.decide.nodestate import AlertRecord, NodeState
-from remediator.decide.undo import undo_node
-from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import Rung, RungStatus
-from remediator.policy import Policy, parse_policy
+from gpuhealth.remediator.decide.ladder import decide
+from gpuhealth.remediator.decide.nodestate import AlertRecord, NodeState
+from gpuhealth.remediator.decide.undo import undo_node
+from gpuhealth.remediator.decide.views import NodeView
+from gpuhealth.remediator.decide.vocabulary import Rung, RungStatus
+from gpuhealth.remediator.policy import Policy, parse_policy
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
 POLICY = parse_policy("alertmanager: {url: none}\nevidence: {enabled: false}  # tests/remediator/evidence/\n")

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from remediator.decide.nodestate import NodeState
-from remediator.decide.state_records import DiagnosticRun, EvidenceRun, Offence, Reset, keys_of
-from remediator.decide.vocabulary import EvidenceOutcome, ResetPhase, Scope
+from gpuhealth.remediator.decide.nodestate import NodeState
+from gpuhealth.remediator.decide.state_records import DiagnosticRun, EvidenceRun, Offence, Reset, keys_of
+from gpuhealth.remediator.decide.vocabulary import EvidenceOutcome, ResetPhase, Scope
 
 # Written by the remediator before the records (every key of version 6 set): its text, key for key
 EVERY_KEY = ('{"actions":["2026-12-02T09:37:37.851000Z"],"alerts":{"fp1":{"component":"gpu","ends_at":null,"gpu":"'

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from remediator.act.evidence_job import DATA_LIMIT_BYTES, LOG_LIMIT_BYTES, MAX_GPUS, build_data
+from gpuhealth.remediator.act.evidence_job import DATA_LIMIT_BYTES, LOG_LIMIT_BYTES, MAX_GPUS, build_data
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.evidence.test_evidence_end_to_end import NS, NVSMI, POLICY, evidence_job, pod_log
 from tests.support.remediator_harness import Harness

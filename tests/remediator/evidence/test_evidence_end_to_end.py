@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remediator.act.evidence_job import EVIDENCE_LABEL
+from gpuhealth.remediator.act.evidence_job import EVIDENCE_LABEL
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 

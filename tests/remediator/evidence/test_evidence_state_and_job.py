@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from remediator.act.evidence_job import render_evidence_job
-from remediator.decide.evidence import evidence_name
-from remediator.decide.nodestate import NodeState
-from remediator.decide.state_records import EvidenceRun
-from remediator.decide.vocabulary import EvidenceOutcome
-from remediator.policy import parse_policy
+from gpuhealth.remediator.act.evidence_job import render_evidence_job
+from gpuhealth.remediator.decide.evidence import evidence_name
+from gpuhealth.remediator.decide.nodestate import NodeState
+from gpuhealth.remediator.decide.state_records import EvidenceRun
+from gpuhealth.remediator.decide.vocabulary import EvidenceOutcome
+from gpuhealth.remediator.policy import parse_policy
 
 T = datetime(2026, 12, 2, 9, 37, 37, 851000, tzinfo=UTC)
 

@@ -10,9 +10,9 @@ import threading
 from datetime import timedelta
 from multiprocessing import Pipe
 
-from remediator.act.reconciler import pass_liveness_bound
-from remediator.decide.decision import SilenceAnswer
-from remediator.loop_process import LoopStatus, _Child
+from gpuhealth.remediator.act.reconciler import pass_liveness_bound
+from gpuhealth.remediator.decide.decision import SilenceAnswer
+from gpuhealth.remediator.loop_process import LoopStatus, _Child
 from tests.fakes.apiserver import FakeCluster
 from tests.support.polling import wait_for
 from tests.support.remediator_harness import Harness

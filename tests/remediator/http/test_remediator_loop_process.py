@@ -1,9 +1,9 @@
 """`gpuhealth-remediator serve` in two processes (issue 27, item 5: the webhook's p99 while a storm is written): the
-receiver serves HTTP and records, the reconcile loop runs in a process of its own (remediator/loop_process.py). The
-real `serve` against the fake API server, and the real loop process: what crosses between them (a recorded alert
-wakes the loop, one /metrics page with both processes' counts, the loop's health in /healthz), and how they end
-(SIGTERM to the receiver stops both; a loop that dies takes the receiver down, exit 1; a receiver killed outright
-leaves no loop running behind it)."""
+receiver serves HTTP and records, the reconcile loop runs in a process of its own
+(gpuhealth/remediator/loop_process.py). The real `serve` against the fake API server, and the real loop process: what
+crosses between them (a recorded alert wakes the loop, one /metrics page with both processes' counts, the loop's health
+in /healthz), and how they end (SIGTERM to the receiver stops both; a loop that dies takes the receiver down, exit 1; a
+receiver killed outright leaves no loop running behind it)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from remediator.app import ServeConfig, build_remediator, create_app
-from remediator.decide.nodestate import TAINT_KEY
-from remediator.loop_process import LoopProcess
-from remediator.metrics import Metrics
-from remediator.metrics_merge import merged_exposition
-from remediator.policy import parse_policy
+from gpuhealth.remediator.app import ServeConfig, build_remediator, create_app
+from gpuhealth.remediator.decide.nodestate import TAINT_KEY
+from gpuhealth.remediator.loop_process import LoopProcess
+from gpuhealth.remediator.metrics import Metrics
+from gpuhealth.remediator.metrics_merge import merged_exposition
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.real_remediator import ServeProcess
 from tests.support import chart_rbac
@@ -213,7 +213,7 @@ def test_the_receivers_watch_keeps_each_nodes_metadata_only(cluster: FakeCluster
     would be most of what the second process's memory holds twice, and others' annotations are no use to it."""
     from kubernetes import client
 
-    from remediator.clients.fleet_cache import NodeCache
+    from gpuhealth.remediator.clients.fleet_cache import NodeCache
 
     cluster.add_node("gpu-9", annotations={"example.com/not-ours": "yes", "gpuhealth.io/hold": '{"by": "ops"}'})
     cache = NodeCache(client.CoreV1Api(client.ApiClient(chart_rbac.configuration(cluster))))
@@ -236,8 +236,8 @@ def test_while_cleanup_holds_the_lease_the_receiver_records_nothing(cluster: Fak
 
     from kubernetes import client
 
-    from remediator.clients.leader import CLEANUP_ANNOTATION
-    from remediator.decide.nodestate import STATE_ANNOTATION
+    from gpuhealth.remediator.clients.leader import CLEANUP_ANNOTATION
+    from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION
 
     (tmp_path / "token").write_text(TOKEN)
     serve = ServeProcess(cluster, tmp_path, tmp_path / "token", policy=POLICY)  # the chart's RBAC, an admin

@@ -1,4 +1,4 @@
-"""The webhook token, re-read as it changes (remediator.app.TokenFile).
+"""The webhook token, re-read as it changes (gpuhealth.remediator.app.TokenFile).
 
 A Secret mounted as a volume is updated in place by the kubelet (not with subPath): it writes the new keys in a
 new timestamped directory, points a temporary symlink at it and renames that over `..data`; each key is a
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from remediator.app import ServeConfig, TokenFile, create_app, read_token
+from gpuhealth.remediator.app import ServeConfig, TokenFile, create_app, read_token
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.real_remediator import ServeProcess
 from tests.support.remediator_harness import Harness, webhook

@@ -1,5 +1,5 @@
-"""The sync's pure part (remediator/intake/alert_sync.py): what it writes, and what it leaves alone, for a given
-list."""
+"""The sync's pure part (gpuhealth/remediator/intake/alert_sync.py): what it writes, and what it leaves alone, for a
+given list."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from remediator.decide.nodestate import AlertRecord, NodeState, record_alerts
-from remediator.intake import alert_sync
-from remediator.intake.alert_sync import ActiveAlert, refresh_after, sync_batch
-from remediator.policy import Policy
+from gpuhealth.remediator.decide.nodestate import AlertRecord, NodeState, record_alerts
+from gpuhealth.remediator.intake import alert_sync
+from gpuhealth.remediator.intake.alert_sync import ActiveAlert, refresh_after, sync_batch
+from gpuhealth.remediator.policy import Policy
 from tests.support.remediator_harness import T0
 
 POLICY = Policy()

@@ -17,9 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from remediator.clients.alertmanager import AlertmanagerUnavailable, client_from
-from remediator.intake.alert_sync import Reading, read_alertmanager
-from remediator.policy import Policy, parse_policy
+from gpuhealth.remediator.clients.alertmanager import AlertmanagerUnavailable, client_from
+from gpuhealth.remediator.intake.alert_sync import Reading, read_alertmanager
+from gpuhealth.remediator.policy import Policy, parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support.real_alertmanager import RealAlertmanager, stamp
 from tests.support.remediator_harness import Harness
@@ -194,7 +194,7 @@ def test_an_alert_list_nested_too_deep_is_refused_not_raised() -> None:
 
 
 def test_the_policy_refuses_a_byte_cap_below_1_kib() -> None:
-    from remediator.policy import PolicyError
+    from gpuhealth.remediator.policy import PolicyError
 
     with pytest.raises(PolicyError, match=r"max_answer_bytes.*expected an integer >= 1024"):
         parse_policy("alertmanager: {url: http://am:9093, max_answer_bytes: 100}")

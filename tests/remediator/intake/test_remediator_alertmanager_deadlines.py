@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from remediator.decide.decision import NodePlan
+from gpuhealth.remediator.decide.decision import NodePlan
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.dripping_server import DrippingServer
 from tests.support.headroom import HEADROOM

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from remediator.cli import main
-from remediator.decide.nodestate import STATE_ANNOTATION
+from gpuhealth.remediator.cli import main
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.support.real_alertmanager import RealAlertmanager, free_port, webhook_of
 from tests.support.remediator_harness import FakeAlertmanager, Harness

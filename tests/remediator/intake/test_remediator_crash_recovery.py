@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remediator.decide.nodestate import STATE_ANNOTATION
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.real_remediator import ServeProcess
 from tests.support.headroom import HEADROOM

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from remediator.intake.queue import Intake
-from remediator.intake.receiver import Receiver
-from remediator.intake.recorder import UNCHANGED_PAUSE_S
-from remediator.intake.webhook import parse_webhook
-from remediator.service import _freeze_when_synced
+from gpuhealth.remediator.intake.queue import Intake
+from gpuhealth.remediator.intake.receiver import Receiver
+from gpuhealth.remediator.intake.recorder import UNCHANGED_PAUSE_S
+from gpuhealth.remediator.intake.webhook import parse_webhook
+from gpuhealth.remediator.service import _freeze_when_synced
 from tests.fakes.apiserver import FakeCluster
 from tests.support.headroom import HEADROOM
 from tests.support.remediator_harness import Harness, webhook

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from remediator.intake.queue import Intake, RecordSummary
-from remediator.intake.webhook import Batch, parse_webhook
-from remediator.policy import parse_policy
+from gpuhealth.remediator.intake.queue import Intake, RecordSummary
+from gpuhealth.remediator.intake.webhook import Batch, parse_webhook
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support.headroom import HEADROOM
 from tests.support.remediator_harness import FIXTURES, TOKEN, Harness, firing_fixture, webhook
@@ -198,8 +198,8 @@ def test_readyz_fails_while_the_kubernetes_api_is_unreachable(cluster: FakeClust
 
 
 def test_app_refuses_to_start_without_a_token() -> None:
-    from remediator.app import ServeConfig, create_app
-    from remediator.policy import Policy
+    from gpuhealth.remediator.app import ServeConfig, create_app
+    from gpuhealth.remediator.policy import Policy
 
     with pytest.raises(SystemExit, match="token"):
         create_app(ServeConfig(Policy(), None), remediator=object())  # type: ignore[arg-type]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from remediator.decide.nodestate import NodeState, record_alerts
-from remediator.decide.vocabulary import AlertStatus, Remediation, Rung
-from remediator.intake.webhook import parse_webhook
-from remediator.policy import parse_policy
+from gpuhealth.remediator.decide.nodestate import NodeState, record_alerts
+from gpuhealth.remediator.decide.vocabulary import AlertStatus, Remediation, Rung
+from gpuhealth.remediator.intake.webhook import parse_webhook
+from gpuhealth.remediator.policy import parse_policy
 from tests.support.remediator_harness import T0, webhook
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from remediator.decide.do_not_disrupt import POD_ANNOTATION
-from remediator.decide.history import HISTORY_ANNOTATION
-from remediator.decide.nodestate import (
+from gpuhealth.remediator.decide.do_not_disrupt import POD_ANNOTATION
+from gpuhealth.remediator.decide.history import HISTORY_ANNOTATION
+from gpuhealth.remediator.decide.nodestate import (
     HOLD_ANNOTATION,
     LAST_SWEEP_ANNOTATION,
     REMEDIATIONS,
@@ -22,8 +22,8 @@ from remediator.decide.nodestate import (
     NodeState,
     fmt_time,
 )
-from remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Reset
-from remediator.decide.vocabulary import EvidenceOutcome, Purpose, ResetPhase, Rung, RungStatus, Scope
+from gpuhealth.remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Reset
+from gpuhealth.remediator.decide.vocabulary import EvidenceOutcome, Purpose, ResetPhase, Rung, RungStatus, Scope
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediator.decide.nodestate import NodeState
-from remediator.intake.alert_sync import active_alerts, sync_batch
-from remediator.policy import Policy
+from gpuhealth.remediator.decide.nodestate import NodeState
+from gpuhealth.remediator.intake.alert_sync import active_alerts, sync_batch
+from gpuhealth.remediator.policy import Policy
 from tests.remediator.properties.objects import NOW, listed_alerts
 
 LISTS = settings(max_examples=200, deadline=None, derandomize=True, database=None,

@@ -15,13 +15,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediator.decide.job_start import MISSING, JobRecord
-from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, record_alerts
-from remediator.decide.plan import evaluate
-from remediator.decide.views import build_views
-from remediator.decide.vocabulary import Action, JobStatus, Verdict
-from remediator.decide.wake import next_decision
-from remediator.policy import parse_policy
+from gpuhealth.remediator.decide.job_start import MISSING, JobRecord
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState, record_alerts
+from gpuhealth.remediator.decide.plan import evaluate
+from gpuhealth.remediator.decide.views import build_views
+from gpuhealth.remediator.decide.vocabulary import Action, JobStatus, Verdict
+from gpuhealth.remediator.decide.wake import next_decision
+from gpuhealth.remediator.policy import parse_policy
 from tests.remediator.properties.objects import NOW, nodes, pods
 
 # Budgets wide open and the control node in a pool of its own: whatever the random nodes hold, only their reading

@@ -12,11 +12,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediator.decide.plan import evaluate
-from remediator.decide.views import build_views
-from remediator.decide.wake import next_decision
-from remediator.policy import Policy, PolicyError, parse_policy
-from remediator.policy.keys import Key, Section, key_of, yaml_of
+from gpuhealth.remediator.decide.plan import evaluate
+from gpuhealth.remediator.decide.views import build_views
+from gpuhealth.remediator.decide.wake import next_decision
+from gpuhealth.remediator.policy import Policy, PolicyError, parse_policy
+from gpuhealth.remediator.policy.keys import Key, Section, key_of, yaml_of
 from tests.remediator.properties.objects import JSON, NOW, nodes
 
 POLICIES = settings(max_examples=120, deadline=None, derandomize=True, database=None,

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediator.decide.nodestate import NodeState
-from remediator.decide.vocabulary import (
+from gpuhealth.remediator.decide.nodestate import NodeState
+from gpuhealth.remediator.decide.vocabulary import (
     AlertStatus,
     EvidenceOutcome,
     Purpose,

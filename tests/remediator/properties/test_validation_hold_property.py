@@ -13,15 +13,15 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediator.decide.budget import Ledger
-from remediator.decide.decision import NodePlan
-from remediator.decide.diagnosis import Diagnosis
-from remediator.decide.history import Episode
-from remediator.decide.ladder import decide
-from remediator.decide.nodestate import AlertRecord, NodeState, record_alerts, rung_index
-from remediator.decide.views import NodeView
-from remediator.decide.vocabulary import Action, JobStatus, Rung, Verdict
-from remediator.policy import Policy, parse_policy
+from gpuhealth.remediator.decide.budget import Ledger
+from gpuhealth.remediator.decide.decision import NodePlan
+from gpuhealth.remediator.decide.diagnosis import Diagnosis
+from gpuhealth.remediator.decide.history import Episode
+from gpuhealth.remediator.decide.ladder import decide
+from gpuhealth.remediator.decide.nodestate import AlertRecord, NodeState, record_alerts, rung_index
+from gpuhealth.remediator.decide.views import NodeView
+from gpuhealth.remediator.decide.vocabulary import Action, JobStatus, Rung, Verdict
+from gpuhealth.remediator.policy import Policy, parse_policy
 
 T0 = datetime(2026, 12, 2, 10, tzinfo=UTC)
 POOL_SIZE = 20  # the node and idle ones: a budget that is not the node's own limit

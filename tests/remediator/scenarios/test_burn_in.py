@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
-from remediator.decide.nodestate import TAINT_KEY, fmt_time
-from remediator.policy import parse_policy
+from gpuhealth.contract.diagnosis import Check, DiagnosticReport, Failure
+from gpuhealth.remediator.decide.nodestate import TAINT_KEY, fmt_time
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.scenarios.test_validation_before_return import judge_ends
 from tests.support import chart_rbac

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
-from remediator.policy import parse_policy
+from gpuhealth.contract.diagnosis import Check, DiagnosticReport, Failure
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.remediator.scenarios.test_validation_before_return import jobs, judge_ends
 from tests.support import chart_rbac

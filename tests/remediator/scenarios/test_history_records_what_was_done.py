@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from remediator.decide.history import HISTORY_ANNOTATION
+from gpuhealth.remediator.decide.history import HISTORY_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.gpu_operator import operator_node
 from tests.support.remediator_harness import Harness

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
-from remediator.decide.nodestate import LAST_SWEEP_ANNOTATION, TAINT_KEY
-from remediator.policy import parse_policy
+from gpuhealth.contract.diagnosis import Check, DiagnosticReport, Failure
+from gpuhealth.remediator.decide.nodestate import LAST_SWEEP_ANNOTATION, TAINT_KEY
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.remediator_harness import T0, Harness

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from remediator.decide.history import HISTORY_ANNOTATION
-from remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION
+from gpuhealth.remediator.decide.history import HISTORY_ANNOTATION
+from gpuhealth.remediator.decide.nodestate import HOLD_ANNOTATION, STATE_ANNOTATION
 from tests.fakes.apiserver import FakeCluster, Obj
 from tests.support.remediator_harness import Harness
 

@@ -1,7 +1,7 @@
 """gpuhealth's own breakage is not the node's (issue 34, section 2): an alert about gpuhealth itself (its exporter down
 or gone, a probe failing or stale) keeps new work off a Ready node and climbs no further, however long it fires; only a
 node whose kubelet stopped reporting (NotReady: the host is really down) climbs on it, as far as the alert's
-max_rung (remediator/decide/planner.py, alert_ceiling).
+max_rung (gpuhealth/remediator/decide/planner.py, alert_ceiling).
 
 The alerts carry the labels the shipped rules give them (rules/alerts/probe.yaml), and the policy is the default one:
 with GpuhealthExporterDown's `max_rung: replace`, a Ready node went cordon, drain at +32 min, reboot at +64 min and

@@ -1,6 +1,6 @@
 """A fault that persists climbs past its alert's own rung, up to the alert's ceiling (its max_rung label, under
 ladder.max_rung); the same alert on nodes behind one switch at once is one correlated fault that climbs no node
-(remediator/decide/climb.py, remediator/decide/correlated.py)."""
+(gpuhealth/remediator/decide/climb.py, gpuhealth/remediator/decide/correlated.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from remediator.decide.nodestate import TAINT_KEY
+from gpuhealth.remediator.decide.nodestate import TAINT_KEY
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION, TAINT_KEY
+from gpuhealth.remediator.decide.nodestate import DO_NOT_DISRUPT_ANNOTATION, TAINT_KEY
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from remediator.cli import main
-from remediator.policy import PolicyError, parse_policy
+from gpuhealth.remediator.cli import main
+from gpuhealth.remediator.policy import PolicyError, parse_policy
 from tests.fakes.apiserver import FakeCluster, Obj
 from tests.support.remediator_harness import Harness, webhook
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediator.decide.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, TAINT_KEY
+from gpuhealth.remediator.decide.nodestate import HOLD_ANNOTATION, LAST_EPISODE_ANNOTATION, TAINT_KEY
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 
@@ -438,7 +438,7 @@ def test_a_pod_appearing_between_the_list_and_the_job_stops_the_job(h: Harness, 
 def test_a_dry_run_keeps_what_it_would_have_written_and_reads_its_own_records_back(cluster: FakeCluster) -> None:
     """The dry run's client (clients/dry_run.py) makes no write: it keeps each one, and the states it recorded
     are what its next pass reads (the webhook's alerts are on the node as far as the dry run is concerned)."""
-    from remediator.clients.dry_run import DryRunKube
+    from gpuhealth.remediator.clients.dry_run import DryRunKube
 
     h = Harness(cluster, POLICY, dry_run=True)
     kube = h.rem.kube
@@ -460,9 +460,9 @@ def test_a_dry_runs_records_are_guarded_by_their_own_resource_versions() -> None
 
     from kubernetes import client
 
-    from remediator.clients.dry_run import DryRunKube
-    from remediator.clients.errors import Conflict
-    from remediator.decide.nodestate import NodeState
+    from gpuhealth.remediator.clients.dry_run import DryRunKube
+    from gpuhealth.remediator.clients.errors import Conflict
+    from gpuhealth.remediator.decide.nodestate import NodeState
 
     a, b = datetime(2026, 12, 2, 10, tzinfo=UTC), datetime(2026, 12, 2, 11, tzinfo=UTC)  # two episodes
     kube = DryRunKube(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))

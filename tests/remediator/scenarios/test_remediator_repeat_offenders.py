@@ -10,8 +10,8 @@ from datetime import timedelta
 
 import pytest
 
-from remediator.decide.history import HISTORY_ANNOTATION, read_history
-from remediator.decide.undo import undo_node
+from gpuhealth.remediator.decide.history import HISTORY_ANNOTATION, read_history
+from gpuhealth.remediator.decide.undo import undo_node
 from tests.fakes.apiserver import FakeCluster
 from tests.support.remediator_harness import Harness
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remediator.cli import main
-from remediator.clients.silences import SilenceChecker
-from remediator.decide.nodestate import HOLD_ANNOTATION
+from gpuhealth.remediator.cli import main
+from gpuhealth.remediator.clients.silences import SilenceChecker
+from gpuhealth.remediator.decide.nodestate import HOLD_ANNOTATION
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.remediator_harness import FakeAlertmanager, Harness
@@ -331,9 +331,9 @@ def test_inhibited_alert_stops_disruptive_steps_like_a_silence(cluster: FakeClus
 def test_serve_needs_an_alertmanager_url_or_an_explicit_none() -> None:
     from kubernetes import client
 
-    from remediator.clients.kube import Kube
-    from remediator.policy import Policy, PolicyError, parse_policy
-    from remediator.service import Remediator
+    from gpuhealth.remediator.clients.kube import Kube
+    from gpuhealth.remediator.policy import Policy, PolicyError, parse_policy
+    from gpuhealth.remediator.service import Remediator
 
     with pytest.raises(PolicyError, match=r"alertmanager\.url"):
         Policy().check_serve(5)

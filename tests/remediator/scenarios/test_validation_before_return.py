@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuhealth_contract.diagnosis import Check, DiagnosticReport, Failure
-from remediator.cli import main
-from remediator.policy import parse_policy
+from gpuhealth.contract.diagnosis import Check, DiagnosticReport, Failure
+from gpuhealth.remediator.cli import main
+from gpuhealth.remediator.policy import parse_policy
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.remediator_harness import Harness

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from remediator.policy import Policy
-from remediator.workloads.classify import APP, INFRA, classify
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.remediator.workloads.classify import APP, INFRA, classify
 from tests.remediator.workloads.test_workload_classification import FIXTURES, failed_pod
 from tests.support import paths
 

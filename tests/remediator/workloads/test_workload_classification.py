@@ -1,5 +1,5 @@
-"""The failure classifier (remediator/workloads/classify.py) on realistic failed pods, and `gpuhealth-remediator
-classify`, which prints its verdict for on-call."""
+"""The failure classifier (gpuhealth/remediator/workloads/classify.py) on realistic failed pods, and
+`gpuhealth-remediator classify`, which prints its verdict for on-call."""
 
 from __future__ import annotations
 
@@ -14,10 +14,19 @@ from typing import Any
 import pytest
 import yaml
 
-from remediator.cli import main
-from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
-from remediator.workloads.classify import APP, INFRA, REASONS, UNKNOWN, NodeSignal, Settings, classify, pod_gpus
-from remediator.workloads.evidence import signals_from_events, signals_from_node
+from gpuhealth.remediator.cli import main
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
+from gpuhealth.remediator.workloads.classify import (
+    APP,
+    INFRA,
+    REASONS,
+    UNKNOWN,
+    NodeSignal,
+    Settings,
+    classify,
+    pod_gpus,
+)
+from gpuhealth.remediator.workloads.evidence import signals_from_events, signals_from_node
 from tests.support import paths
 from tests.support.remediator_harness import T0, webhook
 
@@ -243,9 +252,9 @@ def test_an_nccl_timeout_with_a_node_fault_is_infra() -> None:
 
 def test_every_reason_the_classifier_gives_is_a_known_label_value() -> None:
     """The failures metric is labelled with the reason, initialised at 0 from REASONS: no drift."""
-    from remediator.workloads import classify as c
+    from gpuhealth.remediator.workloads import classify as c
 
-    source = (ROOT / "remediator" / "workloads" / "classify.py").read_text()
+    source = (ROOT / "gpuhealth" / "remediator" / "workloads" / "classify.py").read_text()
     given = {(cls, reason) for cls, reason in re.findall(r'verdict\((INFRA|APP|UNKNOWN), "(\w+)"', source)}
     given |= {("INFRA", r) for r in (*c.DISRUPTION_REASONS.values(), *c.STATUS_REASONS.values())}
     assert given and all(reason in REASONS[getattr(c, cls)] for cls, reason in given), given

@@ -1,5 +1,5 @@
-"""The workload watcher (remediator/workloads/watcher.py) against the fake API server, through the official client
-and the real WatchCache: pods that end are classified once, recorded on the pod (annotation, Event), logged
+"""The workload watcher (gpuhealth/remediator/workloads/watcher.py) against the fake API server, through the official
+client and the real WatchCache: pods that end are classified once, recorded on the pod (annotation, Event), logged
 and counted; the restart-loop guard counts on the Job and suspends it when the policy says so; a restarted
 remediator neither counts a pod twice nor forgets a loop."""
 
@@ -18,15 +18,15 @@ import pytest
 from kubernetes import client
 from prometheus_client import generate_latest
 
-from remediator.app import ServeConfig, create_app
-from remediator.clients.kube import Kube
-from remediator.clients.watch_cache import WatchCache
-from remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
-from remediator.metrics import Metrics
-from remediator.policy import Policy, parse_policy
-from remediator.workloads.ended_pods import ENDED_ANNOTATION, ENDED_SELECTOR, FAILURE_ANNOTATION, Sources
-from remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState
-from remediator.workloads.watcher import WorkloadWatcher
+from gpuhealth.remediator.app import ServeConfig, create_app
+from gpuhealth.remediator.clients.kube import Kube
+from gpuhealth.remediator.clients.watch_cache import WatchCache
+from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, AlertRecord, NodeState
+from gpuhealth.remediator.metrics import Metrics
+from gpuhealth.remediator.policy import Policy, parse_policy
+from gpuhealth.remediator.workloads.ended_pods import ENDED_ANNOTATION, ENDED_SELECTOR, FAILURE_ANNOTATION, Sources
+from gpuhealth.remediator.workloads.restart_loop import LOOP_ANNOTATION, LoopState
+from gpuhealth.remediator.workloads.watcher import WorkloadWatcher
 from tests.fakes.apiserver import FakeCluster
 from tests.support import chart_rbac
 from tests.support.remediator_harness import T0, TOKEN, Harness

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.agent import build_probes
-from exporter.catalog import DCGM_EXPORTER_FOREIGN_SAMPLES
-from exporter.cli import build_parser, settings_from_args
-from exporter.config import ConfigError, expand_placeholders, load_file
-from exporter.probes.base import BAD_OUTPUT
-from exporter.probes.dcgm import DcgmExporterProbe
-from exporter.runner import validate
+from gpuhealth.exporter.agent import build_probes
+from gpuhealth.exporter.catalog import DCGM_EXPORTER_FOREIGN_SAMPLES
+from gpuhealth.exporter.cli import build_parser, settings_from_args
+from gpuhealth.exporter.config import ConfigError, expand_placeholders, load_file
+from gpuhealth.exporter.probes.base import BAD_OUTPUT
+from gpuhealth.exporter.probes.dcgm import DcgmExporterProbe
+from gpuhealth.exporter.runner import validate
 from tests.exporter.probes.dcgm.test_dcgm_probe import FAULTS_SCRAPE, GPU0, L4_SCRAPE, as_map, error_of, key, serve
 
 L4_NODE = "i-030791dc5a37cd257"  # the Hostname of every series in the real L4 scrape
@@ -110,7 +110,7 @@ def test_without_a_node_name_the_scrape_fails_closed_unless_trusted_then_warned_
     err = error_of(DcgmExporterProbe(str(L4_SCRAPE)))
     assert err.reason == BAD_OUTPUT and "no node name (--node/NODE_NAME)" in err.message
     probe = DcgmExporterProbe(str(L4_SCRAPE), trust_unverified=True)
-    with caplog.at_level(logging.WARNING, logger="exporter.probes.dcgm"):
+    with caplog.at_level(logging.WARNING, logger="gpuhealth.exporter.probes.dcgm"):
         first = probe.collect(5)
         probe.collect(5)
     warnings = [r for r in caplog.records if "no node name" in r.getMessage()]

@@ -19,11 +19,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import Expectations, GpuhealthCollector
-from exporter.probes.base import OUTPUT_TOO_LARGE
-from exporter.probes.dcgm import MAX_SCRAPE_BYTES, DcgmExporterProbe
-from exporter.runner import ProbeRunner
-from exporter.snapshot import Snapshot
+from gpuhealth.exporter.collector import Expectations, GpuhealthCollector
+from gpuhealth.exporter.probes.base import OUTPUT_TOO_LARGE
+from gpuhealth.exporter.probes.dcgm import MAX_SCRAPE_BYTES, DcgmExporterProbe
+from gpuhealth.exporter.runner import ProbeRunner
+from gpuhealth.exporter.snapshot import Snapshot
 from tests.exporter.probes.dcgm.local_http import serving
 from tests.exporter.probes.dcgm.test_dcgm_probe import L4_SCRAPE, as_map, error_of
 

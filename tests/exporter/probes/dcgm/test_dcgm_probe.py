@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from exporter.catalog import FAMILIES
-from exporter.clock_events import CLOCK_EVENT_BITS, clock_event_samples
-from exporter.probes.base import (
+from gpuhealth.exporter.catalog import FAMILIES
+from gpuhealth.exporter.clock_events import CLOCK_EVENT_BITS, clock_event_samples
+from gpuhealth.exporter.probes.base import (
     BAD_OUTPUT,
     ERROR,
     MISSING_TOOL,
@@ -27,7 +27,7 @@ from exporter.probes.base import (
     TIMEOUT,
     ProbeError,
 )
-from exporter.probes.dcgm import (
+from gpuhealth.exporter.probes.dcgm import (
     DcgmDiagProbe,
     DcgmExporterProbe,
     DcgmHealthProbe,
@@ -35,8 +35,8 @@ from exporter.probes.dcgm import (
     parse_diag,
     parse_health,
 )
-from exporter.probes.registry import BY_NAME
-from exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
+from gpuhealth.exporter.probes.registry import BY_NAME
+from gpuhealth.exporter.samples import GpuIdentity, ProbeResult, Problems, Sample
 from tests.exporter.probes.dcgm.local_http import serving
 from tests.support import paths, process_tree
 

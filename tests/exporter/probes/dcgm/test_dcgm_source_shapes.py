@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.probes.dcgm import DcgmDiagProbe, parse_dcgm_exporter, parse_diag
-from exporter.samples import ProbeResult
+from gpuhealth.exporter.probes.dcgm import DcgmDiagProbe, parse_dcgm_exporter, parse_diag
+from gpuhealth.exporter.samples import ProbeResult
 from tests.support import paths
 
 FIXTURES = paths.FIXTURES / "dcgm"

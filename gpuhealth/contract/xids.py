@@ -1,0 +1,63 @@
+"""The Xid classes: which Xids mean what, the one table the exporter's conditions, the alert rules, the
+dashboards and the simulator agree on.
+
+Each class says what NVIDIA's Xid catalog makes of its Xids (../shared/DESIGN.md, "Signal facts"; NVIDIA's
+Xid catalog, ../shared/fixtures/xid), whether a kernel-log match of one sets the GpuhealthGPUHealthy
+condition False (gpuhealth/exporter/conditions.py), and which alerts of rules/alerts/gpu.yaml select it.
+tests/contract/test_xid_classes.py holds the rules' `xid` selectors to this table: an Xid added here and not there, or
+there and not here, fails it. The dashboards (dashboards/generate.py) show one panel per class, in this order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class SetsCondition(StrEnum):
+    """When a kernel-log Xid of the class sets GpuhealthGPUHealthy False."""
+
+    ALWAYS = "always"  # the GPU needs at least a reset
+    WHEN_FATAL = "when_fatal"  # only when the driver prints it as Fatal (NVLink5: 144-150)
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class XidClass:
+    name: str  # the dashboards' panel title
+    xids: tuple[int, ...]
+    condition: SetsCondition
+    alerts: tuple[str, ...]  # the alerts of rules/alerts/gpu.yaml whose `xid` selector is this class (with others)
+
+
+CLASSES: tuple[XidClass, ...] = (
+    XidClass("fatal hardware", (48, 64, 74, 95, 119, 120, 140), SetsCondition.ALWAYS, ("GPUXidFatal",)),
+    # 79 needs a reboot, not a reset: an alert and a panel of its own.
+    XidClass("fallen off the bus (79)", (79,), SetsCondition.ALWAYS, ("GPUFallenOffBus",)),
+    XidClass("needs GPU reset", (109, 136, 143, 155, 156, 158), SetsCondition.ALWAYS, ("GPUXidResetRequired",)),
+    # A row remap waits for the next reset; the GPU still works until then.
+    XidClass("row remap pending (63)", (63,), SetsCondition.NEVER, ("GPUXidResetRequired",)),
+    XidClass("contained memory error (94)", (94,), SetsCondition.NEVER, ("GPUContainedMemoryError",)),
+    XidClass("NVLink5 (144-150)", tuple(range(144, 151)), SetsCondition.WHEN_FATAL, ("GPUNVLinkXidFatal",)),
+    # 154 says which recovery the driver wants; the GPURecoveryAction* alerts read that gauge, not the Xid count.
+    XidClass("recovery action (154)", (154,), SetsCondition.NEVER, ()),
+    XidClass("usually the application", (13, 31, 43, 45, 68), SetsCondition.NEVER,
+             ("GPUXidApplication", "GPUXidApplicationRepeated")),
+)
+
+KNOWN: frozenset[int] = frozenset(x for c in CLASSES for x in c.xids)
+# The alert for an Xid in no class: its selector is `xid!~` every known Xid.
+UNKNOWN_ALERT = "GPUXidUnknown"
+
+_CONDITION = {x: c.condition for c in CLASSES for x in c.xids}
+
+
+def sets_gpu_condition(xid: int, fatal: bool | None) -> bool:
+    """Whether a kernel-log Xid sets GpuhealthGPUHealthy False: one that needs at least a GPU reset."""
+    how = _CONDITION.get(xid, SetsCondition.NEVER)
+    return how is SetsCondition.ALWAYS or (how is SetsCondition.WHEN_FATAL and fatal is True)
+
+
+def selector(xids: tuple[int, ...] | frozenset[int]) -> str:
+    """A PromQL regex matching exactly these Xids, in the order given."""
+    return "|".join(str(x) for x in xids)

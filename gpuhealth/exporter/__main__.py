@@ -1,0 +1,5 @@
+import sys
+
+from gpuhealth.exporter.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from gpuhealth.remediator.cli import main
+
+sys.exit(main())

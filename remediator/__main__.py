@@ -1,5 +1,0 @@
-import sys
-
-from remediator.cli import main
-
-sys.exit(main())
