@@ -44,11 +44,13 @@ from static_answer import StaticAnswer  # noqa: E402
 from tests.support.real_alertmanager import RealAlertmanager, stamp  # noqa: E402
 
 READ = """
-import json, resource, sys, tracemalloc
+import importlib, json, os, resource, sys, tracemalloc
 sys.path.insert(0, sys.argv[1])
-from gpuhealth.remediator.clients.alertmanager import client_from
-from gpuhealth.remediator.intake.alert_sync import read_alertmanager
-from gpuhealth.remediator.policy import parse_policy
+# a checkout from before the gpuhealth namespace (0.1.0) has the remediator at the top level
+pkg = "gpuhealth.remediator" if os.path.isdir(os.path.join(sys.argv[1], "gpuhealth", "remediator")) else "remediator"
+client_from = importlib.import_module(f"{pkg}.clients.alertmanager").client_from
+read_alertmanager = importlib.import_module(f"{pkg}.intake.alert_sync").read_alertmanager
+parse_policy = importlib.import_module(f"{pkg}.policy").parse_policy
 policy = parse_policy(sys.argv[2])
 client = client_from(policy)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

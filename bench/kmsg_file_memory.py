@@ -78,8 +78,11 @@ def main() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+        # PYTHONPATH=<a checkout from before the gpuhealth namespace (0.1.0)>: its exporter is at the top level
+        old = any((Path(p) / "exporter").is_dir() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuhealth.exporter", "--listen", f"127.0.0.1:{port}", "--kmsg-file", str(log),
+            [sys.executable, "-m", "exporter" if old else "gpuhealth.exporter", "--listen", f"127.0.0.1:{port}",
+             "--kmsg-file", str(log),
              "--state-file", str(state), "--no-conditions", "--no-pod-resources",
              "--disable", "nvml,dcgm,diag,efa", "--log-level", "warning"],
             cwd=tmp, env={**os.environ, "NODE_NAME": ""})

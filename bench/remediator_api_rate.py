@@ -162,7 +162,9 @@ def run(nodes: int, seconds: float, workdir: Path, remediator_root: Path) -> dic
         port = free_port()
         log = workdir / "remediator.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "gpuhealth.remediator", "serve", "--policy",
+            # a checkout from before the gpuhealth namespace (0.1.0) has the remediator at the top level
+            module = "gpuhealth.remediator" if (remediator_root / "gpuhealth" / "remediator").is_dir() else "remediator"
+            proc = subprocess.Popen([sys.executable, "-m", module, "serve", "--policy",
                                      str(workdir / "policy.yaml"), "--listen", f"127.0.0.1:{port}",
                                      "--token-file", str(workdir / "token"),
                                      "--kubeconfig", str(workdir / "kubeconfig")],

@@ -26,7 +26,7 @@ from gpuhealth.remediator.decide.nodestate import REMEDIATIONS, max_rung_of
 from gpuhealth.remediator.decide.vocabulary import Remediation, Rung
 from gpuhealth.remediator.policy import parse_duration
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # gpuhealth/simulator/detection.py: the checkout
 DEFAULT_RULES = REPO / "rules"
 DEFAULT_ALERTMANAGER = REPO / "examples" / "alertmanager.yml"
 DEFAULT_VALUES = REPO / "helm" / "gpuhealth" / "values.yaml"

@@ -10,6 +10,7 @@ from pathlib import Path
 from gpuhealth.simulator.detection import REPO
 
 DEFAULT_POLICY_PATH = "gpuhealth/remediator/policy.example.yaml"
+LEGACY_POLICY_PATH = "remediator/policy.example.yaml"  # its path before the packages moved under gpuhealth/ (0.2.0)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ def checkout(rev: str, into: Path, policy_path: str) -> tuple[Path, Path | None]
         target.write_bytes(blob.stdout)
     policy = None
     blob = _git("show", f"{rev}:{policy_path}")
+    if blob.returncode != 0 and policy_path == DEFAULT_POLICY_PATH:  # a revision before the gpuhealth namespace
+        blob = _git("show", f"{rev}:{LEGACY_POLICY_PATH}")
     if blob.returncode == 0:
         policy = into / "policy.yaml"
         policy.write_bytes(blob.stdout)

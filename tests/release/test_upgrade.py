@@ -115,7 +115,7 @@ def test_the_previous_exporter_knows_every_flag_the_new_chart_passes_it(previous
         daemonset = next(d for d in render_fresh(values) if d["kind"] == "DaemonSet")
         args = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
         assert [a.split("=")[0] for a in args] == ["--config", "--listen"]
-        previous_release.run_python(previous, "import json, sys; from gpuhealth.exporter.cli import build_parser; "
+        previous_release.run_python(previous, "import json, sys; from exporter.cli import build_parser; "
                                               "build_parser().parse_args(json.load(sys.stdin))", json.dumps(args))
 
 

@@ -114,7 +114,7 @@ def test_a_new_state_format_is_named_in_the_upgrade_notes(previous: Path) -> Non
     from gpuhealth.remediator.decide.nodestate import STATE_VERSION
 
     was = int(previous_release.run_python(
-        previous, "from gpuhealth.remediator.decide.nodestate import STATE_VERSION; print(STATE_VERSION)"))
+        previous, "from remediator.decide.nodestate import STATE_VERSION; print(STATE_VERSION)"))  # 0.1.0: no namespace
     assert was <= STATE_VERSION
     if was < STATE_VERSION:
         assert f"version {STATE_VERSION}" in _release_notes()

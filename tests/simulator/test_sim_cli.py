@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuhealth.simulator import revisions
 from gpuhealth.simulator.cli import main
+from tests.release import previous_release
 from tests.support import process_tree
 
 SMALL = ["--nodes", "120", "--days", "10", "--runs", "2"]
@@ -116,3 +118,13 @@ def test_run_what_ifs_for_gpu_scope_and_perfect_detection(capsys: pytest.Capture
     perfect = _json(capsys, ["run", "rsc2", *small, "--perfect-detection"])
     assert isinstance(perfect["detection"], dict)
     assert perfect["detection"]["false_positives"] == {} and perfect["detection"]["flapped"] == 0
+
+
+def test_a_revision_from_before_the_gpuhealth_namespace_is_diffed_with_its_own_policy(tmp_path: Path) -> None:
+    """0.1.0 kept the policy at remediator/policy.example.yaml (the packages moved under gpuhealth/ in 0.2.0): a diff
+    against it must use that revision's policy, not quietly run it on the defaults."""
+    old = previous_release.previous().commit
+    rules, policy = revisions.checkout(old, tmp_path, revisions.DEFAULT_POLICY_PATH)
+    shown = subprocess.run(["git", "show", f"{old}:remediator/policy.example.yaml"], capture_output=True, check=True)
+    assert policy is not None and policy.read_bytes() == shown.stdout
+    assert (rules / "alerts").is_dir()
