@@ -82,7 +82,7 @@ EFA_DEVICES_EXPECTED = Family(
     "until the Node or the efa probe has been read.")
 EFA_DEVICES_MAX = Family(
     "gpuhealth_efa_devices_max", "gauge", (),
-    "EFA interfaces the instance type can take (gpuhealth/exporter/data/instance_types.csv): an upper bound, never "
+    "EFA interfaces the instance type can take (exporter/data/instance_types.csv): an upper bound, never "
     "what a shortfall is measured against (Karpenter attaches EFA only when asked). Absent when unknown.")
 RESET_MARKER_READ_FAILURES = Family(
     "gpuhealth_reset_marker_read_failures", "counter", (),
@@ -117,7 +117,7 @@ NVSWITCH_SXID_ERRORS = Family(
 KERNEL_EVENTS = Family(
     "gpuhealth_kernel_events", "counter", ("event", "device"),
     "Host and NIC kernel-log events this boot (pcie_aer_fatal, mce, hung_task, soft_lockup, mlx5_fatal, "
-    "efa_error, ...; see gpuhealth/exporter/data/kernel_patterns.yaml).")
+    "efa_error, ...; see exporter/data/kernel_patterns.yaml).")
 KMSG_RECORDS = Family(
     "gpuhealth_kmsg_records", "counter", ("origin",),
     "Kernel-log records read; origin=kernel are parsed, origin=userspace are ignored.")

@@ -283,7 +283,8 @@ def test_unreadable_counter_is_permission_denied(tmp_path: Path) -> None:
         base.chmod(0o755)
         build_efa_sysfs(base, [("rdmap0s31", "0xefa1", {})])
         code = paths.REPO
-        shutil.copytree(code / "exporter", base / "code" / "exporter")
+        shutil.copytree(code / "gpuhealth" / "exporter", base / "code" / "gpuhealth" / "exporter")
+        shutil.copy(code / "gpuhealth" / "__init__.py", base / "code" / "gpuhealth" / "__init__.py")
         path = counter_file(base, "rdmap0s31", "retrans_bytes")
         path.chmod(0)
         script = ("import sys; sys.path.insert(0, sys.argv[2]); from gpuhealth.exporter.probes.efa import EfaProbe\n"
