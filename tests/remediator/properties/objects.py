@@ -22,7 +22,7 @@ from gpuhealth.remediator.decide.nodestate import (
     NodeState,
     fmt_time,
 )
-from gpuhealth.remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Reset
+from gpuhealth.remediator.decide.state_records import DiagnosticRun, EvidenceRun, GpuScope, Offence, Reset
 from gpuhealth.remediator.decide.vocabulary import EvidenceOutcome, Purpose, ResetPhase, Rung, RungStatus, Scope
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -66,6 +66,7 @@ def states() -> st.SearchStrategy[NodeState]:
     """States gpuhealth itself could have written: any rung, status and step, well typed."""
     optional_time = st.none() | _time_near()
     words = st.none() | st.sampled_from(["gpuhealth-reset-gpu-2-abc", "gpuhealth-diagnose-gpu-2-1", "x"])
+    fingerprints = st.lists(st.sampled_from(["fp1", "fp2", "fp3"]), max_size=2, unique=True).map(tuple)
     return st.builds(
         NodeState, alerts=st.dictionaries(st.sampled_from(["fp1", "fp2", "fp3"]), alert_records(), max_size=3),
         episode=optional_time, rung=st.none() | st.sampled_from(list(Rung)),
@@ -85,7 +86,12 @@ def states() -> st.SearchStrategy[NodeState]:
         pending=st.lists(st.sampled_from(["replace", "quarantine_gpu"]), max_size=1).map(tuple),
         evidence_run=st.builds(EvidenceRun, job=words, started=optional_time,
                                outcome=st.none() | st.sampled_from(list(EvidenceOutcome))),
-        sweep_rung=st.none() | st.sampled_from(list(Rung)), burn_in_restarts=st.integers(0, 5))
+        sweep_rung=st.none() | st.sampled_from(list(Rung)), burn_in_restarts=st.integers(0, 5),
+        # the fingerprints a monitoring or a correlated fault holds, the repairs reported, a repeat offender's rule
+        monitoring_faults=fingerprints, correlated=fingerprints, repair_reported=fingerprints,
+        offence=st.builds(Offence, rule=st.none() | st.sampled_from(["episodes", "same_gpu"]),
+                          why=st.none() | st.just("3 episodes in 30 days")),
+        validation_failed=st.none() | st.just("failed: diag level 2"))
 
 
 @st.composite
