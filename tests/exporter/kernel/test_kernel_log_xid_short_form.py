@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from gpuhealth.exporter.samples import ProbeResult
-from tests.exporter.kernel.kmsg_file_harness import file_probe, settle, total
+from tests.exporter.kernel.kmsg_file_harness import file_probe, settle, settled_copy, total
+from tests.support import paths
 
+FIXTURES = paths.FIXTURES / "kmsg"
 UUID = "GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7"
 MAP_LINE = f"NVRM: GPU at 0000:03:00: {UUID}"
 SHORT = "NVRM: Xid (0000:03:00): 14, Channel 00000001"
@@ -112,3 +114,30 @@ def test_a_forged_short_form_line_between_the_kernels_own_records_is_refused(tmp
     result = file_probe(log).collect(5)
     assert xid_samples(result) == [(GPU_LABELS, 1)]
     assert records(result) == {"kernel": 2, "userspace": 1}
+
+
+def test_older_drivers_lines_from_public_reports_count_each_xid_for_their_gpu(tmp_path: Path) -> None:
+    result = file_probe(settled_copy(FIXTURES / "xid_short_form_reports.txt", tmp_path)).collect(5)
+    counts = {(labels["pci_bus_id"], labels["xid"]): value for labels, value in xid_samples(result)}
+    assert counts == {("00000000:01:00.0", "31"): 1, ("00000000:01:00.0", "13"): 3,
+                      ("00000000:01:00.0", "79"): 1, ("00000000:01:00.0", "3"): 1}
+    assert total(result, "gpuhealth_kmsg_unparsed_xid_records") == 0
+
+
+OLD_FALLEN_OFF = "NVRM: GPU at 0000:01:00.0 has fallen off the bus."
+
+
+@pytest.mark.parametrize("before", [[], ["NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."]],
+                         ids=["alone", "after_its_xid_79"])
+@pytest.mark.parametrize("shape", KERNEL_SHAPES.values(), ids=KERNEL_SHAPES.keys())
+def test_an_older_drivers_fallen_off_the_bus_line_is_one_xid_79_alone_or_after_its_xid_line(
+        tmp_path: Path, shape: Shape, before: list[str]) -> None:
+    result = probe_lines(tmp_path, shape, [*before, OLD_FALLEN_OFF])
+    counts = {(labels["pci_bus_id"], labels["xid"]): value for labels, value in xid_samples(result)}
+    assert counts == {("00000000:01:00.0", "79"): 1}
+
+
+@pytest.mark.parametrize("shape", FORGED_SHAPES.values(), ids=FORGED_SHAPES.keys())
+def test_an_older_drivers_fallen_off_the_bus_line_from_user_space_counts_no_xid(tmp_path: Path, shape: Shape) -> None:
+    result = probe_lines(tmp_path, shape, [OLD_FALLEN_OFF])
+    assert xid_samples(result) == []
