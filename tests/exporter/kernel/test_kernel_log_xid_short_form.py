@@ -141,3 +141,9 @@ def test_an_older_drivers_fallen_off_the_bus_line_is_one_xid_79_alone_or_after_i
 def test_an_older_drivers_fallen_off_the_bus_line_from_user_space_counts_no_xid(tmp_path: Path, shape: Shape) -> None:
     result = probe_lines(tmp_path, shape, [OLD_FALLEN_OFF])
     assert xid_samples(result) == []
+
+
+def test_an_older_drivers_fallen_off_the_bus_line_with_pci_names_the_same_gpu(tmp_path: Path) -> None:
+    result = probe_lines(tmp_path, KERNEL_SHAPES["dmesg"], ["NVRM: GPU at PCI:0000:01:00.0 has fallen off the bus."])
+    counts = {(labels["pci_bus_id"], labels["xid"]): value for labels, value in xid_samples(result)}
+    assert counts == {("00000000:01:00.0", "79"): 1}
