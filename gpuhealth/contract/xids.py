@@ -45,7 +45,8 @@ CLASSES: tuple[XidClass, ...] = (
     XidClass("fatal hardware", (48, 64, 74, 95, 119, 120, 140), SetsCondition.ALWAYS, ("GPUXidFatal",)),
     # 79 needs a reboot, not a reset: an alert and a panel of its own.
     XidClass("fallen off the bus (79)", (79,), SetsCondition.ALWAYS, ("GPUFallenOffBus",)),
-    XidClass("needs GPU reset", (46, 62, 109, 110, 136, 143, 155, 156, 158), SetsCondition.ALWAYS, ("GPUXidResetRequired",)),
+    XidClass("needs GPU reset", (46, 62, 109, 110, 136, 143, 155, 156, 158), SetsCondition.ALWAYS,
+             ("GPUXidResetRequired",)),
     # A row remap waits for the next reset; the GPU still works until then.
     XidClass("row remap pending (63)", (63,), SetsCondition.NEVER, ("GPUXidResetRequired",)),
     XidClass("contained memory error (94)", (94,), SetsCondition.NEVER, ("GPUContainedMemoryError",)),
@@ -77,3 +78,13 @@ def sets_gpu_condition(xid: int, fatal: bool | None) -> bool:
 def selector(xids: tuple[int, ...] | frozenset[int]) -> str:
     """A PromQL regex matching exactly these Xids, in the order given."""
     return "|".join(str(x) for x in xids)
+
+
+def first_alert(xid: int) -> str | None:
+    """The alert whose `remediation` is gpuhealth's first rung for one event of the Xid: its class's first alert,
+    the unknown-Xid alert for an Xid in no class, None for a class that raises no alert (counted only, or 154's
+    action read from its own gauge)."""
+    for c in CLASSES:
+        if xid in c.xids:
+            return c.alerts[0] if c.alerts else None
+    return UNKNOWN_ALERT
