@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
 
-.PHONY: demo demo-node test e2e clock-shift clock-shift-halves lint typecheck unit rules-test dashboards runbooks install-tables architecture golden-metrics deps apt clean bench image chart \
+.PHONY: demo demo-node test e2e clock-shift clock-shift-halves lint typecheck unit rules-test dashboards runbooks xids install-tables architecture golden-metrics deps apt clean bench image chart \
 	podresources-stubs schema image-lock image-name release-check
 
 # Debian packages, only those missing (needs root or sudo): $(call apt_install,<packages>) in a stamp's recipe.
@@ -97,6 +97,11 @@ dashboards: deps
 # stale). Run it after adding an alert or changing a policy default.
 runbooks: deps
 	$(BIN)/python docs/runbooks/generate.py
+
+# Regenerate docs/alerts.md's Xid table (every Xid of NVIDIA's catalog, its action and gpuhealth's alert and rung)
+# from gpuhealth/contract/xids.py, xid_catalog.py and rules/alerts/gpu.yaml (tests/docs/test_xid_table.py).
+xids: deps
+	$(BIN)/python docs/xids/generate.py
 
 # Regenerate docs/install.md's tables of the node-action Jobs and of every grant from the rendered chart (the reasons
 # for the grants: helm/grants.yaml; tests/chart/test_install_tables.py fails while a table is stale). Run it after

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpuhealth.contract.xid_catalog import BUCKETS
+
 
 class SetsCondition(StrEnum):
     """When a kernel-log Xid of the class sets GpuhealthGPUHealthy False."""
@@ -30,11 +32,21 @@ class XidClass:
     alerts: tuple[str, ...]  # the alerts of rules/alerts/gpu.yaml whose `xid` selector is this class (with others)
 
 
+# Classed on their own below, so left out of the catalog-wide classes.
+_OWN_CLASS = frozenset({13, 31, 43, 45, 63, 68, 94})
+
+
+def _bucket(name: str) -> tuple[int, ...]:
+    """The catalog's Xids of one immediate action that no narrower class below names."""
+    return tuple(sorted(x for x, b in BUCKETS.items() if b == name and x not in _OWN_CLASS))
+
+
 CLASSES: tuple[XidClass, ...] = (
     XidClass("fatal hardware", (48, 64, 74, 95, 119, 120, 140), SetsCondition.ALWAYS, ("GPUXidFatal",)),
     # 79 needs a reboot, not a reset: an alert and a panel of its own.
     XidClass("fallen off the bus (79)", (79,), SetsCondition.ALWAYS, ("GPUFallenOffBus",)),
-    XidClass("needs GPU reset", (109, 136, 143, 155, 156, 158), SetsCondition.ALWAYS, ("GPUXidResetRequired",)),
+    XidClass("needs GPU reset", (46, 62, 109, 110, 136, 143, 155, 156, 158), SetsCondition.ALWAYS,
+             ("GPUXidResetRequired",)),
     # A row remap waits for the next reset; the GPU still works until then.
     XidClass("row remap pending (63)", (63,), SetsCondition.NEVER, ("GPUXidResetRequired",)),
     XidClass("contained memory error (94)", (94,), SetsCondition.NEVER, ("GPUContainedMemoryError",)),
@@ -43,10 +55,15 @@ CLASSES: tuple[XidClass, ...] = (
     XidClass("recovery action (154)", (154,), SetsCondition.NEVER, ()),
     XidClass("usually the application", (13, 31, 43, 45, 68), SetsCondition.NEVER,
              ("GPUXidApplication", "GPUXidApplicationRepeated")),
+    # The catalog's RESTART_APP: evidence for the job classifier, no node action.
+    XidClass("restart the application", _bucket("RESTART_APP"), SetsCondition.NEVER, ("GPUXidApplication",)),
+    # The catalog's IGNORE: counted (gpuhealth_xid_errors_total, the dashboards), no alert.
+    XidClass("counted only", _bucket("IGNORE"), SetsCondition.NEVER, ()),
 )
 
 KNOWN: frozenset[int] = frozenset(x for c in CLASSES for x in c.xids)
-# The alert for an Xid in no class: its selector is `xid!~` every known Xid.
+# The alert for an Xid in no class: its selector is `xid!~` every known Xid. It cordons and pages: the catalog's
+# CONTACT_SUPPORT and check buckets, and Xids the catalog does not know (a newer driver), stay fail-closed.
 UNKNOWN_ALERT = "GPUXidUnknown"
 
 _CONDITION = {x: c.condition for c in CLASSES for x in c.xids}
@@ -61,3 +78,13 @@ def sets_gpu_condition(xid: int, fatal: bool | None) -> bool:
 def selector(xids: tuple[int, ...] | frozenset[int]) -> str:
     """A PromQL regex matching exactly these Xids, in the order given."""
     return "|".join(str(x) for x in xids)
+
+
+def first_alert(xid: int) -> str | None:
+    """The alert whose `remediation` is gpuhealth's first rung for one event of the Xid: its class's first alert,
+    the unknown-Xid alert for an Xid in no class, None for a class that raises no alert (counted only, or 154's
+    action read from its own gauge)."""
+    for c in CLASSES:
+        if xid in c.xids:
+            return c.alerts[0] if c.alerts else None
+    return UNKNOWN_ALERT
