@@ -20,6 +20,7 @@ from gpuhealth.exporter.probes.dcgm.failure_codes import (
 from gpuhealth.exporter.probes.dcgm.health import parse_health
 from gpuhealth.exporter.probes.dcgm.health_messages import HEALTH_MESSAGE_FORMATS, message_codes
 from tests.exporter.probes.dcgm.test_dcgm_probe import FIXTURES, cat_dcgmi, values_of
+from tests.support import paths
 
 HEADER = (FIXTURES / "dcgm_errors_h_dcgm_4_6_0.h").read_text()
 META = (FIXTURES / "dcgm_errors_c_dcgm_4_6_0.c").read_text()
@@ -148,3 +149,10 @@ def test_diag_4x_codes_of_failed_and_warned_results_are_exposed_and_an_unknown_o
 
 def test_a_passing_diag_has_no_failure_code(tmp_path: Path) -> None:
     assert _diag_codes(tmp_path, FIXTURES / "diag4x_passing_constructed.json", 3) == set()
+
+
+def test_docs_alerts_table_of_dcgm_codes_is_the_code_table() -> None:
+    page = (paths.REPO / "docs" / "alerts.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| `(DCGM_FR_\w+)` \| (\w+) \| (\w+) \| ([^|]*) \|$", page, re.MULTILINE)
+    assert {int(code): (name, severity, action, why.strip()) for code, name, severity, action, why in rows} == {
+        row.code: (row.name, row.severity.value, row.action.value, row.why) for row in FAILURE_CODES.values()}
