@@ -217,7 +217,11 @@ DCGM_HEALTH_STATUS = Family(
     "gpuhealth_dcgm_health_status", "gauge", ("gpu", "system"),
     "dcgmi health -c: 0 pass, 10 warn, 20 fail (DCGM's codes). system is the health subsystem "
     "(memory, pcie, nvlink, thermal, power, ...); gpu and system are empty for the overall result.")
-DCGM_HEALTH = (DCGM_HEALTH_STATUS,)
+DCGM_HEALTH_FAILURE_CODE = Family(
+    "gpuhealth_dcgm_health_failure_code", "gauge", ("gpu", "system", "code", "action"),
+    "1 per DCGM_FR_* failure code recognised in a warning or failing dcgmi health system's message, with "
+    "gpuhealth's action for it (none|config|cordon|reset|reboot|replace).")
+DCGM_HEALTH = (DCGM_HEALTH_STATUS, DCGM_HEALTH_FAILURE_CODE)
 # From a local dcgm-exporter, beside GPU_STATE.
 DCGM_LAST_XID = Family(
     "gpuhealth_dcgm_last_xid", "gauge", GPU_SOURCED,
@@ -243,7 +247,11 @@ DCGM_DIAG_FAILED_TESTS = Family(
 DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS = Family(
     "gpuhealth_dcgm_diag_last_run_timestamp_seconds", "gauge", (),
     "Unix time the last diag finished.")
-DCGM_DIAG = (DCGM_DIAG_RESULT, DCGM_DIAG_FAILED_TESTS, DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS)
+DCGM_DIAG_FAILURE_CODE = Family(
+    "gpuhealth_dcgm_diag_failure_code", "gauge", ("test", "gpu", "code", "action"),
+    "1 per DCGM_FR_* failure code a failed or warned dcgmi diag test reported for a GPU, with gpuhealth's action "
+    "for it (none|config|cordon|reset|reboot|replace; an unknown code is cordon).")
+DCGM_DIAG = (DCGM_DIAG_RESULT, DCGM_DIAG_FAILURE_CODE, DCGM_DIAG_FAILED_TESTS, DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS)
 # From the EFA devices in sysfs.
 EFA_DEVICES_VISIBLE = Family(
     "gpuhealth_efa_devices_visible", "gauge", (),

@@ -14,6 +14,7 @@ from gpuhealth.exporter.probes.base import (
     PausingProbe,
     ProbeError,
 )
+from gpuhealth.exporter.probes.dcgm.failure_codes import code_action
 from gpuhealth.exporter.probes.dcgm.tool_output import MALFORMED, load_json
 from gpuhealth.exporter.probes.tools import run_command
 from gpuhealth.exporter.samples import ProbeResult, Problems
@@ -31,6 +32,7 @@ class DiagResult:
     gpu: str
     result: str
     detail: str
+    codes: tuple[int, ...] = ()  # DCGM_FR_* codes (error_id) of its warnings, 3.x and 4.x
 
 
 def _diag_status(raw: object, test: str) -> str:
@@ -48,6 +50,14 @@ def _warning_text(warnings: object) -> str:
         return ""
     texts = [str(w.get("warning", w.get("warnings", ""))) if isinstance(w, dict) else str(w) for w in warnings]
     return "; ".join(t.strip() for t in texts if t.strip())
+
+
+def _warning_codes(warnings: object) -> tuple[int, ...]:
+    """The DCGM_FR_* code of each warning (`error_id`, nvvs/include/NvvsJsonStrings.h); older dcgmi gives none."""
+    if not isinstance(warnings, list):
+        return ()
+    codes = (w.get("error_id") for w in warnings if isinstance(w, dict))
+    return tuple(sorted({c for c in codes if isinstance(c, int) and not isinstance(c, bool)}))
 
 
 def _result_gpus(result: dict[str, Any]) -> list[str]:
@@ -69,8 +79,9 @@ def _test_results(category: str, test: dict[str, Any]) -> Iterator[DiagResult]:
             continue  # 3.3 writes results[i] for the i-th GPU that ran the test: one that did not leaves a null
         status = _diag_status(result["status"], name)
         detail = _warning_text(result.get("warnings"))
+        codes = _warning_codes(result.get("warnings"))
         for gpu in _result_gpus(result):
-            yield DiagResult(category, name, gpu, status, detail)
+            yield DiagResult(category, name, gpu, status, detail, codes)
 
 
 def _diag_root(doc: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +131,11 @@ def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
     out = ProbeResult()
     for r in results:
         out.add(catalog.DCGM_DIAG_RESULT, 1, category=r.category, test=r.test, gpu=r.gpu, result=r.result)
+    for r in results:
+        if r.result in ("fail", "warn"):
+            for code in r.codes:
+                out.add(catalog.DCGM_DIAG_FAILURE_CODE, 1, test=r.test, gpu=r.gpu, code=str(code),
+                        action=code_action(code).value)
     failed = [r for r in results if r.result == "fail"]
     out.add(catalog.DCGM_DIAG_FAILED_TESTS, len(failed))
     out.add(catalog.DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS, now)

@@ -15,12 +15,15 @@ from gpuhealth.exporter.probes.base import (
     PausingProbe,
     ProbeError,
 )
+from gpuhealth.exporter.probes.dcgm.failure_codes import code_action
+from gpuhealth.exporter.probes.dcgm.health_messages import message_codes
 from gpuhealth.exporter.probes.dcgm.tool_output import MALFORMED, first_line, load_json
 from gpuhealth.exporter.probes.tools import run_command
 from gpuhealth.exporter.samples import ProbeResult, Problems
 
 HEALTH_CODES = {"healthy": 0, "pass": 0, "warning": 10, "warn": 10, "failure": 20, "fail": 20}
 HEALTH_FAILURE = 20
+HEALTH_WARNING = 10
 _OVERALL = "overall health"
 
 
@@ -107,6 +110,19 @@ def _health_entries(body: dict[str, Any]) -> list[_HealthEntry]:
     return entries
 
 
+def _add_failure_codes(result: ProbeResult, entries: list[_HealthEntry]) -> None:
+    """The DCGM_FR_* codes whose messages a warning or failure carries, each with gpuhealth's action for it."""
+    seen: set[tuple[str, str, int]] = set()
+    for entry in entries:
+        if entry.code < HEALTH_WARNING or not entry.leaf:
+            continue
+        for code in message_codes(" ".join(entry.errors)):
+            if (entry.gpu, entry.system, code) not in seen:
+                seen.add((entry.gpu, entry.system, code))
+                result.add(catalog.DCGM_HEALTH_FAILURE_CODE, 1, gpu=entry.gpu, system=entry.system,
+                           code=str(code), action=code_action(code).value)
+
+
 def parse_health(doc: dict[str, Any]) -> ProbeResult:
     body = doc.get("body")
     overall = body.get("Overall Health") if isinstance(body, dict) else None
@@ -120,6 +136,7 @@ def parse_health(doc: dict[str, Any]) -> ProbeResult:
     result = ProbeResult()
     for (gpu, system), code in worst.items():
         result.add(catalog.DCGM_HEALTH_STATUS, code, gpu=gpu, system=system)
+    _add_failure_codes(result, entries)
     failing = [e for e in entries if e.code >= HEALTH_FAILURE and e.leaf and (e.gpu or e.system)]
     problems = [_health_problem(e) for e in failing]
     if not problems and worst[("", "")] >= HEALTH_FAILURE:

@@ -199,6 +199,10 @@ def test_health_failure_is_reported_per_gpu_and_system_with_only_failures_as_pro
         key("gpuhealth_dcgm_health_status", gpu="0", system="pcie"): 10,
         key("gpuhealth_dcgm_health_status", gpu="1", system=""): 20,
         key("gpuhealth_dcgm_health_status", gpu="1", system="memory"): 20,
+        # The messages' DCGM_FR codes: PCI_REPLAY_RATE, VOLATILE_DBE_DETECTED, PENDING_PAGE_RETIREMENTS.
+        key("gpuhealth_dcgm_health_failure_code", gpu="0", system="pcie", code="3", action="cordon"): 1,
+        key("gpuhealth_dcgm_health_failure_code", gpu="1", system="memory", code="4", action="reset"): 1,
+        key("gpuhealth_dcgm_health_failure_code", gpu="1", system="memory", code="6", action="reset"): 1,
     }
     assert list(result.problems.gpu) == [
         "dcgmi health: GPU 1 memory failure: Detected 2 volatile double-bit ECC error(s) in GPU 1., "
