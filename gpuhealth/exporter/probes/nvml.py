@@ -365,9 +365,7 @@ class _GpuReader:
             return
         names = {getattr(self.nv, const): label for label, const in _RECOVERY_ACTIONS if hasattr(self.nv, const)}
         action = names.get(code, f"unknown_{code}")
-        self.add(catalog.GPU_RECOVERY_ACTION_FIELD, code, action=action)
-        if code != getattr(self.nv, "NVML_GPU_RECOVERY_ACTION_NONE", 0):
-            self.gpu_problems.append(f"{self.who()}: driver asks {action} (NVML recovery action {code})")
+        self.add(catalog.GPU_RECOVERY_ACTION_FIELD, code, action=action)  # the node condition reads it (conditions.py)
 
     def recovery_field(self) -> int | None:
         field_id = getattr(self.nv, _RECOVERY_FIELD, None)
