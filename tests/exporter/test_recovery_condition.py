@@ -15,7 +15,8 @@ from gpuhealth.exporter.runner import ProbeRunner
 from gpuhealth.exporter.snapshot import Snapshot
 from tests.fakes.nvml import P5_BUS_IDS, FakeGpu, FakeNvml, p5_fleet
 
-ANNOUNCED = "[ 5.0] NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)\n"
+ANNOUNCED = ("[ 5.0] NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+             "(GPU Reset Required)\n")
 GPU0 = P5_BUS_IDS[0]  # 00000000:53:00.0, the GPU the line names
 
 

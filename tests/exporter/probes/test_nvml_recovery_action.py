@@ -43,7 +43,7 @@ def test_each_recovery_action_code_is_exported_with_its_action_label(
     result = NvmlProbe(FakeNvml(fleet(code))).collect(deadline=10)
     assert [(s.labels["action"], s.value) for s in of(result, FIELD)] == [(action, float(code))]
     assert [s.value for s in of(result, SUPPORTED)] == [1.0]
-    assert result.problems.gpu == ()  # the node condition reads the field itself (tests/exporter/test_recovery_condition.py)
+    assert result.problems.gpu == ()  # the node condition reads the field itself (test_recovery_condition.py)
 
 
 def test_a_code_newer_than_the_installed_pynvml_is_exported_with_an_unknown_label() -> None:
