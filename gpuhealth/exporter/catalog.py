@@ -209,8 +209,18 @@ GPU_MIG_INSTANCE_INFO = Family(
     "gpuhealth_gpu_mig_instance_info", "gauge",
     (*GPU_SOURCED, "gpu_instance", "compute_instance", "profile", "mig_uuid"),
     "1 per MIG device: its GPU instance and compute instance ids, profile (e.g. 1g.10gb) and UUID.")
+GPU_RECOVERY_ACTION_FIELD = Family(
+    "gpuhealth_gpu_recovery_action_field", "gauge", (*GPU_SOURCED, "action"),
+    "The driver's GPU recovery action now, read from NVML each run (field 230; value is the code: 0 none, "
+    "1 gpu_reset_required, 2 node_reboot_required, 3 drain_p2p, 4 drain_and_reset, 5 recover_imex_domain, "
+    "6 bus_reset, 7 system_reboot). Back to 0 once the action is done. Absent where the driver lacks the field.")
+GPU_RECOVERY_ACTION_FIELD_SUPPORTED = Family(
+    "gpuhealth_gpu_recovery_action_field_supported", "gauge", GPU_SOURCED,
+    "1 where the driver reports the recovery action field (then it, not the Xid 154 line's 15-minute window, "
+    "decides the GPURecoveryAction* alerts), 0 where it does not (an older driver: the kernel log decides).")
 NVML_ONLY = (
     GPU_NVLINK_LINKS, GPU_NVLINK_LINKS_DOWN, GPU_LOST, GPU_MIG_MODE, GPU_MIG_MODE_PENDING, GPU_MIG_INSTANCE_INFO,
+    GPU_RECOVERY_ACTION_FIELD, GPU_RECOVERY_ACTION_FIELD_SUPPORTED,
 )
 # From `dcgmi health`.
 DCGM_HEALTH_STATUS = Family(

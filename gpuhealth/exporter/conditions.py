@@ -6,8 +6,10 @@ A condition clears when its fault clears: current-state faults clear on the next
 kernel-log faults once `fault_window` seconds pass without the fault being seen again. A fault a
 probe reported is kept while that probe is failing (its last result stands), and a condition whose
 sources are failing and show no fault is Unknown, never True: a probe that dies cannot make a node
-look healthy. A probe paused for a GPU reset (gpuhealth/exporter/gpu_reset.py) is frozen as it was: its last result
-stands, and it counts as good or failing as its last run left it, so no condition turns True for want of data.
+look healthy. The driver's recovery action clears where NVML reports its field (the field reading NONE
+again is the all-clear); on a driver without the field an Xid 154 announcement stands for the boot.
+A probe paused for a GPU reset (gpuhealth/exporter/gpu_reset.py) is frozen as it was: its last result stands,
+and it counts as good or failing as its last run left it, so no condition turns True for want of data.
 
 Which condition a kernel-log fault sets is the data's: each pattern in kernel_patterns.yaml names it
 (`condition:`). Which probes a condition is built from is the probe registry's.
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpuhealth.contract.xids import sets_gpu_condition
+from gpuhealth.exporter import catalog
 from gpuhealth.exporter.collector import Expectations, efa_devices_visible, trusted, visible_gpus
 from gpuhealth.exporter.condition_types import EFA, FAULTS, GPU, KERNEL, NVLINK, PROBES
 from gpuhealth.exporter.probes.registry import feeding
@@ -69,6 +72,21 @@ def _kernel_log_problems(faults: list[KernelFault], ctype: str) -> list[tuple[st
     return problems
 
 
+def _recovery_problems(results: list[ProbeResult]) -> list[tuple[str, str]]:
+    """What the driver asks for each GPU. Where NVML reports the recovery action field, the field decides: its
+    NONE (after the action is done) is the all-clear. Elsewhere the Xid 154 announcement stands for the boot."""
+    samples = [s for r in results for s in r.samples]
+    field = [s for s in samples if s.family is catalog.GPU_RECOVERY_ACTION_FIELD]
+    supported = {s.labels["pci_bus_id"] for s in samples
+                 if s.family is catalog.GPU_RECOVERY_ACTION_FIELD_SUPPORTED and s.value == 1}
+    problems = [("GPURecoveryAction", f"driver asks {s.labels['action']} for GPU {s.labels['pci_bus_id']}")
+                for s in field if s.value != 0]
+    problems += [("GPURecoveryAction", f"driver asks {a.action} for GPU {a.pci_bus_id}")
+                 for r in results if r.kernel is not None for a in r.kernel.recovery
+                 if a.code != 0 and a.pci_bus_id not in supported]
+    return problems
+
+
 def _condition(
     ctype: str, problems: list[tuple[str, str]], failing: list[str], healthy_reason: str, healthy_message: str
 ) -> Condition:
@@ -100,8 +118,7 @@ def evaluate(
     if expect.gpus is not None and visible is not None and visible < expect.gpus:
         gpu.append(("GPUsMissing", f"{visible} of {expect.gpus} GPUs visible"))
     gpu += _kernel_log_problems(recent, GPU)
-    gpu += [("GPURecoveryAction", f"driver asks {a.action} for GPU {a.pci_bus_id}")
-            for r in results if r.kernel is not None for a in r.kernel.recovery if a.code != 0]
+    gpu += _recovery_problems(results)
     gpu += [("GPUFault", p) for r in results for p in r.problems.gpu]
 
     nvlink = [("NVLinkFault", p) for r in results for p in r.problems.nvlink]

@@ -52,6 +52,9 @@ class FakeGpu:
     mig_mode: tuple[int, int] | None = None
     mig_devices: list[FakeMig] = field(default_factory=list)
     max_mig_devices: int = 7
+    # The driver's recovery action (NVML field 230, NVML_GPU_RECOVERY_ACTION_*); None: a driver without the field
+    # (it answers NVML_ERROR_NOT_SUPPORTED in the field's own return code, as NVML does, not by raising).
+    recovery_action: int | None = 0
     lost: bool = False
     lost_after: str = ""  # function name from which on the GPU answers GpuIsLost ("" = from the handle)
     # function name -> NVMLError subclass that call raises on this GPU
@@ -199,6 +202,17 @@ class FakeNvml(types.ModuleType):
         if not any(m.slot == index for m in gpu.mig_devices):
             raise pynvml.NVMLError_NotFound()  # an empty slot, as NVML answers
         return (handle, index)
+
+    def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[int]) -> Any:
+        gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for slot, field_id in zip(values, field_ids, strict=True):
+            slot.fieldId = field_id
+            known = field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and gpu.recovery_action is not None
+            slot.nvmlReturn = pynvml.NVML_SUCCESS if known else pynvml.NVML_ERROR_NOT_SUPPORTED
+            slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            slot.value.uiVal = gpu.recovery_action or 0
+        return values
 
     def _mig(self, handle: Any) -> FakeMig:
         self._check_init()

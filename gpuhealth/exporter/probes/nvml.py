@@ -47,6 +47,20 @@ _NVLINK_ERRORS = (
     ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"),
 )
 _VIOLATIONS = (("thermal", "NVML_PERF_POLICY_THERMAL"), ("power", "NVML_PERF_POLICY_POWER"))
+# The driver's GPU recovery action (NVML field 230), by the action label the kmsg probe also uses for 0-4
+# (gpuhealth/exporter/kernel/probe.py); the codes are read from the installed pynvml, never written here, and a
+# constant the installed pynvml lacks is simply not named.
+_RECOVERY_ACTIONS = (
+    ("none", "NVML_GPU_RECOVERY_ACTION_NONE"),
+    ("gpu_reset_required", "NVML_GPU_RECOVERY_ACTION_GPU_RESET"),
+    ("node_reboot_required", "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT"),
+    ("drain_p2p", "NVML_GPU_RECOVERY_ACTION_DRAIN_P2P"),
+    ("drain_and_reset", "NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET"),
+    ("recover_imex_domain", "NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN"),
+    ("bus_reset", "NVML_GPU_RECOVERY_ACTION_BUS_RESET"),
+    ("system_reboot", "NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT"),
+)
+_RECOVERY_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
 _RETIREMENT_CAUSES = (
     ("double_bit", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"),
     ("single_bit", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
@@ -229,6 +243,7 @@ class _GpuReader:
         self.read_pcie_replays()
         self.read_violations()
         self.read_mig()
+        self.read_recovery_action()
 
     def read_mig(self) -> None:
         """MIG mode (current, and whether a change waits for a GPU reset) and each MIG device's GPU and compute
@@ -340,3 +355,23 @@ class _GpuReader:
             status = self.dev("nvmlDeviceGetViolationStatus", self.const(policy_const))
             if status is not None:
                 self.add(catalog.GPU_VIOLATION_SECONDS, status.violationTime / 1e9, reason=reason_label)
+
+    def read_recovery_action(self) -> None:
+        """The driver's recovery action field, each run: its code (action label named from pynvml), or
+        supported=0 where the driver, the GPU or the installed pynvml has no such field (never a failure)."""
+        code = self.recovery_field()
+        self.add(catalog.GPU_RECOVERY_ACTION_FIELD_SUPPORTED, 0 if code is None else 1)
+        if code is None:
+            return
+        names = {getattr(self.nv, const): label for label, const in _RECOVERY_ACTIONS if hasattr(self.nv, const)}
+        action = names.get(code, f"unknown_{code}")
+        self.add(catalog.GPU_RECOVERY_ACTION_FIELD, code, action=action)  # the node condition reads it (conditions.py)
+
+    def recovery_field(self) -> int | None:
+        field_id = getattr(self.nv, _RECOVERY_FIELD, None)
+        if field_id is None or not hasattr(self.nv, "nvmlDeviceGetFieldValues"):
+            return None
+        values = self.dev("nvmlDeviceGetFieldValues", [field_id], skip=(self.nv.NVMLError_InvalidArgument,))
+        if not values or values[0].nvmlReturn != self.const("NVML_SUCCESS"):
+            return None  # a driver before the field answers NotSupported or InvalidArgument for it alone
+        return int(values[0].value.uiVal)
