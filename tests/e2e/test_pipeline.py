@@ -415,6 +415,8 @@ def test_every_dashboard_query_returns_data(dashboard_stack: Stack, tmp_path: Pa
     held.xid(145, pci=GPU0, detail="Fatal, Link 03 (RLW) error")
     held.xid(154, pci=GPU1, detail="GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")
     held.xid(13, pci=GPU0)
+    held.xid(32, pci=GPU0, detail="Invalid or corrupted push buffer stream")  # the catalog's RESTART_APP
+    held.xid(38, pci=GPU1, detail="Driver firmware error")  # the catalog's IGNORE: counted only
     held.xid(999, pci=GPU0, detail="an Xid no table knows")
     held.sxid(24007, fatal=True, detail="Link 28 sourcetrack timeout error (First)")
     held.log_kernel("pcieport 0000:00:03.1: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer",
