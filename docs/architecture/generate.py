@@ -180,7 +180,7 @@ def unnamed(text: str, programs: tuple[Program, ...], root: Path = ROOT) -> list
     return problems
 
 
-def _imports(path: Path, package: str) -> set[str]:
+def imports_of(path: Path, package: str) -> set[str]:
     """The modules of this package the file imports (lazily and for the type checker included)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -202,7 +202,7 @@ def wrong_imports(programs: tuple[Program, ...], root: Path = ROOT) -> list[str]
                 continue
             allowed = program.prefixes(uses, room)
             wrong += [f"{program.root}{path}: {m} (room `{room.name}` may use {_use_text(uses, program)})"
-                      for m in sorted(_imports(root / program.root / path, program.package))
+                      for m in sorted(imports_of(root / program.root / path, program.package))
                       if not m.startswith(allowed)]
     return wrong
 

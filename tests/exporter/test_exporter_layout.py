@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.support import paths
+from tests.support import architecture, paths
 
 ROOT = paths.REPO / "gpuhealth" / "exporter"
 PACKAGE = "gpuhealth.exporter"
@@ -24,13 +24,7 @@ def _module(path: Path) -> str:
 
 def _imports(path: Path) -> set[str]:
     """The modules of the exporter the file imports, named below the gpuhealth namespace (`exporter.cli`)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
-            found |= {node.module} if node.module != PACKAGE else {f"{PACKAGE}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith(PACKAGE)}
-    return {name.removeprefix("gpuhealth.") for name in found}
+    return {name.removeprefix("gpuhealth.") for name in architecture.imports_of(path, PACKAGE)}
 
 
 def _modules() -> dict[str, set[str]]:

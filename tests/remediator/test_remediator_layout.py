@@ -14,13 +14,7 @@ ALLOWED_FOR_DECIDE = ("gpuhealth.remediator.decide", "gpuhealth.remediator.polic
 
 
 def _imports(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuhealth.remediator"):
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("gpuhealth.remediator")}
-    return found
+    return architecture.imports_of(path, "gpuhealth.remediator")
 
 
 def test_decide_imports_no_client_intake_act_or_workloads() -> None:

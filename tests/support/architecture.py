@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from tests.support import paths
@@ -28,3 +29,9 @@ def may_import(package: str) -> dict[str, tuple[str, ...]]:
     program = next(p for p in gen.load() if p.package == package)
     return {room.name.removesuffix("/"): program.prefixes(room.may_use, room) for room in program.rooms
             if room.name.endswith("/") and not isinstance(room.may_use, str)}
+
+
+def imports_of(path: Path, package: str) -> set[str]:
+    """The modules of `package` the file imports, lazily and for the type checker included (the table's own reader)."""
+    found: set[str] = generator().imports_of(path, package)
+    return found
