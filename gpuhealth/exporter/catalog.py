@@ -103,7 +103,8 @@ XID_ERRORS = Family(
 GPU_RECOVERY_ACTION = Family(
     "gpuhealth_gpu_recovery_action", "gauge", (*GPU, "action"),
     "The driver's latest GPU recovery action from Xid 154 (value is the code: 0 none, 1 gpu_reset_required, "
-    "2 node_reboot_required, 3 drain_p2p, 4 drain_and_reset).")
+    "2 node_reboot_required, 3 drain_p2p, 4 drain_and_reset, 5 recover_imex_domain, 6 bus_reset, 7 system_reboot; "
+    "a higher code unknown_<code>).")
 GPU_RECOVERY_ACTION_TIMESTAMP_SECONDS = Family(
     "gpuhealth_gpu_recovery_action_timestamp_seconds", "gauge", (*GPU, "action"),
     "Unix time of the driver's latest Xid 154 recovery-action announcement for the GPU (by the kernel's "

@@ -27,13 +27,18 @@ from gpuhealth.exporter.samples import KernelFacts, KernelFault, ProbeResult, Re
 
 RECENT_EVENTS = 1000  # recent faults kept for node conditions
 
-# Xid 154 recovery actions, by the code the driver prints.
+# Xid 154 recovery actions, by the code the driver prints: the pinned nvidia-ml-py's NVML_GPU_RECOVERY_ACTION_*
+# values, named as the NVML probe names them (gpuhealth/exporter/probes/nvml.py; a test checks both against pynvml).
+# A code past these stays unknown_<code> (GPURecoveryActionUnknown cordons).
 RECOVERY_ACTIONS = {
     0: "none",
     1: "gpu_reset_required",
     2: "node_reboot_required",
     3: "drain_p2p",
     4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
 }
 
 

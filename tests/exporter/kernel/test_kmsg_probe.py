@@ -405,3 +405,24 @@ def test_recovery_actions_carry_when_the_kernel_announced_them_and_the_boot_time
     assert values(result, "gpuhealth_node_boot_time_seconds") == {(): 1700000000}
     (when,) = values(result, "gpuhealth_gpu_recovery_action_timestamp_seconds").values()
     assert when == 1700000000 + 1000 / 1e6  # boot time + the record's microseconds since boot
+
+
+def test_xid_154_codes_5_to_7_are_named_as_the_pinned_nvidia_ml_py_names_them(tmp_path: Path) -> None:
+    # The line is the real Xid 154 form (samples.txt, GPUD's capture); the driver's words in the last parentheses
+    # for codes 5-7 are not in any capture we hold, and the reader takes only the code.
+    log = tmp_path / "kern.log"
+    log.write_text("".join(
+        f"[17116{i}.621162] NVRM: Xid (PCI:000{i}:01:00): 154, GPU recovery action changed from 0x0 (None) to "
+        f"0x{i} (action {i})\n" for i in (5, 6, 7, 8)))
+    actions = {(s.labels["pci_bus_id"], s.labels["action"]): s.value
+               for s in file_probe(log).collect(5).samples if s.name == "gpuhealth_gpu_recovery_action"}
+    assert actions == {("00000005:01:00.0", "recover_imex_domain"): 5, ("00000006:01:00.0", "bus_reset"): 6,
+                       ("00000007:01:00.0", "system_reboot"): 7, ("00000008:01:00.0", "unknown_8"): 8}
+
+
+def test_the_kernel_log_names_every_recovery_action_as_the_nvml_probe_and_pynvml_do() -> None:
+    import pynvml
+
+    from gpuhealth.exporter.kernel.probe import RECOVERY_ACTIONS
+    from gpuhealth.exporter.probes.nvml import _RECOVERY_ACTIONS as NVML_NAMES
+    assert RECOVERY_ACTIONS == {getattr(pynvml, constant): name for name, constant in NVML_NAMES}
