@@ -261,7 +261,7 @@ DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS = Family(
 DCGM_DIAG_FAILURE_CODE = Family(
     "gpuhealth_dcgm_diag_failure_code", "gauge", ("test", "gpu", "code", "action"),
     "1 per DCGM_FR_* failure code a failed or warned dcgmi diag test reported for a GPU, with gpuhealth's action "
-    "for it (none|config|cordon|reset|reboot|replace; an unknown code is cordon).")
+    "for it (none|config|cordon|reset|reboot|replace; an unknown code is reset, as a failed test always was).")
 DCGM_DIAG = (DCGM_DIAG_RESULT, DCGM_DIAG_FAILURE_CODE, DCGM_DIAG_FAILED_TESTS, DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS)
 # From the EFA devices in sysfs.
 EFA_DEVICES_VISIBLE = Family(

@@ -14,7 +14,7 @@ from gpuhealth.exporter.probes.base import (
     PausingProbe,
     ProbeError,
 )
-from gpuhealth.exporter.probes.dcgm.failure_codes import code_action
+from gpuhealth.exporter.probes.dcgm.failure_codes import Action, diag_code_action, failed_test_action
 from gpuhealth.exporter.probes.dcgm.tool_output import MALFORMED, load_json
 from gpuhealth.exporter.probes.tools import run_command
 from gpuhealth.exporter.samples import ProbeResult, Problems
@@ -60,6 +60,19 @@ def _warning_codes(warnings: object) -> tuple[int, ...]:
     return tuple(sorted({c for c in codes if isinstance(c, int) and not isinstance(c, bool)}))
 
 
+def _warnings(node: object) -> list[dict[str, Any]]:
+    warnings = node.get("warnings") if isinstance(node, dict) else None
+    return [w for w in warnings if isinstance(w, dict)] if isinstance(warnings, list) else []
+
+
+def _entityless_warnings(test: dict[str, Any], results: list[Any]) -> list[dict[str, Any]]:
+    """DCGM 4.x's test_summary lists every error of the test, a result only its entity's (dcgmi/Diag.cpp
+    HelperJsonAddTestSummary, includeAllErrors; HelperJsonAddResult): a summary error that no result carries belongs
+    to no entity (DCGM_FE_NONE: a denylisted driver, nvvs/src/Software.cpp), so it is every result's."""
+    carried = {(w.get("error_id"), w.get("warning")) for r in results for w in _warnings(r)}
+    return [w for w in _warnings(test.get("test_summary")) if (w.get("error_id"), w.get("warning")) not in carried]
+
+
 def _result_gpus(result: dict[str, Any]) -> list[str]:
     if "entity_group" in result:  # 4.x: one entity per result
         return [str(result["entity_id"])] if str(result["entity_group"]).upper() == "GPU" else [""]
@@ -72,14 +85,17 @@ def _result_gpus(result: dict[str, Any]) -> list[str]:
 def _test_results(category: str, test: dict[str, Any]) -> Iterator[DiagResult]:
     name = str(test["name"])
     results = test.get("results") or []
+    shared: list[dict[str, Any]] = _entityless_warnings(test, results) if results else []
     if not results and isinstance(test.get("test_summary"), dict):
         results = [test["test_summary"]]
     for result in results:
         if result is None:
             continue  # 3.3 writes results[i] for the i-th GPU that ran the test: one that did not leaves a null
         status = _diag_status(result["status"], name)
-        detail = _warning_text(result.get("warnings"))
-        codes = _warning_codes(result.get("warnings"))
+        own = result.get("warnings")
+        warnings = [*(own if isinstance(own, list) else []), *shared] if shared else own
+        detail = _warning_text(warnings)
+        codes = _warning_codes(warnings)
         for gpu in _result_gpus(result):
             yield DiagResult(category, name, gpu, status, detail, codes)
 
@@ -135,11 +151,12 @@ def parse_diag(doc: dict[str, Any], now: float) -> ProbeResult:
         if r.result in ("fail", "warn"):
             for code in r.codes:
                 out.add(catalog.DCGM_DIAG_FAILURE_CODE, 1, test=r.test, gpu=r.gpu, code=str(code),
-                        action=code_action(code).value)
+                        action=diag_code_action(code).value)
     failed = [r for r in results if r.result == "fail"]
     out.add(catalog.DCGM_DIAG_FAILED_TESTS, len(failed))
     out.add(catalog.DCGM_DIAG_LAST_RUN_TIMESTAMP_SECONDS, now)
-    out.problems = Problems(gpu=tuple(diag_problem(r) for r in failed))
+    # A test whose codes all take no action (failure_codes.py) is counted, not a problem of the node's condition.
+    out.problems = Problems(gpu=tuple(diag_problem(r) for r in failed if failed_test_action(r.codes) != Action.NONE))
     if failed:
         # Re-check soon: after a GPU reset the hourly result would otherwise say "failed" for an hour.
         out.run_again_after = DIAG_RECHECK_AFTER_FAILURE_SECONDS

@@ -7,11 +7,13 @@ dcgmErrorSeverity_t, NONE/MONITOR/ISOLATE/UNKNOWN/TRIAGE/CONFIG/RESET). Row rema
 NVIDIA's GPU memory error management guide (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt): a pending remap is
 cleared by a GPU reset; a failed remap, or the retired-page limit, means the board is replaced (RMA).
 
-A code not in the table (a newer DCGM) stays fail-closed: cordon, as for a failure gpuhealth cannot name.
+A code not in the table (a newer DCGM) stays fail-closed: cordon in dcgmi health, reset in a failed dcgmi diag test (as
+every failed test did before its codes were read).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -138,8 +140,28 @@ FAILURE_CODES: dict[int, _Row] = {row.code: row for row in (
 
 
 UNKNOWN_ACTION = Action.CORDON  # fail closed: a code we cannot name keeps new work off the GPU
+# In a failed dcgmi diag test, a code we cannot name resets the GPU, as any failed test did before codes were read.
+UNKNOWN_DIAG_ACTION = Action.RESET
 
 
-def code_action(code: int) -> Action:
+def code_action(code: int, unknown: Action = UNKNOWN_ACTION) -> Action:
     row = FAILURE_CODES.get(code)
-    return row.action if row else UNKNOWN_ACTION
+    return row.action if row else unknown
+
+
+def diag_code_action(code: int) -> Action:
+    """gpuhealth's action for a code of a failed or warned dcgmi diag result (the metric's `action` label)."""
+    return code_action(code, UNKNOWN_DIAG_ACTION)
+
+
+def failed_test_action(codes: Iterable[int]) -> Action:
+    """What a failed dcgmi diag test asks for: the strongest action of its codes (diag_code_action); a test that
+    failed without a code resets (fail closed), as GPUDiagFailed does (rules/alerts/gpu.yaml)."""
+    actions = [diag_code_action(code) for code in codes]
+    return max(actions, key=list(Action).index) if actions else Action.RESET
+
+
+def code_name(code: int) -> str:
+    """DCGM's name for a code (DCGM_FR_*), or "code <n>" for one the table does not know."""
+    row = FAILURE_CODES.get(code)
+    return row.name if row else f"code {code}"

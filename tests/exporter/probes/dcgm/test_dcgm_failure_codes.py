@@ -16,6 +16,7 @@ from gpuhealth.exporter.probes.dcgm.failure_codes import (
     UNKNOWN_ACTION,
     Action,
     code_action,
+    failed_test_action,
 )
 from gpuhealth.exporter.probes.dcgm.health import parse_health
 from gpuhealth.exporter.probes.dcgm.health_messages import HEALTH_MESSAGE_FORMATS, message_codes
@@ -137,14 +138,33 @@ def test_a_diag_memory_mismatch_carries_its_code_on_its_gpu(tmp_path: Path) -> N
     assert found == {("GPU Memory", "1", "58", "cordon")}
 
 
-def test_diag_4x_codes_of_failed_and_warned_results_are_exposed_and_an_unknown_one_cordons(tmp_path: Path) -> None:
+def test_diag_4x_codes_of_failed_and_warned_results_are_exposed_and_an_unknown_one_resets(tmp_path: Path) -> None:
+    # A failed test reset its GPU before codes were read: a code the table cannot name keeps that (fail closed).
     doc = json.loads((FIXTURES / "diag4x_failing_constructed.json").read_text())
     memory = doc["DCGM Diagnostic"]["test_categories"][1]["tests"][0]
     assert memory["name"] == "memory"
     memory["results"][0]["warnings"][0]["error_id"] = 500  # a code from a DCGM newer than the table
     found = _diag_codes(tmp_path, json.dumps(doc), 3)
-    assert found == {("memory", "0", "500", "cordon"), ("memory_bandwidth", "1", "62", "cordon"),
+    assert found == {("memory", "0", "500", "reset"), ("memory_bandwidth", "1", "62", "cordon"),
                      ("cpu_eud", "", "95", "cordon")}
+
+
+def test_a_diag_4x_error_of_no_entity_is_every_failed_result_of_its_test(tmp_path: Path) -> None:
+    # DCGM 4.x writes an error of no entity (a denylisted driver) in the test's test_summary only (Diag.cpp).
+    found = _diag_codes(tmp_path, FIXTURES / "diag4x_config_and_monitor_codes_dcgm_source.json", 1)
+    assert found == {("software", "0", "23", "config"), ("software", "1", "23", "config"),
+                     ("targeted_stress", "1", "42", "none")}
+
+
+@pytest.mark.parametrize(("codes", "action"), [
+    ((), Action.RESET),  # failed without a code: fail closed
+    ((42,), Action.NONE), ((42, 48), Action.NONE),
+    ((23,), Action.CONFIG), ((23, 42), Action.CONFIG),
+    ((62, 23), Action.CORDON), ((62, 85), Action.RESET), ((500,), Action.RESET), ((42, 500), Action.RESET),
+    ((120, 85), Action.REBOOT), ((85, 80), Action.REPLACE),
+])
+def test_a_failed_diag_test_asks_for_its_strongest_code(codes: tuple[int, ...], action: Action) -> None:
+    assert failed_test_action(codes) is action
 
 
 def test_a_passing_diag_has_no_failure_code(tmp_path: Path) -> None:
@@ -156,3 +176,14 @@ def test_docs_alerts_table_of_dcgm_codes_is_the_code_table() -> None:
     rows = re.findall(r"^\| (\d+) \| `(DCGM_FR_\w+)` \| (\w+) \| (\w+) \| ([^|]*) \|$", page, re.MULTILINE)
     assert {int(code): (name, severity, action, why.strip()) for code, name, severity, action, why in rows} == {
         row.code: (row.name, row.severity.value, row.action.value, row.why) for row in FAILURE_CODES.values()}
+
+
+def test_a_diag_failure_whose_codes_take_no_action_is_no_problem_of_the_node(tmp_path: Path) -> None:
+    # targeted_stress fails on GPU 1 for a temperature over its limit only (MONITOR: none): counted, no problem; the
+    # denylisted driver (config) is the node's problem on both GPUs, its message read from test_summary.
+    fixture = FIXTURES / "diag4x_config_and_monitor_codes_dcgm_source.json"
+    result = DcgmDiagProbe(cat_dcgmi(tmp_path, fixture, "diag -r 1 -j", exit_code=226), level=1).collect(5)
+    assert list(result.problems.gpu) == [
+        "dcgmi diag: software failed on GPU 0: Found driver on the denylist: nouveau",
+        "dcgmi diag: software failed on GPU 1: Found driver on the denylist: nouveau"]
+    assert values_of(result, "gpuhealth_dcgm_diag_failed_tests") == {frozenset(): 3}

@@ -310,7 +310,8 @@ def _schema_errors(doc: Any, schema: dict[str, Any], path: str = "$") -> list[st
 
 def test_diag_4x_constructed_documents_validate_against_dcgm_schema() -> None:
     schema = json.loads((FIXTURES / "dcgm_diag_schema.json").read_text())
-    for name in ("diag4x_passing_constructed.json", "diag4x_failing_constructed.json"):
+    for name in ("diag4x_passing_constructed.json", "diag4x_failing_constructed.json",
+                 "diag4x_config_and_monitor_codes_dcgm_source.json"):
         assert _schema_errors(json.loads((FIXTURES / name).read_text()), schema) == [], name
     # The checker itself catches what the schema forbids.
     r3 = json.loads((FIXTURES / "virtualclient_DCGMIDiag_r3_results.json").read_text())
