@@ -425,4 +425,4 @@ def test_the_kernel_log_names_every_recovery_action_as_the_nvml_probe_and_pynvml
 
     from gpuhealth.exporter.kernel.probe import RECOVERY_ACTIONS
     from gpuhealth.exporter.probes.nvml import _RECOVERY_ACTIONS as NVML_NAMES
-    assert RECOVERY_ACTIONS == {getattr(pynvml, constant): name for name, constant in NVML_NAMES}
+    assert {getattr(pynvml, constant): name for name, constant in NVML_NAMES} == RECOVERY_ACTIONS
