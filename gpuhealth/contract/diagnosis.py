@@ -3,11 +3,19 @@ its container's termination message, read back by the remediator (gpuhealth/reme
 pod's status. One JSON object, at most MAX_BYTES (the kubelet keeps no more of a termination message):
 
     {"v": 1, "passed": false, "level": 2,
-     "failures": [{"category": "gpu_diag", "gpus": ["3"], "detail": "dcgmi diag: Memory failed on GPU 3: ..."}],
+     "failures": [{"category": "gpu_diag", "gpus": ["3"], "detail": "dcgmi diag: memory failed on GPU 3: ...",
+                   "codes": [57]}],
      "skipped": ["nccl_bandwidth: all_reduce_perf is not in the image"]}
 
 `passed` is true exactly when there is no failure. A reader takes nothing else: an object that breaks a rule here is
 no verdict (ValueError), and the remediator fails closed on it.
+
+`codes` (the DCGM_FR_* codes of a dcgmi diag failure, gpuhealth/exporter/probes/dcgm/failure_codes.py) is optional
+and written only when there are codes, so the version stays 1 in both directions: a reader of the first verdicts
+takes only a failure's category, gpus and detail (it ignores other keys) and reads a gpu_diag failure with codes as
+before; this reader reads a verdict without codes as failures with none (hardware, as before). The category
+gpu_config is newer: a reader that does not know it refuses the verdict, which the remediator reads as a failed
+diagnosis (tool_error), the closed side for a failure it cannot judge (tests/contract/test_diagnosis_versions.py).
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ TERMINATION_LOG = "/dev/termination-log"
 class Check(StrEnum):
     """What failed: each names the evidence, and so the rung that fixes it (docs/remediation.md, "Diagnostic Job")."""
 
-    GPU_DIAG = "gpu_diag"  # a dcgmi diag test failed
+    GPU_DIAG = "gpu_diag"  # a dcgmi diag test failed, for the GPU (its codes ask for a repair, or it names none)
+    GPU_CONFIG = "gpu_config"  # a dcgmi diag test failed for the node's software or configuration, not the GPU
     GPU_COUNT = "gpu_count"  # fewer GPUs than the node was provisioned with
     EFA_COUNT = "efa_count"  # fewer EFA devices than it was provisioned with
     NCCL_BANDWIDTH = "nccl_bandwidth"  # all-reduce bus bandwidth under the product's floor, or wrong results
@@ -37,6 +46,7 @@ class Failure:
     category: Check
     detail: str
     gpus: tuple[str, ...] = ()  # the GPUs it names (DCGM entity ids, nvidia-smi indexes); () for the node
+    codes: tuple[int, ...] = ()  # the DCGM_FR_* codes of a gpu_diag or gpu_config failure (optional in the JSON)
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,8 @@ class DiagnosticReport:
 
     def _cut(self, detail_chars: int, max_gpus: int) -> DiagnosticReport:
         return replace(self, failures=tuple(
-            Failure(f.category, _short(f.detail, detail_chars), f.gpus[:max_gpus]) for f in self.failures))
+            replace(f, detail=_short(f.detail, detail_chars), gpus=f.gpus[:max_gpus], codes=f.codes[:max_gpus])
+            for f in self.failures))
 
     @classmethod
     def from_json(cls, text: str) -> DiagnosticReport:
@@ -96,12 +107,18 @@ def _short(text: str, chars: int) -> str:
 
 def _dumps(verdict: DiagnosticReport) -> str:
     doc: dict[str, Any] = {"v": VERSION, "passed": verdict.passed, "level": verdict.level,
-                           "failures": [{"category": str(f.category), "gpus": list(f.gpus), "detail": f.detail}
-                                        for f in verdict.failures],
+                           "failures": [_failure_doc(f) for f in verdict.failures],
                            "skipped": list(verdict.skipped)}
     if verdict.truncated:
         doc["truncated"] = verdict.truncated
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+
+
+def _failure_doc(failure: Failure) -> dict[str, Any]:
+    doc: dict[str, Any] = {"category": str(failure.category), "gpus": list(failure.gpus), "detail": failure.detail}
+    if failure.codes:  # only where there are: a verdict without codes is the first version's, byte for byte
+        doc["codes"] = list(failure.codes)
+    return doc
 
 
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
@@ -118,7 +135,7 @@ def _failure(item: object) -> Failure:
         category = Check(str(item.get("category")))
     except ValueError as exc:
         raise ValueError(f"unknown category {item.get('category')!r}") from exc
-    gpus = item.get("gpus", [])
-    if not isinstance(gpus, list):
-        raise ValueError("gpus is not a list")
-    return Failure(category, str(item.get("detail", "")), tuple(str(g) for g in gpus))
+    gpus, codes = _list(item, "gpus"), _list(item, "codes")
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in codes):
+        raise ValueError(f"codes are DCGM failure codes (whole numbers), not {codes!r}")
+    return Failure(category, str(item.get("detail", "")), tuple(str(g) for g in gpus), tuple(codes))

@@ -20,6 +20,7 @@ from gpuhealth.exporter.diagnose.nccl import floor_for, parse_all_reduce
 from gpuhealth.exporter.instance_types import lookup
 from gpuhealth.exporter.probes.base import ProbeError
 from gpuhealth.exporter.probes.dcgm.diag import diag_problem, diag_results
+from gpuhealth.exporter.probes.dcgm.failure_codes import Action, code_name, failed_test_action
 from gpuhealth.exporter.probes.dcgm.tool_output import MALFORMED, first_line
 from gpuhealth.exporter.probes.efa import EfaProbe
 
@@ -33,8 +34,8 @@ class Findings:
     failures: list[Failure] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
-    def fail(self, category: Check, detail: str, gpus: tuple[str, ...] = ()) -> None:
-        self.failures.append(Failure(category, detail, gpus))
+    def fail(self, category: Check, detail: str, gpus: tuple[str, ...] = (), codes: tuple[int, ...] = ()) -> None:
+        self.failures.append(Failure(category, detail, gpus, codes))
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,11 @@ def expected_gpus(instance_type: str | None, given: int | None) -> int | None:
 
 
 def check_dcgm(run: ToolRun, findings: Findings) -> None:
-    """`dcgmi diag -r N -j`: every failed test a gpu_diag failure naming its GPUs. dcgmi exits non-zero when a test
-    fails, so its status is not read; its JSON is."""
+    """`dcgmi diag -r N -j`: every failed test a failure naming its GPUs and its DCGM failure codes, as its strongest
+    code asks (failure_codes.failed_test_action, as the GPUDiagFailed* alerts): gpu_config when that is config (the
+    node's software, not the GPU), gpu_diag otherwise (no code, an unknown one: fail closed); a test whose codes all
+    take no action is listed as skipped, not failed. dcgmi exits non-zero when a test fails, so its status is not
+    read; its JSON is."""
     trouble = run.trouble()
     if trouble:
         findings.fail(Check.TOOL_ERROR, f"dcgmi diag: {trouble.split(': ', 1)[1]}")
@@ -130,7 +134,15 @@ def check_dcgm(run: ToolRun, findings: Findings) -> None:
     failed = [r for r in results if r.result == "fail"]
     for test in dict.fromkeys(r.test for r in failed):
         mine = [r for r in failed if r.test == test]
-        findings.fail(Check.GPU_DIAG, diag_problem(mine[0]), tuple(sorted({r.gpu for r in mine if r.gpu})))
+        codes = tuple(sorted({code for r in mine for code in r.codes}))
+        named = ", ".join(f"{code_name(code)} ({code})" for code in codes)
+        action = failed_test_action(codes)
+        if action == Action.NONE:
+            findings.skipped.append(f"gpu_diag: {diag_problem(mine[0])} [{named}: no action, not counted]")
+            continue
+        category = Check.GPU_CONFIG if action == Action.CONFIG else Check.GPU_DIAG
+        detail = f"{diag_problem(mine[0])} [{named}]" if codes else diag_problem(mine[0])
+        findings.fail(category, detail, tuple(sorted({r.gpu for r in mine if r.gpu})), codes)
 
 
 def check_efa(sysfs_root: str, expected: int | None, instance_type: str | None, findings: Findings) -> None:
