@@ -79,7 +79,8 @@ HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_t
 # The Events that say how a diagnostic Job ended, by the result label they count under.
 DIAGNOSTIC_RESULTS = {EventReason.DIAGNOSTIC_PASSED: "passed", EventReason.DIAGNOSTIC_FAILED: "failed",
                       EventReason.DIAGNOSTIC_NOT_STARTED: "not_started",
-                      EventReason.DIAGNOSTIC_CONTRADICTS_ALERT: "contradicts"}
+                      EventReason.DIAGNOSTIC_CONTRADICTS_ALERT: "contradicts",
+                      EventReason.DIAGNOSTIC_FOUND_CONFIGURATION: "configuration"}
 # The Events of an idle-node sweep (decide/sweep.py), by the result label they count under.
 SWEEP_RESULTS = {EventReason.SWEEP_STARTED: "started", EventReason.SWEEP_PASSED: "passed",
                  EventReason.SWEEP_FAILED: "failed", EventReason.SWEEP_NOT_STARTED: "not_started",
@@ -113,6 +114,7 @@ class Metrics:
         self.diagnostics = Counter("gpuhealth_remediator_diagnostics", "Diagnostic Jobs' outcomes as the ladder "
                                    "read them (passed; failed: the node climbs or is replaced; not_started: "
                                    "gpuhealth's own breakage; contradicts: passed while the alerts fire, the node "
+                                   "kept for a person; configuration: failed for the node's software only, the node "
                                    "kept for a person)", ["result"], registry=r)
         for result in DIAGNOSTIC_RESULTS.values():  # at 0 from the start: increase() sees the first
             self.diagnostics.labels(result)

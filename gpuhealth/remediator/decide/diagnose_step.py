@@ -8,7 +8,10 @@ policy diagnose.level). Its result decides:
   service, drained, for a person, and the GpuhealthDiagnosticContradictsAlert alert pages
   (DiagnosticContradictsAlert, gpuhealth_remediator_diagnostics_total{result="contradicts"});
 - never started (gpuhealth's own breakage): no evidence either way; the replacement goes on as the persisting alerts
-  asked before this step existed (DiagnosticNotStarted).
+  asked before this step existed (DiagnosticNotStarted);
+- failed only for the node's software or configuration (gpu_config: DCGM's CONFIG codes, a denylisted driver): no
+  hardware fault is confirmed, so the node is not replaced; it stays out of service for a person, and the Event names
+  the codes (DiagnosticFoundConfiguration). A failure of the GPU beside it (a replace code among them) confirms.
 
 Only where the diagnostic can speak: every firing alert of a GPU component (DIAGNOSED_COMPONENTS: the GPU, its memory,
 NVLink, PCIe, thermal). A host's machine check, a hung disk, a dead host (its exporter down) or a NIC are not what
@@ -33,6 +36,8 @@ from gpuhealth.remediator.decide.vocabulary import Action, Purpose, Rung, RungSt
 DIAGNOSED_COMPONENTS = frozenset({"gpu", "memory", "nvlink", "pcie", "thermal"})  # the alerts' component label
 PASSED = "passed"
 CONTRADICTS = "passed while the alerts fire"
+CONFIGURATION = "failed for the node's configuration only"
+HELD = (CONTRADICTS, CONFIGURATION)  # the results that keep a node from its replacement, for a person
 
 
 def read_diagnosis(d: Draft, ctx: Pass, level: int) -> Diagnosis | str | None:
@@ -141,6 +146,11 @@ def _record(d: Draft, ctx: Pass, found: Diagnosis | str, alerts: str, kept: str,
         note(d, Note(EventReason.DIAGNOSTIC_CONTRADICTS_ALERT, f"diagnostic job {st.diagnostic.job} passed ("
                      f"{found.detail}) while {alerts} still fire: the signal, not the hardware, is suspect; {kept}",
                      Severity.WARNING))
+    elif found.configuration_only:
+        d.state = replace(st, diagnostic=replace(st.diagnostic, result=CONFIGURATION))
+        note(d, Note(EventReason.DIAGNOSTIC_FOUND_CONFIGURATION, f"diagnostic job {st.diagnostic.job} failed only "
+                     f"for {found.configuration_text()}: no hardware fault is confirmed while {alerts} still fire; "
+                     f"{kept}", Severity.WARNING))
     else:
         cats = ", ".join(found.categories) or "failed"
         d.state = replace(st, diagnostic=replace(st.diagnostic, result=f"failed: {cats}"))
@@ -166,11 +176,15 @@ def diagnosis_first(d: Draft, ctx: Pass, rung: str, fps: list[str]) -> bool:
         return True
     if st.diagnostic.result is None:
         return _decided(d, ctx, read_diagnosis(d, ctx, level), [a.name for a in firing])
-    if st.diagnostic.result == CONTRADICTS:
-        out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {', '.join(a.name for a in firing)} "
-            "still fire: not replaced; the node stays out of service for a person")
+    if st.diagnostic.result in HELD:
+        out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic {_held_text(st.diagnostic.result)} while "
+            f"{', '.join(a.name for a in firing)} still fire: not replaced; the node stays out of service for a person")
         return True
     return False
+
+
+def _held_text(result: str) -> str:
+    return "passed" if result == CONTRADICTS else "found only the node's configuration, no hardware fault,"
 
 
 def _decided(d: Draft, ctx: Pass, found: Diagnosis | str | None, alerts: list[str]) -> bool:
@@ -182,7 +196,8 @@ def _decided(d: Draft, ctx: Pass, found: Diagnosis | str | None, alerts: list[st
     what = ", ".join(alerts)
     _record(d, ctx, found, what, "the node is not replaced and stays out of service, drained, for a person",
             ": replacing the node")
-    if isinstance(found, str) or not found.passed:
+    if isinstance(found, str) or not (found.passed or found.configuration_only):
         return False  # failed: replaced; not started: no evidence either way, replaced as the persisting alerts asked
-    out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic passed while {what} still fire: not replaced; needs a person")
+    held = _held_text(CONTRADICTS if found.passed else CONFIGURATION)
+    out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic {held} while {what} still fire: not replaced; needs a person")
     return True

@@ -47,21 +47,36 @@ def level_for(purpose: Purpose | str | None, policy: Policy) -> int:
 @dataclass(frozen=True)
 class Diagnosis:
     """A finished diagnostic Job's result. `categories`: gpuhealth.contract.diagnosis.Check values, in the order the
-    judge found them; `gpus`: the GPUs its failures name; `detail`: a line for an Event or a log."""
+    judge found them; `gpus`: the GPUs its failures name; `detail`: a line for an Event or a log; `codes`: the DCGM
+    failure codes its dcgmi diag failures name (absent from a judge older than them)."""
 
     passed: bool
     categories: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
     detail: str = ""
     level: int | None = None  # the dcgmi diag level run (None: no verdict was read)
+    codes: tuple[int, ...] = ()
+    truncated: int = 0  # failures the judge could not fit in its verdict (unknown: never configuration only)
 
     @classmethod
     def of(cls, verdict: DiagnosticReport) -> Diagnosis:
         cats = tuple(dict.fromkeys(str(f.category) for f in verdict.failures))
         gpus = tuple(dict.fromkeys(g for f in verdict.failures for g in f.gpus))
+        codes = tuple(dict.fromkeys(c for f in verdict.failures for c in f.codes))
         detail = "; ".join(f.detail for f in verdict.failures) or "passed" + (
             f" (skipped: {'; '.join(verdict.skipped)})" if verdict.skipped else "")
-        return cls(verdict.passed, cats, gpus, detail, verdict.level)
+        return cls(verdict.passed, cats, gpus, detail, verdict.level, codes, verdict.truncated)
+
+    @property
+    def configuration_only(self) -> bool:
+        """Failed only for the node's software or configuration (gpu_config: DCGM's CONFIG codes), so no hardware
+        fault is confirmed: the node waits for a person, neither replaced nor climbing on it."""
+        return not self.passed and not self.truncated and self.categories == (str(Check.GPU_CONFIG),)
+
+    def configuration_text(self) -> str:
+        """What a person reads in the Event: the DCGM codes and the judge's detail, which names them."""
+        codes = ", ".join(str(c) for c in self.codes) or "none given"
+        return f"the node's software or configuration, not its GPUs (DCGM failure codes {codes}: {self.detail})"
 
     @classmethod
     def tool_error(cls, detail: str) -> Diagnosis:

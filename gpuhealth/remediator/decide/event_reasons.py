@@ -76,6 +76,7 @@ class EventReason(StrEnum):
     DIAGNOSTIC_FAILED = "DiagnosticFailed"
     DIAGNOSTIC_NOT_STARTED = "DiagnosticNotStarted"
     DIAGNOSTIC_CONTRADICTS_ALERT = "DiagnosticContradictsAlert"  # passed while the alerts fire: not replaced
+    DIAGNOSTIC_FOUND_CONFIGURATION = "DiagnosticFoundConfiguration"  # failed for the node's software only: a person
     # an idle-node sweep (decide/sweep.py): started, and how it ended (abandoned: GPU work came to the node)
     SWEEP_STARTED = "SweepStarted"
     SWEEP_PASSED = "SweepPassed"

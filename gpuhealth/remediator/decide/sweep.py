@@ -25,8 +25,10 @@ from gpuhealth.remediator.decide.vocabulary import Action, Purpose, Rung, RungSt
 # The rung each failed check asks for: a diag test or an all-reduce under its floor is a GPU's (its reset first, then
 # the climb: reboot, replace); a GPU or EFA device missing from the bus is the node's (a reboot re-enumerates them);
 # tool_error is no evidence either way: the node stays cordoned for a person (fail closed), nothing climbs.
+# gpu_config (a diag test failed for the node's software or configuration, not the GPU) is a person's too.
 SWEEP_RUNGS: dict[str, Rung] = {"gpu_diag": Rung.RESET_GPU, "nccl_bandwidth": Rung.RESET_GPU,
-                                "gpu_count": Rung.REBOOT, "efa_count": Rung.REBOOT, "tool_error": Rung.CORDON}
+                                "gpu_count": Rung.REBOOT, "efa_count": Rung.REBOOT, "tool_error": Rung.CORDON,
+                                "gpu_config": Rung.CORDON}
 
 
 def sweep_rung(categories: tuple[str, ...]) -> Rung:

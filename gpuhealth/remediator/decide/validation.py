@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from gpuhealth.remediator.decide import climb, sweep
 from gpuhealth.remediator.decide.diagnose_step import (
+    CONFIGURATION,
     PASSED,
     not_started_note,
     other_diagnosis_running,
@@ -86,7 +87,23 @@ def _read_validation(d: Draft, ctx: Pass) -> bool:
         note(d, Note(EventReason.DIAGNOSTIC_PASSED, f"the {st.rung} is validated: diagnostic job "
                      f"{st.diagnostic.job} passed ({found.detail})", rung=st.rung))
         return False
+    if found.configuration_only:
+        return _validation_found_configuration(d, found)
     return _validation_failed(d, ctx, found)
+
+
+def _validation_found_configuration(d: Draft, found: Diagnosis) -> bool:
+    """The validation failed only for the node's software or configuration: the repair is not in question and the
+    ladder does not climb for it; the node stays out of service for a person."""
+    st = d.state
+    d.state = replace(st, diagnostic=replace(st.diagnostic, result=CONFIGURATION))
+    note(d, Note(EventReason.DIAGNOSTIC_FOUND_CONFIGURATION, f"the validation of the {st.rung}: diagnostic job "
+                 f"{st.diagnostic.job} failed only for {found.configuration_text()}: no GPU repair fixes it, and the "
+                 "ladder does not climb for it; the node stays out of service until a person fixes it and returns "
+                 "it (`gpuhealth-remediator release`)", Severity.WARNING, st.rung))
+    out(d, Action.NONE, Verdict.SKIPPED, f"the validation of the {st.rung} found only the node's configuration "
+        "(no hardware fault): the node stays out of service for a person")
+    return True
 
 
 def _validation_failed(d: Draft, ctx: Pass, found: Diagnosis) -> bool:
