@@ -41,11 +41,12 @@ from tests.support.polling import wait_for
 from tests.support.real_alertmanager import RealAlertmanager, free_port
 
 PAGE = f"{NAMESPACE}/{RELEASE}-remediator/page"  # the operator's name for the chart's page receiver
-# The alerts that page a person: those issue 34 names, the control plane's, and the SLO's fast burn. A rule that
-# stops carrying severity critical and remediation none drops out of the route: this list says it must not.
+# The alerts that page a person: those issue 34 names, the control plane's, the SLO's fast burn, and a diag test that
+# failed for the node's configuration (issue 37). A rule that stops carrying severity critical and remediation none
+# drops out of the route: this list says it must not.
 PAGES = {"GpuhealthMonitoringFault", "GpuhealthExporterMisconfigured", "GpuhealthCorrelatedFault",
          "GpuhealthNodeActionJobNotStarted", "GpuhealthRemediatorNoLeader", "GpuhealthRemediatorBreakerOpen",
-         "GpuhealthAlertmanagerSyncFailing", "GPUFleetAvailabilityBudgetBurnFast"}
+         "GpuhealthAlertmanagerSyncFailing", "GPUFleetAvailabilityBudgetBurnFast", "GPUDiagFailedConfig"}
 
 
 def _values(url: str = "http://pager.example/hook", group_wait: str = "30s") -> dict[str, Any]:
