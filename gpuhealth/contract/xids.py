@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuhealth.contract.xid_catalog import BUCKETS
+from gpuhealth.contract.xid_decode import Decoded
 
 
 class SetsCondition(StrEnum):
@@ -67,10 +68,17 @@ KNOWN: frozenset[int] = frozenset(x for c in CLASSES for x in c.xids)
 UNKNOWN_ALERT = "GPUXidUnknown"
 
 _CONDITION = {x: c.condition for c in CLASSES for x in c.xids}
+_DECIDED = frozenset({Decoded.RESET_GPU, Decoded.NONE, Decoded.DRIVER_RECOVERY})
 
 
-def sets_gpu_condition(xid: int, fatal: bool | None) -> bool:
-    """Whether a kernel-log Xid sets GpuhealthGPUHealthy False: one that needs at least a GPU reset."""
+def sets_gpu_condition(xid: int, fatal: bool | None, decoded: str = "") -> bool:
+    """Whether a kernel-log Xid sets GpuhealthGPUHealthy False: one that needs at least a GPU reset.
+
+    A decoded Xid (74, 144-150: gpuhealth/contract/xid_decode.py) follows its decode: reset_gpu sets it, none and
+    driver_recovery do not (the driver's Xid 154 and recovery action field decide then); an undecoded one, or one
+    kept by an exporter from before the decode, follows its class as below."""
+    if decoded in _DECIDED:
+        return decoded == Decoded.RESET_GPU
     how = _CONDITION.get(xid, SetsCondition.NEVER)
     return how is SetsCondition.ALWAYS or (how is SetsCondition.WHEN_FATAL and fatal is True)
 
