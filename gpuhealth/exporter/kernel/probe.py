@@ -28,7 +28,9 @@ from gpuhealth.exporter.samples import KernelFacts, KernelFault, ProbeResult, Re
 
 RECENT_EVENTS = 1000  # recent faults kept for node conditions
 # The loaded NVIDIA driver's version ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03 ..."): which
-# intrInfo layout its Xid 144-150 lines have (gpuhealth/contract/xid_decode.py).
+# intrInfo layout its Xid 144-150 lines have (gpuhealth/contract/xid_decode.py). Read for /dev/kmsg only: a log file
+# may have been written by another driver (a capture, a journal from before an upgrade), so its lines are decoded in
+# both layouts, the stronger action winning.
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 
 # Xid 154 recovery actions, by the code the driver prints.
@@ -75,13 +77,13 @@ class KmsgProbe:
         boot_id_file: str = "/proc/sys/kernel/random/boot_id",
         matcher: KernelEventMatcher | None = None,
         proc_stat: str = "/proc/stat",
-        driver_version_file: str = DRIVER_VERSION_FILE,
+        driver_version_file: str = "",  # default: DRIVER_VERSION_FILE for /dev/kmsg, none for a file
     ) -> None:
         self.source = source
         self.matcher = matcher or KernelEventMatcher()
         self.boot_id = read_boot_id(boot_id_file)
         self.boot_time = read_boot_time(proc_stat)
-        self.driver_version_file = driver_version_file
+        self.driver_version_file = driver_version_file or (DRIVER_VERSION_FILE if source.kind == "device" else "")
         self.state = StateFile(state_file, source, self.boot_id) if state_file else None
         saved = (self.state.load(self.matcher.condition_of) if self.state else None) or Saved()
         self.position = saved.position
@@ -162,6 +164,8 @@ class KmsgProbe:
     def _driver_branch(self) -> int | None:
         """The loaded driver's branch, read when a line needs it (a driver can be reloaded without a reboot); None
         where the file is missing or names none: then both intrInfo layouts are decoded and the stronger wins."""
+        if not self.driver_version_file:
+            return None
         try:
             return xid_decode.driver_branch(Path(self.driver_version_file).read_text(errors="replace"))
         except OSError:

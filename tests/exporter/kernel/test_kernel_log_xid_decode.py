@@ -100,3 +100,12 @@ def test_an_ignorable_xid_74_leaves_the_gpu_healthy_and_the_real_one_does_not(tm
     ignorable = XID_74.replace("(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)", "(0x1, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)")
     assert _conditions(_probe(_log(tmp_path / "ignorable", ignorable), tmp_path / "none"))[GPU][0] == "True"
     assert _conditions(_probe(_log(tmp_path / "real", XID_74), tmp_path / "none"))[GPU][:2] == ("False", "FatalXid")
+
+
+def test_dev_kmsg_is_decoded_by_the_loaded_driver_s_layout_and_a_log_file_in_both(tmp_path: Path) -> None:
+    # A log file may have been written by another driver (a capture, a journal from before an upgrade).
+    device = KmsgProbe.for_path("/dev/kmsg", False, boot_id_file=str(tmp_path / "boot_id"))
+    assert device.driver_version_file == "/proc/driver/nvidia/version"
+    log = settled_copy(GB200, tmp_path)
+    assert KmsgProbe.for_path(str(log), True).driver_version_file == ""
+    assert _decoded(KmsgProbe.for_path(str(log), True).collect(5)) == _decoded(_probe(log, tmp_path / "no").collect(5))
