@@ -24,6 +24,7 @@ if str(ROOT) not in sys.path:  # run as a script: the project's packages come fr
     sys.path.insert(0, str(ROOT))
 
 from gpuhealth.contract.xid_catalog import BUCKETS, CATALOG, DEVIATIONS  # noqa: E402
+from gpuhealth.contract.xid_decode import DECODED_XIDS  # noqa: E402
 from gpuhealth.contract.xids import CLASSES, SetsCondition, first_alert  # noqa: E402
 
 PAGE = ROOT / "docs" / "alerts.md"
@@ -31,6 +32,7 @@ RULES = ROOT / "rules" / "alerts" / "gpu.yaml"
 SHEET = ROOT / "tests" / "fixtures" / "xid" / "nvidia_xid_catalog_sheet_xids.csv"
 BLOCK = re.compile(r"(<!-- BEGIN generated:xids -->\n)(?P<body>.*?)(<!-- END generated:xids -->)", re.S)
 RECOVERY_ALERTS = "GPURecoveryAction* (by the driver's action code)"  # 154: its own gauge, not the Xid count
+DECODED = " when its registers decode to a reset ([Decoded Xids](#decoded-xids-74-144-150))"
 
 
 def _mnemonics() -> dict[int, str]:
@@ -49,7 +51,8 @@ def _row(xid: int, mnemonic: str, remediation: dict[str, str]) -> str:
     if alert is None:
         shown, rung = (RECOVERY_ALERTS if xid == 154 else "none (counted only)"), "none"
     else:
-        shown = f"[{alert}](#{alert.lower()})" + (" when printed Fatal" if when_fatal else "")
+        how = DECODED if xid in DECODED_XIDS else " when printed Fatal" if when_fatal else ""
+        shown = f"[{alert}](#{alert.lower()}){how}"
         rung = remediation[alert]
     mark = " (deviation)" if xid in DEVIATIONS else ""
     return f"| {xid} | `{mnemonic}` | {BUCKETS[xid] or '(none given)'} | {shown} | {rung}{mark} |"

@@ -55,6 +55,7 @@ BUCKETS: dict[int, str] = {x: bucket for bucket, xids in _BY_BUCKET.items() for 
 # (evidence for the job classifier, or a count); a person's bucket (CONTACT_SUPPORT, the checks, no action given)
 # cordons and pages; the workflows' strongest branch (48 alone and 74: a reset; 144-150: a reset when Fatal;
 # 45: restart Fabric Manager, no node action); 154 names its action in the GPURecoveryAction* alerts, not its count.
+# 74 and 144-150 take that branch only where their registers ask for it (gpuhealth/contract/xid_decode.py).
 AGREES: dict[str, str] = {
     "CONTACT_SUPPORT": "cordon",
     "RESTART_APP": "none",

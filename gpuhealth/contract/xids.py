@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuhealth.contract.xid_catalog import BUCKETS
+from gpuhealth.contract.xid_decode import Decoded
 
 
 class SetsCondition(StrEnum):
@@ -42,7 +43,7 @@ def _bucket(name: str) -> tuple[int, ...]:
 
 
 CLASSES: tuple[XidClass, ...] = (
-    XidClass("fatal hardware", (48, 64, 74, 95, 119, 120, 140), SetsCondition.ALWAYS, ("GPUXidFatal",)),
+    XidClass("fatal hardware", (48, 64, 95, 119, 120, 140), SetsCondition.ALWAYS, ("GPUXidFatal",)),
     # 79 needs a reboot, not a reset: an alert and a panel of its own.
     XidClass("fallen off the bus (79)", (79,), SetsCondition.ALWAYS, ("GPUFallenOffBus",)),
     XidClass("needs GPU reset", (46, 62, 109, 110, 136, 143, 155, 156, 158), SetsCondition.ALWAYS,
@@ -50,6 +51,9 @@ CLASSES: tuple[XidClass, ...] = (
     # A row remap waits for the next reset; the GPU still works until then.
     XidClass("row remap pending (63)", (63,), SetsCondition.NEVER, ("GPUXidResetRequired",)),
     XidClass("contained memory error (94)", (94,), SetsCondition.NEVER, ("GPUContainedMemoryError",)),
+    # 74 and 144-150 are decoded (gpuhealth/contract/xid_decode.py): their alert and the condition follow the decode;
+    # a line that cannot be decoded follows its class: 74 a reset, 144-150 the printed Fatal/Nonfatal.
+    XidClass("NVLink (74)", (74,), SetsCondition.ALWAYS, ("GPUNVLinkXidFatal",)),
     XidClass("NVLink5 (144-150)", tuple(range(144, 151)), SetsCondition.WHEN_FATAL, ("GPUNVLinkXidFatal",)),
     # 154 says which recovery the driver wants; the GPURecoveryAction* alerts read that gauge, not the Xid count.
     XidClass("recovery action (154)", (154,), SetsCondition.NEVER, ()),
@@ -67,10 +71,17 @@ KNOWN: frozenset[int] = frozenset(x for c in CLASSES for x in c.xids)
 UNKNOWN_ALERT = "GPUXidUnknown"
 
 _CONDITION = {x: c.condition for c in CLASSES for x in c.xids}
+_DECIDED = frozenset({Decoded.RESET_GPU, Decoded.NONE, Decoded.DRIVER_RECOVERY})
 
 
-def sets_gpu_condition(xid: int, fatal: bool | None) -> bool:
-    """Whether a kernel-log Xid sets GpuhealthGPUHealthy False: one that needs at least a GPU reset."""
+def sets_gpu_condition(xid: int, fatal: bool | None, decoded: str = "") -> bool:
+    """Whether a kernel-log Xid sets GpuhealthGPUHealthy False: one that needs at least a GPU reset.
+
+    A decoded Xid (74, 144-150: gpuhealth/contract/xid_decode.py) follows its decode: reset_gpu sets it, none and
+    driver_recovery do not (the driver's Xid 154 and recovery action field decide then); an undecoded one, or one
+    kept by an exporter from before the decode, follows its class as below."""
+    if decoded in _DECIDED:
+        return decoded == Decoded.RESET_GPU
     how = _CONDITION.get(xid, SetsCondition.NEVER)
     return how is SetsCondition.ALWAYS or (how is SetsCondition.WHEN_FATAL and fatal is True)
 

@@ -100,6 +100,13 @@ XID_ERRORS = Family(
     "NVIDIA Xid events in the kernel log this boot, per GPU and Xid. gpu_instance is the MIG GPU instance "
     "the line names (GPU-I:<id>), empty on a GPU without MIG. fatal is true/false where the line "
     "says (Xid 144-150), empty otherwise. 'GPU has fallen off the bus' lines count as Xid 79.")
+XID_DECODED = Family(
+    "gpuhealth_xid_decoded", "counter", ("xid", "pci_bus_id", "action"),
+    "Xid 74 and 144-150 events in the kernel log this boot by the action NVIDIA's catalog gives the registers "
+    "the line prints (74's seven registers; 144-150's intrInfo and error status in the catalog's decode sheet): "
+    "reset_gpu, none (ignorable), driver_recovery (the driver's Xid 154 decides) or undecoded (a field missing, "
+    "a value not in the sheet: the rules fall back to the printed Fatal/Nonfatal, or a reset for 74). Each event "
+    "is counted in gpuhealth_xid_errors_total too.")
 GPU_RECOVERY_ACTION = Family(
     "gpuhealth_gpu_recovery_action", "gauge", (*GPU, "action"),
     "The driver's latest GPU recovery action from Xid 154 (value is the code: 0 none, 1 gpu_reset_required, "
@@ -139,7 +146,7 @@ KMSG_LINES_TRUNCATED = Family(
     "Lines of a --kmsg-file input longer than 64 KiB (no kernel record is): cut there, the rest skipped "
     "up to the next newline.")
 KERNEL_LOG = (
-    XID_ERRORS, GPU_RECOVERY_ACTION, GPU_RECOVERY_ACTION_TIMESTAMP_SECONDS, NODE_BOOT_TIME_SECONDS,
+    XID_ERRORS, XID_DECODED, GPU_RECOVERY_ACTION, GPU_RECOVERY_ACTION_TIMESTAMP_SECONDS, NODE_BOOT_TIME_SECONDS,
     NVSWITCH_SXID_ERRORS, KERNEL_EVENTS, KMSG_RECORDS, KMSG_UNPARSED_XID_RECORDS, KMSG_RECORDS_MISSED,
     KMSG_LINES_UNRECOGNISED, KMSG_LINES_TRUNCATED,
 )

@@ -57,7 +57,7 @@ def _recent(results: Iterable[ProbeResult], window: float, now: float) -> list[K
 
 
 def _is_node_fault(f: KernelFault) -> bool:
-    return sets_gpu_condition(int(f.xid), f.fatal)
+    return sets_gpu_condition(int(f.xid), f.fatal, f.decoded)
 
 
 def _kernel_log_problems(faults: list[KernelFault], ctype: str) -> list[tuple[str, str]]:

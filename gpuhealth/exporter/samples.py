@@ -47,7 +47,7 @@ class Problems:
 class KernelFault:
     """One fault the kernel log reported, as the kmsg probe keeps it for the node conditions.
 
-    The fields a kind has: xid (xid, pci_bus_id, gpu_instance, fatal), sxid (sxid, pci_bus_id, fatal),
+    The fields a kind has: xid (xid, pci_bus_id, gpu_instance, fatal, decoded), sxid (sxid, pci_bus_id, fatal),
     event (event, device). The others are empty.
     """
 
@@ -61,6 +61,7 @@ class KernelFault:
     device: str = ""  # the device an event line names, if it names one
     gpu_instance: str = ""  # the MIG GPU instance an Xid line names
     fatal: bool | None = None  # what the line says (SXids, Xid 144-150); None where it says nothing
+    decoded: str = ""  # Xid 74 and 144-150: the action their registers decode to (gpuhealth/contract/xid_decode.py)
 
 
 @dataclass(frozen=True)

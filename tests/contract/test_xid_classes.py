@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gpuhealth.contract import xids as xid_classes
+from gpuhealth.contract.xid_decode import DECODED_XIDS, XID_74, Decoded
 from gpuhealth.contract.xids import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
 from gpuhealth.exporter.conditions import _is_node_fault
 from gpuhealth.exporter.samples import KernelFault
@@ -48,13 +49,28 @@ def test_no_xid_is_in_two_classes() -> None:
     assert len(every) == len(set(every))
 
 
-def test_the_nvlink5_alert_fires_only_for_what_its_class_counts_as_a_fault() -> None:
-    # WHEN_FATAL: the condition needs Fatal, and the alert leaves out the lines the driver printed as non-fatal.
+def test_only_the_alert_of_the_fatal_marked_xids_reads_the_printed_fatal() -> None:
+    # WHEN_FATAL: the condition needs Fatal, and the alert leaves out the lines the driver printed as non-fatal (but
+    # for a line decoded to a reset: rules/tests/xid_decode_test.yaml). No other class's alert reads what is printed.
     rules = yaml.safe_load((ROOT / "rules" / "alerts" / "gpu.yaml").read_text())["groups"]
     exprs = {r["alert"]: r["expr"] for g in rules for r in g["rules"] if "alert" in r}
-    for c in CLASSES:
-        for alert in c.alerts:
-            assert ('fatal!="false"' in exprs[alert]) == (c.condition is SetsCondition.WHEN_FATAL), alert
+    for alert in {a for c in CLASSES for a in c.alerts}:
+        when_fatal = any(c.condition is SetsCondition.WHEN_FATAL for c in CLASSES if alert in c.alerts)
+        assert bool(re.search(r'fatal\s*!?=\s*"false"', exprs[alert])) == when_fatal, alert
+
+
+@pytest.mark.parametrize("xid", sorted(DECODED_XIDS))
+def test_a_decoded_xid_sets_the_gpu_condition_as_its_decode_says_and_an_undecoded_one_as_its_class(xid: int) -> None:
+    # reset_gpu sets it whatever the line printed; none (IGNORE) and driver_recovery (Xid 154 decides) never do;
+    # undecoded, or a fault kept by an exporter from before the decode (""), follows the class.
+    for fatal in (True, False, None):
+        undecoded = sets_gpu_condition(xid, fatal)
+        for decoded, expected in ((Decoded.RESET_GPU, True), (Decoded.NONE, False),
+                                  (Decoded.DRIVER_RECOVERY, False), (Decoded.UNDECODED, undecoded)):
+            fault = KernelFault(time=0.0, kind="xid", condition="GpuhealthGPUHealthy", xid=str(xid), fatal=fatal,
+                                decoded=decoded.value)
+            assert _is_node_fault(fault) is expected is sets_gpu_condition(xid, fatal, decoded), (xid, fatal, decoded)
+    assert sets_gpu_condition(xid, None) is (xid == XID_74)  # undecoded: 74 a reset, 144-150 only when Fatal
 
 
 @pytest.mark.parametrize("xid_class", CLASSES, ids=lambda c: c.name)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuhealth.contract import xid_decode
 from gpuhealth.contract.pci import normalize_bus_id
 from gpuhealth.exporter import catalog
 from gpuhealth.exporter.catalog import Family
@@ -26,6 +27,11 @@ from gpuhealth.exporter.probes.base import BAD_OUTPUT, ProbeError
 from gpuhealth.exporter.samples import KernelFacts, KernelFault, ProbeResult, RecoveryAction
 
 RECENT_EVENTS = 1000  # recent faults kept for node conditions
+# The loaded NVIDIA driver's version ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03 ..."): which
+# intrInfo layout its Xid 144-150 lines have (gpuhealth/contract/xid_decode.py). Read for /dev/kmsg only: a log file
+# may have been written by another driver (a capture, a journal from before an upgrade), so its lines are decoded in
+# both layouts, the stronger action winning.
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 
 # Xid 154 recovery actions, by the code the driver prints: the pinned nvidia-ml-py's NVML_GPU_RECOVERY_ACTION_*
 # values, named as the NVML probe names them (gpuhealth/exporter/probes/nvml.py; a test checks both against pynvml).
@@ -76,11 +82,13 @@ class KmsgProbe:
         boot_id_file: str = "/proc/sys/kernel/random/boot_id",
         matcher: KernelEventMatcher | None = None,
         proc_stat: str = "/proc/stat",
+        driver_version_file: str = "",  # default: DRIVER_VERSION_FILE for /dev/kmsg, none for a file
     ) -> None:
         self.source = source
         self.matcher = matcher or KernelEventMatcher()
         self.boot_id = read_boot_id(boot_id_file)
         self.boot_time = read_boot_time(proc_stat)
+        self.driver_version_file = driver_version_file or (DRIVER_VERSION_FILE if source.kind == "device" else "")
         self.state = StateFile(state_file, source, self.boot_id) if state_file else None
         saved = (self.state.load(self.matcher.condition_of) if self.state else None) or Saved()
         self.position = saved.position
@@ -151,7 +159,22 @@ class KmsgProbe:
         if "action_code" in m.fields:
             code = int(m.fields["action_code"], 16)
             self.recovery[pci] = (code, RECOVERY_ACTIONS.get(code, f"unknown_{code}"), self._event_time(record))
+        decoded = xid_decode.decode(int(m.fields["xid"]), m.fields, self._driver_branch)
+        if decoded is not None:
+            self._count(catalog.XID_DECODED, {"xid": m.fields["xid"], "pci_bus_id": pci, "action": decoded.value})
+            labels = {**labels, "decoded": decoded.value}
         self._remember(record, "xid", m.condition, labels)
+
+    @property
+    def _driver_branch(self) -> int | None:
+        """The loaded driver's branch, read when a line needs it (a driver can be reloaded without a reboot); None
+        where the file is missing or names none: then both intrInfo layouts are decoded and the stronger wins."""
+        if not self.driver_version_file:
+            return None
+        try:
+            return xid_decode.driver_branch(Path(self.driver_version_file).read_text(errors="replace"))
+        except OSError:
+            return None
 
     # --- the probe ---
     def collect(self, deadline: float) -> ProbeResult:

@@ -65,18 +65,20 @@ _FATAL = {"true": True, "false": False}
 
 
 def fault(time: float, kind: str, condition: str, labels: dict[str, str]) -> KernelFault:
-    """A fault from the labels it is counted with (fatal "true", "false", or "" where the line says nothing)."""
+    """A fault from the labels it is counted with (fatal "true", "false", or "" where the line says nothing), and
+    for a decoded Xid the action it decoded to (`decoded`, not a label of its counter)."""
     return KernelFault(time, kind, condition, xid=labels.get("xid", ""), sxid=labels.get("sxid", ""),
                        event=labels.get("event", ""), pci_bus_id=labels.get("pci_bus_id", ""),
                        device=labels.get("device", ""), gpu_instance=labels.get("gpu_instance", ""),
-                       fatal=_FATAL.get(labels.get("fatal", "")))
+                       fatal=_FATAL.get(labels.get("fatal", "")), decoded=labels.get("decoded", ""))
 
 
 def fault_labels(f: KernelFault) -> dict[str, str]:
-    """The labels a fault of its kind is kept with in the file (as in its counter)."""
+    """The labels a fault of its kind is kept with in the file (as in its counter; a decoded Xid's decode too)."""
     fatal = "" if f.fatal is None else str(f.fatal).lower()
     if f.kind == "xid":
-        return {"xid": f.xid, "pci_bus_id": f.pci_bus_id, "gpu_instance": f.gpu_instance, "fatal": fatal}
+        labels = {"xid": f.xid, "pci_bus_id": f.pci_bus_id, "gpu_instance": f.gpu_instance, "fatal": fatal}
+        return {**labels, "decoded": f.decoded} if f.decoded else labels
     if f.kind == "sxid":
         return {"sxid": f.sxid, "pci_bus_id": f.pci_bus_id, "fatal": fatal}
     if f.kind == "event":

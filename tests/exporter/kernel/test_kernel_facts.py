@@ -97,7 +97,8 @@ def test_a_malformed_fault_in_the_state_is_left_out_and_the_rest_is_kept(tmp_pat
 def test_every_field_of_a_fault_survives_the_state_file(tmp_path: Path) -> None:
     log, path = tmp_path / "kern.log", str(tmp_path / "state.json")
     log.write_text("")
-    faults = [KernelFault(1.5, "xid", GPU, xid="149", pci_bus_id="00000018:01:00.0", gpu_instance="5", fatal=True),
+    faults = [KernelFault(1.5, "xid", GPU, xid="149", pci_bus_id="00000018:01:00.0", gpu_instance="5", fatal=True,
+                          decoded="none"),
               KernelFault(2.5, "xid", GPU, xid="145", pci_bus_id="00000018:01:00.0", fatal=False),
               KernelFault(3.5, "xid", GPU, xid="79", pci_bus_id="00000000:05:00.0"),
               KernelFault(4.5, "sxid", NVLINK, sxid="20009", pci_bus_id="00000000:06:00.0", fatal=False),
