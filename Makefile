@@ -8,6 +8,12 @@ BIN := $(VENV)/bin
 # the end-to-end tests and the demo; openssl for the certificates of the Alertmanager TLS test.
 APT_PACKAGES := python3-venv prometheus prometheus-alertmanager openssl
 SHARED_FIXTURES := ../shared/fixtures
+# Python's compiled bytecode is kept, under .venv/pycache (never beside the sources), even where the environment
+# sets PYTHONDONTWRITEBYTECODE (this project's CI does): the suite starts thousands of Python processes (pytest's
+# workers, the programs under test, the benches), and each would otherwise compile every module it imports again,
+# and pytest rewrite every test module again. Deleting .venv (make clean) deletes it.
+export PYTHONDONTWRITEBYTECODE :=
+export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
 .PHONY: demo demo-node test e2e clock-shift clock-shift-halves lint typecheck unit rules-test dashboards runbooks xids install-tables architecture golden-metrics deps apt clean bench image chart \
 	podresources-stubs schema image-lock image-name release-check
