@@ -47,7 +47,7 @@ OTHER_METRICS = {"up", "ALERTS", "ALERTS_FOR_STATE", *TRAINING_METRICS}
 
 
 def _load(path: Path) -> dict[str, Any]:
-    doc = yaml.safe_load(path.read_text())
+    doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: faster
     assert isinstance(doc, dict), f"{path}: not a YAML mapping"
     return doc
 
