@@ -31,6 +31,7 @@ from tests.chart.test_kube_prometheus_stack import (
     push_label_sets,
     routed_before_and_after,
     secrets_of,
+    settled,
     team_base,
 )
 from tests.support import kube_prometheus_stack as kps
@@ -46,6 +47,9 @@ PAGE = f"{NAMESPACE}/{RELEASE}-remediator/page"  # the operator's name for the c
 PAGES = {"GpuhealthMonitoringFault", "GpuhealthExporterMisconfigured", "GpuhealthCorrelatedFault",
          "GpuhealthNodeActionJobNotStarted", "GpuhealthRemediatorNoLeader", "GpuhealthRemediatorBreakerOpen",
          "GpuhealthAlertmanagerSyncFailing", "GPUFleetAvailabilityBudgetBurnFast"}
+# The alerts that page a person beside their node action (page="true", issue 37): the Xids NVIDIA asks a person
+# about, those its catalog does not know, and 48 alone (field diagnostics).
+PAGES_WITH_ACTION = {"GPUXidContactSupport", "GPUXidUnknown", "GPUXidDoubleBitError"}
 
 
 def _values(url: str = "http://pager.example/hook", group_wait: str = "30s") -> dict[str, Any]:
@@ -63,7 +67,7 @@ def test_the_alerts_that_page_a_person_reach_the_page_receiver_and_still_the_rem
     for name, labels in gpuhealth.items():
         mine = INFORMATIONAL if labels["remediation"] == "none" else REMEDIATOR
         theirs = [r for r in before[name] if before[name] != [base_config["route"]["receiver"]]]
-        expected = [PAGE, mine, *theirs] if name in PAGES else [mine, *theirs]
+        expected = [PAGE, mine, *theirs] if name in PAGES | PAGES_WITH_ACTION else [mine, *theirs]
         if after[name] != expected:
             wrong.append(f"{name} {labels}: routed to {after[name]}, expected {expected}")
     wrong += [f"{name}: routed to {after[name]}, before to {before[name]}" for name in OTHERS
@@ -136,6 +140,28 @@ def test_a_real_alertmanager_pages_a_person_for_a_monitoring_fault_and_not_for_a
     assert all(p["receiver"] == PAGE and p["status"] == "firing" for p in posts)
 
 
+def test_a_real_alertmanager_pages_a_person_once_for_an_xid_that_asks_for_one_beside_its_cordon(
+        pager: tuple[str, list[dict[str, Any]]]) -> None:
+    url, posts = pager
+    rendered = render(_values(url, group_wait="1s"))
+    sent = alerts_as_sent(one(rendered, "PrometheusRule"))
+    pushed = {n: sent[n] for n in ("GPUXidContactSupport", "GPUXidUnknown", "GPUXidFatal", "GPUXidDoubleBitErrorRemapped")}
+    # a label set both page routes would take if they were not disjoint: paged once all the same
+    pushed["BothRoutes"] = {**sent["GpuhealthMonitoringFault"], "alertname": "BothRoutes", "page": "true"}
+    config = generate(kps.base_config(), [one(rendered, "AlertmanagerConfig")], secrets_of(rendered))
+    with RealAlertmanager(config=config) as am:
+        push_label_sets(am, pushed)
+
+        def paged() -> list[str]:
+            return [a["labels"]["alertname"] for p in posts for a in p["alerts"]]
+
+        # group_wait 1 s: 30 s is room for a loaded machine, not a speed claim
+        assert wait_for(lambda: set(paged()) >= {"GPUXidContactSupport", "GPUXidUnknown", "BothRoutes"}, 30), posts
+        # a second notification of one alert would come with the first flush: wait 3 group_waits for one
+        got = settled(paged, lambda names: len(names) > 3, timeout=3.0)
+    assert sorted(got) == ["BothRoutes", "GPUXidContactSupport", "GPUXidUnknown"]
+
+
 def test_the_schema_takes_a_receiver_of_any_kind_the_operator_knows_without_its_name() -> None:
     schema = json.loads((paths.REPO / "helm" / "gpuhealth" / "values.schema.json").read_text())
     receiver = schema["properties"]["monitoring"]["properties"]["alertmanagerConfig"]["properties"]["page"][
@@ -143,3 +169,12 @@ def test_the_schema_takes_a_receiver_of_any_kind_the_operator_knows_without_its_
     jsonschema.validate({"pagerdutyConfigs": [{"routingKey": {"name": "pd", "key": "key"}}]}, receiver)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "page"}, receiver)
+
+
+def test_the_page_label_is_true_or_absent_and_only_beside_a_node_action() -> None:
+    # The page route matches page="true" exactly, and the other page route takes remediation none: a rule with
+    # page on an alert that asks for no action would be the one way to page twice if the routes were not disjoint.
+    rules = alerts_as_sent(one(render(_values()), "PrometheusRule"))
+    carrying = {name: labels for name, labels in rules.items() if "page" in labels}
+    assert set(carrying) == PAGES_WITH_ACTION
+    assert all(labels["page"] == "true" and labels["remediation"] != "none" for labels in carrying.values())
