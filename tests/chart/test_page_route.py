@@ -145,7 +145,8 @@ def test_a_real_alertmanager_pages_a_person_once_for_an_xid_that_asks_for_one_be
     url, posts = pager
     rendered = render(_values(url, group_wait="1s"))
     sent = alerts_as_sent(one(rendered, "PrometheusRule"))
-    pushed = {n: sent[n] for n in ("GPUXidContactSupport", "GPUXidUnknown", "GPUXidFatal", "GPUXidDoubleBitErrorRemapped")}
+    pushed = {n: sent[n] for n in ("GPUXidContactSupport", "GPUXidUnknown", "GPUXidFatal",
+                                   "GPUXidDoubleBitErrorRemapped")}
     # a label set both page routes would take if they were not disjoint: paged once all the same
     pushed["BothRoutes"] = {**sent["GpuhealthMonitoringFault"], "alertname": "BothRoutes", "page": "true"}
     config = generate(kps.base_config(), [one(rendered, "AlertmanagerConfig")], secrets_of(rendered))

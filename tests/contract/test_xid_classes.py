@@ -63,7 +63,7 @@ def test_both_branches_of_xid_48_select_48_and_apart_its_partners_63_and_64() ->
 
 
 def test_every_xid_of_the_catalog_is_known_so_the_unknown_alert_fires_only_for_a_newer_driver() -> None:
-    assert KNOWN == frozenset(BUCKETS)
+    assert frozenset(BUCKETS) == KNOWN
     assert {x for x in BUCKETS if xid_classes.first_alert(x) == UNKNOWN_ALERT} == set()
 
 

@@ -103,7 +103,7 @@ def test_per_node_check_accepts_one_nodes_series_and_rejects_the_rest(expr: str,
 @pytest.mark.parametrize(("expr", "problem"), [
     ('up == 0 unless on (node, pool) ALERTS{alertname="GPUXidFatal"}', None),
     ('up == 0 unless on (pool) ALERTS{alertname="GPUXidFatal"}', "holds on GPUXidFatal, not a fleet alert"),
-    ('up == 0 unless on (node) ALERTS{alertname="SomeAlertNoGroupHas"}', "holds on SomeAlertNoGroupHas, not a fleet alert"),
+    ('up == 0 unless on (node) ALERTS{alertname="NoGroupHasIt"}', "holds on NoGroupHasIt, not a fleet alert"),
 ])
 def test_a_hold_on_a_node_groups_alert_is_per_node_only_when_joined_on_the_node(expr: str, problem: str | None) -> None:
     # GPUXidDoubleBitError holds on GPUXidDoubleBitErrorRemapped of the same GPU: the same shard evaluates both.
