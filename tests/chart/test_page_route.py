@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 
 from tests.chart.test_kube_prometheus_stack import (
     INFORMATIONAL,
@@ -30,6 +31,7 @@ from tests.chart.test_kube_prometheus_stack import (
     one,
     push_label_sets,
     routed_before_and_after,
+    routes,
     secrets_of,
     settled,
     team_base,
@@ -179,3 +181,20 @@ def test_the_page_label_is_true_or_absent_and_only_beside_a_node_action() -> Non
     carrying = {name: labels for name, labels in rules.items() if "page" in labels}
     assert set(carrying) == PAGES_WITH_ACTION
     assert all(labels["page"] == "true" and labels["remediation"] != "none" for labels in carrying.values())
+
+
+def test_the_route_install_md_gives_without_the_alertmanagerconfig_pages_the_same_alerts_each_once(
+        tmp_path: Path) -> None:
+    # docs/install.md 5c's block for alertmanager.config (5b), under a root that sends everything else nowhere: its
+    # receiver is swapped for a webhook (amtool check-config reads a routing_key_file), its routes kept as written.
+    text = (paths.REPO / "docs" / "install.md").read_text()
+    start = text.index("Without the AlertmanagerConfig (5b), add the same route")
+    body = text.index("```yaml\n", start) + len("```yaml\n")
+    block = yaml.safe_load(text[body:text.index("```", body)])
+    config = {"route": {"receiver": "null", "routes": block["route"]["routes"]},
+              "receivers": [{"name": "null"}, {"name": "gpuhealth-page", "webhook_configs": [{"url": "http://x/"}]}]}
+    sent = alerts_as_sent(one(render(_values()), "PrometheusRule"))
+    routed = routes(config, sent, tmp_path)
+    wrong = {name: got for name, got in routed.items()
+             if got != (["gpuhealth-page"] if name in PAGES | PAGES_WITH_ACTION else ["null"])}
+    assert not wrong
