@@ -63,7 +63,7 @@ def block() -> str:
     lines = [
         f"The table follows NVIDIA's `{CATALOG.name}` (SHA-256 `{CATALOG.sha256}`, created {CATALOG.created}, "
         f"modified {CATALOG.modified}); tests/contract/test_xid_catalog.py checks it cell by cell. An Xid the "
-        "catalog does not know (a newer driver) fires GPUXidUnknown: cordon, fail-closed.",
+        "catalog does not know (a newer driver) fires GPUXidUnknown: cordon and page a person, fail-closed.",
         "",
         "Deliberate deviations from NVIDIA's immediate action:",
         "",

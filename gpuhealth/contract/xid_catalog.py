@@ -53,9 +53,18 @@ BUCKETS: dict[int, str] = {x: bucket for bucket, xids in _BY_BUCKET.items() for 
 
 # The first rung of gpuhealth that agrees with each immediate action. RESTART_APP and IGNORE take no node action
 # (evidence for the job classifier, or a count); a person's bucket (CONTACT_SUPPORT, the checks, no action given)
-# cordons and pages; the workflows' strongest branch (48 alone and 74: a reset; 144-150: a reset when Fatal;
-# 45: restart Fabric Manager, no node action); 154 names its action in the GPURecoveryAction* alerts, not its count.
+# cordons and pages (GPUXidContactSupport, page: "true"); the workflows' strongest branch (48 alone and 74: a reset;
+# 144-150: a reset when Fatal); 154 names its action in the GPURecoveryAction* alerts, not its count.
 # 74 and 144-150 take that branch only where their registers ask for it (gpuhealth/contract/xid_decode.py).
+# 48 (xids.WORKFLOW_48): alone RESET_GPU, then field diagnostics (GPUXidDoubleBitError: reset, and page a person to
+# run them); with 63 or 64 on the same GPU in the episode DRAIN_AND_RESET (GPUXidDoubleBitErrorRemapped: reset_gpu,
+# which drains first; a failed remap is GPURowRemapFailure's replacement).
+# 45 ("preemptive cleanup"): alone RESTART_FM (restart Fabric Manager), not alone IGNORE (follow the other Xid).
+# gpuhealth cannot restart Fabric Manager (a host service of NVSwitch systems, outside the node agent's reach), and
+# 45 alone is also what every application's own exit or kill logs, on any system: a node action or a page on it
+# would fire for ordinary job ends. So 45 takes no node action and pages no one: it stays evidence for the job
+# classifier (GPUXidApplication), and one GPU repeating it cordons (GPUXidApplicationRepeated); with another Xid,
+# that Xid's alert acts, as IGNORE says. A Fabric Manager that is down shows in the GPU's fabric state, not here.
 AGREES: dict[str, str] = {
     "CONTACT_SUPPORT": "cordon",
     "RESTART_APP": "none",

@@ -37,13 +37,36 @@ class XidClass:
 _OWN_CLASS = frozenset({13, 31, 43, 45, 63, 68, 94})
 
 
-def _bucket(name: str) -> tuple[int, ...]:
-    """The catalog's Xids of one immediate action that no narrower class below names."""
-    return tuple(sorted(x for x, b in BUCKETS.items() if b == name and x not in _OWN_CLASS))
+def _bucket(*names: str) -> tuple[int, ...]:
+    """The catalog's Xids of these immediate actions that no narrower class below names."""
+    return tuple(sorted(x for x, b in BUCKETS.items() if b in names and x not in _OWN_CLASS))
+
+
+# The buckets whose action is a person's: contact support, the checks, update software/firmware, restart the VM
+# (151, a deviation: xid_catalog.py), and "" (162-172, no action given).
+PERSON_BUCKETS = ("CONTACT_SUPPORT", "CHECK_MECHANICALS", "CHECK_UVM", "UPDATE_SWFW", "RESTART_VM", "")
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """An Xid whose catalog workflow turns on other Xids of the same GPU in the same episode: its alerts select
+    `xid` and, apart, `partners` (rules/alerts/gpu.yaml)."""
+
+    xid: int
+    partners: tuple[int, ...]
+    alone: str  # the alert of the branch without a partner
+    together: str  # the alert of the branch with one
+
+
+# Xid 48: alone RESET_GPU (and field diagnostics, a person's), with 63/64 DRAIN_AND_RESET (63/64's path).
+WORKFLOW_48 = Workflow(48, (63, 64), alone="GPUXidDoubleBitError", together="GPUXidDoubleBitErrorRemapped")
 
 
 CLASSES: tuple[XidClass, ...] = (
-    XidClass("fatal hardware", (48, 64, 95, 119, 120, 140), SetsCondition.ALWAYS, ("GPUXidFatal",)),
+    XidClass("fatal hardware", (64, 95, 119, 120, 140), SetsCondition.ALWAYS, ("GPUXidFatal",)),
+    # 48's workflow: an alert per branch (WORKFLOW_48); its first, alone, is the reset NVIDIA names first.
+    XidClass("double-bit ECC (48)", (WORKFLOW_48.xid,), SetsCondition.ALWAYS,
+             (WORKFLOW_48.alone, WORKFLOW_48.together)),
     # 79 needs a reboot, not a reset: an alert and a panel of its own.
     XidClass("fallen off the bus (79)", (79,), SetsCondition.ALWAYS, ("GPUFallenOffBus",)),
     XidClass("needs GPU reset", (46, 62, 109, 110, 136, 143, 155, 156, 158), SetsCondition.ALWAYS,
@@ -63,11 +86,13 @@ CLASSES: tuple[XidClass, ...] = (
     XidClass("restart the application", _bucket("RESTART_APP"), SetsCondition.NEVER, ("GPUXidApplication",)),
     # The catalog's IGNORE: counted (gpuhealth_xid_errors_total, the dashboards), no alert.
     XidClass("counted only", _bucket("IGNORE"), SetsCondition.NEVER, ()),
+    # A person's: cordon and page, with the evidence support asks for.
+    XidClass("contact support", _bucket(*PERSON_BUCKETS), SetsCondition.NEVER, ("GPUXidContactSupport",)),
 )
 
 KNOWN: frozenset[int] = frozenset(x for c in CLASSES for x in c.xids)
-# The alert for an Xid in no class: its selector is `xid!~` every known Xid. It cordons and pages: the catalog's
-# CONTACT_SUPPORT and check buckets, and Xids the catalog does not know (a newer driver), stay fail-closed.
+# The alert for an Xid in no class: its selector is `xid!~` every known Xid, which is every Xid of the catalog.
+# An Xid the catalog does not know (a newer driver) stays fail-closed: it cordons and pages.
 UNKNOWN_ALERT = "GPUXidUnknown"
 
 _CONDITION = {x: c.condition for c in CLASSES for x in c.xids}

@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 
 from tests.chart.test_kube_prometheus_stack import (
     INFORMATIONAL,
@@ -30,7 +31,9 @@ from tests.chart.test_kube_prometheus_stack import (
     one,
     push_label_sets,
     routed_before_and_after,
+    routes,
     secrets_of,
+    settled,
     team_base,
 )
 from tests.support import kube_prometheus_stack as kps
@@ -47,6 +50,9 @@ PAGE = f"{NAMESPACE}/{RELEASE}-remediator/page"  # the operator's name for the c
 PAGES = {"GpuhealthMonitoringFault", "GpuhealthExporterMisconfigured", "GpuhealthCorrelatedFault",
          "GpuhealthNodeActionJobNotStarted", "GpuhealthRemediatorNoLeader", "GpuhealthRemediatorBreakerOpen",
          "GpuhealthAlertmanagerSyncFailing", "GPUFleetAvailabilityBudgetBurnFast", "GPUDiagFailedConfig"}
+# The alerts that page a person beside their node action (page="true", issue 37): the Xids NVIDIA asks a person
+# about, those its catalog does not know, and 48 alone (field diagnostics).
+PAGES_WITH_ACTION = {"GPUXidContactSupport", "GPUXidUnknown", "GPUXidDoubleBitError"}
 
 
 def _values(url: str = "http://pager.example/hook", group_wait: str = "30s") -> dict[str, Any]:
@@ -64,7 +70,7 @@ def test_the_alerts_that_page_a_person_reach_the_page_receiver_and_still_the_rem
     for name, labels in gpuhealth.items():
         mine = INFORMATIONAL if labels["remediation"] == "none" else REMEDIATOR
         theirs = [r for r in before[name] if before[name] != [base_config["route"]["receiver"]]]
-        expected = [PAGE, mine, *theirs] if name in PAGES else [mine, *theirs]
+        expected = [PAGE, mine, *theirs] if name in PAGES | PAGES_WITH_ACTION else [mine, *theirs]
         if after[name] != expected:
             wrong.append(f"{name} {labels}: routed to {after[name]}, expected {expected}")
     wrong += [f"{name}: routed to {after[name]}, before to {before[name]}" for name in OTHERS
@@ -137,6 +143,29 @@ def test_a_real_alertmanager_pages_a_person_for_a_monitoring_fault_and_not_for_a
     assert all(p["receiver"] == PAGE and p["status"] == "firing" for p in posts)
 
 
+def test_a_real_alertmanager_pages_a_person_once_for_an_xid_that_asks_for_one_beside_its_cordon(
+        pager: tuple[str, list[dict[str, Any]]]) -> None:
+    url, posts = pager
+    rendered = render(_values(url, group_wait="1s"))
+    sent = alerts_as_sent(one(rendered, "PrometheusRule"))
+    pushed = {n: sent[n] for n in ("GPUXidContactSupport", "GPUXidUnknown", "GPUXidFatal",
+                                   "GPUXidDoubleBitErrorRemapped")}
+    # a label set both page routes would take if they were not disjoint: paged once all the same
+    pushed["BothRoutes"] = {**sent["GpuhealthMonitoringFault"], "alertname": "BothRoutes", "page": "true"}
+    config = generate(kps.base_config(), [one(rendered, "AlertmanagerConfig")], secrets_of(rendered))
+    with RealAlertmanager(config=config) as am:
+        push_label_sets(am, pushed)
+
+        def paged() -> list[str]:
+            return [a["labels"]["alertname"] for p in posts for a in p["alerts"]]
+
+        # group_wait 1 s: 30 s is room for a loaded machine, not a speed claim
+        assert wait_for(lambda: set(paged()) >= {"GPUXidContactSupport", "GPUXidUnknown", "BothRoutes"}, 30), posts
+        # a second notification of one alert would come with the first flush: wait 3 group_waits for one
+        got = settled(paged, lambda names: len(names) > 3, timeout=3.0)
+    assert sorted(got) == ["BothRoutes", "GPUXidContactSupport", "GPUXidUnknown"]
+
+
 def test_the_schema_takes_a_receiver_of_any_kind_the_operator_knows_without_its_name() -> None:
     schema = json.loads((paths.REPO / "helm" / "gpuhealth" / "values.schema.json").read_text())
     receiver = schema["properties"]["monitoring"]["properties"]["alertmanagerConfig"]["properties"]["page"][
@@ -144,3 +173,29 @@ def test_the_schema_takes_a_receiver_of_any_kind_the_operator_knows_without_its_
     jsonschema.validate({"pagerdutyConfigs": [{"routingKey": {"name": "pd", "key": "key"}}]}, receiver)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "page"}, receiver)
+
+
+def test_the_page_label_is_true_or_absent_and_only_beside_a_node_action() -> None:
+    # The page route matches page="true" exactly, and the other page route takes remediation none: a rule with
+    # page on an alert that asks for no action would be the one way to page twice if the routes were not disjoint.
+    rules = alerts_as_sent(one(render(_values()), "PrometheusRule"))
+    carrying = {name: labels for name, labels in rules.items() if "page" in labels}
+    assert set(carrying) == PAGES_WITH_ACTION
+    assert all(labels["page"] == "true" and labels["remediation"] != "none" for labels in carrying.values())
+
+
+def test_the_route_install_md_gives_without_the_alertmanagerconfig_pages_the_same_alerts_each_once(
+        tmp_path: Path) -> None:
+    # docs/install.md 5c's block for alertmanager.config (5b), under a root that sends everything else nowhere: its
+    # receiver is swapped for a webhook (amtool check-config reads a routing_key_file), its routes kept as written.
+    text = (paths.REPO / "docs" / "install.md").read_text()
+    start = text.index("Without the AlertmanagerConfig (5b), add the same route")
+    body = text.index("```yaml\n", start) + len("```yaml\n")
+    block = yaml.safe_load(text[body:text.index("```", body)])
+    config = {"route": {"receiver": "null", "routes": block["route"]["routes"]},
+              "receivers": [{"name": "null"}, {"name": "gpuhealth-page", "webhook_configs": [{"url": "http://x/"}]}]}
+    sent = alerts_as_sent(one(render(_values()), "PrometheusRule"))
+    routed = routes(config, sent, tmp_path)
+    wrong = {name: got for name, got in routed.items()
+             if got != (["gpuhealth-page"] if name in PAGES | PAGES_WITH_ACTION else ["null"])}
+    assert not wrong

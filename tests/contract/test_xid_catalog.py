@@ -6,12 +6,13 @@ the EKS node monitoring agent's fatal Xids never get less than a node action her
 from __future__ import annotations
 
 import csv
+from typing import Any
 
 import pytest
 import yaml
 
 from gpuhealth.contract.xid_catalog import AGREES, BUCKETS, CATALOG, DEVIATIONS
-from gpuhealth.contract.xids import KNOWN, first_alert
+from gpuhealth.contract.xids import KNOWN, UNKNOWN_ALERT, first_alert
 from tests.support import paths
 
 SHEET = paths.REPO / "tests" / "fixtures" / "xid" / "nvidia_xid_catalog_sheet_xids.csv"
@@ -88,3 +89,26 @@ def test_no_class_names_an_xid_the_catalog_does_not_know() -> None:
 def test_an_xid_the_eks_agent_calls_fatal_takes_the_node_out_of_service_here_too(xid: int) -> None:
     assert len(EKS_FATAL) == 21
     assert _first_rung(xid) in OUT_OF_SERVICE, xid
+
+
+def _rule(alert: str) -> dict[str, Any]:
+    groups = yaml.safe_load((paths.REPO / "rules" / "alerts" / "gpu.yaml").read_text())["groups"]
+    return next(r for g in groups for r in g["rules"] if r.get("alert") == alert)
+
+
+def test_a_person_s_xid_and_an_unknown_one_both_cordon_and_page_and_say_which_they_are() -> None:
+    support, unknown = _rule(first_alert(1) or ""), _rule(UNKNOWN_ALERT)
+    assert support["alert"] != unknown["alert"]
+    for rule in (support, unknown):
+        assert rule["labels"]["remediation"] == "cordon" and rule["labels"]["page"] == "true", rule["alert"]
+    assert "contact support" in support["annotations"]["summary"]
+    # the unknown alert names the catalog's version it is unknown to: a newer catalog changes the summary too
+    assert f"catalog of {CATALOG.modified} does not know" in unknown["annotations"]["summary"]
+
+
+def test_xid_45_alone_takes_no_node_action_and_pages_no_one() -> None:
+    # WORKFLOW_XID_45: alone RESTART_FM, which gpuhealth cannot do and an application's own exit also logs
+    # (xid_catalog.py); it stays evidence for the job classifier.
+    assert BUCKETS[45] == "WORKFLOW_XID_45" and AGREES["WORKFLOW_XID_45"] == "none"
+    rule = _rule(first_alert(45) or "")
+    assert rule["labels"]["remediation"] == "none" and "page" not in rule["labels"]

@@ -12,7 +12,16 @@ import yaml
 
 from gpuhealth.contract import xids as xid_classes
 from gpuhealth.contract.xid_decode import DECODED_XIDS, XID_74, Decoded
-from gpuhealth.contract.xids import CLASSES, KNOWN, UNKNOWN_ALERT, SetsCondition, sets_gpu_condition
+from gpuhealth.contract.xid_catalog import BUCKETS
+from gpuhealth.contract.xids import (
+    CLASSES,
+    KNOWN,
+    PERSON_BUCKETS,
+    UNKNOWN_ALERT,
+    WORKFLOW_48,
+    SetsCondition,
+    sets_gpu_condition,
+)
 from gpuhealth.exporter.conditions import _is_node_fault
 from gpuhealth.exporter.samples import KernelFault
 from tests.support import paths
@@ -31,13 +40,38 @@ def _alert_selectors() -> dict[str, list[tuple[str, frozenset[int]]]]:
     return found
 
 
+def _pair(xids: frozenset[int]) -> tuple[str, frozenset[int]]:
+    return ("=~" if len(xids) > 1 else "=", xids)
+
+
 def test_every_alert_that_selects_xids_selects_exactly_the_classes_that_name_it() -> None:
     selectors = _alert_selectors()
     named = {alert for c in CLASSES for alert in c.alerts}
     assert set(selectors) == named | {UNKNOWN_ALERT}, "an alert selects Xids that no class names, or the reverse"
-    for alert in sorted(named):
+    workflow = {WORKFLOW_48.alone, WORKFLOW_48.together}
+    for alert in sorted(named - workflow):
         expected = frozenset(x for c in CLASSES if alert in c.alerts for x in c.xids)
-        assert selectors[alert] == [("=~" if len(expected) > 1 else "=", expected)], alert
+        assert selectors[alert] == [_pair(expected)], alert
+
+
+def test_both_branches_of_xid_48_select_48_and_apart_its_partners_63_and_64() -> None:
+    # The branches differ only in `unless` / `and` over the partners (the promtool tests in
+    # rules/tests/xid_workflow_test.yaml show which fires when); both read the same Xids.
+    selectors = _alert_selectors()
+    for alert in (WORKFLOW_48.alone, WORKFLOW_48.together):
+        assert selectors[alert] == [_pair(frozenset({48})), _pair(frozenset({63, 64}))], alert
+    assert WORKFLOW_48.partners == (63, 64)
+
+
+def test_every_xid_of_the_catalog_is_known_so_the_unknown_alert_fires_only_for_a_newer_driver() -> None:
+    assert frozenset(BUCKETS) == KNOWN
+    assert {x for x in BUCKETS if xid_classes.first_alert(x) == UNKNOWN_ALERT} == set()
+
+
+def test_every_xid_nvidia_asks_a_person_about_reaches_the_contact_support_alert() -> None:
+    person = {x for x, b in BUCKETS.items() if b in PERSON_BUCKETS}
+    assert {x for x, b in BUCKETS.items() if b == "CONTACT_SUPPORT"} <= person and set(range(162, 173)) <= person
+    assert {x: xid_classes.first_alert(x) for x in person if xid_classes.first_alert(x) != "GPUXidContactSupport"} == {}
 
 
 def test_the_unknown_xid_alert_leaves_out_exactly_the_known_xids() -> None:
@@ -84,7 +118,7 @@ def test_a_kernel_log_xid_sets_the_gpu_condition_as_its_class_says(xid_class: xi
 
 
 def test_an_xid_in_no_class_sets_no_condition() -> None:
-    assert 1 not in KNOWN and not sets_gpu_condition(1, True)
+    assert 999 not in KNOWN and not sets_gpu_condition(999, True)
 
 
 def test_the_dashboards_panels_are_the_classes_in_order() -> None:

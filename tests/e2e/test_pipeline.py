@@ -104,7 +104,8 @@ def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_resets_it_w
     devices = {d["name"]: d for d in stack.cluster.dra.slices[f"{node.name}-gpu.nvidia.com-x"]["spec"]["devices"]}
     bus = devices["gpu-2"]["attributes"]["resource.kubernetes.io/pciBusID"]["string"].rsplit(".", 1)[0]
     node.xid(48, pci=bus, detail="An uncorrectable double bit error (DBE) has been detected on GPU")
-    wait_for("GPUXidFatal firing", lambda: stack.firing("GPUXidFatal", node.name), timeout=40)
+    # 48 alone (no 63/64): GPUXidDoubleBitError, after its for 1m (rules/alerts/gpu.yaml)
+    wait_for("GPUXidDoubleBitError firing", lambda: stack.firing("GPUXidDoubleBitError", node.name), timeout=120)
     def quarantined() -> set[tuple[str, str]]:
         with stack.cluster.lock:
             return {(r["spec"]["deviceSelector"]["device"], r["spec"]["taint"]["effect"])
@@ -143,7 +144,8 @@ def test_an_xid_48_on_one_gpu_of_a_dra_node_quarantines_that_gpu_and_resets_it_w
                          "resourceVersion": stack.cluster._next_rv()},
             "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": node.name, "device": "gpu-5"},
                      "taint": {"key": "example.com/maintenance", "value": "true", "effect": "None"}}}
-    wait_for("GPUXidFatal resolved", lambda: not stack.firing("GPUXidFatal", node.name), timeout=90)
+    wait_for("GPUXidDoubleBitError resolved", lambda: not stack.firing("GPUXidDoubleBitError", node.name),
+             timeout=90)
     wait_for("the GPU back in service", lambda: "GPUReturnedToService" in events(stack, node.name), timeout=60)
     assert quarantined() == {("gpu-5", "None")}  # only gpuhealth's rule removed
     assert stack.cluster.evictions() == [f"serve/infer-{node.name}-gpu-2"]
@@ -346,7 +348,8 @@ def with_retired_page_pending(scrape: str, gpu: str) -> str:
 # What the faults below must raise (each seen firing at least once; the Xid ones resolve after
 # their window). On the held node, then on the others.
 EXPECTED_ALERTS = {
-    HELD: {"GPUXidFatal", "GPUFallenOffBus", "GPUXidResetRequired", "GPUXidApplication", "GPUXidUnknown",
+    HELD: {"GPUXidFatal", "GPUXidDoubleBitErrorRemapped", "GPUFallenOffBus", "GPUXidResetRequired",
+           "GPUXidApplication", "GPUXidContactSupport", "GPUXidUnknown",
            "GPUContainedMemoryError", "GPUNVLinkXidFatal", "GPURecoveryActionReset", "NVSwitchFatalSXid",
            "PCIeAERFatal", "HostHungTask", "HostMachineCheck", "HostSoftLockup", "GPUECCDoubleBitErrors",
            "GPURowRemapFailure", "GPURetiredPagesPending", "GpuhealthProbeFailing"},
@@ -407,7 +410,8 @@ def test_every_dashboard_query_returns_data(dashboard_stack: Stack, tmp_path: Pa
 
     # 2. Faults. The held node's kernel log: every Xid class, an NVLink5 Xid (Fatal), a recovery action
     # (Xid 154), a fatal NVSwitch SXid and host kernel events.
-    held.xid(48, pci=GPU1, detail="DBE (double bit error) ECC error")
+    held.xid(48, pci=GPU1, detail="DBE (double bit error) ECC error")  # with the 63 below: the remapped branch
+    held.xid(95, pci=GPU0, detail="Uncontained ECC error")  # the fatal hardware class
     held.xid(79, pci=GPU0)
     held.xid(109, pci=GPU0, detail="Ctx Switch Timeout Error")
     held.xid(63, pci=GPU1, detail="Row Remapper: New row marked for remapping")
@@ -417,6 +421,7 @@ def test_every_dashboard_query_returns_data(dashboard_stack: Stack, tmp_path: Pa
     held.xid(13, pci=GPU0)
     held.xid(32, pci=GPU0, detail="Invalid or corrupted push buffer stream")  # the catalog's RESTART_APP
     held.xid(38, pci=GPU1, detail="Driver firmware error")  # the catalog's IGNORE: counted only
+    held.xid(61, pci=GPU1, detail="Internal micro-controller breakpoint/warning")  # the catalog's CONTACT_SUPPORT
     held.xid(999, pci=GPU0, detail="an Xid no table knows")
     held.sxid(24007, fatal=True, detail="Link 28 sourcetrack timeout error (First)")
     held.log_kernel("pcieport 0000:00:03.1: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer",

@@ -33,7 +33,11 @@ NODE_SERIES = {f.exposed_name for f in FAMILIES.values()} | {"up"} | set(TRAININ
 
 def _problems(group: dict[str, Any]) -> list[str]:
     return [f"{rule.get('alert') or rule['record']}: {problem}" for rule in group["rules"]
-            for problem in rule_sets.per_node_problems(str(rule["expr"]), NODE_SERIES, _fleet_alerts())]
+            for problem in rule_sets.per_node_problems(str(rule["expr"]), NODE_SERIES, _fleet_alerts(), _node_alerts())]
+
+
+def _node_alerts() -> set[str]:
+    return {r["alert"] for name in SETS["node"] for r in GROUPS[name]["rules"] if "alert" in r}
 
 
 def test_every_group_is_in_exactly_one_set() -> None:
@@ -64,7 +68,9 @@ def test_node_groups_hold_back_only_on_fleet_alerts() -> None:
     """The probe alerts' hold (unless ... GpuhealthMonitoringFault) is the one read of a fleet result in a node
     group: on a shard it finds nothing and holds nothing back (the remediator's monitoring_fault holds there)."""
     held = {alert for name in SETS["node"] for r in GROUPS[name]["rules"] for alert in rule_sets.holds(str(r["expr"]))}
-    assert held == {"GpuhealthMonitoringFault"}
+    assert held & _fleet_alerts() == {"GpuhealthMonitoringFault"}
+    # the other holds are on an alert of a node group, joined on node (test_node_group_reads_only_one_nodes_series)
+    assert held - _fleet_alerts() <= _node_alerts()
 
 
 def test_the_shards_remote_write_in_docs_sends_exactly_what_the_fleet_groups_read() -> None:
@@ -91,4 +97,15 @@ def test_the_shards_remote_write_in_docs_sends_exactly_what_the_fleet_groups_rea
 ])
 def test_per_node_check_accepts_one_nodes_series_and_rejects_the_rest(expr: str, problem: str | None) -> None:
     found = rule_sets.per_node_problems(expr, NODE_SERIES, {"GpuhealthMonitoringFault"})
+    assert found == ([problem] if problem else [])
+
+
+@pytest.mark.parametrize(("expr", "problem"), [
+    ('up == 0 unless on (node, pool) ALERTS{alertname="GPUXidFatal"}', None),
+    ('up == 0 unless on (pool) ALERTS{alertname="GPUXidFatal"}', "holds on GPUXidFatal, not a fleet alert"),
+    ('up == 0 unless on (node) ALERTS{alertname="NoGroupHasIt"}', "holds on NoGroupHasIt, not a fleet alert"),
+])
+def test_a_hold_on_a_node_groups_alert_is_per_node_only_when_joined_on_the_node(expr: str, problem: str | None) -> None:
+    # GPUXidDoubleBitError holds on GPUXidDoubleBitErrorRemapped of the same GPU: the same shard evaluates both.
+    found = rule_sets.per_node_problems(expr, NODE_SERIES, {"GpuhealthMonitoringFault"}, {"GPUXidFatal"})
     assert found == ([problem] if problem else [])

@@ -58,14 +58,18 @@ def holds(expr: str) -> list[str]:
     return [m.group(2) for m in _HOLD.finditer(re.sub(r"#[^\n]*", " ", expr))]
 
 
-def per_node_problems(expr: str, node_series: Iterable[str], fleet_alerts: Iterable[str]) -> list[str]:
+def per_node_problems(expr: str, node_series: Iterable[str], fleet_alerts: Iterable[str],
+                      node_alerts: Iterable[str] = ()) -> list[str]:
     """Why an expression is not about one node's series alone ([] when it is): it reads only `node_series` (the
     families a node's targets serve, and per-node records), every aggregation keeps `node` (by (node, ...), never
-    without node, never all series), and every vector match joins on node; the one exception is a hold on a fleet
+    without node, never all series), and every vector match joins on node; the exceptions are a hold on a fleet
     alert (`unless on (pool, ...) ALERTS{alertname="<fleet alert>"}`), which only removes results and is absent on
-    a shard that does not evaluate it."""
-    fleet, known = set(fleet_alerts), set(node_series)
-    problems = [f"holds on {name}, not a fleet alert" for name in holds(expr) if name not in fleet]
+    a shard that does not evaluate it, and a hold on an alert of a node group (`node_alerts`) joined on node, which
+    the same shard evaluates for the same node."""
+    fleet, known, local = set(fleet_alerts), set(node_series), set(node_alerts)
+    problems = [f"holds on {m.group(2)}, not a fleet alert"
+                for m in _HOLD.finditer(re.sub(r"#[^\n]*", " ", expr)) if m.group(2) not in fleet
+                and not (m.group(2) in local and "node" in {label.strip() for label in m.group(1).split(",")})]
     text = _HOLD.sub(" ", re.sub(r"#[^\n]*", " ", expr))
     problems += [f"reads {name}, not a node's series" for name in sorted(metric_names(text) - known)]
     text = _strip(text)

@@ -143,7 +143,8 @@ class EvidenceStore:
         """The evidence Job (409: it exists already, from an earlier pass or another replica)."""
         st = plan.final_state
         assert st.evidence_run.job is not None
-        rung = next((str(x.action) for x in plan.decisions if x.action in EVIDENCE_RUNGS), "")  # the one it waits
+        # the rung it waits for; none waits for a paged alert's (decide/evidence.py): the rung the node is at
+        rung = next((str(x.action) for x in plan.decisions if x.action in EVIDENCE_RUNGS), str(st.rung or ""))
         created = self.kube.create_job(render_evidence_job(st.evidence_run.job, d.node, self.policy, st.episode, rung))
         return f"job {self.policy.jobs.namespace}/{st.evidence_run.job} {'created' if created else 'already exists'}"
 

@@ -10,6 +10,11 @@ Job and stores its summary (gpuhealth/remediator/act/evidence_job.py); the Event
 Never a block: a Job that could not be made (missing when looked for), failed, or still runs at max_wait ends as
 incomplete and the rung goes on in the same pass; a Job list that could not be read counts as running, so it too
 ends at max_wait.
+
+A person paged: a firing alert with the page label (alert records' `page`: GPUXidContactSupport, GPUXidUnknown, ...)
+at a rung that destroys nothing (cordon, drain) makes the same Job, once per episode, and waits for nothing
+(`evidence_for_person`, asked by the ladder after the climb): support will ask for the bug report. Later passes store
+its summary once it ended or max_wait passed; a destroying rung later in the episode waits for it as above.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from gpuhealth.remediator.decide.vocabulary import Action, EvidenceOutcome, JobS
 # the rungs that destroy what the node could tell: a reset clears the GPU's state, a reboot the kernel's ring buffer,
 # a replacement the node itself
 EVIDENCE_RUNGS: frozenset[str] = frozenset({Rung.RESET_GPU, Rung.REBOOT, Rung.REPLACE})
+# the rungs that destroy nothing, at which a paged alert's evidence runs without anything waiting for it
+PERSON_RUNGS: frozenset[str] = frozenset({Rung.CORDON, Rung.DRAIN})
 
 
 def evidence_name(node: str, episode: datetime | None) -> str:
@@ -50,27 +57,67 @@ def _outcome(status: JobStatus | None, waited: int, cap: int) -> tuple[EvidenceO
 def evidence_first(d: Draft, ctx: Pass, rung: str) -> bool:
     """Before `rung` starts (every gate passed): True when it waits for the evidence this pass (decided and said),
     False when it goes on now (evidence off, not a destroying rung, already settled this episode, or settled now)."""
-    policy, st, now = ctx.policy, d.state, ctx.now
-    settings = policy.evidence
-    if not settings.enabled or rung not in EVIDENCE_RUNGS or st.evidence_run.outcome is not None:
+    st = d.state
+    if not ctx.policy.evidence.enabled or rung not in EVIDENCE_RUNGS or st.evidence_run.outcome is not None:
         return False
-    cap = int(settings.max_wait.total_seconds())
-    where = f"{policy.jobs.namespace}/{st.evidence_run.job or evidence_name(d.view.name, st.episode)}"
+    cap, where = _cap(ctx), _where(d, ctx)
     if st.evidence_run.job is None:
-        name = evidence_name(d.view.name, st.episode)
-        d.state = replace(st, evidence_run=EvidenceRun(job=name, started=now))
-        out(d, Action.COLLECT_EVIDENCE, Verdict.EXECUTE, f"before {rung}: collecting evidence for an RMA (job "
-            f"{where}; stored in ConfigMap {where})", job=name)
+        _start(d, ctx, f"before {rung}: collecting evidence for an RMA (job {where}; stored in ConfigMap {where})")
         out(d, Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where} (at most {cap}s)")
         return True
-    waited = int(elapsed(now, st.evidence_run.started).total_seconds())
-    status = d.view.evidence_status
-    if status in (None, JobStatus.RUNNING) and waited < cap:
+    if _running(d, ctx):
+        waited = int(elapsed(ctx.now, st.evidence_run.started).total_seconds())
         out(d, Action(rung), Verdict.DEFERRED, f"waiting for evidence job {where}: running for {waited}s of at "
             f"most {cap}s")
         return True
-    outcome, why = _outcome(status, waited, cap)
-    d.state = replace(st, evidence_run=replace(st.evidence_run, outcome=outcome))
-    out(d, Action.STORE_EVIDENCE, Verdict.EXECUTE, f"before {rung}: {why}; its summary goes to ConfigMap {where}",
-        new=False, job=st.evidence_run.job)
+    _store(d, ctx, f"before {rung}")
     return False
+
+
+def evidence_for_person(d: Draft, ctx: Pass, paged: list[str]) -> None:
+    """After the climb, at a rung that destroys nothing (cordon, drain): with a firing alert that pages a person
+    (`paged`, their names) the evidence Job, once per episode and not waited for; on a later pass, once the Job ended
+    or evidence.max_wait passed, its summary (whether or not an alert still pages)."""
+    st = d.state
+    if not ctx.policy.evidence.enabled or st.rung not in PERSON_RUNGS or st.evidence_run.outcome is not None:
+        return
+    where = _where(d, ctx)
+    if st.evidence_run.job is None:
+        if paged:
+            _start(d, ctx, f"at {st.rung}: collecting evidence for a person ({', '.join(paged)} pages one; job "
+                   f"{where}; stored in ConfigMap {where}), not waited for")
+    elif not _running(d, ctx):
+        _store(d, ctx, f"at {st.rung}")
+
+
+def _cap(ctx: Pass) -> int:
+    return int(ctx.policy.evidence.max_wait.total_seconds())
+
+
+def _where(d: Draft, ctx: Pass) -> str:
+    st = d.state
+    return f"{ctx.policy.jobs.namespace}/{st.evidence_run.job or evidence_name(d.view.name, st.episode)}"
+
+
+def _start(d: Draft, ctx: Pass, reason: str) -> None:
+    """The episode's evidence Job, decided and said (the executor makes it)."""
+    name = evidence_name(d.view.name, d.state.episode)
+    d.state = replace(d.state, evidence_run=EvidenceRun(job=name, started=ctx.now))
+    out(d, Action.COLLECT_EVIDENCE, Verdict.EXECUTE, reason, job=name)
+
+
+def _running(d: Draft, ctx: Pass) -> bool:
+    """The evidence Job made and not yet ended (or not seen: a list that could not be read), within max_wait."""
+    waited = int(elapsed(ctx.now, d.state.evidence_run.started).total_seconds())
+    return d.view.evidence_status in (None, JobStatus.RUNNING) and waited < _cap(ctx)
+
+
+def _store(d: Draft, ctx: Pass, when: str) -> None:
+    """How the evidence ended, recorded, and its summary to store (the executor writes the ConfigMap)."""
+    st, cap = d.state, _cap(ctx)
+    waited = int(elapsed(ctx.now, st.evidence_run.started).total_seconds())
+    outcome, why = _outcome(d.view.evidence_status, waited, cap)
+    where = _where(d, ctx)
+    d.state = replace(st, evidence_run=replace(st.evidence_run, outcome=outcome))
+    out(d, Action.STORE_EVIDENCE, Verdict.EXECUTE, f"{when}: {why}; its summary goes to ConfigMap {where}",
+        new=False, job=st.evidence_run.job)

@@ -21,7 +21,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from gpuhealth.remediator.decide import climb, fault_steps, guards, offenders, scope, settle, sweep
+from gpuhealth.remediator.decide import climb, evidence, fault_steps, guards, offenders, scope, settle, sweep
 from gpuhealth.remediator.decide.budget import Ledger
 from gpuhealth.remediator.decide.decision import Decision, NodePlan, SilenceCheck
 from gpuhealth.remediator.decide.nodestate import ALL_GPUS, AlertRecord, NodeState, rung_index
@@ -114,9 +114,12 @@ def decide_node(d: Draft, ctx: Pass) -> None:
     if not actionable and replace_pending(d):  # decided on the alerts then: handed over whatever they say now
         return climb.run(d, ctx, rung_index(Rung.REPLACE), None, [], sweep.ceiling(d, []) or alert_ceiling(d, []))
     if not actionable:
+        evidence.evidence_for_person(d, ctx, [])  # a paged episode's evidence still ends and is stored
         return fault_steps.hold_for_monitoring_fault(d, ctx, faults) if faults else settle.settle(d, ctx)
     target = _target(d, ctx, actionable, d.state)
     scope.choose_scope(d, ctx, actionable, target)
     scope.gpu_pods_view(d, ctx, actionable, target)
     fps = sorted(actionable)
-    return climb.run(d, ctx, target, _pick_gpu(actionable), fps, sweep.ceiling(d, fps) or alert_ceiling(d, fps))
+    climb.run(d, ctx, target, _pick_gpu(actionable), fps, sweep.ceiling(d, fps) or alert_ceiling(d, fps))
+    # a person paged at a rung that destroys nothing: the evidence support asks for, not waited for
+    return evidence.evidence_for_person(d, ctx, sorted({a.name for a in actionable.values() if a.page}))

@@ -158,6 +158,10 @@ class AlertRecord:
     # the highest rung the alert's fault may climb to when it persists (its max_rung label; None: ladder.max_rung).
     # A label that names no rung is recorded as the alert's own rung: such a fault does not climb.
     max_rung: Rung | None = None
+    # the alert asks for a person beside its node action (its page label is "true": GPUXidContactSupport,
+    # GPUXidUnknown, ...): the episode's evidence Job runs at the cordon rung too (decide/evidence.py). Left out of
+    # the JSON when False, as in states written before the label.
+    page: bool = False
 
     @property
     def asks_action(self) -> bool:
@@ -338,10 +342,13 @@ def _fields_json(record: AlertRecord, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _alert_json(alert: AlertRecord) -> dict[str, Any]:
-    """An alert record's JSON; without max_rung where the alert has no ceiling of its own (as before the label)."""
+    """An alert record's JSON; without max_rung where the alert has no ceiling of its own, and without page where it
+    asks for no person (as before those labels)."""
     data = _fields_json(alert, _ALERT_FIELDS)
     if alert.max_rung is None:
         del data["max_rung"]
+    if not alert.page:
+        del data["page"]
     return data
 
 

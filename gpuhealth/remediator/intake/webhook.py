@@ -29,6 +29,8 @@ GPU_PODS_ANNOTATION = "gpu_pods"  # rules/alerts: the pods on the alert's GPU, f
 MIG_UUID_LABEL = "mig_uuid"  # rules/alerts/gpu.yaml: an Xid on a MIG GPU instance names its MIG device
 # rules/alerts/probe.yaml: which probe of gpuhealth's exporter failed, and why (gpuhealth_probe_error{probe,reason})
 PROBE_LABEL, REASON_LABEL = "probe", "reason"
+# rules/alerts/gpu.yaml: an alert that asks for a person beside its node action (docs/alerts.md, "Page label")
+PAGE_LABEL, PAGE_VALUE = "page", "true"
 
 
 class WebhookError(ValueError):
@@ -198,5 +200,6 @@ def _read_alert(batch: Batch, alert: Any, where: str, policy: Policy) -> None:
         component=labels.get("component", ""), mig_uuid=valid_mig_uuid(labels.get(MIG_UUID_LABEL)),
         gpu_pods=valid_gpu_pods(annotations.get(GPU_PODS_ANNOTATION)),
         probe=labels.get(PROBE_LABEL) or None, reason=labels.get(REASON_LABEL) or None,
-        max_rung=max_rung_of(labels.get(policy.alert_labels.max_rung), remediation))
+        max_rung=max_rung_of(labels.get(policy.alert_labels.max_rung), remediation),
+        page=labels.get(PAGE_LABEL) == PAGE_VALUE)
     batch.alerts.append(NodeAlert(node=node, fingerprint=fingerprint, record=record))
