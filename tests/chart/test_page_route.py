@@ -123,15 +123,25 @@ def pager() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         thread.join(10)
 
 
+def _rendered(url: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
+    """The chart rendered with the page receiver at `url` (group_wait 1 s), and its alerts' label sets as sent."""
+    rendered = render(_values(url, group_wait="1s"))
+    return rendered, alerts_as_sent(one(rendered, "PrometheusRule"))
+
+
+def _alertmanager_of(rendered: list[dict[str, Any]]) -> RealAlertmanager:
+    """A real Alertmanager configured as the Prometheus Operator configures it from the rendered AlertmanagerConfig."""
+    return RealAlertmanager(config=generate(kps.base_config(), [one(rendered, "AlertmanagerConfig")],
+                                            secrets_of(rendered)))
+
+
 def test_a_real_alertmanager_pages_a_person_for_a_monitoring_fault_and_not_for_a_node_fault(
         pager: tuple[str, list[dict[str, Any]]]) -> None:
     url, posts = pager
-    rendered = render(_values(url, group_wait="1s"))
-    sent = alerts_as_sent(one(rendered, "PrometheusRule"))
+    rendered, sent = _rendered(url)
     pushed = {n: sent[n] for n in ("GpuhealthMonitoringFault", "GpuhealthRemediatorNoLeader", "GPUXidFatal",
                                    "GPUXidApplication")}
-    config = generate(kps.base_config(), [one(rendered, "AlertmanagerConfig")], secrets_of(rendered))
-    with RealAlertmanager(config=config) as am:
+    with _alertmanager_of(rendered) as am:
         push_label_sets(am, pushed)
 
         def paged() -> set[str]:
@@ -146,14 +156,12 @@ def test_a_real_alertmanager_pages_a_person_for_a_monitoring_fault_and_not_for_a
 def test_a_real_alertmanager_pages_a_person_once_for_an_xid_that_asks_for_one_beside_its_cordon(
         pager: tuple[str, list[dict[str, Any]]]) -> None:
     url, posts = pager
-    rendered = render(_values(url, group_wait="1s"))
-    sent = alerts_as_sent(one(rendered, "PrometheusRule"))
+    rendered, sent = _rendered(url)
     pushed = {n: sent[n] for n in ("GPUXidContactSupport", "GPUXidUnknown", "GPUXidFatal",
                                    "GPUXidDoubleBitErrorRemapped")}
     # a label set both page routes would take if they were not disjoint: paged once all the same
     pushed["BothRoutes"] = {**sent["GpuhealthMonitoringFault"], "alertname": "BothRoutes", "page": "true"}
-    config = generate(kps.base_config(), [one(rendered, "AlertmanagerConfig")], secrets_of(rendered))
-    with RealAlertmanager(config=config) as am:
+    with _alertmanager_of(rendered) as am:
         push_label_sets(am, pushed)
 
         def paged() -> list[str]:

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from gpuhealth.contract import xids as xid_classes
-from gpuhealth.contract.xid_decode import DECODED_XIDS, XID_74, Decoded
 from gpuhealth.contract.xid_catalog import BUCKETS
+from gpuhealth.contract.xid_decode import DECODED_XIDS, XID_74, Decoded
 from gpuhealth.contract.xids import (
     CLASSES,
     KNOWN,

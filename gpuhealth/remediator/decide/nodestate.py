@@ -158,9 +158,7 @@ class AlertRecord:
     # the highest rung the alert's fault may climb to when it persists (its max_rung label; None: ladder.max_rung).
     # A label that names no rung is recorded as the alert's own rung: such a fault does not climb.
     max_rung: Rung | None = None
-    # the alert asks for a person beside its node action (its page label is "true": GPUXidContactSupport,
-    # GPUXidUnknown, ...): the episode's evidence Job runs at the cordon rung too (decide/evidence.py). Left out of
-    # the JSON when False, as in states written before the label.
+    # its page label is "true" (a person is asked for beside the action): evidence at the cordon rung too (evidence.py)
     page: bool = False
 
     @property
