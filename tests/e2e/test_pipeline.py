@@ -417,6 +417,8 @@ def test_every_dashboard_query_returns_data(dashboard_stack: Stack, tmp_path: Pa
     held.xid(63, pci=GPU1, detail="Row Remapper: New row marked for remapping")
     held.xid(94, pci=GPU1, detail="Contained ECC error")
     held.xid(145, pci=GPU0, detail="Fatal, Link 03 (RLW) error")
+    # Xid 74 as the driver prints it (../shared/fixtures/kmsg/samples.txt); its third register decodes to a reset
+    held.xid(74, pci=GPU0, detail="NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
     held.xid(154, pci=GPU1, detail="GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")
     held.xid(13, pci=GPU0)
     held.xid(32, pci=GPU0, detail="Invalid or corrupted push buffer stream")  # the catalog's RESTART_APP

@@ -67,9 +67,10 @@ def test_the_kubelet_reader_uses_only_its_room_and_the_low_shared_modules() -> N
 
 def test_the_diagnostic_judge_uses_the_probes_parsers_and_the_low_shared_modules_only() -> None:
     """gpuhealth/exporter/diagnose runs in the diagnostic Job, not in the exporter: it reads the tools' outputs with the
-    probes' own parsers (one reading of dcgmi diag and of EFA's sysfs), and nothing of the exporter's loop."""
+    probes' own parsers (one reading of dcgmi diag and of EFA's sysfs) and DCGM's failure-code table (one action per
+    code), and nothing of the exporter's loop."""
     allowed = ("exporter.diagnose", "exporter.probes.base", "exporter.probes.dcgm.diag",
-               "exporter.probes.dcgm.tool_output", "exporter.probes.efa", *LOW)
+               "exporter.probes.dcgm.failure_codes", "exporter.probes.dcgm.tool_output", "exporter.probes.efa", *LOW)
     assert _wrong("exporter.diagnose", allowed) == []
 
 
