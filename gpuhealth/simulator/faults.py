@@ -163,7 +163,10 @@ class FaultSource:
         seed = rng.getrandbits(48)
         self._ids += 1
         now = self._queue.now
-        fault = Fault(self._ids, cause, now + gap, fix, gpu, seed, seen_by(cause, seed))
+        # a rate counted from health-check hits (failures.counted_by: health_checks) holds only faults that were seen:
+        # its faults are not thinned again by the alert's coverage
+        fault = Fault(self._ids, cause, now + gap, fix, gpu, seed,
+                      cause.alert if self._sc.rate_seen else seen_by(cause, seed))
         self._queue.at(now + gap, self._arrives, node.slot, node.generation, fault)
 
     # --- correlated switch failures ---------------------------------------------------------
