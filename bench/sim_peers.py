@@ -6,7 +6,10 @@ Karpenter and people did in each (the "peer" figures of `--json`), for the parag
     .venv/bin/python bench/sim_peers.py --runs 3                       # the four shipped scenarios, seeds 1-3
     .venv/bin/python bench/sim_peers.py --runs 1 --scenarios rsc1      # one scenario, one seed
 
-Runs one simulation at a time (about 3 minutes for the whole table with --runs 3 on one core).
+Each repairer's row also gives node availability with people's repair (remediation.manual_repair) at 4 h and 3 days
+besides the shipped day, and Karpenter and gpuhealth each get a row with a finite shelf of spares (2% of each pool,
+a removed node back after 3 days); then issue 38's targets as ratios (T1, T2, T4, T5, T6). Runs one simulation at a
+time: 11 rows' worth per scenario.
 """
 
 from __future__ import annotations
@@ -135,18 +138,74 @@ def provenance(args: argparse.Namespace) -> str:
             f"{args.seed + args.runs - 1}, git {revision()}) -->")
 
 
+# people's repair time (remediation.manual_repair): the shipped 1 day, and the two ends the table also reports
+REPAIR_TIMES = ("4h", "3d")
+# a finite shelf of spares: 2% of each pool, a removed node back on it after its 3-day repair (fleet.spares)
+SHELF = ("--spares", "0.02", "--spare-return", "3d")
+PEERS_HEADER = ("| scenario | repairer | node availability, people's repair 1 d | 4 h | 3 d | GPU availability | ETTR "
+                "| job success | platform failures | 512+ GPUs | mean outage (h) | spares used |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def peers_row(s: dict[str, Any], label: str, at: dict[str, dict[str, Any]]) -> str:
+    """A row of the side-by-side table: node availability at each repair time (`at`: time -> its summary)."""
+    platform = "n/a" if s["platform_failure_rate"] is None else f"{s['platform_failure_rate']:.5f}"
+    cells = [f"{s['scenario']} ({s['nodes']} x {s['days']:g} d)", label, with_interval(s, "node_availability", 5),
+             *(f"{at[t]['node_availability']:.5f}" if t in at else "" for t in REPAIR_TIMES),
+             with_interval(s, "gpu_availability", 5), with_interval(s, "ettr", 4),
+             with_interval(s, "job_success_rate", 4), platform, by_size(s, "512+"), f"{s['mttr_hours']:.2f}",
+             f"{s['replacement'].get('spares_used', 0.0):.0f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _unavailability(s: dict[str, Any]) -> float:
+    return 1.0 - float(s["node_availability"])
+
+
+def _platform_512(s: dict[str, Any]) -> float | None:
+    e = s["by_size"].get("512+")
+    return None if e is None or e["platform_failure_rate"] is None else float(e["platform_failure_rate"][0])
+
+
+def targets(scenario: str, by: dict[str, dict[str, Any]]) -> str:
+    """Issue 38's targets as ratios against the baselines of the same run (T1, T2, T4, T5, T6)."""
+    g, k, n, gs, ks = by[GPUHEALTH], by[KARPENTER], by[NONE], by["gpuhealth-shelf"], by["karpenter-shelf"]
+    lost = {m: 1.0 - float(by[m]["ettr"]) for m in (GPUHEALTH, KARPENTER, NONE) if by[m]["ettr"] is not None}
+    spares = k["replacement"].get("spares_used", 0.0)
+    parts = [f"T1 U gpuhealth / U karpenter {_unavailability(g) / _unavailability(k):.2f}",
+             f"T2 U gpuhealth / U none {_unavailability(g) / _unavailability(n):.2f}",
+             f"T4 spares {g['replacement'].get('spares_used', 0.0) / spares if spares else float('nan'):.2f} x "
+             f"karpenter's; with the 2% shelf gpuhealth {gs['node_availability'] - g['node_availability']:+.5f}, "
+             f"karpenter {ks['node_availability'] - k['node_availability']:+.5f}"]
+    if len(lost) == 3 and lost[KARPENTER] > 0 and lost[NONE] > 0:
+        parts.append(f"T5 lost ETTR {lost[GPUHEALTH] / lost[KARPENTER]:.2f} x karpenter's, "
+                     f"{lost[GPUHEALTH] / lost[NONE]:.2f} x none's")
+    pg, pk, pn = (_platform_512(by[m]) for m in (GPUHEALTH, KARPENTER, NONE))
+    if pg is not None and pk and pn:
+        parts.append(f"T6 512+ platform failures {pg / pk:.2f} x karpenter's, {pg / pn:.2f} x none's")
+    return f"- {scenario}: " + "; ".join(parts)
+
+
 def main() -> int:
     args = table_args(__doc__)
     print(provenance(args))
-    print(HEADER)
-    notes = []
+    print(PEERS_HEADER)
+    notes, lines = [], []
     for scenario in args.scenarios:
+        by: dict[str, dict[str, Any]] = {}
         for mode, label in REPAIRERS:
-            s = summary(scenario, mode, args.runs, args.seed)
-            print(row(s, label), flush=True)
+            s = by[mode] = summary(scenario, mode, args.runs, args.seed)
+            at = {t: summary(scenario, mode, args.runs, args.seed, ("--manual-repair", t)) for t in REPAIR_TIMES}
+            print(peers_row(s, label, at), flush=True)
             notes.append(peer_line(s, mode))
+        for mode, label in REPAIRERS[1:]:
+            s = by[f"{mode}-shelf"] = summary(scenario, mode, args.runs, args.seed, SHELF)
+            print(peers_row(s, f"{label}, spares: a shelf of 2%, 3-day return", {}), flush=True)
+        lines.append(targets(scenario, by))
     print()
     print("\n".join(notes))
+    print()
+    print("\n".join(lines))
     return 0
 
 

@@ -1,6 +1,10 @@
 """Alerts as Alertmanager delivers them: a fault's alert fires after its rule's delay, is sent again on its route's
 repeat interval while it fires, and resolves after the fault clears. Each delivery is recorded on the Node as
-serve's receiver records it (an AlertRecord in the state annotation); a firing or a resolved alert wakes a pass."""
+serve's receiver records it: the alert as Alertmanager's webhook carries it (its rule's labels as rules/ writes them,
+the node's and the GPU's added) is read by the receiver's own reader (gpuhealth/remediator/intake/webhook.py
+parse_listed) into the AlertRecord of the state annotation, so every gate of the policy that reads a label (the
+diagnosis before a replacement reads `component`) sees what it sees in a cluster; a firing or a resolved alert wakes
+a pass."""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from datetime import datetime
 
 from gpuhealth.remediator.decide.nodestate import AlertRecord, record_alerts
 from gpuhealth.remediator.decide.vocabulary import AlertStatus
-from gpuhealth.simulator.detection import Pipeline
+from gpuhealth.remediator.intake.webhook import parse_listed
+from gpuhealth.remediator.policy import Policy
+from gpuhealth.simulator.detection import AlertRule, Pipeline
 from gpuhealth.simulator.events import EventQueue
 from gpuhealth.simulator.fleet import Fault, Fleet, SimNode
 from gpuhealth.simulator.passes import PassSchedule
@@ -24,8 +30,10 @@ def fingerprint(fault: Fault) -> str:
 
 
 class Alerting:
-    def __init__(self, queue: EventQueue, pipeline: Pipeline, fleet: Fleet, passes: PassSchedule) -> None:
+    def __init__(self, queue: EventQueue, pipeline: Pipeline, fleet: Fleet, passes: PassSchedule,
+                 policy: Policy) -> None:
         self._queue = queue
+        self._policy = policy  # its alert_labels: the labels naming the node and the GPU
         self._pipe = pipeline
         self._fleet = fleet
         self._passes = passes
@@ -66,17 +74,22 @@ class Alerting:
         self.fault_seen(node, fault)
         return True
 
-    def _record(self, node: SimNode, fp: str, record: AlertRecord) -> None:
+    def _record(self, node: SimNode, fp: str, record: AlertRecord | None) -> None:
+        if record is None:
+            return  # the receiver ignores it (no remediation label): nothing is recorded, as in a cluster
         node.state = record_alerts(node.state, [(fp, record)], to_datetime(self._queue.now))
         node.version += 1
         self._fleet.tracked.add(node.slot)
 
-    def _firing(self, fault: Fault, starts: datetime) -> AlertRecord:
-        rule = self._pipe.alerts[fault.alert or ""]
-        gpu = str(fault.gpu) if fault.cause.scope == "gpu" else None
-        now = to_datetime(self._queue.now)
-        return AlertRecord(name=rule.name, remediation=rule.remediation, status=AlertStatus.FIRING, starts_at=starts,
-                           last_seen=now, ends_at=None, gpu=gpu, max_rung=rule.max_rung)
+    def delivered(self, node: SimNode, fault: Fault, status: AlertStatus, starts: datetime,
+                  ends: datetime | None = None) -> AlertRecord | None:
+        """The fault's alert as the webhook delivers it, read by serve's receiver (None: it ignores the alert)."""
+        return webhook_record(self._pipe.alerts[fault.alert or ""], self._policy, node.name,
+                              str(fault.gpu) if fault.cause.scope == "gpu" else None, fingerprint(fault), status,
+                              starts, ends)
+
+    def _firing(self, node: SimNode, fault: Fault, starts: datetime) -> AlertRecord | None:
+        return self.delivered(node, fault, AlertStatus.FIRING, starts)
 
     def _send_again(self, node: SimNode, fp: str, starts: datetime, fault: Fault) -> None:
         rule = self._pipe.alerts[fault.alert or ""]
@@ -92,7 +105,7 @@ class Alerting:
             return  # the same alert still fires (a flapping signal back before its resolution was sent)
         starts = to_datetime(self._queue.now)
         node.fired[fp] = starts
-        self._record(node, fp, self._firing(fault, starts))
+        self._record(node, fp, self._firing(node, fault, starts))
         self._send_again(node, fp, starts, fault)
         self._passes.request(self._queue.now, wake=True)
         if self.on_fired is not None:
@@ -104,7 +117,7 @@ class Alerting:
         node = self._fleet.live(slot, generation)
         if node is None or node.fired.get(fp) != starts:
             return
-        self._record(node, fp, self._firing(fault, starts))
+        self._record(node, fp, self._firing(node, fault, starts))
         self._send_again(node, fp, starts, fault)
         # serve would wake for this write too; a repeat moves only last_seen, which decides nothing before
         # episode.quiet_timeout, so the pass is left to the next thing that is due (it reads this last_seen)
@@ -114,11 +127,23 @@ class Alerting:
         if node is None or node.fired.get(fp) != starts or fault.epoch != epoch:
             return
         del node.fired[fp]
-        old = node.state.alerts.get(fp)
-        if old is None:
+        if fp not in node.state.alerts:
             return
-        now = to_datetime(self._queue.now)
-        record = AlertRecord(name=old.name, remediation=old.remediation, status=AlertStatus.RESOLVED, starts_at=starts,
-                             last_seen=now, ends_at=now, gpu=old.gpu, max_rung=old.max_rung)
-        self._record(node, fp, record)
+        self._record(node, fp, self.delivered(node, fault, AlertStatus.RESOLVED, starts, to_datetime(self._queue.now)))
         self._passes.request(self._queue.now, wake=True)
+
+
+def webhook_record(rule: AlertRule, policy: Policy, node: str, gpu: str | None, fp: str, status: AlertStatus,
+                   starts: datetime, ends: datetime | None = None) -> AlertRecord | None:
+    """An alert of `rule` on `node` (and `gpu`) as Alertmanager's webhook carries it: the rule's own labels (read from
+    rules/, not restated here), `alertname`, and the labels policy.alert_labels names for the node and the GPU; read
+    by serve's receiver (intake/webhook.py parse_listed). None when the receiver ignores it."""
+    labels = {**dict(rule.labels), "alertname": rule.name, policy.alert_labels.node: node}
+    if gpu is not None:
+        labels[policy.alert_labels.gpu] = gpu
+    alert: dict[str, object] = {"status": str(status), "labels": labels, "fingerprint": fp,
+                                "startsAt": starts.isoformat()}
+    if ends is not None:
+        alert["endsAt"] = ends.isoformat()
+    batch, _ = parse_listed([alert], policy)
+    return batch.alerts[0].record if batch.alerts else None

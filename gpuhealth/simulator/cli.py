@@ -54,7 +54,8 @@ def _overrides(args: argparse.Namespace) -> Overrides:
                      checkpoint_interval=args.checkpoint_interval, checkpoint_cost=args.checkpoint_cost,
                      restart_overhead=args.restart_overhead, detection_delay=args.detection_delay, dra=args.dra,
                      perfect_detection=args.perfect_detection, no_burn_in=args.no_burn_in,
-                     remediation=args.remediation)
+                     remediation=args.remediation, manual_repair=args.manual_repair, spares=args.spares,
+                     spare_return=args.spare_return)
 
 
 def _prepare(args: argparse.Namespace, scenario_arg: str, rules: Path, policy_path: str | Path | None
@@ -161,6 +162,12 @@ def _common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--remediation", choices=MODES,
                     help="who repairs: gpuhealth (default), none (people only) or karpenter (Karpenter's node "
                          "repair alone); docs/simulation.md 'Side by side'")
+    sp.add_argument("--manual-repair", type=_duration, metavar="DURATION",
+                    help="how long people take to repair what the repairer did not (remediation.manual_repair)")
+    sp.add_argument("--spares", type=float, metavar="SHARE",
+                    help="a shelf of spares of this share of each pool's nodes, rounded up (fleet.spares), e.g. 0.02")
+    sp.add_argument("--spare-return", type=_duration, metavar="DURATION",
+                    help="a removed node is back as a spare after this long (fleet.spare_return)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,6 +40,7 @@ class SimCluster:
         self._faults, self._jobs, self._passes = faults, jobs, passes
         self.spares = SparePool(queue, scenario.replacement)
         faults.replacer = self.replace_node
+        faults.provisioner = self.provision
         self._leader_levels = {"validate": validation_level, "diagnose": diagnose_level, "sweep": sweep_level,
                                "burn-in": burn_in_level}
         self.burn_ins = BurnIns()
@@ -131,12 +132,22 @@ class SimCluster:
         self._queue.at(self._queue.now + model.duration_s, self._reboot_done, node.slot, node.generation, ok)
 
     def _replace(self, node: SimNode, plan: NodePlan) -> None:
+        self.provision(node, self._rung_rng(node, Rung.REPLACE))
+
+    def provision(self, node: SimNode, rng: random.Random) -> None:
+        """A replacement of the node, whoever asks for it (gpuhealth's replace rung, Karpenter's node repair: the
+        same act costs both the same). The node leaves work now (its job's pod ends); the new one is provisioned in
+        `remediation.replace.duration` with `remediation.replace.success`, drawn from `rng`; a failed provisioning
+        times out and a person swaps the node `remediation.manual_repair` later. Either way the swap then takes a
+        spare of the pool (replace_node)."""
         model = self._sc.rungs[Rung.REPLACE]
         node.replacing = True
-        if self._rung_rng(node, Rung.REPLACE).random() < model.success:
-            self._queue.at(self._queue.now + model.duration_s, self._replaced, node.slot, node.generation)
-        else:  # times out in the ladder; a person swaps it later
-            self._queue.at(self._queue.now + self._sc.manual_repair_s, self._replaced, node.slot, node.generation)
+        if node.workload is not None:
+            self._jobs.evicted(node)
+        self._jobs.node_changed(node)
+        ok = rng.random() < model.success
+        wait = model.duration_s if ok else self._sc.manual_repair_s
+        self._queue.at(self._queue.now + wait, self._replaced, node.slot, node.generation)
 
     def _diagnose(self, node: SimNode, plan: NodePlan) -> None:
         """The diagnostic Job: it takes its level's time (DIAGNOSE_SECONDS) and passes on a node whose fault is gone;

@@ -58,6 +58,9 @@ class AlertRule:
     evaluation_interval_s: float
     window_s: float  # how long the expression stays true after the signal stops
     source: str  # file of the rule
+    # the rule's labels as written (severity, component, remediation, max_rung, ...): what its alerts carry, the
+    # node's and the GPU's labels added (gpuhealth/simulator/alerts.py reads them as serve's receiver does)
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ def load_rules(rules_dir: Path, evaluation_interval_s: float = DEFAULT_EVALUATIO
                     for_s=_seconds(rule["for"], f"{where}.for") if rule.get("for") else 0.0,
                     keep_firing_for_s=_seconds(rule["keep_firing_for"], f"{where}.keep_firing_for")
                     if rule.get("keep_firing_for") else 0.0,
-                    evaluation_interval_s=e, window_s=_window(str(rule.get("expr", ""))), source=str(path))
+                    evaluation_interval_s=e, window_s=_window(str(rule.get("expr", ""))), source=str(path),
+                    labels=tuple((str(k), str(v)) for k, v in labels.items()))
     return out
 
 

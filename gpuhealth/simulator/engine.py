@@ -55,7 +55,7 @@ class Simulation:
         self.jobs = JobScheduler(self.queue, self.fleet, scenario, pipeline,
                                  policy.workloads.restart_loop_threshold, seed, classifier=classifier,
                                  aggregate=scenario.aggregate_small and not samples)
-        self.alerts = Alerting(self.queue, pipeline, self.fleet, self.passes)
+        self.alerts = Alerting(self.queue, pipeline, self.fleet, self.passes, self.leader.policy)
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
         self.faults.classifier = classifier

@@ -56,7 +56,9 @@ class FaultSource:
         self._failures: dict[int, list[float]] = {}  # fault -> when jobs failed on it (the classifier's count)
         self.classifier = False  # the policy's workloads.enabled
         self._rate = scenario.rate_per_node_second
-        self.replacer: Callable[[SimNode], None] | None = None  # the cluster's replacement (SimCluster sets it)
+        self.replacer: Callable[[SimNode], None] | None = None  # the cluster's swap (SimCluster sets it)
+        # the cluster's replacement, provisioning included (SimCluster.provision sets it): what a repairer asks for
+        self.provisioner: Callable[[SimNode, random.Random], None] | None = None
         self.noise = Noise(queue, scenario, fleet, alerts, seed)
         self.arrived_faulty = 0  # new nodes that came with a fault
         self._mix = tuple((c, w) for c, w in scenario.mix if w > 0)
@@ -82,6 +84,12 @@ class FaultSource:
         node's arrival: gpuhealth/simulator/cluster.py), set by SimCluster."""
         assert self.replacer is not None, "SimCluster sets FaultSource.replacer"
         self.replacer(node)
+
+    def provision(self, node: SimNode, rng: random.Random) -> None:
+        """A repairer replaces the node: the new node is provisioned, or the provisioning fails, at the odds and in
+        the time of the replace rung (SimCluster.provision, the one definition every repairer uses)."""
+        assert self.provisioner is not None, "SimCluster sets FaultSource.provisioner"
+        self.provisioner(node, rng)
 
     def renew(self, node: SimNode, outside: Fault | None = None) -> None:
         """The slot's node is swapped for a new one (its job's pod ends), which draws its own rate and faults; a
@@ -155,7 +163,10 @@ class FaultSource:
         seed = rng.getrandbits(48)
         self._ids += 1
         now = self._queue.now
-        fault = Fault(self._ids, cause, now + gap, fix, gpu, seed, seen_by(cause, seed))
+        # a rate counted from health-check hits (failures.counted_by: health_checks) holds only faults that were seen:
+        # its faults are not thinned again by the alert's coverage
+        fault = Fault(self._ids, cause, now + gap, fix, gpu, seed,
+                      cause.alert if self._sc.rate_seen else seen_by(cause, seed))
         self._queue.at(now + gap, self._arrives, node.slot, node.generation, fault)
 
     # --- correlated switch failures ---------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from gpuhealth.remediator.policy import parse_duration
@@ -23,6 +24,9 @@ class Overrides:
     perfect_detection: bool = False  # detection.perfect: true
     no_burn_in: bool = False  # fleet.burn_in: false
     remediation: str | None = None  # gpuhealth | none | karpenter (gpuhealth/simulator/peers.py)
+    manual_repair: str | None = None  # remediation.manual_repair: people's repair time
+    spares: float | None = None  # fleet.spares: a shelf of this share of each pool's nodes (rounded up)
+    spare_return: str | None = None  # fleet.spare_return
 
 
 def seconds(text: str) -> float:
@@ -70,8 +74,23 @@ def apply(sc: Scenario, o: Overrides) -> Scenario:
         sc = replace(sc, replacement=replace(sc.replacement, burn_in=False))
     if o.remediation is not None:
         sc = replace(sc, remediation=o.remediation)
+    sc = _repair(sc, o)
     sizes = dict(sc.pools)
     too_big = [t.name for t in sc.training if t.nodes > (sizes[t.pool] if t.pool else sc.nodes)]
     if too_big:
         raise ValueError(f"training job(s) {', '.join(too_big)} need more nodes than the fleet's {sc.nodes}")
+    return sc
+
+
+def _repair(sc: Scenario, o: Overrides) -> Scenario:
+    """People's repair time and the spares' shelf (--manual-repair, --spares, --spare-return)."""
+    if o.manual_repair is not None:
+        sc = replace(sc, manual_repair_s=seconds(o.manual_repair))
+    if o.spares is not None:
+        if not 0.0 <= o.spares <= 1.0:
+            raise ValueError(f"--spares: expected a share of each pool between 0 and 1, got {o.spares:g}")
+        shelf = tuple((p, math.ceil(n * o.spares - 1e-9)) for p, n in sc.pools)
+        sc = replace(sc, replacement=replace(sc.replacement, spares=shelf))
+    if o.spare_return is not None:
+        sc = replace(sc, replacement=replace(sc.replacement, spare_return_s=seconds(o.spare_return)))
     return sc

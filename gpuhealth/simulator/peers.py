@@ -10,8 +10,10 @@
   the alert's firing until it resolves; Karpenter force-replaces the node (the model's replace path: a spare of the
   pool, a new node that may be bad, a fault outside the node staying with the slot) once the condition has been
   False for its toleration, unless more than 20% of the pool's nodes have a watched condition False (its guard;
-  it looks again every KARPENTER_RECHECK_S). A false positive of a mapped alert sets the condition too. Everything
-  else goes to people, as under `none`.
+  it looks again every KARPENTER_RECHECK_S). The replacement is the replace rung's (SimCluster.provision, the one
+  definition both use): the node leaves work at once, the new one takes `remediation.replace.duration` to provision
+  and fails as often, and a failed one waits `remediation.manual_repair` for a person. A false positive of a
+  mapped alert sets the condition too. Everything else goes to people, as under `none`.
 - `gpuhealth` (the default): the remediator's passes, the real decide().
 
 Neither peer has burn-in (nothing would take the startup taint off) or the workload classifier.
@@ -19,6 +21,7 @@ Neither peer has burn-in (nothing would take the startup taint off) or the workl
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from datetime import datetime
 
@@ -138,7 +141,9 @@ class Karpenter(People):
             return
         self._release(key)
         self.replaced += 1
-        self._faults.replace_now(node)
+        # the replace rung's provisioning, odds and failure cost (SimCluster.provision), on the fault's own stream
+        seed = node.fault.seed if node.fault is not None else node.noise.seed if node.noise is not None else slot
+        self._faults.provision(node, random.Random(f"{seed}/karpenter/{generation}/{self.replaced}"))
 
     def _release(self, key: tuple[int, int, str]) -> None:
         since = self._held.pop(key, None)

@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuhealth.remediator.decide.nodestate import RUNGS
 from gpuhealth.remediator.policy import PolicyError, YamlReader, read_utf8
 from gpuhealth.simulator.failure_data import FIX_RUNGS, Cause, DetectionModel, default_false_positives
-from gpuhealth.simulator.scenario_file import ScenarioFile, read_scenario_file
+from gpuhealth.simulator.scenario_file import HEALTH_CHECKS, ScenarioFile, read_scenario_file
 from gpuhealth.simulator.scenario_parts import (
     DAY,
     LemonModel,
@@ -44,6 +44,9 @@ class Scenario:
     pools: tuple[tuple[str, int], ...]
     gpus_per_node: int = 8
     rate_per_1000_node_days: float = 3.79
+    # failures.counted_by: the rate counts only faults a health check saw (Kokolis's r_f), so each is seen by its
+    # alert (coverage is not applied again); False: interruptions by root cause (Llama 3), coverage applies
+    rate_seen: bool = False
     mix: tuple[tuple[str, float], ...] = ()
     causes: dict[str, Cause] = field(default_factory=dict)
     lemon: LemonModel = field(default_factory=LemonModel)
@@ -95,7 +98,8 @@ def scenario_of(f: ScenarioFile, source: str) -> Scenario:
     """The Scenario a file describes (its sections' keys gathered as the simulation reads them)."""
     sc = Scenario(
         name=f.name or Path(source).stem, source=source, description=f.description, days=f.days, pools=f.pools,
-        gpus_per_node=f.gpus_per_node, rate_per_1000_node_days=f.rate, mix=f.mix, causes=f.causes, lemon=f.lemon,
+        gpus_per_node=f.gpus_per_node, rate_per_1000_node_days=f.rate, rate_seen=f.counted_by == HEALTH_CHECKS,
+        mix=f.mix, causes=f.causes, lemon=f.lemon,
         switches=f.switches, evaluation_interval_s=f.evaluation_interval, job_timeout_s=f.job_timeout,
         detection_delay_s=f.delay, rungs={"drain": f.drain, "reset_gpu": f.reset_gpu, "reboot": f.reboot,
                                           "replace": f.replace},

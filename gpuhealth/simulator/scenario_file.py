@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gpuhealth.remediator.policy.keys import Reading, setting
 from gpuhealth.remediator.policy.load import read_section
 from gpuhealth.remediator.policy.reader import YamlReader
-from gpuhealth.remediator.policy.readings import boolean, checked, integer, null_as, seconds, string
+from gpuhealth.remediator.policy.readings import boolean, checked, choice, integer, null_as, seconds, string
 from gpuhealth.simulator.failure_data import (
     Cause,
     default_causes_yaml,
@@ -35,6 +35,12 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 S = TypeVar("S", bound="DataclassInstance")
+
+# How a scenario's failure rate was counted (failures.counted_by): from interruptions by root cause (Llama 3's Table
+# 5: every fault, whether any check saw it), or from failures a health check saw (Kokolis et al.'s r_f counts job
+# failures with a critical health check within 10 min before or 5 min after: every counted fault was seen)
+INTERRUPTIONS, HEALTH_CHECKS = "interruptions", "health_checks"
+COUNTED_BY = (INTERRUPTIONS, HEALTH_CHECKS)
 
 # Table 5 rows that are not the infrastructure's (Kokolis et al. count infra failures only in r_f): `llama3-infra`
 NOT_INFRA = ("Software Bug", "Dependency", "NCCL Watchdog Timeouts")
@@ -135,6 +141,10 @@ class ScenarioFile:
     causes: dict[str, Cause] = field(metadata=setting(_causes, "Causes added to or replacing data/causes.yaml's."))
     rate: float = field(default_factory=llama3_rate_per_1000_node_days, metadata=setting(
         _rate, "Failures per 1,000 node-days, or llama3, rsc1, rsc2.", "failures.rate"))
+    counted_by: str = field(default=INTERRUPTIONS, metadata=setting(
+        choice(COUNTED_BY), "How the rate was counted: interruptions (every fault, whether an alert saw it or not) or "
+        "health_checks (only faults a health check saw: each one is seen, coverage is not applied again).",
+        "failures.counted_by"))
     mix: tuple[tuple[str, float], ...] = field(default_factory=lambda: _named_mix("llama3"), metadata=setting(
         _mix, "Cause: its weight, or llama3 (Table 5), llama3-infra.", "failures.mix"))
     lemon: LemonModel = field(default_factory=LemonModel, metadata=setting(_part(LemonModel), "Lemon nodes.",

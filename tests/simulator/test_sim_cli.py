@@ -47,6 +47,22 @@ def test_what_if_flags_move_the_numbers(capsys: pytest.CaptureFixture[str]) -> N
     assert float(worse["node_availability"]) < float(fast["node_availability"])  # type: ignore[arg-type]
 
 
+def test_peoples_repair_time_and_a_shelf_of_spares_move_the_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["run", "rsc1", "--nodes", "300", "--days", "30", "--runs", "1", "--json", "--remediation", "none"]
+    quick, slow = _json(capsys, [*base, "--manual-repair", "4h"]), _json(capsys, [*base, "--manual-repair", "3d"])
+    assert float(quick["node_availability"]) > float(slow["node_availability"])  # type: ignore[arg-type]
+    karpenter = ["run", "rsc1", "--nodes", "300", "--days", "30", "--runs", "1", "--json", "--remediation", "karpenter"]
+    unlimited = _json(capsys, karpenter)
+    shelf = _json(capsys, [*karpenter, "--spares", "0.02", "--spare-return", "3d"])  # 6 spares, each back in 3 days
+    assert shelf["replacement"]["spare_waits"] > 0 == unlimited["replacement"]["spare_waits"]  # type: ignore[index]
+    assert float(shelf["node_availability"]) < float(unlimited["node_availability"])  # type: ignore[arg-type]
+
+
+def test_a_shelf_of_spares_is_a_share_of_each_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "rsc1", "--days", "1", "--runs", "1", "--spares", "2"]) == 2
+    assert "--spares: expected a share of each pool between 0 and 1, got 2" in capsys.readouterr().err
+
+
 def test_run_text_names_targets(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "llama3", "--days", "3", "--runs", "1"]) == 0
     text = capsys.readouterr().out

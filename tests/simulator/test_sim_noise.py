@@ -71,3 +71,15 @@ def test_a_quiet_spell_shorter_than_the_rules_resolution_does_not_resolve_the_al
     capped = parse_policy("ladder:\n  max_rung: cordon\n")
     brief = run(parse_scenario(_fleet("{flapping: 1, signal: 30m, quiet: 20s}", rate=10.0), "brief.yaml"), capped)[0]
     assert brief.flapped == 0
+
+
+def test_a_rate_counted_from_health_check_hits_is_not_thinned_again_by_the_alerts_coverage() -> None:
+    by_interruptions = parse_scenario(_fleet("{coverage: 0}"), "interruptions.yaml")
+    by_health_checks = parse_scenario(_fleet("{coverage: 0}").replace("lemon: {fraction: 0}}", "lemon: {fraction: 0}, "
+                                                                      "counted_by: health_checks}"), "checks.yaml")
+    assert not by_interruptions.rate_seen and by_health_checks.rate_seen
+    missed, seen = run(by_interruptions)[0], run(by_health_checks)[0]
+    assert sum(seen.faults.values()) > 10
+    assert not any(k.endswith(":execute") for k in missed.decisions)  # coverage 0: no alert, for a rate of faults
+    # counted from health-check hits, each fault was seen: its alert fires and the remediator replaces the node
+    assert seen.decisions.get("replace:execute", 0) > 0

@@ -5,6 +5,7 @@ run's figures."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from gpuhealth.remediator.policy import Policy
 from gpuhealth.simulator.cli import main
 from gpuhealth.simulator.engine import Simulation
 from gpuhealth.simulator.fleet import SimNode
-from gpuhealth.simulator.peers import KARPENTER, NONE, Karpenter
+from gpuhealth.simulator.peers import GPUHEALTH, KARPENTER, NONE, Karpenter
 from gpuhealth.simulator.remediation import to_seconds
 from gpuhealth.simulator.scenario import Scenario, parse_scenario
 from tests.simulator.sim_helpers import pipeline, run
@@ -53,14 +54,14 @@ def _karpenter(sc: Scenario) -> tuple[Simulation, list[tuple[str, float]]]:
     peer = sim.peer
     assert isinstance(peer, Karpenter)
     seen: list[tuple[str, float]] = []
-    replace_now = sim.faults.replace_now
+    provision = sim.faults.provision
 
-    def watched(node: SimNode) -> None:
+    def watched(node: SimNode, rng: random.Random) -> None:
         fp, starts = min(node.fired.items(), key=lambda kv: kv[1])
         seen.append((fp.split("/")[0], sim.queue.now - to_seconds(starts)))
-        replace_now(node)
+        provision(node, rng)
 
-    sim.faults.replace_now = watched  # type: ignore[method-assign]
+    sim.faults.provision = watched  # type: ignore[method-assign]
     sim.run()
     return sim, seen
 
@@ -70,6 +71,66 @@ def test_karpenter_replaces_a_gpu_fault_ten_minutes_after_its_condition_turns_fa
     assert len(seen) > 10
     assert all(alert == "GPUXidFatal" and abs(waited - 600.0) < 1.0 for alert, waited in seen)
     assert not sim.passes.passes
+
+
+def _replacement_waits(sc: Scenario) -> list[float]:
+    """Each replacement's wait: from the repairer's ask (Karpenter's, or gpuhealth's replace rung) to the new
+    node's arrival in the slot."""
+    sim = Simulation(sc, Policy(), pipeline(), 1)
+    asked: dict[int, float] = {}
+    waits: list[float] = []
+    provision, arrives = sim.cluster.provision, sim.cluster.node_arrives
+
+    def ask(node: SimNode, rng: random.Random) -> None:
+        asked[node.slot] = sim.queue.now
+        provision(node, rng)
+
+    def arrived(node: SimNode) -> None:
+        if node.slot in asked:  # not a person's swap of a node that never came back from a reboot
+            waits.append(sim.queue.now - asked.pop(node.slot))
+        arrives(node)
+
+    sim.faults.provisioner = sim.cluster.provision = ask  # type: ignore[method-assign]
+    sim.cluster.node_arrives = arrived  # type: ignore[method-assign]
+    sim.run()
+    return waits
+
+
+_REPLACE = "GPU fault: {alert: GPUXidFatal, scope: gpu, job: crash, kind: hardware, fixed_by: {replace: 1.0}}"
+
+
+def _slow_provisioning(success: float, mode: str, manual: str = "3d", nodes: int = 32) -> Scenario:
+    return replace(parse_scenario(f"""
+days: 20
+fleet: {{pools: {{p: {nodes}}}, new_node_faulty: 0, burn_in: false}}
+failures: {{rate: 20, mix: {{GPU fault: 1}}, lemon: {{fraction: 0}}}}
+causes:
+  {_REPLACE}
+detection: {{perfect: true}}
+remediation: {{replace: {{duration: 2h, success: {success}}}, manual_repair: {manual}}}
+""", "provisioning.yaml"), remediation=mode)
+
+
+def test_a_karpenter_replacement_takes_the_replace_rungs_provisioning_time() -> None:
+    waits = _replacement_waits(_slow_provisioning(1.0, KARPENTER))
+    assert len(waits) > 10
+    assert all(abs(w - 7200.0) < 1.0 for w in waits)  # not at once: the 2 h a new node takes to come up
+
+
+def test_a_failed_karpenter_replacement_waits_for_a_person_as_a_failed_replace_rung_does() -> None:
+    for mode in (KARPENTER, GPUHEALTH):
+        waits = _replacement_waits(_slow_provisioning(0.0, mode))
+        assert len(waits) > 5, mode
+        assert all(abs(w - 3 * 86400.0) < 1.0 for w in waits), mode  # remediation.manual_repair, for both
+
+
+def test_karpenter_and_the_replace_rung_fail_their_replacements_at_the_same_rate() -> None:
+    shares = []
+    for mode in (KARPENTER, GPUHEALTH):
+        waits = _replacement_waits(_slow_provisioning(0.5, mode, manual="3h", nodes=160))
+        assert len(waits) > 40, mode
+        shares.append(sum(w > 7201.0 for w in waits) / len(waits))
+    assert all(0.35 < s < 0.65 for s in shares), shares
 
 
 def test_karpenter_leaves_a_fault_the_agent_sets_no_condition_for_to_people() -> None:
