@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import sys
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -23,6 +22,7 @@ from gpuhealth.remediator.decide.api_objects import RawNode, RawPod
 from gpuhealth.remediator.decide.event_reasons import EventReason
 from gpuhealth.remediator.decide.nodestate import STATE_ANNOTATION, NodeState, parse_time
 from gpuhealth.remediator.decide.plan import plan_from_json
+from gpuhealth.remediator.decide.validation import released
 from gpuhealth.remediator.intake.webhook import Batch, WebhookError, parse_webhook
 from gpuhealth.remediator.policy import PolicyError, load_policy, parse_duration
 
@@ -198,17 +198,8 @@ def cmd_release(args: argparse.Namespace, clock: Clock) -> int:
     now = clock()
     node = kube.get_node(args.node)
     raw = api_objects.annotations(node).get(STATE_ANNOTATION)
-    state = NodeState.from_json(raw)
-    # alerts that went quiet (never resolved) are dropped: releasing says "the person is done"
-    stale = state.stale(now, policy.episode.quiet_timeout)
-    if stale:
-        alerts = {fp: a for fp, a in state.alerts.items() if fp not in stale}
-        firing = any(a.asks_action for a in alerts.values())
-        state = replace(state, alerts=alerts, quiet=False,
-                        healthy_since=None if firing else (state.healthy_since or now))
-    # a repair that failed its validation holds the node out until a person says so (decide/validation.py): this
-    if state.validation_failed:
-        state = replace(state, validation_failed=None)
+    # stale alerts dropped, a failed validation's hold ended: releasing says "the person is done"
+    state = released(NodeState.from_json(raw), now, policy.episode.quiet_timeout)
     if args.dry_run:
         print(f"{args.node}: would release [dry run: nothing changed]")
         return 0

@@ -59,6 +59,7 @@ class Simulation:
         self.faults = FaultSource(self.queue, scenario, pipeline, self.fleet, self.alerts, self.jobs, self.passes,
                                   seed)
         self.faults.classifier = classifier
+        self.faults.quiet_after = policy.episode.quiet_timeout
         self.jobs.on_failed(self._job_failed_on)
         self.cluster = SimCluster(self.queue, scenario, self.fleet, self.faults, self.jobs, self.passes,
                                   policy.diagnose.validation_level, policy.diagnose.level, policy.sweep.level,

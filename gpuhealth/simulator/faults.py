@@ -15,7 +15,9 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
+from gpuhealth.remediator.decide.validation import held_for_a_person, released
 from gpuhealth.remediator.decide.vocabulary import Rung
+from gpuhealth.remediator.policy import Policy
 from gpuhealth.simulator.alerts import Alerting
 from gpuhealth.simulator.detection import Pipeline
 from gpuhealth.simulator.events import EventQueue
@@ -24,6 +26,7 @@ from gpuhealth.simulator.fleet import Fault, Fleet, SimNode
 from gpuhealth.simulator.jobs.scheduler import JobScheduler
 from gpuhealth.simulator.noise import Noise, seen_by
 from gpuhealth.simulator.passes import PassSchedule
+from gpuhealth.simulator.remediation import to_datetime
 from gpuhealth.simulator.scenario import Scenario
 
 SWITCH_CAUSE = "Network switch (correlated)"
@@ -55,6 +58,8 @@ class FaultSource:
         self._reported: set[int] = set()  # faults no rule sees that a failed job has reported to people
         self._failures: dict[int, list[float]] = {}  # fault -> when jobs failed on it (the classifier's count)
         self.classifier = False  # the policy's workloads.enabled
+        self.quiet_after = Policy().episode.quiet_timeout  # the policy's, which a person's release reads (engine)
+        self.releases = 0  # nodes a person handed back with `gpuhealth-remediator release`
         self._rate = scenario.rate_per_node_second
         self.replacer: Callable[[SimNode], None] | None = None  # the cluster's swap (SimCluster sets it)
         # the cluster's replacement, provisioning included (SimCluster.provision sets it): what a repairer asks for
@@ -279,11 +284,17 @@ class FaultSource:
     def _manual(self, slot: int, generation: int, fault: Fault) -> None:
         """A person takes what gpuhealth could not fix by then: a node that does not come back (or whose
         replacement stopped) is swapped for a new one; a fault still there is repaired in place (its alerts
-        resolve and the remediator returns the node)."""
+        resolve and the remediator returns the node). A node gpuhealth holds for a person whatever its alerts do (a
+        failed validation, an episode gone quiet) is handed back as in production: the person runs
+        `gpuhealth-remediator release` (decide/validation.py released, the command's own state)."""
         node = self._fleet.live(slot, generation)
         if node is None or node.replacing:
             return
         if not node.ready or node.state.rung == Rung.REPLACE:
             self.replace_now(node)
         elif node.fault is fault:
+            if held_for_a_person(node.state):
+                node.state = released(node.state, to_datetime(self._queue.now), self.quiet_after)
+                node.version += 1
+                self.releases += 1
             self.clear(node, fault)

@@ -17,6 +17,7 @@ a new leader finds the same Job, and a later rung (the reboot after a failed res
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from gpuhealth.remediator.decide import climb, sweep
 from gpuhealth.remediator.decide.diagnose_step import (
@@ -29,7 +30,7 @@ from gpuhealth.remediator.decide.diagnose_step import (
 )
 from gpuhealth.remediator.decide.diagnosis import Diagnosis, diagnosis_job_name
 from gpuhealth.remediator.decide.event_reasons import EventReason, Note
-from gpuhealth.remediator.decide.nodestate import rung_index, time_text
+from gpuhealth.remediator.decide.nodestate import NodeState, rung_index, time_text
 from gpuhealth.remediator.decide.planner import Draft, Pass, alert_ceiling, note, out
 from gpuhealth.remediator.decide.vocabulary import Action, Purpose, Rung, RungStatus, Scope, Severity, Verdict
 
@@ -60,6 +61,24 @@ def validation_holds(d: Draft, ctx: Pass) -> bool:
             "returns it")
         return True
     return _read_validation(d, ctx)
+
+
+def held_for_a_person(st: NodeState) -> bool:
+    """A state that holds the node out whatever its alerts do, until a person's `gpuhealth-remediator release`: a
+    repair whose validation failed (and the climb from it stopped), or an episode gone quiet."""
+    return st.validation_failed is not None or st.quiet
+
+
+def released(st: NodeState, now: datetime, quiet_after: timedelta) -> NodeState:
+    """The state `gpuhealth-remediator release` writes (the person is done): alerts that went quiet (never resolved)
+    dropped, and a failed validation's hold ended; the ladder then goes on from what still fires, or returns the node
+    once nothing does."""
+    stale = st.stale(now, quiet_after)
+    if stale:
+        alerts = {fp: a for fp, a in st.alerts.items() if fp not in stale}
+        firing = any(a.asks_action for a in alerts.values())
+        st = replace(st, alerts=alerts, quiet=False, healthy_since=None if firing else (st.healthy_since or now))
+    return replace(st, validation_failed=None) if st.validation_failed else st
 
 
 def _start_validation(d: Draft, ctx: Pass, name: str) -> bool:
