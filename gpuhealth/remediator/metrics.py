@@ -80,7 +80,8 @@ HTTP_REJECT_REASONS = ("header_timeout", "body_timeout", "too_large", "headers_t
 DIAGNOSTIC_RESULTS = {EventReason.DIAGNOSTIC_PASSED: "passed", EventReason.DIAGNOSTIC_FAILED: "failed",
                       EventReason.DIAGNOSTIC_NOT_STARTED: "not_started",
                       EventReason.DIAGNOSTIC_CONTRADICTS_ALERT: "contradicts",
-                      EventReason.DIAGNOSTIC_FOUND_CONFIGURATION: "configuration"}
+                      EventReason.DIAGNOSTIC_FOUND_CONFIGURATION: "configuration",
+                      EventReason.DIAGNOSTIC_PROBATION_FAILED: "probation_failed"}
 # The Events of an idle-node sweep (decide/sweep.py), by the result label they count under.
 SWEEP_RESULTS = {EventReason.SWEEP_STARTED: "started", EventReason.SWEEP_PASSED: "passed",
                  EventReason.SWEEP_FAILED: "failed", EventReason.SWEEP_NOT_STARTED: "not_started",
@@ -114,8 +115,9 @@ class Metrics:
         self.diagnostics = Counter("gpuhealth_remediator_diagnostics", "Diagnostic Jobs' outcomes as the ladder "
                                    "read them (passed; failed: the node climbs or is replaced; not_started: "
                                    "gpuhealth's own breakage; contradicts: passed while the alerts fire, the node "
-                                   "kept for a person; configuration: failed for the node's software only, the node "
-                                   "kept for a person)", ["result"], registry=r)
+                                   "on probation; probation_failed: they still fired after it, replaced; "
+                                   "configuration: failed for the node's software only, the node kept for a "
+                                   "person)", ["result"], registry=r)
         for result in DIAGNOSTIC_RESULTS.values():  # at 0 from the start: increase() sees the first
             self.diagnostics.labels(result)
         self.sweeps = Counter("gpuhealth_remediator_sweeps", "Idle-node sweeps (started; passed: returned; failed: "

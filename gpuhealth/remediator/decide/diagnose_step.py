@@ -25,19 +25,31 @@ idle-node sweeps (decide/sweep.py).
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 
 from gpuhealth.remediator.decide.diagnosis import Diagnosis, diagnosis_job_name, level_for
 from gpuhealth.remediator.decide.event_reasons import EventReason, Note
 from gpuhealth.remediator.decide.nodestate import AlertRecord, elapsed, rung_index, time_text
+from gpuhealth.remediator.decide.offenders import span
 from gpuhealth.remediator.decide.planner import Draft, Pass, note, out
 from gpuhealth.remediator.decide.state_records import DiagnosticRun
-from gpuhealth.remediator.decide.vocabulary import Action, Purpose, Rung, RungStatus, Scope, Severity, Verdict
+from gpuhealth.remediator.decide.vocabulary import (
+    Action,
+    AlertStatus,
+    Purpose,
+    Rung,
+    RungStatus,
+    Scope,
+    Severity,
+    Verdict,
+)
 
 DIAGNOSED_COMPONENTS = frozenset({"gpu", "memory", "nvlink", "pcie", "thermal"})  # the alerts' component label
 PASSED = "passed"
 CONTRADICTS = "passed while the alerts fire"
 CONFIGURATION = "failed for the node's configuration only"
-HELD = (CONTRADICTS, CONFIGURATION)  # the results that keep a node from its replacement, for a person
+HELD = (CONTRADICTS, CONFIGURATION)  # the results that keep a node from its replacement (a pass: on probation)
+PROBATION_FAILED = "passed, then the alerts recurred on probation"
 
 
 def read_diagnosis(d: Draft, ctx: Pass, level: int) -> Diagnosis | str | None:
@@ -167,6 +179,8 @@ def diagnosis_first(d: Draft, ctx: Pass, rung: str, fps: list[str]) -> bool:
     if rung != Rung.REPLACE or st.offence.rule is not None or not firing \
             or max(rung_index(a.remediation) for a in firing) >= rung_index(Rung.REPLACE):
         return False
+    if st.probation is not None:  # a pass before: no second diagnosis
+        return _on_probation(d, ctx, firing, st.probation)
     name, level = _rung_diagnosis(d, ctx), policy.diagnose.level
     if _asked(d, ctx, name, Action.REPLACE, "the diagnosis before the replacement", f"before replace: diagnosing the "
               f"drained node (diagnostic job {name}, dcgmi diag -r {level}, GPU and EFA counts): it is replaced only "
@@ -194,10 +208,38 @@ def _decided(d: Draft, ctx: Pass, found: Diagnosis | str | None, alerts: list[st
             f"{time_text(st.diagnostic.started)})")
         return True
     what = ", ".join(alerts)
-    _record(d, ctx, found, what, "the node is not replaced and stays out of service, drained, for a person",
-            ": replacing the node")
+    _record(d, ctx, found, what, f"the node is not replaced: on probation for {span(ctx.policy.diagnose.probation)} "
+            "(diagnose.probation): it returns to service once they resolve (its repair validated first), and is "
+            "replaced without a second diagnosis if they still fire then", ": replacing the node")
     if isinstance(found, str) or not (found.passed or found.configuration_only):
         return False  # failed: replaced; not started: no evidence either way, replaced as the persisting alerts asked
-    held = _held_text(CONTRADICTS if found.passed else CONFIGURATION)
+    if found.passed:  # the later, deeper diagnostic passed: a failed validation before it no longer holds the node
+        d.state = replace(d.state, probation=ctx.now, validation_failed=None)
+        return _on_probation(d, ctx, [], ctx.now)
+    held = _held_text(CONFIGURATION)
     out(d, Action.NONE, Verdict.SKIPPED, f"the diagnostic {held} while {what} still fire: not replaced; needs a person")
     return True
+
+
+def _on_probation(d: Draft, ctx: Pass, firing: list[AlertRecord], since: datetime) -> bool:
+    """A diagnostic passed at `since` while the GPU alerts fired: True (not replaced, said) until they still fire
+    diagnose.probation after it, or the repair's validation failed since (a diagnostic result other than the pass):
+    then False, the recurrence said once (DiagnosticProbationFailed), and the replacement goes on without a second
+    diagnosis."""
+    st, window = d.state, ctx.policy.diagnose.probation
+    if st.diagnostic.result == PROBATION_FAILED:
+        return False
+    fire = [a.name for a in firing if a.status == AlertStatus.FIRING]
+    if st.diagnostic.result == CONTRADICTS and (not fire or elapsed(ctx.now, since) < window):
+        out(d, Action.NONE, Verdict.SKIPPED, f"on probation since {time_text(since)}: the diagnostic passed while "
+            f"the GPU alerts fired: not replaced; the node returns to service once they resolve, and is replaced if "
+            f"they still fire at {time_text(since + window)} (diagnose.probation {span(window)})")
+        return True
+    why = (f"{', '.join(fire)} still fire {span(window)} after it (diagnose.probation)"
+           if st.diagnostic.result == CONTRADICTS else f"{', '.join(fire)} fired again while the repair was validated"
+           if st.diagnostic.result is None else f"the repair's validation since did not pass ({st.diagnostic.result})")
+    d.state = replace(st, diagnostic=replace(st.diagnostic, result=PROBATION_FAILED))
+    note(d, Note(EventReason.DIAGNOSTIC_PROBATION_FAILED, f"on probation since a diagnostic passed at "
+                 f"{time_text(since)}: {why}: the fault recurred, the alert outweighs the pass; replacing the node "
+                 "without a second diagnosis", Severity.WARNING))
+    return False

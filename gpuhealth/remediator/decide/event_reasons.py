@@ -76,6 +76,8 @@ class EventReason(StrEnum):
     DIAGNOSTIC_FAILED = "DiagnosticFailed"
     DIAGNOSTIC_NOT_STARTED = "DiagnosticNotStarted"
     DIAGNOSTIC_CONTRADICTS_ALERT = "DiagnosticContradictsAlert"  # passed while the alerts fire: not replaced
+    # on probation after that pass, the alerts still fired diagnose.probation later (or the validation failed): replaced
+    DIAGNOSTIC_PROBATION_FAILED = "DiagnosticProbationFailed"
     DIAGNOSTIC_FOUND_CONFIGURATION = "DiagnosticFoundConfiguration"  # failed for the node's software only: a person
     # an idle-node sweep (decide/sweep.py): started, and how it ended (abandoned: GPU work came to the node)
     SWEEP_STARTED = "SweepStarted"

@@ -222,10 +222,11 @@ class NodeState:
     # a new node's burn-in (decide/burn_in.py): how many of its diagnostic Jobs were started again because the one
     # before was gone before its result was read (bounded: MAX_BURN_IN_JOBS). Absent from the annotation while 0
     burn_in_restarts: int = field(default=0, metadata=kept(omitted=True))
-    # the validation of this episode's reset or reboot failed (decide/validation.py): the rung and what failed. The node
-    # stays out of service whatever its alerts do, and the ladder climbs from that rung, until a later rung starts or a
-    # person releases it (`gpuhealth-remediator release`). Absent from the annotation while None
+    # the validation of this episode's reset or reboot failed (decide/validation.py): the rung and what failed; the node
+    # stays out, climbing from it, until a later rung or a person's `release`. Absent while None
     validation_failed: str | None = field(default=None, metadata=kept(omitted=True, since=6))
+    # when a diagnostic passed while the GPU alerts still fired (decide/diagnose_step.py). Absent while None
+    probation: datetime | None = field(default=None, metadata=kept("probation_since", omitted=True))
 
     # --- reading ---------------------------------------------------------------------------
     def firing(self, now: datetime, quiet_after: timedelta) -> dict[str, AlertRecord]:

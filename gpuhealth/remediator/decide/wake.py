@@ -1,6 +1,7 @@
 """When the ladder next needs to decide, with nothing else happening: the earliest of the times its own rules turn
-on (a rung's timeout, an escalation, the healthy delay before return to service, an episode going quiet, a
-breaker's cool-down, and, when the rate cap held something back, the oldest action of the last hour ageing out).
+on (a rung's timeout, an escalation, a diagnostic's probation, the healthy delay before return to service, an episode
+going quiet, a breaker's cool-down, and, when the rate cap held something back, the oldest action of the last hour
+ageing out).
 
 It lives beside the ladder so that a new timed transition in decide/ is added here in the same change. The fleet
 simulator (gpuhealth/simulator/remediation.py), which jumps from event to event, sleeps until it instead of keeping
@@ -36,6 +37,8 @@ def next_decision(states: Iterable[NodeState], policy: Policy, breaker_trips: di
         evidence = st.evidence_run
         if evidence.job and evidence.outcome is None and evidence.started:  # the evidence's wait ends
             when.append(evidence.started + policy.evidence.max_wait)
+        if st.probation:  # a diagnostic's pass outweighs the alerts until then (decide/diagnose_step.py)
+            when.append(st.probation + policy.diagnose.probation)
         if st.active and st.healthy_since:
             when.append(st.healthy_since + policy.return_to_service.healthy_delay)
         for alert in st.alerts.values():

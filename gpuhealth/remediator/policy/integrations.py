@@ -282,6 +282,12 @@ class ResetSettings:
 
 
 DIAGNOSE_DEADLINES = {1: timedelta(minutes=10), 2: timedelta(minutes=20), 3: timedelta(minutes=60)}
+# How long a diagnostic's pass outweighs the GPU alerts that still fire (diagnose.probation). One hour: a signal that
+# lags its cause (an increase() window over an Xid counter, a probe's `for:`) clears within the rules' windows (at most
+# an hour, rules/alerts), so a GPU alert still firing on the drained node an hour after the pass is the driver
+# reporting new faults that the diagnostic's coverage missed, not a stale one; holding the node for a person instead
+# costs the people's repair time (a day: the simulator's manual_repair), a replacement 30 minutes (replace.duration).
+PROBATION = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -311,6 +317,10 @@ class DiagnoseSettings:
     judge_image: str | None = field(default=None, metadata=setting(
         optional_string, "The judge step's image: gpuhealth's own (gpuhealth-diagnose). The chart sets its image; "
         "null: no diagnostic Job can be made."))
+    probation: timedelta = field(default=PROBATION, metadata=setting(
+        duration, "After a diagnostic that passed while the GPU alerts it ran for still fire (the diagnosis before a "
+        "replacement): the node is not replaced; it returns to service once they resolve, and is replaced without a "
+        "second diagnosis if they still fire this long after the pass, or its repair's validation fails meanwhile."))
     nccl_floor_gbps: int | None = field(default=None, metadata=setting(
         null_as(None, integer(1)), "All-reduce bus bandwidth floor in GB/s for every product (null: the built-in "
         "table, gpuhealth/exporter/diagnose/nccl.py: 300 for H100 SXM and H200, 180 for A100 SXM4, none for others)."))
