@@ -1,6 +1,7 @@
 """A GPU fault that persists through the reset and the reboot is replaced only if the diagnostic Job fails on the
-drained node (decide/diagnose_step.py): failed, replaced; passed while the alert fires, kept for a person; not started,
-replaced as before; a host fault the diagnostic does not test is replaced without it."""
+drained node (decide/diagnose_step.py): failed, replaced; passed while the alert fires, on probation (replaced if it
+still fires when that ends); not started, replaced as before; a host fault the diagnostic does not test is replaced
+without it."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_a_thermal_fault_climbs_is_diagnosed_and_is_replaced_when_the_diagnostic
     assert h.metric("gpuhealth_remediator_diagnostics_total", result="failed") == 1
 
 
-def test_a_diagnostic_that_passes_while_the_alert_fires_keeps_the_node_for_a_person(cluster: FakeCluster) -> None:
+def test_a_diagnostic_that_passes_while_the_alert_fires_keeps_the_node_out_on_probation(cluster: FakeCluster) -> None:
     h = Harness(cluster, POLICY)
     climb_to_the_replace(h, cluster)
     (diag,) = jobs(cluster, "diagnose")
@@ -86,6 +87,24 @@ def test_a_diagnostic_that_passes_while_the_alert_fires_keeps_the_node_for_a_per
     assert h.metric("gpuhealth_remediator_diagnostics_total", result="contradicts") == 1
     assert cluster.node(NODE)["spec"]["unschedulable"] is True and h.state(NODE).rung == "reboot"
     assert not any(c["type"] == "AcceleratedHardwareReady" for c in cluster.node(NODE)["status"]["conditions"])
+
+
+def test_a_node_whose_alert_still_fires_when_its_probation_ends_is_replaced_without_a_second_diagnosis(
+        cluster: FakeCluster) -> None:
+    h = Harness(cluster, POLICY)
+    climb_to_the_replace(h, cluster)
+    (diag,) = jobs(cluster, "diagnose")
+    judge_ends(cluster, diag, DiagnosticReport(level=2))
+    h.advance(minutes=1)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "none", "skipped")]  # on probation (diagnose.probation: 1h)
+    h.advance(minutes=61)
+    fire(h)
+    assert h.decisions(h.step()) == [(NODE, "replace", "execute")]
+    assert jobs(cluster, "diagnose") == [diag]  # no second diagnosis
+    failed = next(e for e in cluster.events if e["reason"] == "DiagnosticProbationFailed")
+    assert "GPUThermalViolation still fire 1h after it" in failed["message"]
+    assert h.metric("gpuhealth_remediator_diagnostics_total", result="probation_failed") == 1
 
 
 def test_a_diagnostic_that_never_starts_does_not_hold_the_replacement_back(cluster: FakeCluster) -> None:
