@@ -195,8 +195,7 @@ class NodeState:
     gpu_scope: GpuScope = field(default_factory=GpuScope, metadata=record(GpuScope))
     # reset_gpu stopping the GPU's clients, and what it paused
     reset: Reset = field(default_factory=Reset, metadata=record(Reset))
-    # the failed Job rung's Job never ran its container (why: decide/job_start.py): gpuhealth's breakage, not the
-    # node's, so the ladder does not climb from it
+    # the failed rung's Job never ran its container (why: job_start.py): gpuhealth's breakage, so no climb from it
     not_started: str | None = field(default=None, metadata=kept(since=4))
     # fingerprints of the firing alerts counted as a monitoring fault (gpuhealth's own failure on many nodes): they
     # start nothing; reported (an Event) when they join, and they stay one while min_nodes still fire them
