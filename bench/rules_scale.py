@@ -82,7 +82,7 @@ def run_size(nodes: int, evaluations: int, per_part: int, plan: float, args: arg
         series, samples, gen_s, wall_s = backfill(nodes, end, work, data, per_part, args.slo_days)
         print(f"[{nodes} nodes] {series} series, {samples} samples: generated in {gen_s:.1f} s, "
               f"backfilled in {wall_s:.1f} s (wall, both)", flush=True)
-        merge_s = merge_blocks(work, data)
+        merge_s = 0.0 if args.no_merge else merge_blocks(work, data)
         if merge_s:
             print(f"[{nodes} nodes] overlapping part blocks merged by Prometheus in {merge_s:.0f} s", flush=True)
         tsdb = _du(data)
@@ -173,6 +173,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="evaluate every group at this interval instead of the rule files' own (smoke test)")
     parser.add_argument("--slo-days", type=int, default=SLO_DAYS,
                         help=f"days of SLO history before the rest of the data (default {SLO_DAYS}, the SLO period)")
+    parser.add_argument("--no-merge", action="store_true",
+                        help="time at once, without letting a Prometheus first merge the overlapping backfilled "
+                             "blocks (it starts a minute after it opens them): the smoke tests' mode; the timed "
+                             "Prometheus may then compact while the rules run, so the figures are not comparable")
     parser.add_argument("--shards", type=int, default=0,
                         help="sharded by node (bench/rules_shards.py): one shard of a fleet of --sizes nodes split "
                              "over this many shards, with the node groups, and the global ruler with the fleet groups")

@@ -205,7 +205,8 @@ def run_shard(fleet: int, shards: int,
         promtool_blocks(work / "ranks.om", data, "24h")
         series, samples = series + ranks.counts.series, samples + ranks.counts.samples
         print(f"[shard] {series} series, {samples} samples, backfilled in {wall:.0f} s", flush=True)
-        merge_blocks(work, data)
+        if not args.no_merge:
+            merge_blocks(work, data)
         run, alone = _timed(work, data, end, rule_sets()["node"], args)
     return count, series, run, alone
 

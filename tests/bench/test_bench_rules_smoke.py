@@ -31,7 +31,7 @@ def bench_output() -> str:
         pytest.fail("promtool and prometheus are needed: apt-get install prometheus (make test does)")
     result = process_tree.run(
         [sys.executable, str(ROOT / "bench" / "rules_scale.py"), "--sizes", "4", "--evaluations", "2", "--lead", "2",
-         "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1"],
+         "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1", "--no-merge"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
@@ -56,7 +56,7 @@ def test_rules_evaluate_without_failures_over_the_synthetic_fleet(bench_output: 
 def sharded_output() -> str:
     result = process_tree.run(
         [sys.executable, str(ROOT / "bench" / "rules_scale.py"), "--shards", "2", "--sizes", "12", "--evaluations",
-         "2", "--lead", "2", "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1"],
+         "2", "--lead", "2", "--group-interval", "1s", "--eval-interval", "1s", "--slo-days", "1", "--no-merge"],
         cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, f"bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
