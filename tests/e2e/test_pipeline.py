@@ -72,6 +72,8 @@ def test_fatal_xid_79_cordons_drains_reboots_and_returns_the_node_to_service(sta
     wait_for("uncordon", lambda: not stack.cordoned(node.name) and
              not stack.cluster.node(node.name)["spec"].get("unschedulable"), timeout=120)
     assert stack.disrupted() == []
+    # Events go out through the remediator's outbox, after the write they tell of: the uncordon may come first
+    wait_for("the ReturnedToService Event", lambda: "ReturnedToService" in events(stack, node.name), timeout=30)
     reasons = events(stack, node.name)
     assert reasons.count("Cordoned") == 1, reasons
     assert len([j for j in stack.jobs(node.name) if "reboot" in j["metadata"]["name"]]) == 1
